@@ -1,0 +1,240 @@
+//! The graph of one training step: typed values, ops in program order, updates, returns.
+//!
+//! Invariants of a *verified* graph (see `verify.rs`): every value is defined exactly
+//! once, by an argument or by one output of one op; ops are in a topological order (every
+//! input is an argument or an output of an earlier op), so program order is a valid
+//! schedule; every op's value types are the ones its op-table rule gives; update targets
+//! are `param` or `state` arguments, each updated at most once, by a value of the same type.
+//!
+//! Spans point into the source text a graph was parsed from. They are not part of a graph's
+//! identity: [`Span`]'s equality ignores positions, so `parse(print(g)) == g` compares
+//! structure only (as syn's syntax trees do).
+
+use std::fmt;
+
+use crate::index::{IndexVec, OpId, ValueId};
+use crate::ir::ops::{Attrs, OpKind};
+use crate::ir::types::TensorType;
+
+/// A byte range in the source text, or none for graphs built by code.
+#[derive(Clone, Copy, Default)]
+pub struct Span(Option<(usize, usize)>);
+
+impl Span {
+    pub const NONE: Span = Span(None);
+
+    pub fn new(start: usize, end: usize) -> Span {
+        Span(Some((start, end.max(start))))
+    }
+
+    /// `(offset, length)` for diagnostics.
+    pub fn range(self) -> Option<(usize, usize)> {
+        self.0.map(|(s, e)| (s, e - s))
+    }
+
+    /// The smallest span covering both (either may be none).
+    pub fn to(self, other: Span) -> Span {
+        match (self.0, other.0) {
+            (Some((a, b)), Some((c, d))) => Span(Some((a.min(c), b.max(d)))),
+            (Some(_), None) => self,
+            _ => other,
+        }
+    }
+}
+
+impl From<Span> for Option<miette::SourceSpan> {
+    fn from(span: Span) -> Self {
+        span.range().map(Into::into)
+    }
+}
+
+impl PartialEq for Span {
+    /// Spans never distinguish graphs: see the module docs.
+    fn eq(&self, _: &Span) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some((s, e)) => write!(f, "{s}..{e}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// The role of a step argument.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Role {
+    /// A trained parameter: lives across steps, usually updated in place.
+    Param,
+    /// Data fed to this step (a batch, labels): dead after its last read.
+    Input,
+    /// Optimizer state (momentum, Adam moments, step count): lives across steps.
+    State,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Param => "param",
+            Role::Input => "input",
+            Role::State => "state",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Role> {
+        [Role::Param, Role::Input, Role::State].into_iter().find(|r| r.name() == name)
+    }
+
+    /// Whether values of this role persist from one step to the next.
+    pub fn persists(self) -> bool {
+        matches!(self, Role::Param | Role::State)
+    }
+}
+
+/// Where a value comes from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ValueDef {
+    Arg(Role),
+    /// Output number `output` of `op`.
+    Op { op: OpId, output: usize },
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct Value {
+    /// The name without its `%`.
+    pub name: String,
+    pub ty: TensorType,
+    pub def: ValueDef,
+    pub span: Span,
+}
+
+/// A source location from `loc("model.py":14)`, carried into reports.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Loc {
+    pub file: String,
+    pub line: u32,
+}
+
+impl fmt::Display for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct Op {
+    pub kind: OpKind,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    /// Every attribute of the op's row, in row order, defaults filled in.
+    pub attrs: Attrs,
+    pub loc: Option<Loc>,
+    pub span: Span,
+}
+
+/// `update %target <- %value`: at the end of the step `%value` is in `%target`'s memory.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Update {
+    pub target: ValueId,
+    pub value: ValueId,
+    pub span: Span,
+}
+
+/// A returned value and where the `return` named it.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Return {
+    pub value: ValueId,
+    pub span: Span,
+}
+
+/// One training step.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Graph {
+    /// The step's name without its `@`.
+    pub name: String,
+    pub values: IndexVec<ValueId, Value>,
+    /// Arguments in declaration order.
+    pub args: Vec<ValueId>,
+    /// Ops in program order.
+    pub ops: IndexVec<OpId, Op>,
+    pub updates: Vec<Update>,
+    pub returns: Vec<Return>,
+}
+
+impl Graph {
+    pub fn new(name: impl Into<String>) -> Graph {
+        Graph { name: name.into(), ..Graph::default() }
+    }
+
+    /// Adds an argument.
+    pub fn add_arg(&mut self, name: impl Into<String>, ty: TensorType, role: Role) -> ValueId {
+        let id = self.values.push(Value { name: name.into(), ty, def: ValueDef::Arg(role), span: Span::NONE });
+        self.args.push(id);
+        id
+    }
+
+    /// Appends an op whose outputs have the given names and types; returns its id.
+    pub fn add_op(
+        &mut self,
+        kind: OpKind,
+        inputs: Vec<ValueId>,
+        attrs: Attrs,
+        outputs: Vec<(String, TensorType)>,
+    ) -> OpId {
+        let op = self.ops.next_id();
+        let outputs = outputs
+            .into_iter()
+            .enumerate()
+            .map(|(output, (name, ty))| {
+                self.values.push(Value { name, ty, def: ValueDef::Op { op, output }, span: Span::NONE })
+            })
+            .collect();
+        self.ops.push(Op { kind, inputs, outputs, attrs, loc: None, span: Span::NONE })
+    }
+
+    /// The op that defines `value`, if it is not an argument.
+    pub fn def_op(&self, value: ValueId) -> Option<OpId> {
+        match self.values[value].def {
+            ValueDef::Op { op, .. } => Some(op),
+            ValueDef::Arg(_) => None,
+        }
+    }
+
+    /// The role of `value` if it is an argument.
+    pub fn role(&self, value: ValueId) -> Option<Role> {
+        match self.values[value].def {
+            ValueDef::Arg(role) => Some(role),
+            ValueDef::Op { .. } => None,
+        }
+    }
+
+    /// `%name`, as the IR spells it.
+    pub fn value_name(&self, value: ValueId) -> String {
+        format!("%{}", self.values[value].name)
+    }
+
+    /// The ops that read each value, in program order (an op reading a value twice is listed once).
+    pub fn users(&self) -> IndexVec<ValueId, Vec<OpId>> {
+        let mut users = IndexVec::from_elem(Vec::new(), self.values.len());
+        for (op_id, op) in self.ops.iter_enumerated() {
+            for &input in &op.inputs {
+                let list: &mut Vec<OpId> = &mut users[input];
+                if list.last() != Some(&op_id) {
+                    list.push(op_id);
+                }
+            }
+        }
+        users
+    }
+
+    /// A one-line description of an op for diagnostics: `%h = matmul(%x, %w1)`.
+    pub fn describe_op(&self, op: OpId) -> String {
+        let op = &self.ops[op];
+        let outs: Vec<String> = op.outputs.iter().map(|&v| self.value_name(v)).collect();
+        let ins: Vec<String> = op.inputs.iter().map(|&v| self.value_name(v)).collect();
+        format!("{} = {}({})", outs.join(", "), op.kind.name(), ins.join(", "))
+    }
+}

@@ -1,0 +1,27 @@
+//! memplan plans the memory of one deep-learning training step ahead of time.
+//!
+//! A step is written in a small text IR (docs/IR.md). [`parse`] turns text into a
+//! [`Graph`]; [`verify`] checks the graph's invariants; [`plan`] runs the passes
+//! (schedule, lifetimes, offsets; see `passes`) and returns a [`Plan`] that places every
+//! value in ONE arena; [`check`] re-derives everything from the plan, independently of the
+//! planner, and reports every violation. Reports render plans for people.
+//!
+//! Data flows one way: text → graph → passes → plan → (checker | report | executor).
+
+pub mod analysis;
+pub mod checker;
+pub mod diagnostics;
+pub mod index;
+pub mod ir;
+pub mod passes;
+pub mod plan;
+pub mod report;
+
+pub use checker::{Violation, Violations, check};
+pub use index::{BufferId, OpId, ValueId};
+pub use ir::graph::Graph;
+pub use ir::parse::{ParseError, ParseErrors, parse};
+pub use ir::print::print;
+pub use ir::verify::{VerifyError, VerifyErrors, verify};
+pub use passes::{PlanError, PlanOptions, plan};
+pub use plan::Plan;

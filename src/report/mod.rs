@@ -1,0 +1,1 @@
+//! Reports of a plan for people and tools. (Being written.)
