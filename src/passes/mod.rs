@@ -1,18 +1,262 @@
-//! The pipeline. (Being written.)
+//! The pipeline: runs the passes in order and verifies after each one.
+//!
+//! ```text
+//! schedule ─▶ buffers ─▶ offsets
+//! ```
+//! Each pass is a free function in its own file. After every pass the pipeline re-runs the
+//! verifier on the graph and checks the schedule is a topological order of every op, and
+//! labels a failure with the pass that caused it ("after pass schedule"): such a failure is
+//! always a planner bug. `PlanOptions::stop_after` ends the pipeline early, for inspecting
+//! what a pass produced.
+//!
+//! Passes still to come slot in between: in-place reuse after `schedule`, rematerialisation
+//! under a budget after that.
 
+pub mod buffers;
+pub mod offsets;
+pub mod schedule;
+
+use std::fmt;
+
+use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
+use crate::analysis::liveness::Live;
+use crate::index::OpId;
 use crate::ir::graph::Graph;
-use crate::plan::Plan;
+use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
+use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, align_up};
+use buffers::Buffers;
+use offsets::Solver;
 
-#[derive(Debug, Error)]
-pub enum PlanError {}
+/// The passes, in pipeline order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Pass {
+    Schedule,
+    Buffers,
+    Offsets,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 3] = [Pass::Schedule, Pass::Buffers, Pass::Offsets];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Schedule => "schedule",
+            Pass::Buffers => "buffers",
+            Pass::Offsets => "offsets",
+        }
+    }
+}
+
+impl fmt::Display for Pass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
+    /// Offset alignment in bytes (a power of two).
     pub alignment: u64,
+    pub solver: Solver,
+    /// Stop after this pass (`run` only; `plan` always runs every pass).
+    pub stop_after: Option<Pass>,
 }
 
-pub fn plan(_graph: &Graph, _options: &PlanOptions) -> Result<Plan, PlanError> {
-    todo!()
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions { alignment: DEFAULT_ALIGNMENT, solver: Solver::default(), stop_after: None }
+    }
+}
+
+#[derive(Debug, Error, Diagnostic)]
+pub enum PlanError {
+    /// The step reads a param or state after computing its new value, so the new value
+    /// cannot be written into the param's memory in this order. The user's step (or the
+    /// schedule) must read the old value first.
+    #[error("update {target_name} <- {value_name} cannot land in place: `{reader_text}` still reads {target_name} after {value_name} is written")]
+    #[diagnostic(help("move the ops that read {target_name} before the op computing {value_name}"))]
+    UpdateNotInPlace {
+        target_name: String,
+        value_name: String,
+        reader_text: String,
+        #[label("the update")]
+        span: Option<SourceSpan>,
+        #[label("reads the old value")]
+        reader_span: Option<SourceSpan>,
+    },
+
+    /// The arena would need more than 2^64 - 1 bytes.
+    #[error("the step needs more than 2^64 - 1 bytes of memory")]
+    #[diagnostic(help("check the tensor shapes"))]
+    ArenaOverflow,
+
+    /// The alignment is not a power of two.
+    #[error("alignment {0} is not a power of two")]
+    #[diagnostic(help("use 1, 2, 4, ... 256 (the default, cudaMalloc's alignment), 512, ..."))]
+    BadAlignment(u64),
+
+    /// The input graph does not verify.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Invalid(VerifyErrors),
+
+    /// A pass broke an invariant of the graph or the schedule: always a planner bug.
+    #[error("after pass {pass}: the graph no longer verifies (a memplan bug)")]
+    AfterPass {
+        pass: Pass,
+        #[related]
+        errors: Vec<crate::ir::verify::VerifyError>,
+    },
+}
+
+/// What the pipeline produced, up to the pass it stopped after.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    pub schedule: Vec<OpId>,
+    pub buffers: Option<Buffers>,
+    pub plan: Option<Plan>,
+}
+
+/// Plans `graph` with every pass.
+pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
+    let options = PlanOptions { stop_after: None, ..options.clone() };
+    Ok(run(graph, &options)?.plan.expect("the full pipeline makes a plan"))
+}
+
+/// Runs the passes up to `options.stop_after`.
+pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> {
+    if !options.alignment.is_power_of_two() {
+        return Err(PlanError::BadAlignment(options.alignment));
+    }
+    verify(graph).map_err(PlanError::Invalid)?;
+    let stop = |pass: Pass| options.stop_after == Some(pass);
+
+    let schedule = schedule::program_order(graph);
+    after_pass(Pass::Schedule, graph, &schedule)?;
+    let mut pipeline = Pipeline { schedule, buffers: None, plan: None };
+    if stop(Pass::Schedule) {
+        return Ok(pipeline);
+    }
+
+    let buffers = buffers::assign_buffers(graph, &pipeline.schedule)?;
+    after_pass(Pass::Buffers, graph, &pipeline.schedule)?;
+    if stop(Pass::Buffers) {
+        pipeline.buffers = Some(buffers);
+        return Ok(pipeline);
+    }
+
+    let plan = assign_offsets(graph, &pipeline.schedule, &buffers, options)?;
+    after_pass(Pass::Offsets, graph, &pipeline.schedule)?;
+    pipeline.buffers = Some(buffers);
+    pipeline.plan = Some(plan);
+    Ok(pipeline)
+}
+
+/// The offsets pass: solve, then assemble the plan.
+fn assign_offsets(graph: &Graph, schedule: &[OpId], buffers: &Buffers, options: &PlanOptions) -> Result<Plan, PlanError> {
+    let intervals = buffers
+        .buffers
+        .iter()
+        .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, options.alignment)? }))
+        .collect::<Option<Vec<_>>>()
+        .ok_or(PlanError::ArenaOverflow)?;
+    let (offsets, arena_bytes) = offsets::solve(&intervals, options.solver).ok_or(PlanError::ArenaOverflow)?;
+    let lower_bound = offsets::lower_bound(&intervals).ok_or(PlanError::ArenaOverflow)?;
+    let buffers_out = buffers
+        .buffers
+        .iter()
+        .zip(offsets)
+        .map(|(b, offset)| Buffer { offset, size: b.size, first: b.first, last: b.last, values: b.values.clone() })
+        .collect();
+    Ok(Plan {
+        schema_version: SCHEMA_VERSION,
+        step: graph.name.clone(),
+        alignment: options.alignment,
+        schedule: schedule.to_vec(),
+        buffers: buffers_out,
+        value_buffer: buffers.value_buffer.clone(),
+        arena_bytes,
+        lower_bound,
+    })
+}
+
+fn after_pass(pass: Pass, graph: &Graph, schedule: &[OpId]) -> Result<(), PlanError> {
+    verify(graph)
+        .and_then(|()| verify_schedule(graph, schedule))
+        .map_err(|e| PlanError::AfterPass { pass, errors: e.errors })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::ValueId;
+    use crate::ir::graph::{Role, Update};
+    use crate::ir::ops::{Attrs, OpKind};
+    use crate::ir::types::{DType, TensorType};
+
+    fn f32s(dims: &[u64]) -> TensorType {
+        TensorType::new(DType::F32, dims.to_vec())
+    }
+
+    fn op(graph: &mut Graph, kind: OpKind, inputs: Vec<ValueId>, name: &str, ty: TensorType) -> ValueId {
+        let id = graph.add_op(kind, inputs, Attrs::defaults(kind).unwrap(), vec![(name.to_string(), ty)]);
+        graph.ops[id].outputs[0]
+    }
+
+    /// `h = x @ w; a = relu(h); w_new = w + w` (after or before the matmul), `update w <- w_new`.
+    fn step(update_first: bool) -> Graph {
+        let mut g = Graph::new("t");
+        let w = g.add_arg("w", f32s(&[4, 4]), Role::Param);
+        let x = g.add_arg("x", f32s(&[2, 4]), Role::Input);
+        let w_new = if update_first { Some(op(&mut g, OpKind::Add, vec![w, w], "w_new", f32s(&[4, 4]))) } else { None };
+        let h = op(&mut g, OpKind::Matmul, vec![x, w], "h", f32s(&[2, 4]));
+        let a = op(&mut g, OpKind::Relu, vec![h], "a", f32s(&[2, 4]));
+        let w_new = w_new.unwrap_or_else(|| op(&mut g, OpKind::Add, vec![w, w], "w_new", f32s(&[4, 4])));
+        g.updates.push(Update { target: w, value: w_new, span: Default::default() });
+        g.returns.push(crate::ir::graph::Return { value: a, span: Default::default() });
+        g
+    }
+
+    #[test]
+    fn an_update_lands_in_its_param_and_the_plan_checks() {
+        let g = step(false);
+        let plan = plan(&g, &PlanOptions::default()).unwrap();
+        crate::checker::check(&g, &plan).unwrap();
+        let (w, w_new) = (g.updates[0].target, g.updates[0].value);
+        assert_eq!(plan.value_buffer[w], plan.value_buffer[w_new]);
+        let buffer = &plan.buffers[plan.value_buffer[w]];
+        assert_eq!((buffer.first, buffer.last), (0, 2), "a param's buffer lives the whole step");
+        assert_eq!(buffer.values, vec![w, w_new]);
+        // x dies at the matmul, h at the relu: h can reuse x's bytes? No: both are read or
+        // written at position 0, so they overlap; a lives to the end (returned).
+        assert!(plan.arena_bytes >= plan.lower_bound);
+        assert_eq!(plan.lower_bound, 3 * 256, "w, h and a live at step 1 (x died at step 0)");
+    }
+
+    #[test]
+    fn an_update_computed_before_the_last_read_is_refused() {
+        let g = step(true);
+        let err = plan(&g, &PlanOptions::default()).unwrap_err();
+        match &err {
+            PlanError::UpdateNotInPlace { reader_text, .. } => assert_eq!(reader_text, "%h = matmul(%x, %w)"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn stop_after_ends_the_pipeline_early() {
+        let g = step(false);
+        let options = PlanOptions { stop_after: Some(Pass::Schedule), ..PlanOptions::default() };
+        let pipeline = run(&g, &options).unwrap();
+        assert_eq!(pipeline.schedule.len(), 3);
+        assert!(pipeline.buffers.is_none() && pipeline.plan.is_none());
+    }
+
+    #[test]
+    fn a_bad_alignment_is_refused() {
+        let options = PlanOptions { alignment: 100, ..PlanOptions::default() };
+        assert!(matches!(plan(&step(false), &options), Err(PlanError::BadAlignment(100))));
+    }
 }

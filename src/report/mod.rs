@@ -1,1 +1,215 @@
-//! Reports of a plan for people and tools. (Being written.)
+//! Reports of a plan for people (text) and tools (JSON).
+//!
+//! [`Report::new`] computes every figure once from a graph and its plan; `text.rs`
+//! renders it for people and `json.rs` serialises the same struct, so the two forms never
+//! disagree. Everything here is deterministic: names and orders come from the graph and the
+//! plan, never from hashing, timing or paths.
+
+pub mod json;
+pub mod text;
+
+use serde::Serialize;
+
+use crate::analysis::classes::{Class, classify};
+use crate::analysis::liveness::lifetimes;
+use crate::index::ValueId;
+use crate::ir::graph::Graph;
+use crate::plan::{Plan, align_up};
+
+/// Version of the JSON report; bumped on incompatible changes.
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub step: String,
+    pub ops: usize,
+    pub values: usize,
+    pub alignment: u64,
+    pub arena_bytes: u64,
+    pub lower_bound: u64,
+    /// arena / lower bound.
+    pub ratio: f64,
+    pub peak: Peak,
+    /// Bytes per class, in `Class::ALL` order.
+    pub classes: Vec<ClassBytes>,
+    pub buffers: Vec<BufferRow>,
+    /// The plan itself (ids refer to `value_names` and the step's ops in program order).
+    pub plan: Plan,
+    /// The name of every value, by id.
+    pub value_names: Vec<String>,
+}
+
+/// The schedule position where the most bytes are live.
+#[derive(Clone, Debug, Serialize)]
+pub struct Peak {
+    /// Schedule position (0-based); `None` for a step without ops.
+    pub position: Option<usize>,
+    /// The op running there, as IR text.
+    pub op: Option<String>,
+    /// Its source location, when the IR has one.
+    pub loc: Option<String>,
+    /// Live bytes there, buffers rounded up to the alignment (= the lower bound).
+    pub bytes: u64,
+    /// Values whose bytes are held there, largest first.
+    pub live: Vec<LiveValue>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveValue {
+    pub value: String,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub class: Class,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassBytes {
+    pub class: Class,
+    /// Bytes of values of this class live at the peak.
+    pub at_peak: u64,
+    /// Bytes of buffers whose first value has this class, rounded up to the alignment.
+    pub buffers: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BufferRow {
+    pub buffer: String,
+    pub offset: u64,
+    pub bytes: u64,
+    pub first: usize,
+    pub last: usize,
+    pub class: Class,
+    /// The values it holds, in write order, each `%name: type`.
+    pub values: Vec<String>,
+}
+
+impl Report {
+    /// Computes the report of `plan`, a plan of the verified `graph`.
+    pub fn new(graph: &Graph, plan: &Plan) -> Report {
+        let classes = classify(graph);
+        let life = lifetimes(graph, &plan.schedule);
+        let peak_position = peak_position(plan);
+        let mut live: Vec<(ValueId, u64)> = match peak_position {
+            Some(t) => graph
+                .values
+                .indices()
+                .filter(|&v| life.is_root(v) && life.def[v] <= t && t <= life.last[v])
+                .map(|v| (v, graph.values[v].ty.bytes().unwrap_or(u64::MAX)))
+                .collect(),
+            None => Vec::new(),
+        };
+        live.sort_by_key(|&(v, bytes)| (std::cmp::Reverse(bytes), v));
+        let peak_op = peak_position.map(|t| plan.schedule[t]);
+        let peak = Peak {
+            position: peak_position,
+            op: peak_op.map(|op| graph.describe_op(op)),
+            loc: peak_op.and_then(|op| graph.ops[op].loc.as_ref().map(ToString::to_string)),
+            bytes: plan.lower_bound,
+            live: live
+                .iter()
+                .map(|&(v, bytes)| LiveValue {
+                    value: graph.value_name(v),
+                    ty: graph.values[v].ty.to_string(),
+                    class: classes[v],
+                    bytes,
+                })
+                .collect(),
+        };
+        let buffer_class = |values: &[ValueId]| values.first().map_or(Class::Temp, |&v| classes[v]);
+        let class_bytes = Class::ALL
+            .iter()
+            .map(|&class| ClassBytes {
+                class,
+                at_peak: live.iter().filter(|&&(v, _)| classes[v] == class).map(|&(_, b)| b).sum(),
+                buffers: plan
+                    .buffers
+                    .iter()
+                    .filter(|b| buffer_class(&b.values) == class)
+                    .map(|b| align_up(b.size, plan.alignment).unwrap_or(u64::MAX))
+                    .fold(0u64, u64::saturating_add),
+            })
+            .collect();
+        let buffers = plan
+            .buffers
+            .iter_enumerated()
+            .map(|(id, b)| BufferRow {
+                buffer: id.to_string(),
+                offset: b.offset,
+                bytes: b.size,
+                first: b.first,
+                last: b.last,
+                class: buffer_class(&b.values),
+                values: b.values.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect(),
+            })
+            .collect();
+        Report {
+            schema_version: REPORT_SCHEMA_VERSION,
+            step: graph.name.clone(),
+            ops: graph.ops.len(),
+            values: graph.values.len(),
+            alignment: plan.alignment,
+            arena_bytes: plan.arena_bytes,
+            lower_bound: plan.lower_bound,
+            ratio: plan.ratio(),
+            peak,
+            classes: class_bytes,
+            buffers,
+            plan: plan.clone(),
+            value_names: graph.values.iter().map(|v| v.name.clone()).collect(),
+        }
+    }
+}
+
+/// The first schedule position where the aligned bytes of live buffers are the most.
+fn peak_position(plan: &Plan) -> Option<usize> {
+    let n = plan.schedule.len();
+    if n == 0 {
+        return None;
+    }
+    let mut delta = vec![0i128; n + 1];
+    for b in &plan.buffers {
+        let size = align_up(b.size, plan.alignment).unwrap_or(u64::MAX) as i128;
+        delta[b.first.min(n)] += size;
+        delta[(b.last + 1).min(n)] -= size;
+    }
+    let (mut live, mut best, mut at) = (0i128, -1i128, 0usize);
+    for (t, d) in delta.iter().take(n).enumerate() {
+        live += d;
+        if live > best {
+            best = live;
+            at = t;
+        }
+    }
+    Some(at)
+}
+
+/// `802816 B (784.0 KiB)`: exact bytes, and a binary-prefixed figure beside them.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{bytes} B ({value:.2} {})", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_bytes;
+
+    #[test]
+    fn bytes_are_exact_with_a_binary_figure() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1024), "1024 B (1.00 KiB)");
+        assert_eq!(format_bytes(802816), "802816 B (784.00 KiB)");
+        assert_eq!(format_bytes(3 << 30), "3221225472 B (3.00 GiB)");
+    }
+}

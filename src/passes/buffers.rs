@@ -1,0 +1,109 @@
+//! The buffer pass: which values share which bytes, and when.
+//!
+//! Input: a verified graph and a topological schedule. Output: buffers (size and live range)
+//! and the buffer of every value.
+//! - A view shares its root's buffer (see `analysis::liveness` for roots).
+//! - An update's new value shares its target's buffer, so the new param ends in the
+//!   param's own memory. This is sound when the old value is dead when the new one is
+//!   written: every read of the target (or of a view of it) is at or before the position of
+//!   the op writing the new value, and if that op itself reads the target, it reads it
+//!   directly (not through a view) as an input its row lets it write that output over in
+//!   place (an elementwise update reads each element before it writes it). Otherwise the
+//!   step cannot update in place in this order and the pass says which read is in the way.
+//! - Every other root value gets a buffer of its own: its live range is the value's
+//!   `[def, last]`.
+//!
+//! Established: buffers' live ranges cover their values' lifetimes; values sharing a
+//! buffer never need their bytes at the same time except in the sound in-place case above.
+
+use crate::analysis::liveness::{Lifetimes, lifetimes};
+use crate::index::{BufferId, IndexVec, OpId, ValueId};
+use crate::ir::graph::Graph;
+use crate::passes::PlanError;
+
+/// A buffer before it has an offset.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct BufferSpec {
+    /// Bytes (the largest value it holds, not yet aligned).
+    pub size: u64,
+    pub first: usize,
+    pub last: usize,
+    /// Root values it holds, in the order they are written.
+    pub values: Vec<ValueId>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Buffers {
+    pub buffers: IndexVec<BufferId, BufferSpec>,
+    pub value_buffer: IndexVec<ValueId, BufferId>,
+    pub lifetimes: Lifetimes,
+}
+
+/// Groups the values of `graph` into buffers for `schedule`.
+pub fn assign_buffers(graph: &Graph, schedule: &[OpId]) -> Result<Buffers, PlanError> {
+    let lifetimes = lifetimes(graph, schedule);
+    let mut buffers: IndexVec<BufferId, BufferSpec> = IndexVec::new();
+    let mut value_buffer: IndexVec<ValueId, Option<BufferId>> = IndexVec::from_elem(None, graph.values.len());
+    let mut shares_with: IndexVec<ValueId, Option<ValueId>> = IndexVec::from_elem(None, graph.values.len());
+    for update in &graph.updates {
+        check_update_in_place(graph, schedule, &lifetimes, update.target, update.value)?;
+        shares_with[update.value] = Some(update.target);
+    }
+    // Values in order of definition, so a buffer lists values in the order they are written.
+    let mut roots: Vec<ValueId> = graph.values.indices().filter(|&v| lifetimes.is_root(v)).collect();
+    roots.sort_by_key(|&v| (lifetimes.def[v], v));
+    for v in roots {
+        let bytes = graph.values[v].ty.bytes().expect("verified types have a byte size");
+        let (def, last) = (lifetimes.def[v], lifetimes.last[v]);
+        let id = match shares_with[v].and_then(|target| value_buffer[target]) {
+            Some(id) => {
+                let buffer = &mut buffers[id];
+                buffer.size = buffer.size.max(bytes);
+                buffer.first = buffer.first.min(def);
+                buffer.last = buffer.last.max(last);
+                buffer.values.push(v);
+                id
+            }
+            None => buffers.push(BufferSpec { size: bytes, first: def, last, values: vec![v] }),
+        };
+        value_buffer[v] = Some(id);
+    }
+    let value_buffer = graph
+        .values
+        .indices()
+        .map(|v| value_buffer[lifetimes.root[v]].expect("every root has a buffer"))
+        .collect();
+    Ok(Buffers { buffers, value_buffer, lifetimes })
+}
+
+/// Whether `value` may be written into `target`'s bytes (see the module docs).
+fn check_update_in_place(
+    graph: &Graph,
+    schedule: &[OpId],
+    lifetimes: &Lifetimes,
+    target: ValueId,
+    value: ValueId,
+) -> Result<(), PlanError> {
+    let writer = graph.def_op(value).expect("verified update values are op outputs");
+    let written_at = lifetimes.position[writer];
+    let blocked = |reader: OpId| PlanError::UpdateNotInPlace {
+        target_name: graph.value_name(target),
+        value_name: graph.value_name(value),
+        reader_text: graph.describe_op(reader),
+        span: graph.updates.iter().find(|u| u.target == target).and_then(|u| u.span.into()),
+        reader_span: graph.ops[reader].span.into(),
+    };
+    // A later read of the old value (or of a view of it) is in the way.
+    for &op in &schedule[written_at + 1..] {
+        if graph.ops[op].inputs.iter().any(|&i| lifetimes.root[i] == target) {
+            return Err(blocked(op));
+        }
+    }
+    // The writer itself may read the old value only as an in-place input.
+    let op = &graph.ops[writer];
+    let output = op.outputs.iter().position(|&o| o == value).expect("value is an output of its op");
+    let reads: Vec<usize> = (0..op.inputs.len()).filter(|&k| lifetimes.root[op.inputs[k]] == target).collect();
+    let direct = reads.iter().all(|&k| op.inputs[k] == target);
+    let allowed = reads.iter().any(|&k| op.kind.def().inplace.contains(&(output, k)));
+    if reads.is_empty() || (direct && allowed) { Ok(()) } else { Err(blocked(writer)) }
+}

@@ -1,0 +1,75 @@
+//! The text report: what a person reads first.
+//!
+//! Sections: the headline figures (arena, lower bound, their ratio), the peak (where, which
+//! op, which values are live there, largest first), bytes by class, and the buffer table.
+
+use std::fmt::Write;
+
+use crate::report::{Report, format_bytes};
+
+/// Renders `report` as text; `top` limits the live values listed at the peak.
+pub fn render(report: &Report, top: usize) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(
+        w,
+        "step @{}: {} ops, {} values, {} buffers, alignment {} B",
+        report.step,
+        report.ops,
+        report.values,
+        report.buffers.len(),
+        report.alignment
+    );
+    let _ = writeln!(w);
+    let _ = writeln!(w, "arena        {}", format_bytes(report.arena_bytes));
+    let _ = writeln!(w, "lower bound  {}", format_bytes(report.lower_bound));
+    let _ = writeln!(w, "ratio        {:.4} (arena / lower bound; 1 is the best any offsets can do)", report.ratio);
+    let _ = writeln!(w);
+    let peak = &report.peak;
+    match (&peak.position, &peak.op) {
+        (Some(t), Some(op)) => {
+            let loc = peak.loc.as_ref().map(|l| format!(" at {l}")).unwrap_or_default();
+            let _ = writeln!(w, "peak: {} live at step {t} of {}: `{op}`{loc}", format_bytes(peak.bytes), report.ops);
+        }
+        _ => {
+            let _ = writeln!(w, "peak: {} (the step has no ops)", format_bytes(peak.bytes));
+        }
+    }
+    let name_width = peak.live.iter().map(|v| v.value.len()).max().unwrap_or(0);
+    let type_width = peak.live.iter().map(|v| v.ty.len()).max().unwrap_or(0);
+    for v in peak.live.iter().take(top) {
+        let _ = writeln!(
+            w,
+            "  {:name_width$}  {:type_width$}  {:10}  {}",
+            v.value,
+            v.ty,
+            v.class.name(),
+            format_bytes(v.bytes)
+        );
+    }
+    if peak.live.len() > top {
+        let rest: u64 = peak.live[top..].iter().map(|v| v.bytes).sum();
+        let _ = writeln!(w, "  ... and {} more values, {}", peak.live.len() - top, format_bytes(rest));
+    }
+    let _ = writeln!(w);
+    let _ = writeln!(w, "bytes by class  {:>32}  {:>32}", "live at peak", "buffers (aligned)");
+    for c in &report.classes {
+        let _ = writeln!(w, "  {:12}  {:>32}  {:>32}", c.class.name(), format_bytes(c.at_peak), format_bytes(c.buffers));
+    }
+    let _ = writeln!(w);
+    let _ = writeln!(w, "buffers:");
+    let _ = writeln!(w, "  {:8} {:>12} {:>12}  {:>11}  {:10}  values", "buffer", "offset", "bytes", "live", "class");
+    for b in &report.buffers {
+        let _ = writeln!(
+            w,
+            "  {:8} {:>12} {:>12}  {:>11}  {:10}  {}",
+            b.buffer,
+            b.offset,
+            b.bytes,
+            format!("{}..={}", b.first, b.last),
+            b.class.name(),
+            b.values.join(", ")
+        );
+    }
+    out
+}

@@ -1,0 +1,75 @@
+//! The text corpus: every `ir/**/*.step` file is parsed, verified, round-tripped through
+//! the printer, planned, checked by the independent checker, and its report snapshotted.
+//! Every file under `ir/invalid/` must fail with a located error, whose text is snapshotted.
+
+use std::path::Path;
+
+use memplan::passes::PlanOptions;
+use memplan::report::{Report, text};
+use memplan::{check, diagnostics, parse, plan, print, verify};
+
+/// The path as the snapshots show it: relative to the crate, `/`-separated.
+fn display_path(path: &Path) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    path.strip_prefix(root).unwrap_or(path).to_string_lossy().replace('\\', "/")
+}
+
+fn is_invalid(path: &Path) -> bool {
+    path.components().any(|c| c.as_os_str() == "invalid")
+}
+
+#[test]
+fn valid_steps_plan_check_and_round_trip() {
+    insta::glob!("../ir", "**/*.step", |path| {
+        if is_invalid(path) {
+            return;
+        }
+        let file = display_path(path);
+        let src = std::fs::read_to_string(path).unwrap();
+        let graph = parse(&src).unwrap_or_else(|e| panic!("{}", diagnostics::render(&e, &file, &src, false)));
+        if let Err(e) = verify(&graph) {
+            panic!("{}", diagnostics::render(&e, &file, &src, false));
+        }
+
+        let printed = print(&graph);
+        let reparsed = parse(&printed).unwrap_or_else(|e| panic!("{file}: printed form does not parse:\n{}", diagnostics::render(&e, &file, &printed, false)));
+        assert_eq!(reparsed, graph, "{file}: parse(print(g)) != g");
+        assert_eq!(print(&reparsed), printed, "{file}: printing is not idempotent");
+
+        let plan = plan(&graph, &PlanOptions::default()).unwrap_or_else(|e| panic!("{}", diagnostics::render(&e, &file, &src, false)));
+        if let Err(violations) = check(&graph, &plan) {
+            panic!("{file}: the checker rejects the plan:\n{violations}");
+        }
+        assert!(plan.arena_bytes >= plan.lower_bound, "{file}: arena below the lower bound");
+
+        let report = Report::new(&graph, &plan);
+        insta::assert_snapshot!(text::render(&report, 20));
+    });
+}
+
+/// The error text of an invalid step, from whichever layer rejects it.
+fn error_text(file: &str, src: &str) -> Option<String> {
+    let render = |d: &dyn miette::Diagnostic| Some(diagnostics::render(d, file, src, false));
+    let graph = match parse(src) {
+        Ok(graph) => graph,
+        Err(e) => return render(&e),
+    };
+    if let Err(e) = verify(&graph) {
+        return render(&e);
+    }
+    match plan(&graph, &PlanOptions::default()) {
+        Err(e) => render(&e),
+        Ok(_) => None,
+    }
+}
+
+#[test]
+fn invalid_steps_give_located_errors() {
+    insta::glob!("../ir/invalid", "*.step", |path| {
+        let file = display_path(path);
+        let src = std::fs::read_to_string(path).unwrap();
+        let text = error_text(&file, &src).unwrap_or_else(|| panic!("{file} is accepted but should be invalid"));
+        assert!(text.contains(&format!("[{file}:")), "{file}: the error does not say file:line:col:\n{text}");
+        insta::assert_snapshot!(text);
+    });
+}
