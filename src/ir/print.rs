@@ -1,7 +1,180 @@
-//! The printer: [`Graph`] → canonical text. (Being written.)
+//! The printer: [`Graph`] → canonical text, the form snapshots show.
+//!
+//! The canonical form (docs/IR.md):
+//! ```text
+//! step @mlp(
+//!   %w1: f32[784,256] param,
+//!   %x: f32[64,784] input,
+//! ) {
+//!   %h: f32[64,256] = matmul(%x, %w1)
+//!   %o: f32[64,10] = matmul(%a, %w2, transpose_b=true) loc("mlp.py":14)
+//!   update %w1 <- %w1_new
+//!   return %loss
+//! }
+//! ```
+//! - two-space indent; every argument on its own line with a trailing comma (a step without
+//!   arguments opens `step @s() {`);
+//! - every output with its type, even where the parser could infer it;
+//! - attributes only where they differ from the row's default (required ones always), in
+//!   row order, `name=value`, values in [`Attr`](crate::ir::ops::Attr)'s `Display` (floats
+//!   in Rust's shortest round-trip form: `0.001`, `1e-8`, `1.0`, `-inf`);
+//! - `loc("file":line)` after the op when it has one (`"`, `\`, newline and tab escaped);
+//! - ops in program order, then updates in order, then one `return` (if any);
+//! - the text ends with `}` and a newline.
+//!
+//! Invariant: for every graph the parser produces, `parse(print(g)) == g` (spans aside) and
+//! `print(parse(print(g))) == print(g)`.
 
-use crate::ir::graph::Graph;
+use std::fmt::Write;
 
+use crate::ir::graph::{Graph, Role};
+use crate::ir::ops::OPS;
+
+/// The canonical text of `graph`.
 pub fn print(graph: &Graph) -> String {
-    format!("step @{}() {{\n}}\n", graph.name)
+    let mut out = String::new();
+    // Writing to a String cannot fail, so `write!`'s results are ignored.
+    let _ = write!(out, "step @{}(", graph.name);
+    if !graph.args.is_empty() {
+        out.push('\n');
+        for &arg in &graph.args {
+            let role = graph.role(arg).map_or("?", Role::name);
+            let _ = writeln!(out, "  {}: {} {role},", graph.value_name(arg), graph.values[arg].ty);
+        }
+    }
+    out.push_str(") {\n");
+    for op in &graph.ops {
+        let outs: Vec<String> =
+            op.outputs.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect();
+        let mut operands: Vec<String> = op.inputs.iter().map(|&v| graph.value_name(v)).collect();
+        // The row found by kind (the same as `op.kind.def()`, without indexing).
+        let row = OPS.iter().find(|r| r.kind == op.kind);
+        for (name, value) in &op.attrs.0 {
+            let default = row.and_then(|r| r.attrs.iter().find(|s| s.name == *name)).and_then(|s| s.default);
+            if default.map(|d| d.to_attr()).as_ref() != Some(value) {
+                operands.push(format!("{name}={value}"));
+            }
+        }
+        let _ = write!(out, "  {} = {}({})", outs.join(", "), row.map_or("?", |r| r.name), operands.join(", "));
+        if let Some(loc) = &op.loc {
+            let _ = write!(out, " loc({}:{})", quote(&loc.file), loc.line);
+        }
+        out.push('\n');
+    }
+    for up in &graph.updates {
+        let _ = writeln!(out, "  update {} <- {}", graph.value_name(up.target), graph.value_name(up.value));
+    }
+    if !graph.returns.is_empty() {
+        let names: Vec<String> = graph.returns.iter().map(|r| graph.value_name(r.value)).collect();
+        let _ = writeln!(out, "  return {}", names.join(", "));
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// `s` as a string literal the parser reads back.
+fn quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    q.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            '\n' => q.push_str("\\n"),
+            '\t' => q.push_str("\\t"),
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::graph::Role;
+    use crate::ir::ops::{Attr, Attrs, OpKind};
+    use crate::ir::parse::parse;
+    use crate::ir::types::{DType, TensorType};
+
+    /// parse(print(g)) == g and print is idempotent.
+    fn round_trip(src: &str) -> String {
+        let g = parse(src).unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+        let printed = print(&g);
+        let again = parse(&printed).unwrap_or_else(|e| panic!("{e:?}\n{printed}"));
+        assert_eq!(again, g, "{printed}");
+        assert_eq!(print(&again), printed);
+        printed
+    }
+
+    #[test]
+    fn canonical_form() {
+        let src = "// messy but valid
+step @mlp(%w1: f32[784,256] param, %x: f32[64,784] input, %w2: f32[256,10] param,
+          %b: f32[256]   param) {
+  return %o, %h        // return first
+  update %w1 <- %w1_new
+  %h = matmul(%x, %w1, transpose_a=false)
+  %a: f32[64,256] = relu(%h)
+  %h2 = add(%a, %b)
+  %o = matmul(%h2, %w2, transpose_b=false, transpose_a=false) loc(\"mlp.py\":14)
+  %g = matmul(%x, %h, transpose_a=true)
+  %w1_new = add(%w1, %g)
+}";
+        let expected = "step @mlp(
+  %w1: f32[784,256] param,
+  %x: f32[64,784] input,
+  %w2: f32[256,10] param,
+  %b: f32[256] param,
+) {
+  %h: f32[64,256] = matmul(%x, %w1)
+  %a: f32[64,256] = relu(%h)
+  %h2: f32[64,256] = add(%a, %b)
+  %o: f32[64,10] = matmul(%h2, %w2) loc(\"mlp.py\":14)
+  %g: f32[784,256] = matmul(%x, %h, transpose_a=true)
+  %w1_new: f32[784,256] = add(%w1, %g)
+  update %w1 <- %w1_new
+  return %o, %h
+}
+";
+        assert_eq!(round_trip(src), expected);
+    }
+
+    #[test]
+    fn round_trips() {
+        let steps = [
+            "step @empty() {}",
+            "step @s(%t: f32[] state) { return %t }",
+            "step @s(%t: bf16[2,0,3] state,) { update %t <- %t }",
+            "step @x.y_1(%a: i64[3] input, %b: i64[1] input) {\n  %c = add(%a, %b)\n  %d = add(%c, %c)\n  return %d, %c, %d\n}",
+            "step @s(%a: f16[2,3,4] input, %b: f16[2,4,5] param) {\n  %c = matmul(%a, %b, transpose_a=false, transpose_b=false) loc(\"we \\\"ird\\\" \\\\ name\\t.py\":4294967295)\n  %d: f16[99] = relu(%c)\n}",
+            "step @s(%a: f32[4,3] input, %b: f32[5,4] param) {\n  %c = matmul(%a, %b, transpose_a=true, transpose_b=true)\n  %e: bool[7] = add(%c, %c)\n}",
+        ];
+        for src in steps {
+            round_trip(src);
+        }
+        assert_eq!(round_trip("step @empty() {}"), "step @empty() {\n}\n");
+        assert_eq!(
+            round_trip("step @s(%t: f32[] state) { return %t }"),
+            "step @s(\n  %t: f32[] state,\n) {\n  return %t\n}\n"
+        );
+    }
+
+    #[test]
+    fn graphs_built_by_code_print_and_parse_back() {
+        let mut g = crate::ir::graph::Graph::new("built");
+        let x = g.add_arg("x", TensorType::new(DType::F32, vec![8, 16]), Role::Input);
+        let w = g.add_arg("w", TensorType::new(DType::F32, vec![4, 16]), Role::Param);
+        let attrs = Attrs(vec![("transpose_a", Attr::Bool(false)), ("transpose_b", Attr::Bool(true))]);
+        let op =
+            g.add_op(OpKind::Matmul, vec![x, w], attrs, vec![("y".into(), TensorType::new(DType::F32, vec![8, 4]))]);
+        let y = g.ops[op].outputs[0];
+        g.returns.push(crate::ir::graph::Return { value: y, span: crate::ir::graph::Span::NONE });
+        let text = print(&g);
+        assert_eq!(
+            text,
+            "step @built(\n  %x: f32[8,16] input,\n  %w: f32[4,16] param,\n) {\n  %y: f32[8,4] = matmul(%x, %w, transpose_b=true)\n  return %y\n}\n"
+        );
+        assert_eq!(parse(&text).unwrap(), g);
+    }
 }
