@@ -1,17 +1,990 @@
-//! The independent plan checker. (Being written.)
+//! The independent plan checker: re-derives every fact a plan relies on from the graph and
+//! the plan alone, and reports every way the plan is wrong.
+//!
+//! # Why it is independent
+//!
+//! The checker is the referee of every planner pass and every offset solver, so it must not
+//! share their mistakes. It uses nothing from `analysis` or `passes`: it reads only the IR
+//! (values, ops, updates, returns), the op table's memory facts (`view_of`, `inplace`) and
+//! the [`Plan`] types, and recomputes roots of views, lifetimes and the lower bound with its
+//! own code, following SPEC.md's memory/time model word for word. The planner's claims
+//! (`first`, `last`, `values`, `lower_bound`) are compared against the re-derived facts,
+//! never trusted.
+//!
+//! # What is checked
+//!
+//! - Header: schema version, step name, alignment a power of two.
+//! - Schedule: op ids in range, every op exactly once, every input defined at an earlier
+//!   position (topological).
+//! - Mapping: `value_buffer` has one entry per value, buffer ids in range; a view maps to
+//!   its root's buffer; a root value fits its buffer; an update's new value is in its
+//!   target's buffer (it lands in place); each buffer's `values` lists exactly the root
+//!   values mapped to it.
+//! - Buffers: offsets aligned; `offset + size <= arena_bytes` (overflow counts); claimed
+//!   ranges not inverted; no two buffers whose claimed `[first, last]` and
+//!   `[offset, offset + size)` both overlap (so an in-place reuse must stay in one buffer).
+//! - Lifetimes (model of SPEC.md): def(v) is 0 for arguments, else its op's position;
+//!   last(v) of a root is its last read, directly or through a view, or the last position
+//!   if it must survive the step (a param/state that is not updated, a returned value, an
+//!   update's new value). Two root values whose bytes intersect while both are live are a
+//!   read of a clobbered value, except the in-place case (b written at last(a) by the op
+//!   reading a as input k and writing b as output j, (j, k) in the op's `inplace`, equal
+//!   byte sizes, same offset) — which never applies to a value that must survive the step
+//!   (SPEC.md's letter would let an op write over a returned value it reads at the last
+//!   position). Each buffer's claimed range covers its root values'
+//!   `[def, last]`; `lower_bound` equals the max over positions of the sum of
+//!   `align_up(size, alignment)` over buffers live there (live = hull of their root values'
+//!   `[def, last]`).
+//!
+//! Every violation is collected; nothing stops at the first. A structural problem that makes
+//! later checks meaningless is reported and those checks are skipped: a `value_buffer` of the
+//! wrong length skips every per-value check; a broken schedule (an id out of range, an op
+//! missing or twice, an op before its input) skips the lifetime checks and the lower bound;
+//! a bad alignment skips the alignment check and the lower bound. A plan deserialised from
+//! a hostile file cannot make it panic: every plan id is bounds-checked and every byte sum
+//! is done in `u128` or with checked arithmetic. The graph is trusted: it must be verified.
+//!
+//! # Time model
+//!
+//! With V values, O ops, B buffers, S schedule entries, R reads and K reported pairs:
+//! O((V + B) log(V + B) + S + R + K). Overlaps (of values, and of buffers) are found by one
+//! sweep over time with an active set kept both as a segment tree over byte coordinates
+//! (stabbing queries) and as an ordered set of start offsets (range queries), so no pass
+//! looks at all pairs. A hostile plan can have quadratically many overlapping pairs; each
+//! sweep lists at most [`MAX_PAIRS`] of them and then says that it stopped.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::fmt;
 
 use thiserror::Error;
 
-use crate::ir::graph::Graph;
-use crate::plan::Plan;
+use crate::index::{BufferId, Idx, OpId, ValueId};
+use crate::ir::graph::{Graph, Role, ValueDef};
+use crate::ir::ops::{OPS, OpDef};
+use crate::plan::{Plan, SCHEMA_VERSION};
 
-#[derive(Debug, Error, PartialEq)]
-pub enum Violation {}
+/// The most overlapping pairs one sweep reports before it stops listing them.
+pub const MAX_PAIRS: usize = 1000;
 
-#[derive(Debug, Error)]
-#[error("{} violation(s)", .0.len())]
+/// Why an overwritten value was still needed when another value was written over it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// `op`, at `position`, reads the value (or a view of it) at or after the write.
+    Read { op: OpId, op_desc: String, position: usize },
+    /// The value must survive the step; the reason (param/state not updated, returned,
+    /// an update's new value).
+    Survives(&'static str),
+    /// Both values are written at the same position.
+    SameWrite,
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Need::Read { op, op_desc, position } => write!(f, "{op} `{op_desc}` still reads at position {position}"),
+            Need::Survives(why) => write!(f, "must survive the step ({why})"),
+            Need::SameWrite => f.write_str("is written at the same position"),
+        }
+    }
+}
+
+/// One way a plan is wrong. Names (`%x`, op descriptions, buffer holders) are carried so the
+/// message stands on its own.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum Violation {
+    /// The plan's JSON schema is not the one this memplan reads (an old or newer file; not a
+    /// planner bug). Later checks still run, on the fields as they were read.
+    #[error("plan has schema version {found}, this memplan reads version {expected}")]
+    SchemaVersion { found: u32, expected: u32 },
+
+    /// The plan names another step than the graph: probably a plan for another graph.
+    #[error("plan is for step @{plan_step}, but the graph is @{graph_step}")]
+    StepMismatch { plan_step: String, graph_step: String },
+
+    /// `value_buffer` does not have one entry per graph value (a plan for another graph, or
+    /// a planner bug). Every per-value check is skipped.
+    #[error("value_buffer maps {found} values, but the graph has {expected}; per-value checks skipped")]
+    ValueBufferLength { found: usize, expected: usize },
+
+    /// A value maps to a buffer id the plan does not have. Always a planner bug.
+    #[error("{value_name} maps to {buffer}, but the plan has only {buffers} buffers")]
+    BufferIdOutOfRange { value: ValueId, value_name: String, buffer: BufferId, buffers: usize },
+
+    /// A buffer's `values` lists a value id the graph does not have. Always a planner bug.
+    #[error("{buffer} lists value {value}, but the graph has only {values} values")]
+    ListedValueOutOfRange { buffer: BufferId, value: ValueId, values: usize },
+
+    /// The schedule names an op id the graph does not have. Always a planner bug.
+    #[error("schedule position {position} names {op}, but the graph has only {ops} ops")]
+    OpIdOutOfRange { position: usize, op: OpId, ops: usize },
+
+    /// An op of the graph is not in the schedule. Always a planner bug.
+    #[error("{op} `{op_desc}` is not in the schedule")]
+    OpNotScheduled { op: OpId, op_desc: String },
+
+    /// An op appears more than once in the schedule. Always a planner bug.
+    #[error("{op} `{op_desc}` is scheduled twice, at positions {first} and {second}")]
+    OpScheduledTwice { op: OpId, op_desc: String, first: usize, second: usize },
+
+    /// An op is scheduled at or before the op that defines one of its inputs: the schedule
+    /// is not topological. Always a planner bug.
+    #[error(
+        "{op} `{op_desc}` at position {position} reads {input_name} before {def_op} `{def_desc}` defines it at position {def_position}"
+    )]
+    NotTopological {
+        op: OpId,
+        op_desc: String,
+        position: usize,
+        input: ValueId,
+        input_name: String,
+        def_op: OpId,
+        def_desc: String,
+        def_position: usize,
+    },
+
+    /// The alignment is not a power of two (or is zero). Alignment and lower-bound checks
+    /// are skipped. Always a planner bug (or a bad option that should have been refused).
+    #[error("alignment {alignment} is not a power of two; alignment and lower-bound checks skipped")]
+    AlignmentNotPowerOfTwo { alignment: u64 },
+
+    /// A buffer's offset is not a multiple of the alignment. Always a planner bug.
+    #[error("{buffer} (holding {holds}) is at offset {offset}, not a multiple of the alignment {alignment}")]
+    Misaligned { buffer: BufferId, holds: String, offset: u64, alignment: u64 },
+
+    /// A buffer reaches past the end of the arena (`end` = offset + size, computed without
+    /// overflow). Always a planner bug.
+    #[error("{buffer} (holding {holds}) spans [{offset}, {end}), past the end of the {arena_bytes}-byte arena")]
+    PastArenaEnd { buffer: BufferId, holds: String, offset: u64, end: u128, arena_bytes: u64 },
+
+    /// A buffer's claimed live range is empty (`first > last`); it is left out of the
+    /// overlap sweep. Always a planner bug.
+    #[error("{buffer} (holding {holds}) claims live range [{first}, {last}], which is empty")]
+    BufferRangeInverted { buffer: BufferId, holds: String, first: usize, last: usize },
+
+    /// A root value has more bytes than its buffer. Always a planner bug.
+    #[error("{value_name} needs {bytes} bytes, but its buffer {buffer} has only {size}")]
+    ValueLargerThanBuffer { value: ValueId, value_name: String, bytes: u64, buffer: BufferId, size: u64 },
+
+    /// A view does not map to its root's buffer (views own no storage). Always a planner bug.
+    #[error("view {view_name} is in {view_buffer}, but its root {root_name} is in {root_buffer}")]
+    ViewNotInRootBuffer {
+        view: ValueId,
+        view_name: String,
+        view_buffer: BufferId,
+        root: ValueId,
+        root_name: String,
+        root_buffer: BufferId,
+    },
+
+    /// An update's new value is not in its target's buffer, so it does not land in place.
+    /// Always a planner bug.
+    #[error(
+        "update {target_name} <- {value_name} does not land in place: {value_name} is in {value_buffer}, {target_name} in {target_buffer}"
+    )]
+    UpdateNotInPlace {
+        target: ValueId,
+        target_name: String,
+        target_buffer: BufferId,
+        value: ValueId,
+        value_name: String,
+        value_buffer: BufferId,
+    },
+
+    /// Two root values share bytes while both are live (and it is not the allowed in-place
+    /// case): `written` is written over bytes of `overwritten`, which is still needed.
+    /// `writer` is the op writing it (`None` for an argument). Always a planner bug.
+    #[error(
+        "{written_name}, written by {writer_desc} at position {position}, clobbers bytes [{start}, {end}) of {overwritten_name}, which {need}"
+    )]
+    ClobberedRead {
+        writer: Option<OpId>,
+        writer_desc: String,
+        position: usize,
+        written: ValueId,
+        written_name: String,
+        overwritten: ValueId,
+        overwritten_name: String,
+        start: u128,
+        end: u128,
+        need: Need,
+    },
+
+    /// Two buffers whose claimed live ranges and byte ranges both overlap. Always a planner
+    /// bug.
+    #[error(
+        "{a} (holding {a_holds}, live [{a_first}, {a_last}]) and {b} (holding {b_holds}, live [{b_first}, {b_last}]) share bytes [{start}, {end}) while both live"
+    )]
+    OverlappingBuffers {
+        a: BufferId,
+        a_holds: String,
+        a_first: usize,
+        a_last: usize,
+        b: BufferId,
+        b_holds: String,
+        b_first: usize,
+        b_last: usize,
+        start: u128,
+        end: u128,
+    },
+
+    /// A buffer's claimed live range does not cover the derived lifetime of a root value it
+    /// holds. Always a planner bug.
+    #[error("{buffer} claims live range [{first}, {last}], but holds {value_name}, live [{def}, {value_last}]")]
+    BufferRangeMissesValue {
+        buffer: BufferId,
+        first: usize,
+        last: usize,
+        value: ValueId,
+        value_name: String,
+        def: usize,
+        value_last: usize,
+    },
+
+    /// A buffer lists a value that `value_buffer` maps to another buffer. Always a planner
+    /// bug.
+    #[error("{buffer} lists {value_name}, which value_buffer maps to {mapped_to}")]
+    BufferListsUnmapped { buffer: BufferId, value: ValueId, value_name: String, mapped_to: BufferId },
+
+    /// A buffer lists a view (views are not listed: they share their root's entry). Always a
+    /// planner bug.
+    #[error("{buffer} lists view {value_name}; views share their root {root_name}'s entry")]
+    BufferListsView { buffer: BufferId, value: ValueId, value_name: String, root_name: String },
+
+    /// A buffer lists the same value twice. Always a planner bug.
+    #[error("{buffer} lists {value_name} twice")]
+    BufferListsValueTwice { buffer: BufferId, value: ValueId, value_name: String },
+
+    /// A root value maps to a buffer whose `values` does not list it. Always a planner bug.
+    #[error("{buffer} holds {value_name} (per value_buffer) but does not list it")]
+    BufferOmitsValue { buffer: BufferId, value: ValueId, value_name: String },
+
+    /// The plan's `lower_bound` differs from the one recomputed from the schedule and the
+    /// buffers. Always a planner bug.
+    #[error("plan claims a lower bound of {claimed} bytes, but it is {recomputed}")]
+    LowerBound { claimed: u64, recomputed: u128 },
+
+    /// A sweep found more than [`MAX_PAIRS`] overlapping pairs and stopped listing them
+    /// (a planner bug, or a hostile plan).
+    #[error("more than {shown} {what}; the rest are not listed")]
+    TooManyPairs { what: &'static str, shown: usize },
+}
+
+/// Every violation of a plan; displays one per line.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violations(pub Vec<Violation>);
 
-pub fn check(_graph: &Graph, _plan: &Plan) -> Result<(), Violations> {
-    Ok(())
+impl fmt::Display for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, v) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Violations {}
+
+/// Checks `plan` against `graph` (which must be verified); `Err` lists every violation.
+pub fn check(graph: &Graph, plan: &Plan) -> Result<(), Violations> {
+    let mut c = Checker::new(graph, plan);
+    c.header();
+    let positions = c.schedule();
+    c.mapping();
+    c.buffers();
+    c.lists();
+    if let Some(positions) = positions
+        && c.mapped.is_some()
+    {
+        c.lifetimes(&positions);
+    }
+    if c.out.is_empty() { Ok(()) } else { Err(Violations(c.out)) }
+}
+
+struct Checker<'a> {
+    graph: &'a Graph,
+    plan: &'a Plan,
+    /// The op-table row of each op (`None` if the table lacks the kind: treated as neither
+    /// a view nor in-place).
+    rows: Vec<Option<&'static OpDef>>,
+    /// The root of each value (itself unless it is a view).
+    root: Vec<ValueId>,
+    /// Bytes of each value (`u64::MAX` if its type overflows, which a verified graph rules out).
+    bytes: Vec<u64>,
+    /// The buffer of each value, `None` where the id is out of range; `None` altogether if
+    /// `value_buffer` has the wrong length.
+    mapped: Option<Vec<Option<BufferId>>>,
+    /// The root values mapped to each buffer, in id order (empty if `mapped` is `None`).
+    held: Vec<Vec<ValueId>>,
+    align_ok: bool,
+    out: Vec<Violation>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(graph: &'a Graph, plan: &'a Plan) -> Checker<'a> {
+        let rows: Vec<Option<&'static OpDef>> =
+            graph.ops.iter().map(|op| OPS.iter().find(|row| row.kind == op.kind)).collect();
+        let mut root: Vec<ValueId> = graph.values.indices().collect();
+        // Program order is topological in a verified graph, so an input's root is final
+        // before any view of it is reached.
+        for (op, row) in graph.ops.iter().zip(&rows) {
+            if let Some(k) = row.and_then(|r| r.view_of)
+                && let (Some(&out), Some(&input)) = (op.outputs.first(), op.inputs.get(k))
+            {
+                root[out.index()] = root[input.index()];
+            }
+        }
+        let bytes = graph.values.iter().map(|v| v.ty.bytes().unwrap_or(u64::MAX)).collect();
+        Checker {
+            graph,
+            plan,
+            rows,
+            root,
+            bytes,
+            mapped: None,
+            held: Vec::new(),
+            align_ok: plan.alignment.is_power_of_two(),
+            out: Vec::new(),
+        }
+    }
+
+    fn name(&self, v: ValueId) -> String {
+        self.graph.value_name(v)
+    }
+
+    fn is_root(&self, v: ValueId) -> bool {
+        self.root[v.index()] == v
+    }
+
+    /// `%h = matmul(%x, %w1)`; safe even for an op kind the table lacks.
+    fn describe(&self, op: OpId) -> String {
+        if self.rows[op.index()].is_some() {
+            return self.graph.describe_op(op);
+        }
+        let op = &self.graph.ops[op];
+        let names = |vs: &[ValueId]| vs.iter().map(|&v| self.name(v)).collect::<Vec<_>>().join(", ");
+        format!("{} = {}({})", names(&op.outputs), format!("{:?}", op.kind).to_lowercase(), names(&op.inputs))
+    }
+
+    /// The values a buffer holds, for messages: `%a, %b and 3 more`, or `no values`.
+    fn holds(&self, b: BufferId) -> String {
+        let nv = self.graph.values.len();
+        let list: Vec<ValueId> = match (&self.mapped, self.plan.buffers.get(b)) {
+            (Some(_), _) => self.held.get(b.index()).cloned().unwrap_or_default(),
+            (None, Some(buf)) => buf.values.iter().copied().filter(|v| v.index() < nv).collect(),
+            (None, None) => Vec::new(),
+        };
+        if list.is_empty() {
+            return "no values".to_string();
+        }
+        let shown: Vec<String> = list.iter().take(3).map(|&v| self.name(v)).collect();
+        match list.len() {
+            n if n > 3 => format!("{} and {} more", shown.join(", "), n - 3),
+            _ => shown.join(", "),
+        }
+    }
+
+    fn header(&mut self) {
+        let plan = self.plan;
+        if plan.schema_version != SCHEMA_VERSION {
+            self.out.push(Violation::SchemaVersion { found: plan.schema_version, expected: SCHEMA_VERSION });
+        }
+        if plan.step != self.graph.name {
+            self.out
+                .push(Violation::StepMismatch { plan_step: plan.step.clone(), graph_step: self.graph.name.clone() });
+        }
+        if !self.align_ok {
+            self.out.push(Violation::AlignmentNotPowerOfTwo { alignment: plan.alignment });
+        }
+    }
+
+    /// The position of each op, or `None` if the schedule is not a topological permutation.
+    fn schedule(&mut self) -> Option<Vec<usize>> {
+        let ops = self.graph.ops.len();
+        let mut pos: Vec<Option<usize>> = vec![None; ops];
+        let mut ok = true;
+        for (position, &op) in self.plan.schedule.iter().enumerate() {
+            match pos.get(op.index()) {
+                None => {
+                    self.out.push(Violation::OpIdOutOfRange { position, op, ops });
+                    ok = false;
+                }
+                Some(&Some(first)) => {
+                    let op_desc = self.describe(op);
+                    self.out.push(Violation::OpScheduledTwice { op, op_desc, first, second: position });
+                    ok = false;
+                }
+                Some(None) => pos[op.index()] = Some(position),
+            }
+        }
+        for op in self.graph.ops.indices() {
+            if pos[op.index()].is_none() {
+                let op_desc = self.describe(op);
+                self.out.push(Violation::OpNotScheduled { op, op_desc });
+                ok = false;
+            }
+        }
+        for (position, &op) in self.plan.schedule.iter().enumerate() {
+            if pos.get(op.index()).copied().flatten() != Some(position) {
+                continue; // out of range or a repeat: already reported
+            }
+            let inputs = &self.graph.ops[op].inputs;
+            for (i, &input) in inputs.iter().enumerate() {
+                if !inputs[..i].contains(&input)
+                    && let ValueDef::Op { op: def_op, .. } = self.graph.values[input].def
+                    && let Some(def_position) = pos[def_op.index()]
+                    && def_position >= position
+                {
+                    self.out.push(Violation::NotTopological {
+                        op,
+                        op_desc: self.describe(op),
+                        position,
+                        input,
+                        input_name: self.name(input),
+                        def_op,
+                        def_desc: self.describe(def_op),
+                        def_position,
+                    });
+                    ok = false;
+                }
+            }
+        }
+        ok.then(|| pos.into_iter().map(|p| p.unwrap_or(0)).collect())
+    }
+
+    /// `value_buffer`: length, ids, views, sizes, updates.
+    fn mapping(&mut self) {
+        let (graph, plan) = (self.graph, self.plan);
+        let nv = graph.values.len();
+        if plan.value_buffer.len() != nv {
+            self.out.push(Violation::ValueBufferLength { found: plan.value_buffer.len(), expected: nv });
+            return;
+        }
+        let buffers = plan.buffers.len();
+        let mut mapped = Vec::with_capacity(nv);
+        for (value, &buffer) in plan.value_buffer.iter_enumerated() {
+            if buffer.index() < buffers {
+                mapped.push(Some(buffer));
+            } else {
+                mapped.push(None);
+                self.out.push(Violation::BufferIdOutOfRange { value, value_name: self.name(value), buffer, buffers });
+            }
+        }
+        let mut held = vec![Vec::new(); buffers];
+        for value in graph.values.indices() {
+            let Some(buffer) = mapped[value.index()] else { continue };
+            let root = self.root[value.index()];
+            if root == value {
+                held[buffer.index()].push(value);
+                let size = plan.buffers[buffer].size;
+                let bytes = self.bytes[value.index()];
+                if bytes > size {
+                    self.out.push(Violation::ValueLargerThanBuffer {
+                        value,
+                        value_name: self.name(value),
+                        bytes,
+                        buffer,
+                        size,
+                    });
+                }
+            } else if let Some(root_buffer) = mapped[root.index()]
+                && root_buffer != buffer
+            {
+                self.out.push(Violation::ViewNotInRootBuffer {
+                    view: value,
+                    view_name: self.name(value),
+                    view_buffer: buffer,
+                    root,
+                    root_name: self.name(root),
+                    root_buffer,
+                });
+            }
+        }
+        for update in &graph.updates {
+            if let (Some(target_buffer), Some(value_buffer)) =
+                (mapped[update.target.index()], mapped[update.value.index()])
+                && target_buffer != value_buffer
+            {
+                self.out.push(Violation::UpdateNotInPlace {
+                    target: update.target,
+                    target_name: self.name(update.target),
+                    target_buffer,
+                    value: update.value,
+                    value_name: self.name(update.value),
+                    value_buffer,
+                });
+            }
+        }
+        self.mapped = Some(mapped);
+        self.held = held;
+    }
+
+    /// Per-buffer checks and the sweep for overlapping live buffers.
+    fn buffers(&mut self) {
+        let plan = self.plan;
+        let mut rects = Vec::new();
+        let mut ids = Vec::new();
+        for (b, buf) in plan.buffers.iter_enumerated() {
+            if self.align_ok && buf.offset % plan.alignment != 0 {
+                self.out.push(Violation::Misaligned {
+                    buffer: b,
+                    holds: self.holds(b),
+                    offset: buf.offset,
+                    alignment: plan.alignment,
+                });
+            }
+            let end = u128::from(buf.offset) + u128::from(buf.size);
+            if end > u128::from(plan.arena_bytes) {
+                self.out.push(Violation::PastArenaEnd {
+                    buffer: b,
+                    holds: self.holds(b),
+                    offset: buf.offset,
+                    end,
+                    arena_bytes: plan.arena_bytes,
+                });
+            }
+            if buf.first > buf.last {
+                self.out.push(Violation::BufferRangeInverted {
+                    buffer: b,
+                    holds: self.holds(b),
+                    first: buf.first,
+                    last: buf.last,
+                });
+            } else if buf.size > 0 {
+                rects.push(Rect { t0: buf.first, t1: buf.last, lo: u128::from(buf.offset), hi: end });
+                ids.push(b);
+            }
+        }
+        let mut order: Vec<usize> = (0..rects.len()).collect();
+        order.sort_by_key(|&i| (rects[i].t0, i));
+        let mut found = Vec::new();
+        let truncated = overlapping_pairs(&rects, &order, |i, j| {
+            found.push((i, j));
+            true
+        });
+        for (i, j) in found {
+            let (a, b) = (ids[i], ids[j]);
+            let (ba, bb) = (&plan.buffers[a], &plan.buffers[b]);
+            self.out.push(Violation::OverlappingBuffers {
+                a,
+                a_holds: self.holds(a),
+                a_first: ba.first,
+                a_last: ba.last,
+                b,
+                b_holds: self.holds(b),
+                b_first: bb.first,
+                b_last: bb.last,
+                start: rects[i].lo.max(rects[j].lo),
+                end: rects[i].hi.min(rects[j].hi),
+            });
+        }
+        if truncated {
+            self.out.push(Violation::TooManyPairs { what: "pairs of overlapping live buffers", shown: MAX_PAIRS });
+        }
+    }
+
+    /// Each buffer's `values` against `value_buffer` (roots only).
+    fn lists(&mut self) {
+        let nv = self.graph.values.len();
+        let mapped = self.mapped.take();
+        let mut last_listed_in: Vec<Option<BufferId>> = vec![None; nv];
+        let mut listed_ok = vec![false; nv];
+        for (buffer, buf) in self.plan.buffers.iter_enumerated() {
+            for &value in &buf.values {
+                if value.index() >= nv {
+                    self.out.push(Violation::ListedValueOutOfRange { buffer, value, values: nv });
+                    continue;
+                }
+                let Some(mapped) = &mapped else { continue };
+                let value_name = self.name(value);
+                if last_listed_in[value.index()] == Some(buffer) {
+                    self.out.push(Violation::BufferListsValueTwice { buffer, value, value_name });
+                    continue;
+                }
+                last_listed_in[value.index()] = Some(buffer);
+                if !self.is_root(value) {
+                    let root_name = self.name(self.root[value.index()]);
+                    self.out.push(Violation::BufferListsView { buffer, value, value_name, root_name });
+                    continue;
+                }
+                match mapped[value.index()] {
+                    Some(m) if m == buffer => listed_ok[value.index()] = true,
+                    Some(mapped_to) => {
+                        self.out.push(Violation::BufferListsUnmapped { buffer, value, value_name, mapped_to })
+                    }
+                    None => {} // its buffer id is out of range: already reported
+                }
+            }
+        }
+        if let Some(mapped) = &mapped {
+            for value in self.graph.values.indices() {
+                if let Some(buffer) = mapped[value.index()]
+                    && self.is_root(value)
+                    && !listed_ok[value.index()]
+                {
+                    self.out.push(Violation::BufferOmitsValue { buffer, value, value_name: self.name(value) });
+                }
+            }
+        }
+        self.mapped = mapped;
+    }
+
+    /// Derived lifetimes: clobbered reads, claimed ranges, the lower bound.
+    fn lifetimes(&mut self, pos: &[usize]) {
+        let (graph, plan) = (self.graph, self.plan);
+        let Some(mapped) = self.mapped.take() else { return };
+        let nv = graph.values.len();
+        let end = plan.schedule.len().saturating_sub(1);
+
+        let mut def = vec![0usize; nv];
+        for (op, p) in graph.ops.iter().zip(pos) {
+            for &out in &op.outputs {
+                def[out.index()] = *p;
+            }
+        }
+        let mut last = def.clone();
+        let mut readers: Vec<Vec<(usize, OpId)>> = vec![Vec::new(); nv];
+        for (t, &op) in plan.schedule.iter().enumerate() {
+            for &input in &graph.ops[op].inputs {
+                let r = self.root[input.index()].index();
+                last[r] = last[r].max(t);
+                if readers[r].last() != Some(&(t, op)) {
+                    readers[r].push((t, op));
+                }
+            }
+        }
+        let mut survives: Vec<Option<&'static str>> = vec![None; nv];
+        let mut updated = vec![false; nv];
+        for update in &graph.updates {
+            updated[update.target.index()] = true;
+        }
+        for &arg in &graph.args {
+            if !updated[arg.index()] {
+                match graph.values[arg].def {
+                    ValueDef::Arg(Role::Param) => survives[arg.index()] = Some("a param that is not updated"),
+                    ValueDef::Arg(Role::State) => survives[arg.index()] = Some("state that is not updated"),
+                    _ => {}
+                }
+            }
+        }
+        for ret in &graph.returns {
+            survives[self.root[ret.value.index()].index()].get_or_insert("it is returned");
+        }
+        for update in &graph.updates {
+            survives[self.root[update.value.index()].index()].get_or_insert("it is an update's new value");
+        }
+        for (l, s) in last.iter_mut().zip(&survives) {
+            if s.is_some() {
+                *l = end;
+            }
+        }
+
+        // Claimed buffer ranges cover their values; derived hulls for the lower bound.
+        let mut hull: Vec<Option<(usize, usize)>> = vec![None; plan.buffers.len()];
+        for value in graph.values.indices() {
+            let Some(b) = mapped[value.index()] else { continue };
+            if !self.is_root(value) {
+                continue;
+            }
+            let (d, l) = (def[value.index()], last[value.index()]);
+            let h = &mut hull[b.index()];
+            *h = Some(h.map_or((d, l), |(f, e)| (f.min(d), e.max(l))));
+            let buf = &plan.buffers[b];
+            if buf.first > d || buf.last < l {
+                self.out.push(Violation::BufferRangeMissesValue {
+                    buffer: b,
+                    first: buf.first,
+                    last: buf.last,
+                    value,
+                    value_name: self.name(value),
+                    def: d,
+                    value_last: l,
+                });
+            }
+        }
+
+        // Clobbered reads: one sweep over root values.
+        let mut rects = Vec::new();
+        let mut vals = Vec::new();
+        for value in graph.values.indices() {
+            let Some(b) = mapped[value.index()] else { continue };
+            let bytes = self.bytes[value.index()];
+            if !self.is_root(value) || bytes == 0 {
+                continue;
+            }
+            let lo = u128::from(plan.buffers[b].offset);
+            rects.push(Rect { t0: def[value.index()], t1: last[value.index()], lo, hi: lo + u128::from(bytes) });
+            vals.push(value);
+        }
+        let mut order: Vec<usize> = (0..rects.len()).collect();
+        // Arguments before op outputs at the same position: they are written before it.
+        order.sort_by_key(|&i| (rects[i].t0, graph.def_op(vals[i]).is_some(), i));
+        let inplace_ok = |a: usize, b: usize| -> bool {
+            let (va, vb) = (vals[a], vals[b]);
+            let ValueDef::Op { op, output } = graph.values[vb].def else { return false };
+            if survives[va.index()].is_some()
+                || def[vb.index()] != last[va.index()]
+                || self.bytes[va.index()] != self.bytes[vb.index()]
+                || rects[a].lo != rects[b].lo
+            {
+                return false;
+            }
+            let inputs = &graph.ops[op].inputs;
+            self.rows[op.index()]
+                .is_some_and(|row| row.inplace.iter().any(|&(j, k)| j == output && inputs.get(k) == Some(&va)))
+        };
+        let mut found = Vec::new();
+        let truncated = overlapping_pairs(&rects, &order, |i, j| {
+            if inplace_ok(i, j) || inplace_ok(j, i) {
+                return false;
+            }
+            found.push((i, j));
+            true
+        });
+        for (i, j) in found {
+            let (a, b) = (vals[i], vals[j]);
+            let t = def[b.index()];
+            let reads = &readers[a.index()];
+            let after = reads.partition_point(|&(p, _)| p <= t);
+            let at = reads.partition_point(|&(p, _)| p < t);
+            let read = |k: usize| {
+                let (position, op) = reads[k];
+                Need::Read { op, op_desc: self.describe(op), position }
+            };
+            let need = if after < reads.len() {
+                read(after)
+            } else if let Some(why) = survives[a.index()] {
+                Need::Survives(why)
+            } else if at < reads.len() {
+                read(at)
+            } else {
+                Need::SameWrite
+            };
+            let writer = graph.def_op(b);
+            let writer_desc = match writer {
+                Some(op) => format!("{op} `{}`", self.describe(op)),
+                None => "the caller (it is an argument)".to_string(),
+            };
+            self.out.push(Violation::ClobberedRead {
+                writer,
+                writer_desc,
+                position: t,
+                written: b,
+                written_name: self.name(b),
+                overwritten: a,
+                overwritten_name: self.name(a),
+                start: rects[i].lo.max(rects[j].lo),
+                end: rects[i].hi.min(rects[j].hi),
+                need,
+            });
+        }
+        if truncated {
+            self.out.push(Violation::TooManyPairs { what: "clobbered reads", shown: MAX_PAIRS });
+        }
+
+        // The lower bound over derived buffer lifetimes.
+        if self.align_ok {
+            let align = u128::from(plan.alignment);
+            let mut starts = vec![0u128; end + 2];
+            let mut stops = vec![0u128; end + 2];
+            for (buf, h) in plan.buffers.iter().zip(&hull) {
+                if let Some((f, l)) = *h {
+                    let w = u128::from(buf.size).div_ceil(align) * align;
+                    starts[f] += w;
+                    stops[l + 1] += w;
+                }
+            }
+            let (mut live, mut peak) = (0u128, 0u128);
+            for (s, e) in starts.iter().zip(&stops) {
+                live = live + s - e;
+                peak = peak.max(live);
+            }
+            if peak != u128::from(plan.lower_bound) {
+                self.out.push(Violation::LowerBound { claimed: plan.lower_bound, recomputed: peak });
+            }
+        }
+        self.mapped = Some(mapped);
+    }
+}
+
+/// Inclusive positions `[t0, t1]` (`t0 <= t1`) by bytes `[lo, hi)` (`lo < hi`).
+#[derive(Clone, Copy, Debug)]
+struct Rect {
+    t0: usize,
+    t1: usize,
+    lo: u128,
+    hi: u128,
+}
+
+/// Calls `on_pair(older, newer)` once for every pair of rects that intersect in time and
+/// in bytes, `older` coming first in `order` (which must be sorted by `t0`). `on_pair`
+/// returns whether the pair counts; after [`MAX_PAIRS`] counted pairs the sweep stops and
+/// returns `true`.
+///
+/// Sweep over time: before a rect is inserted, rects ending earlier leave the active set.
+/// Active rects meeting `[lo, hi)` either contain `lo` (a stabbing query on a segment tree
+/// over byte coordinates; expired entries are dropped from nodes as they are met, so each
+/// is dropped once) or start inside `[lo, hi)` (a range query on an ordered set of starts).
+fn overlapping_pairs(rects: &[Rect], order: &[usize], mut on_pair: impl FnMut(usize, usize) -> bool) -> bool {
+    let mut xs: Vec<u128> = rects.iter().flat_map(|r| [r.lo, r.hi]).collect();
+    xs.sort_unstable();
+    xs.dedup();
+    let slots = xs.len().saturating_sub(1);
+    if slots == 0 {
+        return false;
+    }
+    let slot = |x: u128| xs.partition_point(|&c| c < x);
+    let mut tree: Vec<Vec<usize>> = vec![Vec::new(); 4 * slots];
+    let mut starts: BTreeSet<(u128, usize)> = BTreeSet::new();
+    let mut active = vec![false; rects.len()];
+    let mut expiry: BinaryHeap<Reverse<(usize, usize)>> = BinaryHeap::new();
+    let mut counted = 0usize;
+    let mut hits = Vec::new();
+    for &i in order {
+        let r = rects[i];
+        while let Some(&Reverse((t1, j))) = expiry.peek() {
+            if t1 >= r.t0 {
+                break;
+            }
+            expiry.pop();
+            active[j] = false;
+            starts.remove(&(rects[j].lo, j));
+        }
+        hits.clear();
+        // Stabbing query at r.lo: active rects with lo < r.lo < hi.
+        let p = slot(r.lo);
+        let (mut node, mut l, mut h) = (1usize, 0usize, slots);
+        loop {
+            let entries = &mut tree[node];
+            let mut k = 0;
+            while k < entries.len() {
+                let j = entries[k];
+                if !active[j] {
+                    entries.swap_remove(k);
+                    continue;
+                }
+                if rects[j].lo < r.lo {
+                    hits.push(j);
+                }
+                k += 1;
+            }
+            if h - l == 1 {
+                break;
+            }
+            let mid = l + (h - l) / 2;
+            if p < mid {
+                (node, h) = (2 * node, mid);
+            } else {
+                (node, l) = (2 * node + 1, mid);
+            }
+        }
+        // Range query: active rects starting in [r.lo, r.hi).
+        hits.extend(starts.range((r.lo, 0)..(r.hi, 0)).map(|&(_, j)| j));
+        for &j in &hits {
+            if on_pair(j, i) {
+                counted += 1;
+                if counted >= MAX_PAIRS {
+                    return true;
+                }
+            }
+        }
+        active[i] = true;
+        starts.insert((r.lo, i));
+        expiry.push(Reverse((r.t1, i)));
+        insert(&mut tree, 1, 0, slots, slot(r.lo), slot(r.hi), i);
+    }
+    false
+}
+
+/// Stores `id` in the canonical nodes of slots `[ql, qr)` (node covers `[l, h)`).
+fn insert(tree: &mut [Vec<usize>], node: usize, l: usize, h: usize, ql: usize, qr: usize, id: usize) {
+    if qr <= l || h <= ql {
+        return;
+    }
+    if ql <= l && h <= qr {
+        tree[node].push(id);
+        return;
+    }
+    let mid = l + (h - l) / 2;
+    insert(tree, 2 * node, l, mid, ql, qr, id);
+    insert(tree, 2 * node + 1, mid, h, ql, qr, id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random numbers (no dependency).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    fn brute(rects: &[Rect]) -> Vec<(usize, usize)> {
+        let mut pairs = Vec::new();
+        for i in 0..rects.len() {
+            for j in i + 1..rects.len() {
+                let (a, b) = (rects[i], rects[j]);
+                if a.t0 <= b.t1 && b.t0 <= a.t1 && a.lo < b.hi && b.lo < a.hi {
+                    pairs.push((i, j));
+                }
+            }
+        }
+        pairs
+    }
+
+    #[test]
+    fn sweep_finds_exactly_the_brute_force_pairs() {
+        let mut rng = Lcg(7);
+        for round in 0..50 {
+            let n = 1 + rng.next(40) as usize;
+            let rects: Vec<Rect> = (0..n)
+                .map(|_| {
+                    let t0 = rng.next(20) as usize;
+                    let lo = u128::from(rng.next(1000));
+                    Rect { t0, t1: t0 + rng.next(6) as usize, lo, hi: lo + 1 + u128::from(rng.next(300)) }
+                })
+                .collect();
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|&i| (rects[i].t0, i));
+            let mut got = Vec::new();
+            let truncated = overlapping_pairs(&rects, &order, |a, b| {
+                got.push((a.min(b), a.max(b)));
+                true
+            });
+            assert!(!truncated);
+            got.sort();
+            assert_eq!(got, brute(&rects), "round {round}: {rects:?}");
+        }
+    }
+
+    #[test]
+    fn sweep_stops_after_max_pairs() {
+        let rects = vec![Rect { t0: 0, t1: 0, lo: 0, hi: 8 }; 100];
+        let order: Vec<usize> = (0..100).collect();
+        let mut n = 0;
+        assert!(overlapping_pairs(&rects, &order, |_, _| {
+            n += 1;
+            true
+        }));
+        assert_eq!(n, MAX_PAIRS);
+    }
+
+    #[test]
+    fn violations_display_one_per_line() {
+        let v = Violations(vec![
+            Violation::AlignmentNotPowerOfTwo { alignment: 3 },
+            Violation::LowerBound { claimed: 1, recomputed: 2 },
+        ]);
+        let text = v.to_string();
+        assert_eq!(text.lines().count(), 2);
+        assert!(text.starts_with("alignment 3 is not a power of two"));
+        assert!(text.ends_with("plan claims a lower bound of 1 bytes, but it is 2"));
+    }
 }
