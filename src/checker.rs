@@ -61,7 +61,6 @@ use thiserror::Error;
 
 use crate::index::{BufferId, Idx, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
-use crate::ir::ops::{OPS, OpDef};
 use crate::plan::{Plan, SCHEMA_VERSION};
 
 /// The most overlapping pairs one sweep reports before it stops listing them.
@@ -307,9 +306,6 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<(), Violations> {
 struct Checker<'a> {
     graph: &'a Graph,
     plan: &'a Plan,
-    /// The op-table row of each op (`None` if the table lacks the kind: treated as neither
-    /// a view nor in-place).
-    rows: Vec<Option<&'static OpDef>>,
     /// The root of each value (itself unless it is a view).
     root: Vec<ValueId>,
     /// Bytes of each value (`u64::MAX` if its type overflows, which a verified graph rules out).
@@ -325,13 +321,11 @@ struct Checker<'a> {
 
 impl<'a> Checker<'a> {
     fn new(graph: &'a Graph, plan: &'a Plan) -> Checker<'a> {
-        let rows: Vec<Option<&'static OpDef>> =
-            graph.ops.iter().map(|op| OPS.iter().find(|row| row.kind == op.kind)).collect();
         let mut root: Vec<ValueId> = graph.values.indices().collect();
         // Program order is topological in a verified graph, so an input's root is final
         // before any view of it is reached.
-        for (op, row) in graph.ops.iter().zip(&rows) {
-            if let Some(k) = row.and_then(|r| r.view_of)
+        for op in &graph.ops {
+            if let Some(k) = op.kind.def().view_of
                 && let (Some(&out), Some(&input)) = (op.outputs.first(), op.inputs.get(k))
             {
                 root[out.index()] = root[input.index()];
@@ -341,7 +335,6 @@ impl<'a> Checker<'a> {
         Checker {
             graph,
             plan,
-            rows,
             root,
             bytes,
             mapped: None,
@@ -359,14 +352,9 @@ impl<'a> Checker<'a> {
         self.root[v.index()] == v
     }
 
-    /// `%h = matmul(%x, %w1)`; safe even for an op kind the table lacks.
+    /// `%h = matmul(%x, %w1)`.
     fn describe(&self, op: OpId) -> String {
-        if self.rows[op.index()].is_some() {
-            return self.graph.describe_op(op);
-        }
-        let op = &self.graph.ops[op];
-        let names = |vs: &[ValueId]| vs.iter().map(|&v| self.name(v)).collect::<Vec<_>>().join(", ");
-        format!("{} = {}({})", names(&op.outputs), format!("{:?}", op.kind).to_lowercase(), names(&op.inputs))
+        self.graph.describe_op(op)
     }
 
     /// The values a buffer holds, for messages: `%a, %b and 3 more`, or `no values`.
@@ -733,8 +721,7 @@ impl<'a> Checker<'a> {
                 return false;
             }
             let inputs = &graph.ops[op].inputs;
-            self.rows[op.index()]
-                .is_some_and(|row| row.inplace.iter().any(|&(j, k)| j == output && inputs.get(k) == Some(&va)))
+            graph.ops[op].kind.def().inplace.iter().any(|&(j, k)| j == output && inputs.get(k) == Some(&va))
         };
         let mut found = Vec::new();
         let truncated = overlapping_pairs(&rects, &order, |i, j| {

@@ -10,6 +10,11 @@ use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, NamedSource, So
 /// Renders `diagnostic` against the text of `file`. `color` picks ANSI colours (for a
 /// terminal); without, the text is stable (for snapshots, pipes and files).
 pub fn render(diagnostic: &dyn Diagnostic, file: &str, src: &str, color: bool) -> String {
+    // A list holding one error says no more than the error: show the error alone.
+    let diagnostic = match diagnostic.related().map(|r| r.collect::<Vec<_>>()) {
+        Some(related) if related.len() == 1 && diagnostic.labels().is_none() => related[0],
+        _ => diagnostic,
+    };
     let with_source = WithSource { inner: diagnostic, src: NamedSource::new(file, src.to_string()) };
     let theme = if color { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
     let mut out = String::new();

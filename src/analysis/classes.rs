@@ -1,8 +1,12 @@
 //! Value classes: what each value is to a training step, for reports.
 //!
 //! - `param`, `input`, `state`: arguments, by role;
-//! - `grad`: an output of a backward-class op, or of any op that reads a grad (so sums,
-//!   matmuls and views of gradients are grads too);
+//! - `grad`: an output of a backward-class op; the incoming gradient a backward op reads
+//!   (its first input, `dy` or `dloss`); the gradient an optimizer reads (its input `g`);
+//!   a constant (output of an op without inputs, like
+//!   `fill`) that an op computing a grad reads (a gradient seed such as d loss / d loss = 1);
+//!   and the output of any op that reads a grad (so sums, matmuls and views of gradients are
+//!   grads too). Optimizer outputs are not grads;
 //! - new params and new state (outputs of optimizer ops) take the class of the input they
 //!   replace (`param` or `state`);
 //! - `activation`: any other op output that a grad-computing op reads (directly or through
@@ -73,23 +77,55 @@ pub fn classify(graph: &Graph) -> IndexVec<ValueId, Class> {
             ValueDef::Op { .. } => Class::Temp,
         })
         .collect();
-    // Program order is topological, so one forward sweep sees every input's class first.
-    let mut reads_for_grad: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
+    let mut grad: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
     for op in &graph.ops {
         let row = op.kind.def();
-        let makes_grads = match row.class {
-            OpClass::Backward => true,
-            OpClass::Forward => op.inputs.iter().any(|&v| class[v] == Class::Grad),
-            OpClass::Optimizer => false,
+        let slot = match row.class {
+            OpClass::Backward => Some(0),
+            OpClass::Optimizer => row.inputs.iter().position(|&name| name == "g"),
+            OpClass::Forward => None,
         };
-        if makes_grads {
-            for &output in &op.outputs {
-                class[output] = Class::Grad;
-            }
-            for &input in &op.inputs {
-                reads_for_grad[input] = true;
+        if let Some(&incoming) = slot.and_then(|k| op.inputs.get(k))
+            && graph.def_op(incoming).is_some()
+        {
+            grad[incoming] = true;
+        }
+    }
+    // Propagate forward; a newly found seed constant needs another sweep. Program order is
+    // topological, so each sweep sees every input before its readers.
+    let mut reads_for_grad: IndexVec<ValueId, bool>;
+    loop {
+        reads_for_grad = IndexVec::from_elem(false, graph.values.len());
+        for op in &graph.ops {
+            let makes_grads = match op.kind.def().class {
+                OpClass::Backward => true,
+                OpClass::Forward => op.inputs.iter().chain(&op.outputs).any(|&v| grad[v]),
+                OpClass::Optimizer => false,
+            };
+            if makes_grads {
+                for &output in &op.outputs {
+                    grad[output] = true;
+                }
+                for &input in &op.inputs {
+                    reads_for_grad[input] = true;
+                }
             }
         }
+        let mut new_seed = false;
+        for op in graph.ops.iter().filter(|op| op.inputs.is_empty()) {
+            for &output in &op.outputs {
+                if reads_for_grad[output] && !grad[output] {
+                    grad[output] = true;
+                    new_seed = true;
+                }
+            }
+        }
+        if !new_seed {
+            break;
+        }
+    }
+    for op in &graph.ops {
+        let row = op.kind.def();
         if row.class == OpClass::Optimizer {
             for &(output, input) in row.inplace {
                 if let ValueDef::Arg(role) = graph.values[op.inputs[input]].def {
@@ -106,8 +142,13 @@ pub fn classify(graph: &Graph) -> IndexVec<ValueId, Class> {
             reads_for_grad[op.inputs[k]] = true;
         }
     }
-    for (value, &read) in reads_for_grad.iter_enumerated() {
-        if read && class[value] == Class::Temp {
+    for value in graph.values.indices() {
+        if class[value] != Class::Temp {
+            continue;
+        }
+        if grad[value] {
+            class[value] = Class::Grad;
+        } else if reads_for_grad[value] {
             class[value] = Class::Activation;
         }
     }

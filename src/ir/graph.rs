@@ -230,11 +230,24 @@ impl Graph {
         users
     }
 
+    /// An op's right-hand side as the printer writes it: `matmul(%a, %w, transpose_b=true)`
+    /// (operands, then the attributes that differ from the row's defaults, in row order).
+    pub fn call_text(&self, op: OpId) -> String {
+        let op = &self.ops[op];
+        let row = op.kind.def();
+        let mut operands: Vec<String> = op.inputs.iter().map(|&v| self.value_name(v)).collect();
+        for (name, value) in &op.attrs.0 {
+            let default = row.attrs.iter().find(|spec| spec.name == *name).and_then(|spec| spec.default);
+            if default.map(|d| d.to_attr()).as_ref() != Some(value) {
+                operands.push(format!("{name}={value}"));
+            }
+        }
+        format!("{}({})", row.name, operands.join(", "))
+    }
+
     /// A one-line description of an op for diagnostics: `%h = matmul(%x, %w1)`.
     pub fn describe_op(&self, op: OpId) -> String {
-        let op = &self.ops[op];
-        let outs: Vec<String> = op.outputs.iter().map(|&v| self.value_name(v)).collect();
-        let ins: Vec<String> = op.inputs.iter().map(|&v| self.value_name(v)).collect();
-        format!("{} = {}({})", outs.join(", "), op.kind.name(), ins.join(", "))
+        let outs: Vec<String> = self.ops[op].outputs.iter().map(|&v| self.value_name(v)).collect();
+        format!("{} = {}", outs.join(", "), self.call_text(op))
     }
 }

@@ -262,7 +262,7 @@ impl ParseError {
 
 /// Every error found in one file; render with the file's source attached.
 #[derive(Debug, Error, Diagnostic)]
-#[error("{} error(s) in the step", errors.len())]
+#[error("the step has {} error{}", errors.len(), if errors.len() == 1 { "" } else { "s" })]
 pub struct ParseErrors {
     #[related]
     pub errors: Vec<ParseError>,
@@ -1121,8 +1121,7 @@ fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
 
 /// The row of a def's op, reporting an unknown op name.
 fn resolve_op_kind(def: &DefAst, errors: &mut Vec<ParseError>) -> Option<&'static OpDef> {
-    // The row by name (the same as `OpKind::from_name(..).def()`, without indexing).
-    let row = OPS.iter().find(|r| r.name == def.op);
+    let row = OpKind::from_name(&def.op).map(OpKind::def);
     if row.is_none() {
         let help = match did_you_mean(&def.op, OPS.iter().map(|r| r.name)) {
             Some(m) => format!("did you mean `{m}`?"),
@@ -1780,7 +1779,7 @@ step @mlp(
         assert!(text.contains("x.step:8:8"), "{text}");
         assert!(text.contains("not defined in this step"), "{text}");
         assert!(text.contains("did you mean `matmul`?"), "{text}");
-        assert!(text.contains("2 error(s) in the step"), "{text}");
+        assert!(text.contains("the step has 2 errors"), "{text}");
         // A syntax error at the end of an empty file renders too.
         let errs = parse("").unwrap_err();
         let text = crate::diagnostics::render(&errs, "x.step", "", false);

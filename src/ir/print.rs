@@ -28,7 +28,6 @@
 use std::fmt::Write;
 
 use crate::ir::graph::{Graph, Role};
-use crate::ir::ops::OPS;
 
 /// The canonical text of `graph`.
 pub fn print(graph: &Graph) -> String {
@@ -43,19 +42,10 @@ pub fn print(graph: &Graph) -> String {
         }
     }
     out.push_str(") {\n");
-    for op in &graph.ops {
+    for (id, op) in graph.ops.iter_enumerated() {
         let outs: Vec<String> =
             op.outputs.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect();
-        let mut operands: Vec<String> = op.inputs.iter().map(|&v| graph.value_name(v)).collect();
-        // The row found by kind (the same as `op.kind.def()`, without indexing).
-        let row = OPS.iter().find(|r| r.kind == op.kind);
-        for (name, value) in &op.attrs.0 {
-            let default = row.and_then(|r| r.attrs.iter().find(|s| s.name == *name)).and_then(|s| s.default);
-            if default.map(|d| d.to_attr()).as_ref() != Some(value) {
-                operands.push(format!("{name}={value}"));
-            }
-        }
-        let _ = write!(out, "  {} = {}({})", outs.join(", "), row.map_or("?", |r| r.name), operands.join(", "));
+        let _ = write!(out, "  {} = {}", outs.join(", "), graph.call_text(id));
         if let Some(loc) = &op.loc {
             let _ = write!(out, " loc({}:{})", quote(&loc.file), loc.line);
         }

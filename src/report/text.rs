@@ -29,7 +29,7 @@ pub fn render(report: &Report, top: usize) -> String {
     match (&peak.position, &peak.op) {
         (Some(t), Some(op)) => {
             let loc = peak.loc.as_ref().map(|l| format!(" at {l}")).unwrap_or_default();
-            let _ = writeln!(w, "peak: {} live at step {t} of {}: `{op}`{loc}", format_bytes(peak.bytes), report.ops);
+            let _ = writeln!(w, "peak: {} live at step {t} (of 0..={}): `{op}`{loc}", format_bytes(peak.bytes), report.ops - 1);
         }
         _ => {
             let _ = writeln!(w, "peak: {} (the step has no ops)", format_bytes(peak.bytes));
