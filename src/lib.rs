@@ -11,6 +11,7 @@
 pub mod analysis;
 pub mod checker;
 pub mod diagnostics;
+pub mod exec;
 pub mod index;
 pub mod ir;
 pub mod passes;
