@@ -51,11 +51,42 @@ enum Command {
         #[arg(long, default_value_t = 20, value_name = "N")]
         top: usize,
     },
+    /// Run a step on real numbers inside its planned arena, for one or more training steps.
+    Run {
+        /// The .step file.
+        file: PathBuf,
+        /// Where to run.
+        #[arg(long, value_enum, default_value_t = Device::Cpu)]
+        device: Device,
+        /// Training steps to run (updated params and state feed the next step).
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        steps: u32,
+        /// Seed for the initial params and the synthetic inputs.
+        #[arg(long, default_value_t = 0, value_name = "S")]
+        seed: u64,
+        /// Initial values from a safetensors file (by argument name); the rest are seeded.
+        #[arg(long, value_name = "F")]
+        weights: Option<PathBuf>,
+        /// Write the final params and state to this new safetensors file (never overwritten).
+        #[arg(long, value_name = "F")]
+        save: Option<PathBuf>,
+        /// Also run every step unplanned (each value in its own memory) and require bit-identical results.
+        #[arg(long)]
+        compare_unplanned: bool,
+    },
     /// Print a step in canonical form.
     Print {
         /// The .step file.
         file: PathBuf,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Device {
+    /// The CPU reference executor.
+    Cpu,
+    /// An NVIDIA GPU through CUDA.
+    Cuda,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -148,11 +179,106 @@ fn run(command: Command) -> Result<(), Failure> {
                 Format::Json => print!("{}", report::json::render(&report)),
             }
         }
+        Command::Run { file, device, steps, seed, weights, save, compare_unplanned } => {
+            if device == Device::Cuda {
+                return Err(Failure {
+                    message: "error: this memplan was built without the `cuda` feature; run with --device cpu\n".into(),
+                    code: 1,
+                });
+            }
+            let source = Source::read(&file)?;
+            let graph = source.graph()?;
+            let plan = source.plan(&graph, &PlanOptions::default())?;
+            run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare_unplanned)?;
+        }
         Command::Print { file } => {
             let source = Source::read(&file)?;
             let graph = memplan::parse(&source.text).map_err(|e| source.failure(&e, 1))?;
             print!("{}", memplan::print(&graph));
         }
+    }
+    Ok(())
+}
+
+fn exec_failure(error: memplan::exec::ExecError) -> Failure {
+    Failure { message: format!("error: {error}\n"), code: 1 }
+}
+
+/// `memplan run`: trains for `steps` steps in the planned arena, printing each loss.
+fn run_steps(
+    graph: &Graph,
+    plan: &Plan,
+    steps: u32,
+    seed: u64,
+    weights: Option<&Path>,
+    save: Option<&Path>,
+    compare_unplanned: bool,
+) -> Result<(), Failure> {
+    use memplan::exec::cpu::{Placement, advance, run_step};
+    use memplan::exec::data::{init_args, load_safetensors, save_safetensors};
+
+    let mut args = init_args(graph, seed);
+    if let Some(path) = weights {
+        for (name, tensor) in load_safetensors(path).map_err(exec_failure)? {
+            match args.get_mut(&name) {
+                Some(slot) if slot.ty == tensor.ty => *slot = tensor,
+                Some(slot) => {
+                    return Err(Failure {
+                        message: format!("error: {}: %{name} is {} but the step declares {}\n", path.display(), tensor.ty, slot.ty),
+                        code: 1,
+                    });
+                }
+                None => eprintln!("note: {}: %{name} is not an argument of @{}; ignored", path.display(), graph.name),
+            }
+        }
+    }
+    println!(
+        "@{}: {} ops in one arena of {}; {} step(s) on the CPU",
+        graph.name,
+        graph.ops.len(),
+        report::format_bytes(plan.arena_bytes),
+        steps
+    );
+    for step in 1..=steps {
+        let result = run_step(graph, Placement::Planned(plan), &args).map_err(exec_failure)?;
+        match result.loss() {
+            Some(loss) => println!("step {step}: loss {loss:.6}"),
+            None => println!("step {step}: done (no scalar loss returned)"),
+        }
+        if compare_unplanned {
+            let reference = run_step(graph, Placement::Unplanned, &args).map_err(exec_failure)?;
+            let differences = result.differences(&reference);
+            if !differences.is_empty() {
+                return Err(Failure {
+                    message: format!(
+                        "error: step {step}: the planned run differs from the unplanned run (a memplan bug):\n  {}\n",
+                        differences.join("\n  ")
+                    ),
+                    code: 3,
+                });
+            }
+        }
+        args = advance(&args, &result);
+    }
+    if compare_unplanned {
+        println!(
+            "planned and unplanned runs agree bit for bit: {} returned value(s) and {} updated param/state tensor(s) in each of {steps} step(s)",
+            graph.returns.len(),
+            graph.updates.len()
+        );
+    }
+    if let Some(path) = save {
+        let persistent = graph
+            .args
+            .iter()
+            .filter(|&&a| graph.role(a).is_some_and(|r| r.persists()))
+            .map(|&a| {
+                let name = &graph.values[a].name;
+                (name.clone(), args[name].clone())
+            })
+            .collect();
+        save_safetensors(path, &persistent).map_err(exec_failure)?;
+        println!("saved params and state to {}", path.display());
     }
     Ok(())
 }

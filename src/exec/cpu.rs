@@ -1,1 +1,282 @@
-//! (Being written.)
+//! The CPU reference executor: runs a step with real numbers, either inside ONE byte arena
+//! at a plan's offsets, or unplanned with every value in bytes of its own.
+//!
+//! Memory: one `Vec<u8>`. Planned, it has `arena_bytes` bytes and each root value (a value
+//! that owns its bytes; views do not) sits at its buffer's offset, so values the planner
+//! let share bytes really overwrite each other. Unplanned, each root value gets its own
+//! region and nothing is ever shared: the reference meaning of the step. Before a run the
+//! memory is filled with a poison pattern (f32 signalling NaNs: `0x7FA00001`, which is also
+//! a bf16 signalling NaN in its upper half), so reading bytes nothing wrote shows up as NaNs
+//! in the results, and the planned run then differs from the unplanned one.
+//!
+//! Views are layouts, not copies: each value has a root, a shape and element strides into
+//! the root's bytes (`reshape` of dense data: dense strides; `transpose`: permuted strides;
+//! `expand`: stride 0 on broadcast dims), so a view is read through its base's bytes at
+//! its planned offset.
+//!
+//! Each op gathers its inputs through their layouts into dense `f64` tensors, calls the
+//! kernel, and then stores its outputs (dense, in their dtypes) at their offsets. Because
+//! every input is fully read before any output is written, an op may write an output over
+//! an input's bytes (in-place) safely; whether OTHER values survive is exactly what the
+//! plan must guarantee and what the comparison with the unplanned run tests.
+
+use crate::exec::data::{HostTensor, Tensors, decode, encode};
+use crate::exec::{Dense, ExecError, kernels};
+use crate::index::{IndexVec, OpId, ValueId};
+use crate::ir::graph::Graph;
+use crate::ir::ops::OpKind;
+use crate::ir::types::TensorType;
+use crate::plan::Plan;
+
+/// The poison word written over all memory before a run (little-endian f32 sNaN).
+const POISON: [u8; 4] = 0x7FA0_0001u32.to_le_bytes();
+
+/// Where values live during a run.
+#[derive(Clone, Copy, Debug)]
+pub enum Placement<'a> {
+    /// At the plan's offsets inside one arena of `arena_bytes`.
+    Planned(&'a Plan),
+    /// Every root value in bytes of its own, ops in program order.
+    Unplanned,
+}
+
+/// What one step produced.
+#[derive(Clone, PartialEq, Debug)]
+pub struct StepResult {
+    /// Returned values, by name, in `return` order.
+    pub returns: Tensors,
+    /// New values of updated params and state, by the TARGET's name, in update order.
+    pub updated: Tensors,
+}
+
+impl StepResult {
+    /// The loss: the first returned float scalar, if any.
+    pub fn loss(&self) -> Option<f64> {
+        self.returns.values().find(|t| t.ty.rank() == 0 && t.ty.dtype.is_float()).map(|t| t.to_f64()[0])
+    }
+
+    /// Where `self` and `other` differ bit for bit: one line per differing tensor.
+    pub fn differences(&self, other: &StepResult) -> Vec<String> {
+        let mut out = Vec::new();
+        for (what, a, b) in [("return", &self.returns, &other.returns), ("update", &self.updated, &other.updated)] {
+            for (name, ta) in a {
+                match b.get(name) {
+                    None => out.push(format!("{what} %{name}: missing")),
+                    Some(tb) if ta != tb => {
+                        let first = ta.bytes.iter().zip(&tb.bytes).position(|(x, y)| x != y).unwrap_or(0);
+                        out.push(format!("{what} %{name} ({}): first differing byte {first}", ta.ty));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        out
+    }
+}
+
+/// How a value's elements sit in memory.
+#[derive(Clone, Debug)]
+struct Layout {
+    /// The value owning the bytes.
+    root: ValueId,
+    shape: Vec<usize>,
+    /// Element strides into the root's bytes.
+    strides: Vec<usize>,
+}
+
+fn dense_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+fn dims(ty: &TensorType) -> Vec<usize> {
+    ty.dims().iter().map(|&d| d as usize).collect()
+}
+
+/// The layout of every value of a verified graph.
+fn layouts(graph: &Graph) -> IndexVec<ValueId, Layout> {
+    let mut layouts: IndexVec<ValueId, Layout> = graph
+        .values
+        .iter_enumerated()
+        .map(|(id, v)| {
+            let shape = dims(&v.ty);
+            Layout { root: id, strides: dense_strides(&shape), shape }
+        })
+        .collect();
+    for op in &graph.ops {
+        if op.kind.def().view_of.is_none() {
+            continue;
+        }
+        let input = layouts[op.inputs[0]].clone();
+        let out = op.outputs[0];
+        let shape = dims(&graph.values[out].ty);
+        let strides = match op.kind {
+            // The verifier guarantees a reshape reads dense data.
+            OpKind::Reshape => dense_strides(&shape),
+            OpKind::Transpose => op.attrs.ints("perm").iter().map(|&p| input.strides[p as usize]).collect(),
+            OpKind::Expand => {
+                let offset = shape.len() - input.shape.len();
+                (0..shape.len())
+                    .map(|i| match i.checked_sub(offset) {
+                        Some(j) if input.shape[j] == shape[i] => input.strides[j],
+                        _ => 0,
+                    })
+                    .collect()
+            }
+            other => unreachable!("{other} is marked as a view but has no layout rule"),
+        };
+        layouts[out] = Layout { root: input.root, shape, strides };
+    }
+    layouts
+}
+
+/// The memory of one run.
+struct Memory {
+    bytes: Vec<u8>,
+    /// Byte offset of each root value.
+    base: IndexVec<ValueId, usize>,
+}
+
+impl Memory {
+    fn new(graph: &Graph, layouts: &IndexVec<ValueId, Layout>, placement: Placement<'_>) -> Result<Memory, ExecError> {
+        let too_large = |name: &str, bytes: u64| ExecError::TooLarge { name: name.to_string(), bytes };
+        let (size, base) = match placement {
+            Placement::Planned(plan) => {
+                if plan.value_buffer.len() != graph.values.len() {
+                    return Err(ExecError::BadPlan("the plan maps another number of values".into()));
+                }
+                let mut base = IndexVec::from_elem(0usize, graph.values.len());
+                for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
+                    let buffer = plan
+                        .buffers
+                        .get(plan.value_buffer[v])
+                        .ok_or_else(|| ExecError::BadPlan(format!("{} has no buffer", graph.value_name(v))))?;
+                    let end = buffer.offset.checked_add(graph.values[v].ty.bytes().unwrap_or(u64::MAX));
+                    if end.is_none_or(|e| e > plan.arena_bytes) {
+                        return Err(ExecError::BadPlan(format!("{} ends past the arena", graph.value_name(v))));
+                    }
+                    base[v] = usize::try_from(buffer.offset).map_err(|_| too_large("arena", plan.arena_bytes))?;
+                }
+                (plan.arena_bytes, base)
+            }
+            Placement::Unplanned => {
+                let mut base = IndexVec::from_elem(0usize, graph.values.len());
+                let mut end = 0u64;
+                for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
+                    base[v] = usize::try_from(end).map_err(|_| too_large("memory", end))?;
+                    end = end
+                        .checked_add(graph.values[v].ty.bytes().unwrap_or(u64::MAX))
+                        .ok_or_else(|| too_large("memory", u64::MAX))?;
+                }
+                (end, base)
+            }
+        };
+        let size = usize::try_from(size).map_err(|_| too_large("memory", size))?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(size).map_err(|_| too_large("memory", size as u64))?;
+        bytes.extend(POISON.iter().copied().cycle().take(size));
+        Ok(Memory { bytes, base })
+    }
+
+    /// Byte position of each element of `layout` (row-major order of its shape).
+    fn element_offsets(&self, layout: &Layout, elem: usize) -> impl Iterator<Item = usize> + use<> {
+        let base = self.base[layout.root];
+        let shape = layout.shape.clone();
+        let strides = layout.strides.clone();
+        let n: usize = shape.iter().product();
+        let mut index = vec![0usize; shape.len()];
+        (0..n).map(move |i| {
+            if i > 0 {
+                for d in (0..shape.len()).rev() {
+                    index[d] += 1;
+                    if index[d] < shape[d] {
+                        break;
+                    }
+                    index[d] = 0;
+                }
+            }
+            base + elem * index.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>()
+        })
+    }
+
+    fn read_dense(&self, layout: &Layout, ty: &TensorType) -> Dense {
+        let size = ty.dtype.size() as usize;
+        let data = self.element_offsets(layout, size).map(|at| decode(ty.dtype, &self.bytes[at..at + size])).collect();
+        Dense::new(layout.shape.clone(), data)
+    }
+
+    /// The value's elements as dense bytes, copied exactly.
+    fn read_host(&self, layout: &Layout, ty: &TensorType) -> HostTensor {
+        let size = ty.dtype.size() as usize;
+        let mut bytes = Vec::with_capacity(layout.shape.iter().product::<usize>() * size);
+        for at in self.element_offsets(layout, size) {
+            bytes.extend_from_slice(&self.bytes[at..at + size]);
+        }
+        HostTensor { ty: ty.clone(), bytes }
+    }
+
+    /// Stores a root value densely at its base.
+    fn write_root(&mut self, value: ValueId, ty: &TensorType, data: &[f64]) {
+        let size = ty.dtype.size() as usize;
+        let base = self.base[value];
+        for (i, &x) in data.iter().enumerate() {
+            encode(ty.dtype, x, &mut self.bytes[base + i * size..base + (i + 1) * size]);
+        }
+    }
+}
+
+/// Runs one step of `graph` on `args` (every argument by name).
+pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Result<StepResult, ExecError> {
+    let layouts = layouts(graph);
+    let mut memory = Memory::new(graph, &layouts, placement)?;
+    for &arg in &graph.args {
+        let value = &graph.values[arg];
+        let given = args.get(&value.name).ok_or_else(|| ExecError::MissingArgument {
+            name: value.name.clone(),
+            ty: value.ty.to_string(),
+        })?;
+        if given.ty != value.ty {
+            return Err(ExecError::ArgumentType {
+                name: value.name.clone(),
+                expected: value.ty.to_string(),
+                found: given.ty.to_string(),
+            });
+        }
+        let base = memory.base[arg];
+        memory.bytes[base..base + given.bytes.len()].copy_from_slice(&given.bytes);
+    }
+    let schedule: Vec<OpId> = match placement {
+        Placement::Planned(plan) => plan.schedule.clone(),
+        Placement::Unplanned => graph.ops.indices().collect(),
+    };
+    for op_id in schedule {
+        let op = graph.ops.get(op_id).ok_or_else(|| ExecError::BadPlan(format!("the schedule names {op_id}")))?;
+        if op.kind.def().view_of.is_some() {
+            continue;
+        }
+        let inputs: Vec<Dense> =
+            op.inputs.iter().map(|&v| memory.read_dense(&layouts[v], &graph.values[v].ty)).collect();
+        let output_types: Vec<TensorType> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
+        let results = kernels::eval(op.kind, &op.attrs, &inputs, &output_types)?;
+        for ((&out, ty), result) in op.outputs.iter().zip(&output_types).zip(results) {
+            memory.write_root(out, ty, &result.data);
+        }
+    }
+    let read = |v: ValueId| memory.read_host(&layouts[v], &graph.values[v].ty);
+    Ok(StepResult {
+        returns: graph.returns.iter().map(|r| (graph.values[r.value].name.clone(), read(r.value))).collect(),
+        updated: graph.updates.iter().map(|u| (graph.values[u.target].name.clone(), read(u.value))).collect(),
+    })
+}
+
+/// `args` for the next step: the updated params and state replace the old ones.
+pub fn advance(args: &Tensors, result: &StepResult) -> Tensors {
+    let mut next = args.clone();
+    for (name, tensor) in &result.updated {
+        next.insert(name.clone(), tensor.clone());
+    }
+    next
+}
