@@ -1,0 +1,124 @@
+//! The CPU reference executor on the corpus: planned runs are bit-identical to unplanned
+//! ones on every valid step; a planted wrong offset breaks both the checker and that
+//! identity; the MLP trains; weights go in and out through safetensors.
+
+use std::path::Path;
+use std::process::Command;
+
+use memplan::exec::cpu::{Placement, StepResult, advance, run_step};
+use memplan::exec::data::{Tensors, init_args};
+use memplan::ir::graph::Graph;
+use memplan::passes::PlanOptions;
+use memplan::{Plan, check, parse, plan};
+
+fn load(file: &str) -> (Graph, Plan) {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    let graph = parse(&src).unwrap();
+    let plan = plan(&graph, &PlanOptions::default()).unwrap();
+    check(&graph, &plan).unwrap();
+    (graph, plan)
+}
+
+fn both(graph: &Graph, plan: &Plan, args: &Tensors) -> (StepResult, StepResult) {
+    let planned = run_step(graph, Placement::Planned(plan), args).unwrap();
+    let unplanned = run_step(graph, Placement::Unplanned, args).unwrap();
+    (planned, unplanned)
+}
+
+#[test]
+fn every_valid_step_runs_bit_identical_planned_and_unplanned() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<String> = ["ir/models", "ir/features"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap().map(move |e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy())))
+        .filter(|f| f.ends_with(".step"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 13);
+    for file in files {
+        let (graph, plan) = load(&file);
+        let mut args = init_args(&graph, 7);
+        for step in 0..2 {
+            let (planned, unplanned) = both(&graph, &plan, &args);
+            let differences = planned.differences(&unplanned);
+            assert!(differences.is_empty(), "{file} step {step}:\n{}", differences.join("\n"));
+            for (name, t) in planned.returns.iter().chain(&planned.updated) {
+                assert!(t.to_f64().iter().all(|x| !x.is_nan()), "{file}: %{name} holds NaN (a read of poisoned bytes?)");
+            }
+            args = advance(&args, &planned);
+        }
+    }
+}
+
+#[test]
+fn a_planted_wrong_offset_fails_the_checker_and_the_comparison() {
+    let (graph, mut plan) = load("ir/models/mlp.step");
+    // Move %da (written at step 10) onto %a, which relu_backward still reads at step 11.
+    let find = |name: &str| graph.values.indices().find(|&v| graph.values[v].name == name).unwrap();
+    let (da, a) = (plan.value_buffer[find("da")], plan.value_buffer[find("a")]);
+    plan.buffers[da].offset = plan.buffers[a].offset;
+    assert!(check(&graph, &plan).is_err(), "the checker must reject the planted offset");
+    let args = init_args(&graph, 1);
+    let (planned, unplanned) = both(&graph, &plan, &args);
+    let differences = planned.differences(&unplanned);
+    assert!(!differences.is_empty(), "the planted offset must change the results");
+    assert!(differences.iter().any(|d| d.contains("w1")), "{differences:?}");
+}
+
+#[test]
+fn the_mlp_trains() {
+    let (graph, plan) = load("ir/models/mlp.step");
+    let mut args = init_args(&graph, 0);
+    let mut losses = Vec::new();
+    for _ in 0..15 {
+        let result = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
+        losses.push(result.loss().expect("mlp returns its loss"));
+        args = advance(&args, &result);
+    }
+    let (first, last) = (losses[0], *losses.last().unwrap());
+    assert!((first - (10f64).ln()).abs() < 0.5, "an untrained 10-class classifier starts near ln 10: {first}");
+    assert!(last < 0.7 * first, "15 SGD steps on one batch must lower the loss clearly: {losses:?}");
+}
+
+#[test]
+fn run_saves_weights_that_load_back_and_never_overwrites() {
+    let dir = std::env::temp_dir().join(format!("memplan-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (first, second) = (dir.join("after1.safetensors"), dir.join("after2.safetensors"));
+    let _ = std::fs::remove_file(&first);
+    let _ = std::fs::remove_file(&second);
+    let memplan = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_memplan")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap()
+    };
+    let file = "ir/features/sgd_momentum.step";
+    let out = memplan(&["run", file, "--steps", "2", "--save", first.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Two steps from scratch == one step, save, one more step from the saved weights.
+    let out = memplan(&["run", file, "--steps", "1", "--save", second.to_str().unwrap()]);
+    assert!(out.status.success());
+    let resumed = dir.join("resumed.safetensors");
+    let _ = std::fs::remove_file(&resumed);
+    let out = memplan(&["run", file, "--steps", "1", "--weights", second.to_str().unwrap(), "--save", resumed.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (a, b) = (std::fs::read(&first).unwrap(), std::fs::read(&resumed).unwrap());
+    assert_eq!(a, b, "resuming from saved weights continues the same training");
+    // Saving over an existing file is refused and leaves it intact.
+    let out = memplan(&["run", file, "--save", first.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("never overwrites"));
+    assert_eq!(std::fs::read(&first).unwrap(), a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn run_compare_unplanned_reports_agreement() {
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(["run", "ir/models/mlp.step", "--steps", "3", "--compare-unplanned"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("step 3: loss"), "{stdout}");
+    assert!(stdout.contains("agree bit for bit"), "{stdout}");
+}
