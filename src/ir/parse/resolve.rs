@@ -1,0 +1,455 @@
+//! Resolution: syntax tree → [`Graph`], collecting every name, op, attribute and type error.
+//!
+//! Assumes a syntactically well-formed tree from the parser (`syntax`), whose own
+//! token-level errors are already collected. Binds value names (reporting undefined and
+//! redefined names, a use before the definition, and a cycle with its values in data-flow
+//! order), checks each op's name, input and output counts and attributes against its row of
+//! the op table (filling in defaults), and infers the types of outputs without a written
+//! type. Errors never cascade: an op whose inputs are unknown because of an earlier error is
+//! skipped silently. Establishes: when no error was pushed, a graph whose values all have
+//! types, whose ops have valid kinds and complete attribute lists in row order, and whose
+//! ops are in text order (so every input is defined by an earlier op or an argument); the
+//! verifier checks the rest. Also holds the helpers of help texts: did-you-mean
+//! suggestions by edit distance (the parser uses them too) and op signatures.
+
+use std::collections::HashMap;
+
+use super::lex::Sp;
+use super::syntax::{Ast, AttrVal, DefAst, unknown_dtype};
+use super::{PResult, ParseError};
+use crate::index::{Idx, OpId, ValueId};
+use crate::ir::graph::{Graph, Op, Return, Role, Update, Value, ValueDef};
+use crate::ir::ops::{Attr, AttrKind, Attrs, OPS, OpDef, OpKind};
+use crate::ir::types::{DType, Shape, TensorType};
+
+/// Builds the graph, pushing every error into `errors`. The graph is only meaningful when
+/// no error was found (values with unknown types get a placeholder type, unknown ops a
+/// placeholder kind).
+pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
+    let placeholder = TensorType::new(DType::F32, Shape::scalar());
+    let mut g = Graph::new(ast.name);
+    // Per value: whether its type is known, and the span of its definition.
+    let mut known: Vec<bool> = Vec::new();
+    let mut def_sp: Vec<Sp> = Vec::new();
+    let mut bound: HashMap<String, ValueId> = HashMap::new();
+
+    let mut define = |g: &mut Graph, errors: &mut Vec<ParseError>, name: &str, sp: Sp, ty: Option<TensorType>, def| {
+        let id = g.values.push(Value {
+            name: name.to_string(),
+            ty: ty.clone().unwrap_or_else(|| placeholder.clone()),
+            def,
+            span: sp.into(),
+        });
+        known.push(ty.is_some());
+        def_sp.push(sp);
+        match bound.get(name) {
+            Some(&first) => errors.push(ParseError::Redefined {
+                name: name.to_string(),
+                span: sp.into(),
+                first: def_sp.get(first.index()).copied().unwrap_or(sp).into(),
+            }),
+            None => {
+                bound.insert(name.to_string(), id);
+            }
+        }
+        id
+    };
+
+    for arg in &ast.args {
+        let role = arg.role.unwrap_or(Role::Input);
+        let id = define(&mut g, errors, &arg.name, arg.sp, arg.ty.clone(), ValueDef::Arg(role));
+        g.args.push(id);
+    }
+    // Outputs of every op, in text order, before looking at any input: uses may name values
+    // defined later (an error, but one to explain precisely).
+    let mut outputs: Vec<Vec<ValueId>> = Vec::new();
+    for (i, def) in ast.defs.iter().enumerate() {
+        let op = OpId::new(i);
+        let ids = def
+            .outs
+            .iter()
+            .enumerate()
+            .map(|(output, out)| define(&mut g, errors, &out.name, out.sp, None, ValueDef::Op { op, output }))
+            .collect();
+        outputs.push(ids);
+    }
+
+    let op_of = |g: &Graph, v: ValueId| g.def_op(v).map(Idx::index);
+    // deps[i]: (value, op defining it) for every input of op i that an op defines.
+    let deps: Vec<Vec<(ValueId, usize)>> = ast
+        .defs
+        .iter()
+        .map(|def| {
+            def.operands
+                .iter()
+                .filter_map(|(name, _)| bound.get(name))
+                .filter_map(|&v| op_of(&g, v).map(|d| (v, d)))
+                .collect()
+        })
+        .collect();
+
+    for (i, def) in ast.defs.iter().enumerate() {
+        let row = resolve_op_kind(def, errors);
+        let mut inputs = Vec::new();
+        let mut inputs_ok = true;
+        for (name, sp) in &def.operands {
+            let Some(&v) = bound.get(name) else {
+                errors.push(undefined(name, *sp, &bound));
+                inputs_ok = false;
+                continue;
+            };
+            if let Some(d) = op_of(&g, v).filter(|&d| d >= i) {
+                errors.push(later_use(&g, &deps, name, *sp, v, d, i, def_sp.get(v.index()).copied().unwrap_or(*sp)));
+                inputs_ok = false;
+            }
+            inputs.push(v);
+        }
+        let mut counts_ok = true;
+        let mut attrs = None;
+        if let Some(row) = row {
+            if def.operands.len() != row.inputs.len() {
+                counts_ok = false;
+                errors.push(ParseError::InputCount {
+                    op: row.name,
+                    expected: row.inputs.len(),
+                    found: def.operands.len(),
+                    span: def.sp.into(),
+                    help: format!("the signature is {}", signature(row)),
+                });
+            }
+            if def.outs.len() != row.outputs.len() {
+                counts_ok = false;
+                let first = def.outs.first().map_or(def.sp, |o| o.sp);
+                let last = def.outs.last().map_or(def.sp, |o| o.sp);
+                errors.push(ParseError::OutputCount {
+                    op: row.name,
+                    expected: row.outputs.len(),
+                    found: def.outs.len(),
+                    span: first.to(last).into(),
+                    help: format!("the signature is {}", signature(row)),
+                });
+            }
+            attrs = resolve_attrs(row, def, errors);
+        }
+
+        // Inference, when everything it needs is known.
+        let out_ids = outputs.get(i).cloned().unwrap_or_default();
+        let mut inferred: Option<Vec<TensorType>> = None;
+        if let (Some(row), Some(attrs)) = (row, &attrs) {
+            let all_known = inputs_ok && inputs.iter().all(|v| known.get(v.index()).copied().unwrap_or(false));
+            if counts_ok && all_known {
+                let tys: Vec<&TensorType> = inputs.iter().map(|&v| &g.values[v].ty).collect();
+                match (row.infer)(&tys, attrs) {
+                    Ok(t) if t.len() == def.outs.len() => inferred = Some(t),
+                    Ok(t) => errors.push(ParseError::TypeError {
+                        op: row.name,
+                        message: format!(
+                            "the op table's type rule gave {} type(s) for {} output(s) (a bug in memplan)",
+                            t.len(),
+                            def.outs.len()
+                        ),
+                        span: def.sp.into(),
+                    }),
+                    Err(message) => {
+                        if def.outs.iter().any(|o| o.ty.is_none()) {
+                            errors.push(ParseError::TypeError { op: row.name, message, span: def.sp.into() });
+                        }
+                    }
+                }
+            }
+        }
+        for (j, (out, &v)) in def.outs.iter().zip(&out_ids).enumerate() {
+            let ty = match &out.ty {
+                Some(written) => written.clone(),
+                None => inferred.as_ref().and_then(|t| t.get(j).cloned()),
+            };
+            if let Some(ty) = ty {
+                g.values[v].ty = ty;
+                if let Some(k) = known.get_mut(v.index()) {
+                    *k = true;
+                }
+            }
+        }
+        g.ops.push(Op {
+            kind: row.map_or(OpKind::Add, |r| r.kind),
+            inputs,
+            outputs: out_ids,
+            attrs: attrs.unwrap_or_default(),
+            loc: def.loc.clone(),
+            span: def.sp.into(),
+        });
+    }
+
+    for up in &ast.updates {
+        let target = bound.get(&up.target.0).copied();
+        let value = bound.get(&up.value.0).copied();
+        if target.is_none() {
+            errors.push(undefined(&up.target.0, up.target.1, &bound));
+        }
+        if value.is_none() {
+            errors.push(undefined(&up.value.0, up.value.1, &bound));
+        }
+        if let (Some(target), Some(value)) = (target, value) {
+            g.updates.push(Update { target, value, span: up.sp.into() });
+        }
+    }
+    for (k, ret) in ast.returns.iter().enumerate() {
+        if k > 0 {
+            errors.push(ParseError::DuplicateReturn { span: ret.sp.into(), first: ast.returns[0].sp.into() });
+        }
+        for (name, sp) in &ret.values {
+            match bound.get(name) {
+                Some(&value) if k == 0 => g.returns.push(Return { value, span: (*sp).into() }),
+                Some(_) => {}
+                None => errors.push(undefined(name, *sp, &bound)),
+            }
+        }
+    }
+    g
+}
+
+/// The row of a def's op, reporting an unknown op name.
+fn resolve_op_kind(def: &DefAst, errors: &mut Vec<ParseError>) -> Option<&'static OpDef> {
+    let row = OpKind::from_name(&def.op).map(OpKind::def);
+    if row.is_none() {
+        let help = match did_you_mean(&def.op, OPS.iter().map(|r| r.name)) {
+            Some(m) => format!("did you mean `{m}`?"),
+            None => "docs/IR.md lists every op".to_string(),
+        };
+        errors.push(ParseError::UnknownOp { name: def.op.clone(), span: def.op_sp.into(), help });
+    }
+    row
+}
+
+fn undefined(name: &str, sp: Sp, bound: &HashMap<String, ValueId>) -> ParseError {
+    ParseError::Undefined {
+        name: name.to_string(),
+        span: sp.into(),
+        help: did_you_mean(name, bound.keys().map(String::as_str)).map(|m| format!("did you mean `%{m}`?")),
+    }
+}
+
+/// The error for op `user` reading `value` (named `name` at `sp`), which op `def_op` (at or
+/// after `user` in the text) defines: a cycle if `def_op` depends on `user`.
+#[allow(clippy::too_many_arguments)]
+fn later_use(
+    g: &Graph,
+    deps: &[Vec<(ValueId, usize)>],
+    name: &str,
+    sp: Sp,
+    value: ValueId,
+    def_op: usize,
+    user: usize,
+    def: Sp,
+) -> ParseError {
+    match dependency_path(deps, def_op, user) {
+        Some(path) => {
+            let mut names: Vec<String> = path.iter().map(|&v| g.value_name(v)).collect();
+            names.push(g.value_name(value));
+            if let Some(first) = names.first().cloned() {
+                names.push(first);
+            }
+            ParseError::Cycle { name: name.to_string(), cycle: names.join(" -> "), span: sp.into() }
+        }
+        None => ParseError::UseBeforeDef {
+            name: name.to_string(),
+            span: sp.into(),
+            def: def.into(),
+            help: format!("values must be defined before use; move this op below the definition of `%{name}`"),
+        },
+    }
+}
+
+/// If op `from` depends on op `to` through inputs, the values along the way in data-flow
+/// order (the first is an output of `to`); empty when `from == to`.
+fn dependency_path(deps: &[Vec<(ValueId, usize)>], from: usize, to: usize) -> Option<Vec<ValueId>> {
+    if from == to {
+        return Some(Vec::new());
+    }
+    // prev[op] = (the op that reads it, the value read) on a shortest path from `from`.
+    let mut prev: Vec<Option<(usize, ValueId)>> = vec![None; deps.len()];
+    let mut queue = std::collections::VecDeque::from([from]);
+    let mut seen = vec![false; deps.len()];
+    if let Some(s) = seen.get_mut(from) {
+        *s = true;
+    }
+    while let Some(x) = queue.pop_front() {
+        for &(v, d) in deps.get(x).map_or(&[][..], Vec::as_slice) {
+            if seen.get(d).copied().unwrap_or(true) {
+                continue;
+            }
+            seen[d] = true;
+            prev[d] = Some((x, v));
+            if d == to {
+                let mut path = Vec::new();
+                let mut cur = to;
+                while cur != from {
+                    let (x, v) = prev.get(cur).copied().flatten()?;
+                    path.push(v);
+                    cur = x;
+                }
+                return Some(path);
+            }
+            queue.push_back(d);
+        }
+    }
+    None
+}
+
+/// The op's attributes in row order with defaults filled in, or `None` after reporting
+/// unknown, duplicate, missing and wrong-kind attributes.
+pub(super) fn resolve_attrs(row: &'static OpDef, def: &DefAst, errors: &mut Vec<ParseError>) -> Option<Attrs> {
+    let mut slots: Vec<Option<Attr>> = vec![None; row.attrs.len()];
+    let mut seen: Vec<Option<Sp>> = vec![None; row.attrs.len()];
+    let mut ok = true;
+    for a in &def.attrs {
+        let Some(k) = row.attrs.iter().position(|s| s.name == a.name) else {
+            ok = false;
+            let names: Vec<&str> = row.attrs.iter().map(|s| s.name).collect();
+            let help = match did_you_mean(&a.name, names.iter().copied()) {
+                Some(m) => format!("did you mean `{m}`? the signature is {}", signature(row)),
+                None if names.is_empty() => format!("`{}` takes no attributes", row.name),
+                None => format!("the signature is {}", signature(row)),
+            };
+            errors.push(ParseError::UnknownAttr { op: row.name, attr: a.name.clone(), span: a.name_sp.into(), help });
+            continue;
+        };
+        let (Some(spec), Some(seen_k)) = (row.attrs.get(k), seen.get_mut(k)) else { continue };
+        if let Some(first) = *seen_k {
+            ok = false;
+            errors.push(ParseError::DuplicateAttr {
+                attr: a.name.clone(),
+                span: a.name_sp.into(),
+                first: first.into(),
+            });
+            continue;
+        }
+        *seen_k = Some(a.name_sp);
+        match attr_value(row.name, spec.name, spec.kind, &a.value, a.value_sp) {
+            Ok(v) => slots[k] = Some(v),
+            Err(e) => {
+                ok = false;
+                errors.push(e);
+            }
+        }
+    }
+    let mut attrs = Vec::with_capacity(row.attrs.len());
+    for ((spec, slot), seen) in row.attrs.iter().zip(slots).zip(&seen) {
+        match (slot, spec.default) {
+            (Some(v), _) => attrs.push((spec.name, v)),
+            (None, Some(d)) if seen.is_none() => attrs.push((spec.name, d.to_attr())),
+            (None, _) if seen.is_some() => {} // written but invalid: reported above
+            (None, _) => {
+                ok = false;
+                errors.push(ParseError::MissingAttr {
+                    op: row.name,
+                    attr: spec.name,
+                    span: def.sp.into(),
+                    help: format!(
+                        "add `{}=...` ({}); the signature is {}",
+                        spec.name,
+                        spec.kind.describe(),
+                        signature(row)
+                    ),
+                });
+            }
+        }
+    }
+    ok.then_some(Attrs(attrs))
+}
+
+/// An attribute value of `kind` from its written form.
+pub(super) fn attr_value(op: &'static str, attr: &'static str, kind: AttrKind, value: &AttrVal, sp: Sp) -> PResult<Attr> {
+    let wrong = || ParseError::AttrKind { op, attr, expected: kind.describe(), span: sp.into() };
+    let int = |text: &str, sp: Sp| {
+        text.parse::<i64>().map_err(|_| ParseError::NumberTooLarge {
+            literal: text.to_string(),
+            what: "an integer attribute (i64)",
+            span: sp.into(),
+            help: format!("integer attributes are from {} to {}", i64::MIN, i64::MAX),
+        })
+    };
+    match (kind, value) {
+        (AttrKind::Int, AttrVal::Int(t)) => int(t, sp).map(Attr::Int),
+        (AttrKind::Float, AttrVal::Int(t) | AttrVal::Float(t)) => match t.parse::<f64>() {
+            Ok(x) if x.is_finite() || t.contains("inf") => Ok(Attr::Float(x)),
+            _ => Err(ParseError::NumberTooLarge {
+                literal: t.clone(),
+                what: "a float attribute (f64)",
+                span: sp.into(),
+                help: "write `inf` or `-inf` for an infinity".to_string(),
+            }),
+        },
+        (AttrKind::Float, AttrVal::Word(w)) if w == "inf" => Ok(Attr::Float(f64::INFINITY)),
+        (AttrKind::Bool, AttrVal::Word(w)) if w == "true" => Ok(Attr::Bool(true)),
+        (AttrKind::Bool, AttrVal::Word(w)) if w == "false" => Ok(Attr::Bool(false)),
+        (AttrKind::Ints, AttrVal::List(items)) => {
+            items.iter().map(|(t, sp)| int(t, *sp)).collect::<PResult<Vec<i64>>>().map(Attr::Ints)
+        }
+        (AttrKind::DType, AttrVal::Word(w)) => {
+            DType::from_name(w).map(Attr::DType).ok_or_else(|| unknown_dtype(w.clone(), sp))
+        }
+        _ => Err(wrong()),
+    }
+}
+
+/// `matmul(a, b) -> out [transpose_a: bool = false, ...]`, for help lines.
+/// Not [`OpDef::signature`] (the docs/IR.md form, `matmul(a, b, transpose_a=false, ...)`):
+/// this one names every attribute's kind and marks the required ones, and the help texts
+/// in the corpus snapshots use it.
+fn signature(row: &OpDef) -> String {
+    let mut s = format!("{}({}) -> {}", row.name, row.inputs.join(", "), row.outputs.join(", "));
+    if !row.attrs.is_empty() {
+        let attrs: Vec<String> = row
+            .attrs
+            .iter()
+            .map(|a| {
+                let kind = match a.kind {
+                    AttrKind::Int => "int",
+                    AttrKind::Float => "float",
+                    AttrKind::Bool => "bool",
+                    AttrKind::Ints => "ints",
+                    AttrKind::DType => "dtype",
+                };
+                match a.default {
+                    Some(d) => format!("{}: {kind} = {}", a.name, d.to_attr()),
+                    None => format!("{}: {kind} (required)", a.name),
+                }
+            })
+            .collect();
+        s.push_str(&format!(" [{}]", attrs.join(", ")));
+    }
+    s
+}
+
+/// The candidate closest to `word` by edit distance, if close enough to be a likely typo.
+pub(super) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    candidates.into_iter().map(|c| (edit_distance(word, c), c)).filter(|&(d, _)| d <= limit).min().map(|(_, c)| c)
+}
+
+/// Optimal-string-alignment distance: insertions, deletions, substitutions and
+/// transpositions of adjacent characters each cost 1.
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // d[i][j]: distance between a[..i] and b[..j].
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}

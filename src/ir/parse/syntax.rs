@@ -1,0 +1,417 @@
+//! The syntax tree and the recursive-descent parser that builds it from tokens.
+//!
+//! Follows the grammar of docs/IR.md exactly and stops at the first syntax error (no
+//! recovery). Assumes a token list from [`lex`](super::lex::lex) (ending with `Eof` or
+//! `Bad`); reading past its end yields `Eof`, so the parser never panics. Establishes: a
+//! tree that is syntactically well formed, with the spans of every name, op and statement.
+//! Nothing is resolved here (names, ops and attributes stay text), but errors that are facts
+//! about single tokens (an unknown dtype or role, a dimension or line number out of range)
+//! are collected in [`Parser::errors`] without stopping; the types and locations they spoil
+//! are left `None`.
+
+use super::lex::{Sp, Tok, Token, unquote};
+use super::resolve::did_you_mean;
+use super::{PResult, ParseError, syntax};
+use crate::ir::graph::{Loc, Role};
+use crate::ir::types::{DType, Shape, TensorType};
+
+// ---------------------------------------------------------------------------------------
+// Syntax tree.
+
+pub(super) struct Ast {
+    pub(super) name: String,
+    pub(super) args: Vec<ArgAst>,
+    pub(super) defs: Vec<DefAst>,
+    pub(super) updates: Vec<UpdateAst>,
+    pub(super) returns: Vec<ReturnAst>,
+}
+
+pub(super) struct ArgAst {
+    pub(super) name: String,
+    pub(super) sp: Sp,
+    /// `None`: the written type was invalid (already reported).
+    pub(super) ty: Option<TensorType>,
+    /// `None`: unknown role (already reported).
+    pub(super) role: Option<Role>,
+}
+
+pub(super) struct OutAst {
+    pub(super) name: String,
+    pub(super) sp: Sp,
+    /// `None`: no type written; `Some(None)`: an invalid type (already reported).
+    pub(super) ty: Option<Option<TensorType>>,
+}
+
+pub(super) struct DefAst {
+    pub(super) outs: Vec<OutAst>,
+    pub(super) op: String,
+    pub(super) op_sp: Sp,
+    /// The op name through the closing parenthesis.
+    pub(super) sp: Sp,
+    pub(super) operands: Vec<(String, Sp)>,
+    pub(super) attrs: Vec<AttrAst>,
+    pub(super) loc: Option<Loc>,
+}
+
+pub(super) struct AttrAst {
+    pub(super) name: String,
+    pub(super) name_sp: Sp,
+    pub(super) value: AttrVal,
+    pub(super) value_sp: Sp,
+}
+
+/// An attribute value as written; its meaning depends on the attribute's kind.
+pub(super) enum AttrVal {
+    Int(String),
+    Float(String),
+    /// `true`, `false`, `inf`, a dtype name, or any other word.
+    Word(String),
+    List(Vec<(String, Sp)>),
+}
+
+pub(super) struct UpdateAst {
+    pub(super) target: (String, Sp),
+    pub(super) value: (String, Sp),
+    pub(super) sp: Sp,
+}
+
+pub(super) struct ReturnAst {
+    pub(super) values: Vec<(String, Sp)>,
+    pub(super) sp: Sp,
+}
+
+// ---------------------------------------------------------------------------------------
+// Parser.
+
+pub(super) struct Parser<'a> {
+    pub(super) src: &'a str,
+    pub(super) toks: Vec<Token>,
+    pub(super) pos: usize,
+    pub(super) lex_error: Option<ParseError>,
+    /// Errors that do not stop parsing (unknown dtypes and roles, out-of-range numbers).
+    pub(super) errors: Vec<ParseError>,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Token {
+        match self.toks.get(self.pos) {
+            Some(t) => *t,
+            None => Token { tok: Tok::Eof, sp: Sp(self.src.len(), self.src.len()) },
+        }
+    }
+
+    fn bump(&mut self) -> Token {
+        let t = self.peek();
+        if self.pos < self.toks.len() {
+            self.pos += 1;
+        }
+        t
+    }
+
+    fn text(&self, t: Token) -> &str {
+        self.src.get(t.sp.0..t.sp.1).unwrap_or("")
+    }
+
+    fn is_keyword(&self, word: &str) -> bool {
+        let t = self.peek();
+        t.tok == Tok::Ident && self.text(t) == word
+    }
+
+    /// The error for the current token when `expected` was wanted.
+    fn unexpected(&mut self, expected: &str) -> ParseError {
+        self.unexpected_help(expected, None)
+    }
+
+    fn unexpected_help(&mut self, expected: &str, help: Option<String>) -> ParseError {
+        let t = self.peek();
+        if t.tok == Tok::Bad
+            && let Some(e) = self.lex_error.take()
+        {
+            return e;
+        }
+        let found = match t.tok {
+            Tok::Eof | Tok::Bad => "end of file".to_string(),
+            Tok::Str => "a string".to_string(),
+            _ => format!("`{}`", self.text(t)),
+        };
+        syntax(format!("expected {expected}, found {found}"), t.sp, help)
+    }
+
+    fn expect(&mut self, tok: Tok, expected: &str) -> PResult<Token> {
+        if self.peek().tok == tok { Ok(self.bump()) } else { Err(self.unexpected(expected)) }
+    }
+
+    fn expect_keyword(&mut self, word: &str, help: Option<String>) -> PResult<Token> {
+        if self.is_keyword(word) { Ok(self.bump()) } else { Err(self.unexpected_help(&format!("`{word}`"), help)) }
+    }
+
+    /// `%name` → (name without `%`, span of `%name`).
+    fn value(&mut self) -> PResult<(String, Sp)> {
+        let t = self.expect(Tok::Value, "a value (`%name`)")?;
+        Ok((self.text(t).get(1..).unwrap_or("").to_string(), t.sp))
+    }
+
+    pub(super) fn step(&mut self) -> PResult<Ast> {
+        self.expect_keyword(
+            "step",
+            Some("a .step file holds one step: `step @name(%x: f32[4] input) { ... }`".into()),
+        )?;
+        let name_tok = self.expect(Tok::Global, "the step's name (`@name`)")?;
+        let name = self.text(name_tok).get(1..).unwrap_or("").to_string();
+        self.expect(Tok::LParen, "`(`")?;
+        let mut args = Vec::new();
+        while self.peek().tok != Tok::RParen {
+            args.push(self.arg()?);
+            match self.peek().tok {
+                Tok::Comma => {
+                    self.bump();
+                }
+                Tok::RParen => {}
+                _ => return Err(self.unexpected("`,` or `)`")),
+            }
+        }
+        self.bump();
+        self.expect(Tok::LBrace, "`{`")?;
+        let mut ast = Ast { name, args, defs: Vec::new(), updates: Vec::new(), returns: Vec::new() };
+        loop {
+            let t = self.peek();
+            match t.tok {
+                Tok::RBrace => break,
+                Tok::Value => ast.defs.push(self.def()?),
+                Tok::Ident if self.text(t) == "update" => ast.updates.push(self.update()?),
+                Tok::Ident if self.text(t) == "return" => ast.returns.push(self.ret()?),
+                _ => return Err(self.unexpected("a statement (`%v = op(...)`, `update` or `return`) or `}`")),
+            }
+        }
+        self.bump();
+        if self.peek().tok != Tok::Eof {
+            return Err(
+                self.unexpected_help("end of file after the step's `}`", Some("a file holds exactly one step".into()))
+            );
+        }
+        Ok(ast)
+    }
+
+    /// `%x: f32[4] param`
+    fn arg(&mut self) -> PResult<ArgAst> {
+        let (name, sp) = self.value()?;
+        self.expect(Tok::Colon, "`:` and the argument's type")?;
+        let ty = self.ty()?;
+        let role_tok = self.expect(Tok::Ident, "the argument's role (`param`, `input` or `state`)")?;
+        let role_name = self.text(role_tok).to_string();
+        let role = Role::from_name(&role_name);
+        if role.is_none() {
+            let names = ["param", "input", "state"];
+            self.errors.push(ParseError::UnknownRole {
+                help: did_you_mean(&role_name, names).map_or_else(
+                    || "a role is `param` (trained), `input` (fed data) or `state` (optimizer state)".to_string(),
+                    |m| format!("did you mean `{m}`? roles are param, input and state"),
+                ),
+                name: role_name,
+                span: role_tok.sp.into(),
+            });
+        }
+        Ok(ArgAst { name, sp, ty, role })
+    }
+
+    /// `f32[64,256]`; `None` if the dtype or a dimension is invalid (reported).
+    fn ty(&mut self) -> PResult<Option<TensorType>> {
+        let dtype_tok = self.expect(Tok::Ident, "a type such as `f32[64,256]`")?;
+        let dtype = self.dtype(dtype_tok);
+        self.expect(Tok::LBracket, "`[` and the type's shape (`f32[]` for a scalar)")?;
+        let mut dims = Vec::new();
+        let mut ok = dtype.is_some();
+        if self.peek().tok != Tok::RBracket {
+            loop {
+                let t = self.expect(Tok::Int, "a dimension (an integer)")?;
+                let text = self.text(t).to_string();
+                match text.parse::<u64>() {
+                    Ok(d) => dims.push(d),
+                    Err(_) => {
+                        ok = false;
+                        self.errors.push(ParseError::NumberTooLarge {
+                            literal: text,
+                            what: "a dimension (u64)",
+                            span: t.sp.into(),
+                            help: format!("dimensions are integers from 0 to {}", u64::MAX),
+                        });
+                    }
+                }
+                match self.peek().tok {
+                    Tok::Comma => {
+                        self.bump();
+                    }
+                    Tok::RBracket => break,
+                    _ => return Err(self.unexpected("`,` or `]`")),
+                }
+            }
+        }
+        self.bump();
+        Ok(if ok { dtype.map(|d| TensorType::new(d, Shape(dims))) } else { None })
+    }
+
+    /// The dtype named by an identifier token; reports an unknown one.
+    fn dtype(&mut self, t: Token) -> Option<DType> {
+        let name = self.text(t).to_string();
+        let dtype = DType::from_name(&name);
+        if dtype.is_none() {
+            self.errors.push(unknown_dtype(name, t.sp));
+        }
+        dtype
+    }
+
+    /// `%a, %b: f32[4] = op(%x, k=1) loc("f.py":3)`
+    fn def(&mut self) -> PResult<DefAst> {
+        let mut outs = Vec::new();
+        loop {
+            let (name, sp) = self.value()?;
+            let ty = if self.peek().tok == Tok::Colon {
+                self.bump();
+                Some(self.ty()?)
+            } else {
+                None
+            };
+            outs.push(OutAst { name, sp, ty });
+            match self.peek().tok {
+                Tok::Comma => {
+                    self.bump();
+                }
+                Tok::Eq => break,
+                _ => return Err(self.unexpected("`,`, `:` or `=`")),
+            }
+        }
+        self.bump();
+        let op_tok = self.expect(Tok::Ident, "an op name")?;
+        let op = self.text(op_tok).to_string();
+        self.expect(Tok::LParen, "`(` after the op name")?;
+        let mut operands = Vec::new();
+        let mut attrs: Vec<AttrAst> = Vec::new();
+        if self.peek().tok != Tok::RParen {
+            loop {
+                let t = self.peek();
+                match t.tok {
+                    Tok::Value if attrs.is_empty() => operands.push(self.value()?),
+                    Tok::Value => {
+                        return Err(syntax(
+                            "value after an attribute",
+                            t.sp,
+                            Some("write every input value before the attributes: `op(%a, %b, name=value)`".into()),
+                        ));
+                    }
+                    Tok::Ident => attrs.push(self.attr()?),
+                    _ => return Err(self.unexpected("an input (`%x`) or an attribute (`name=value`)")),
+                }
+                match self.peek().tok {
+                    Tok::Comma => {
+                        self.bump();
+                    }
+                    Tok::RParen => break,
+                    _ => return Err(self.unexpected("`,` or `)`")),
+                }
+            }
+        }
+        let close = self.bump();
+        let sp = op_tok.sp.to(close.sp);
+        let loc = if self.is_keyword("loc") { self.loc()? } else { None };
+        Ok(DefAst { outs, op, op_sp: op_tok.sp, sp, operands, attrs, loc })
+    }
+
+    /// `name=value`
+    fn attr(&mut self) -> PResult<AttrAst> {
+        let name_tok = self.bump();
+        let name = self.text(name_tok).to_string();
+        self.expect(Tok::Eq, "`=` after the attribute name")?;
+        let t = self.peek();
+        let value = match t.tok {
+            Tok::Int => AttrVal::Int(self.text(t).to_string()),
+            Tok::Float => AttrVal::Float(self.text(t).to_string()),
+            Tok::Ident => AttrVal::Word(self.text(t).to_string()),
+            Tok::LBracket => {
+                self.bump();
+                let mut items = Vec::new();
+                if self.peek().tok != Tok::RBracket {
+                    loop {
+                        let item = self.expect(Tok::Int, "an integer")?;
+                        items.push((self.text(item).to_string(), item.sp));
+                        match self.peek().tok {
+                            Tok::Comma => {
+                                self.bump();
+                            }
+                            Tok::RBracket => break,
+                            _ => return Err(self.unexpected("`,` or `]`")),
+                        }
+                    }
+                }
+                let close = self.peek();
+                let value_sp = t.sp.to(close.sp);
+                self.bump();
+                return Ok(AttrAst { name, name_sp: name_tok.sp, value: AttrVal::List(items), value_sp });
+            }
+            _ => {
+                return Err(
+                    self.unexpected("an attribute value (a number, `true`, `false`, a list `[1, 2]` or a dtype)")
+                );
+            }
+        };
+        self.bump();
+        Ok(AttrAst { name, name_sp: name_tok.sp, value, value_sp: t.sp })
+    }
+
+    /// `loc("model.py":14)`; `None` if the line number is out of range (reported).
+    fn loc(&mut self) -> PResult<Option<Loc>> {
+        self.bump();
+        self.expect(Tok::LParen, "`(` after `loc`")?;
+        let file_tok = self.expect(Tok::Str, "a file name in quotes")?;
+        let file = unquote(self.text(file_tok));
+        self.expect(Tok::Colon, "`:` and a line number")?;
+        let line_tok = self.expect(Tok::Int, "a line number")?;
+        let text = self.text(line_tok).to_string();
+        self.expect(Tok::RParen, "`)`")?;
+        match text.parse::<u32>() {
+            Ok(line) => Ok(Some(Loc { file, line })),
+            Err(_) => {
+                self.errors.push(ParseError::NumberTooLarge {
+                    literal: text,
+                    what: "a line number (u32)",
+                    span: line_tok.sp.into(),
+                    help: format!("line numbers are integers from 0 to {}", u32::MAX),
+                });
+                Ok(None)
+            }
+        }
+    }
+
+    /// `update %w <- %w_new`
+    fn update(&mut self) -> PResult<UpdateAst> {
+        let kw = self.bump();
+        let target = self.value()?;
+        self.expect(Tok::Arrow, "`<-`")?;
+        let value = self.value()?;
+        Ok(UpdateAst { sp: kw.sp.to(value.1), target, value })
+    }
+
+    /// `return %a, %b`
+    fn ret(&mut self) -> PResult<ReturnAst> {
+        let kw = self.bump();
+        let mut values = vec![self.value()?];
+        while self.peek().tok == Tok::Comma {
+            self.bump();
+            values.push(self.value()?);
+        }
+        let end = values.last().map_or(kw.sp, |v| v.1);
+        Ok(ReturnAst { values, sp: kw.sp.to(end) })
+    }
+}
+
+pub(super) fn unknown_dtype(name: String, sp: Sp) -> ParseError {
+    let names = DType::ALL.map(DType::name);
+    let list = names.join(", ");
+    // `f64` is closer to `i64` than to any float type: suggest floats for float-like names.
+    let floats = names.iter().copied().filter(|n| n.starts_with('f') || n.starts_with("bf"));
+    let guess = if name.starts_with('f') { did_you_mean(&name, floats) } else { did_you_mean(&name, names) };
+    let help = match guess {
+        Some(m) => format!("did you mean `{m}`? dtypes are {list}"),
+        None => format!("dtypes are {list}"),
+    };
+    ParseError::UnknownDType { name, span: sp.into(), help }
+}
