@@ -1,7 +1,7 @@
 //! memplan plans the memory of one deep-learning training step ahead of time.
 //!
 //! A step is written in a small text IR (docs/IR.md). [`parse`] turns text into a
-//! [`Graph`]; [`verify`] checks the graph's invariants; [`plan`] runs the passes
+//! [`Graph`]; [`verify`] checks the graph's invariants; [`plan()`](passes::plan) runs the passes
 //! (schedule, lifetimes, offsets; see `passes`) and returns a [`Plan`] that places every
 //! value in ONE arena; [`check`] re-derives everything from the plan, independently of the
 //! planner, and reports every violation. Reports render plans for people.
