@@ -1,0 +1,339 @@
+//! The op table: one row per op, the single place that says what an op is.
+//!
+//! A row gives an op's IR name, its inputs and outputs (names used in docs and errors),
+//! its attributes with defaults, its class (forward, backward, optimizer), its type rule
+//! (output types from input types and attributes), its FLOPs, and its memory behaviour:
+//! whether its output is a *view* of an input (shares the input's bytes, no copy) and over
+//! which inputs it *may* write its outputs in place. Adding an op means adding a row here
+//! (and its kernels, where executors exist).
+//!
+//! Invariant: `OPS[k as usize].kind == k` for every `OpKind` (a test checks it), so
+//! [`OpKind::def`] is an array index.
+
+use std::fmt;
+
+use crate::ir::types::{DType, TensorType};
+
+/// Every op memplan knows. The order is the table's order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum OpKind {
+    // Elementwise arithmetic with broadcasting.
+    Add,
+    Sub,
+    Mul,
+    Div,
+    AddScalar,
+    MulScalar,
+    // Activations and their gradients.
+    Relu,
+    ReluBackward,
+    Gelu,
+    GeluBackward,
+    Softmax,
+    SoftmaxBackward,
+    CausalMask,
+    // Linear algebra.
+    Matmul,
+    // Reductions and broadcasts.
+    Sum,
+    Mean,
+    // Views and copies.
+    Reshape,
+    Transpose,
+    Expand,
+    Contiguous,
+    Cast,
+    Fill,
+    // Embeddings and normalisation.
+    Embedding,
+    EmbeddingBackward,
+    LayerNorm,
+    LayerNormBackward,
+    BatchNorm,
+    BatchNormBackward,
+    // Convolution and pooling.
+    Conv2d,
+    Conv2dBackward,
+    MaxPool2d,
+    MaxPool2dBackward,
+    // Losses.
+    CrossEntropy,
+    CrossEntropyBackward,
+    // Optimizer updates.
+    Sgd,
+    SgdMomentum,
+    Adam,
+    Adamw,
+}
+
+impl OpKind {
+    /// This op's row.
+    pub fn def(self) -> &'static OpDef {
+        &OPS[self as usize]
+    }
+
+    /// The IR spelling.
+    pub fn name(self) -> &'static str {
+        self.def().name
+    }
+
+    /// The op spelled `name`, if any.
+    pub fn from_name(name: &str) -> Option<OpKind> {
+        OPS.iter().find(|row| row.name == name).map(|row| row.kind)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What part of a training step an op belongs to; reports class values by it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OpClass {
+    /// Forward computation, including the loss and constants.
+    Forward,
+    /// A gradient computation (`*_backward`).
+    Backward,
+    /// An optimizer update: its outputs are new params and new state.
+    Optimizer,
+}
+
+/// An attribute value.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Attr {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Ints(Vec<i64>),
+    DType(DType),
+}
+
+/// The kind of value an attribute takes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AttrKind {
+    Int,
+    Float,
+    Bool,
+    Ints,
+    DType,
+}
+
+impl AttrKind {
+    /// How the IR writes a value of this kind, for error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            AttrKind::Int => "an integer",
+            AttrKind::Float => "a number",
+            AttrKind::Bool => "true or false",
+            AttrKind::Ints => "a list of integers like [0, 1]",
+            AttrKind::DType => "a dtype (f32, f16, bf16, i32, i64, bool)",
+        }
+    }
+}
+
+impl Attr {
+    pub fn kind(&self) -> AttrKind {
+        match self {
+            Attr::Int(_) => AttrKind::Int,
+            Attr::Float(_) => AttrKind::Float,
+            Attr::Bool(_) => AttrKind::Bool,
+            Attr::Ints(_) => AttrKind::Ints,
+            Attr::DType(_) => AttrKind::DType,
+        }
+    }
+}
+
+impl fmt::Display for Attr {
+    /// The canonical IR spelling (floats in Rust's shortest round-trip form).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attr::Int(i) => write!(f, "{i}"),
+            Attr::Float(x) => write!(f, "{x:?}"),
+            Attr::Bool(b) => write!(f, "{b}"),
+            Attr::Ints(v) => {
+                f.write_str("[")?;
+                for (i, x) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                f.write_str("]")
+            }
+            Attr::DType(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+/// A default for an attribute the IR may leave out.
+#[derive(Clone, Copy, Debug)]
+pub enum AttrDefault {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Ints(&'static [i64]),
+}
+
+impl AttrDefault {
+    pub fn to_attr(self) -> Attr {
+        match self {
+            AttrDefault::Int(i) => Attr::Int(i),
+            AttrDefault::Float(x) => Attr::Float(x),
+            AttrDefault::Bool(b) => Attr::Bool(b),
+            AttrDefault::Ints(v) => Attr::Ints(v.to_vec()),
+        }
+    }
+}
+
+/// One attribute of a row.
+#[derive(Debug)]
+pub struct AttrSpec {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    /// `None`: the attribute must be written.
+    pub default: Option<AttrDefault>,
+}
+
+pub(crate) const fn attr(name: &'static str, kind: AttrKind, default: Option<AttrDefault>) -> AttrSpec {
+    AttrSpec { name, kind, default }
+}
+
+/// An op's attributes: every attribute of its row, in row order, defaults filled in.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Attrs(pub Vec<(&'static str, Attr)>);
+
+impl Attrs {
+    pub fn get(&self, name: &str) -> Option<&Attr> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, a)| a)
+    }
+
+    /// The defaults of `kind`'s row, `None` if some attribute has no default.
+    pub fn defaults(kind: OpKind) -> Option<Attrs> {
+        kind.def().attrs.iter().map(|spec| Some((spec.name, spec.default?.to_attr()))).collect::<Option<_>>().map(Attrs)
+    }
+
+    /// Sets `name` (which must be an attribute of the row these attrs were made for).
+    pub fn with(mut self, name: &'static str, value: Attr) -> Attrs {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((name, value)),
+        }
+        self
+    }
+
+    // Typed getters. Rows read only their own attributes, which the front end resolved
+    // with the right kinds; a missing or mistyped one is a bug in memplan, hence the panics.
+
+    pub fn int(&self, name: &str) -> i64 {
+        match self.get(name) {
+            Some(Attr::Int(i)) => *i,
+            other => panic!("attribute {name}: expected an integer, found {other:?}"),
+        }
+    }
+
+    pub fn float(&self, name: &str) -> f64 {
+        match self.get(name) {
+            Some(Attr::Float(x)) => *x,
+            other => panic!("attribute {name}: expected a float, found {other:?}"),
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> bool {
+        match self.get(name) {
+            Some(Attr::Bool(b)) => *b,
+            other => panic!("attribute {name}: expected a bool, found {other:?}"),
+        }
+    }
+
+    pub fn ints(&self, name: &str) -> &[i64] {
+        match self.get(name) {
+            Some(Attr::Ints(v)) => v,
+            other => panic!("attribute {name}: expected a list of integers, found {other:?}"),
+        }
+    }
+
+    pub fn dtype(&self, name: &str) -> DType {
+        match self.get(name) {
+            Some(Attr::DType(d)) => *d,
+            other => panic!("attribute {name}: expected a dtype, found {other:?}"),
+        }
+    }
+}
+
+/// The type rule: output types from input types and attributes, or why the inputs do not fit.
+/// Inputs arrive in row order and their count already matches the row.
+pub type InferFn = fn(&[&TensorType], &Attrs) -> Result<Vec<TensorType>, String>;
+
+/// Floating-point operations of one execution, from input and output types (saturating).
+pub type FlopsFn = fn(&[&TensorType], &[&TensorType], &Attrs) -> u64;
+
+/// One row of the op table.
+pub struct OpDef {
+    pub kind: OpKind,
+    /// The IR spelling.
+    pub name: &'static str,
+    /// Names of the inputs, in order; the arity is their number.
+    pub inputs: &'static [&'static str],
+    /// Names of the outputs, in order.
+    pub outputs: &'static [&'static str],
+    pub attrs: &'static [AttrSpec],
+    pub class: OpClass,
+    pub infer: InferFn,
+    pub flops: FlopsFn,
+    /// `Some(k)`: output 0 is a view of input `k` (same bytes, no copy).
+    pub view_of: Option<usize>,
+    /// `(output, input)` pairs: the op may write that output over that input's bytes when
+    /// the input dies at this op and both have the same dtype and size.
+    pub inplace: &'static [(usize, usize)],
+    /// One line for docs/IR.md and `--help`.
+    pub doc: &'static str,
+}
+
+impl fmt::Debug for OpDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpDef").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+
+impl OpDef {
+    /// One-line usage, for help lines and docs: inputs, attributes with their defaults (or
+    /// `<kind>` where the attribute must be written), outputs. For example
+    /// `conv2d_backward(dy, x, w, stride=[1, 1], padding=[0, 0]) -> (dx, dw)`.
+    pub fn signature(&self) -> String {
+        let mut parts: Vec<String> = self.inputs.iter().map(|name| name.to_string()).collect();
+        for spec in self.attrs {
+            let value = match spec.default {
+                Some(default) => default.to_attr().to_string(),
+                None => format!("<{}>", kind_word(spec.kind)),
+            };
+            parts.push(format!("{}={}", spec.name, value));
+        }
+        let outputs = match self.outputs {
+            [one] => one.to_string(),
+            many => format!("({})", many.join(", ")),
+        };
+        format!("{}({}) -> {}", self.name, parts.join(", "), outputs)
+    }
+}
+
+/// The short word for an attribute kind in signatures: `lr=<float>`.
+fn kind_word(kind: AttrKind) -> &'static str {
+    match kind {
+        AttrKind::Int => "int",
+        AttrKind::Float => "float",
+        AttrKind::Bool => "bool",
+        AttrKind::Ints => "ints",
+        AttrKind::DType => "dtype",
+    }
+}
+
+mod rules;
+mod table;
+#[cfg(test)]
+mod tests;
+
+pub use rules::broadcast;
+pub use table::OPS;

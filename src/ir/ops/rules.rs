@@ -1,0 +1,597 @@
+//! The type rules and FLOPs functions the op table's rows point to.
+//!
+//! Every rule checks its inputs and attribute values and returns a one-line message naming
+//! the types involved; none panics, whatever the types. Sizes use checked arithmetic, and
+//! every rule ends with `done`, which rejects an output whose byte size does not fit in a
+//! u64.
+
+use crate::ir::ops::{Attr, Attrs};
+use crate::ir::types::{DType, Shape, TensorType};
+
+pub(super) type Rule = Result<Vec<TensorType>, String>;
+
+/// Numpy broadcasting of two shapes.
+pub fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let rank = a.rank().max(b.rank());
+    let mut dims = vec![0; rank];
+    for (i, slot) in dims.iter_mut().enumerate() {
+        let da = if i < rank - a.rank() { 1 } else { a.dims()[i - (rank - a.rank())] };
+        let db = if i < rank - b.rank() { 1 } else { b.dims()[i - (rank - b.rank())] };
+        *slot = match (da, db) {
+            _ if da == db => da,
+            (1, d) | (d, 1) => d,
+            _ => return Err(format!("shapes {a} and {b} do not broadcast: dimension {i} is {da} vs {db}")),
+        };
+    }
+    Ok(Shape(dims))
+}
+
+/// The rule's outputs, once each is known to have a byte size that fits in a `u64`.
+pub(super) fn done(outputs: Vec<TensorType>) -> Rule {
+    match outputs.iter().find(|t| t.bytes().is_none()) {
+        Some(t) => Err(format!("the output {t} would have more than 2^64 bytes")),
+        None => Ok(outputs),
+    }
+}
+
+pub(super) fn same_dtype(inputs: &[&TensorType]) -> Result<DType, String> {
+    let dtype = inputs[0].dtype;
+    match inputs.iter().find(|t| t.dtype != dtype) {
+        Some(t) => Err(format!("dtypes differ: {} and {} (insert a cast)", inputs[0], t)),
+        None => Ok(dtype),
+    }
+}
+
+pub(super) fn same_type(a: &TensorType, a_name: &str, b: &TensorType, b_name: &str) -> Result<(), String> {
+    if a == b { Ok(()) } else { Err(format!("{a_name} and {b_name} must have the same type, found {a} and {b}")) }
+}
+
+pub(super) fn float_input(t: &TensorType, what: &str) -> Result<(), String> {
+    if t.dtype.is_float() { Ok(()) } else { Err(format!("{what} must be a float tensor, found {t}")) }
+}
+
+pub(super) fn index_input(t: &TensorType, what: &str) -> Result<(), String> {
+    if t.dtype.is_index() { Ok(()) } else { Err(format!("{what} must be an i32 or i64 tensor, found {t}")) }
+}
+
+/// An axis attribute resolved against `t`'s rank (negative counts from the end).
+pub(super) fn axis(value: i64, t: &TensorType) -> Result<usize, String> {
+    let rank = t.rank() as i64;
+    let resolved = if value < 0 { value + rank } else { value };
+    if (0..rank).contains(&resolved) {
+        Ok(resolved as usize)
+    } else if rank == 0 {
+        Err(format!("axis {value} is out of range: {t} is a scalar and has no axes"))
+    } else {
+        Err(format!("axis {value} is out of range for {t} (use {}..={})", -rank, rank - 1))
+    }
+}
+
+/// A list-of-dimensions attribute (`shape=[2, 3]`): every entry must be >= 0.
+pub(super) fn dims_attr(attrs: &Attrs, name: &str) -> Result<Vec<u64>, String> {
+    let values = attrs.ints(name);
+    values
+        .iter()
+        .map(|&d| {
+            u64::try_from(d).map_err(|_| format!("{name}={} has a negative dimension {d}", Attr::Ints(values.to_vec())))
+        })
+        .collect()
+}
+
+/// A (height, width) attribute like `stride=[2, 2]`, each entry at least `min`.
+pub(super) fn pair(attrs: &Attrs, name: &str, min: i64) -> Result<[u64; 2], String> {
+    let values = attrs.ints(name);
+    let shown = Attr::Ints(values.to_vec());
+    match *values {
+        [h, w] if h >= min && w >= min => Ok([h as u64, w as u64]),
+        [_, _] => Err(format!("{name}={shown}: each entry must be at least {min}")),
+        _ => Err(format!("{name}={shown} must have 2 entries (height, width)")),
+    }
+}
+
+/// A float attribute that must satisfy `ok` (`rule` says how, for the message).
+pub(super) fn float_attr(attrs: &Attrs, name: &str, ok: fn(f64) -> bool, rule: &str) -> Result<f64, String> {
+    let x = attrs.float(name);
+    if ok(x) { Ok(x) } else { Err(format!("{name}={x:?} must be {rule}")) }
+}
+
+pub(super) fn not_nan(attrs: &Attrs, name: &str) -> Result<f64, String> {
+    float_attr(attrs, name, |x| !x.is_nan(), "a number (not NaN)")
+}
+
+pub(super) fn positive_eps(attrs: &Attrs) -> Result<f64, String> {
+    float_attr(attrs, "eps", |x| x > 0.0 && x.is_finite(), "a positive finite number")
+}
+
+pub(super) fn non_negative(attrs: &Attrs, name: &str) -> Result<f64, String> {
+    float_attr(attrs, name, |x| x >= 0.0 && x.is_finite(), "a finite number >= 0")
+}
+
+/// The output extent of a sliding window: `(size + 2*pad - kernel) / stride + 1`.
+pub(super) fn window(size: u64, kernel: u64, stride: u64, pad: u64, dim: &str) -> Result<u64, String> {
+    let padded = pad.checked_mul(2).and_then(|p| p.checked_add(size));
+    let Some(padded) = padded else {
+        return Err(format!("{dim} {size} with padding {pad} is too large"));
+    };
+    match padded.checked_sub(kernel) {
+        Some(room) => Ok(room / stride + 1),
+        None => Err(format!("{dim} {size} plus padding 2*{pad} is smaller than the window ({kernel})")),
+    }
+}
+
+pub(super) fn numel(t: &TensorType) -> u64 {
+    t.shape.numel().unwrap_or(u64::MAX)
+}
+
+pub(super) fn dim(t: &TensorType, i: usize) -> u64 {
+    t.dims().get(i).copied().unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------
+// FLOPs. Arithmetic counts; copies, casts, gathers and views count 0.
+
+/// `K` FLOPs per output element.
+pub(super) fn per_output<const K: u64>(_: &[&TensorType], outputs: &[&TensorType], _: &Attrs) -> u64 {
+    outputs.iter().map(|t| numel(t)).fold(0u64, |a, n| a.saturating_add(n.saturating_mul(K)))
+}
+
+/// `K` FLOPs per element of input 0.
+pub(super) fn per_input<const K: u64>(inputs: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    inputs.first().map_or(0, |t| numel(t).saturating_mul(K))
+}
+
+pub(super) fn no_flops(_: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    0
+}
+
+// ---------------------------------------------------------------------------------------
+// Rules, in table order.
+
+pub(super) fn infer_binary(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let dtype = same_dtype(inputs)?;
+    if dtype == DType::Bool {
+        return Err(format!("arithmetic needs numbers, found {} and {} (cast first)", inputs[0], inputs[1]));
+    }
+    done(vec![TensorType { dtype, shape: broadcast(&inputs[0].shape, &inputs[1].shape)? }])
+}
+
+pub(super) fn infer_scalar_op(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    float_input(inputs[0], "x")?;
+    not_nan(attrs, "value")?;
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_unary_float(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    float_input(inputs[0], "x")?;
+    done(vec![inputs[0].clone()])
+}
+
+/// `(dy, saved) -> dx` where all three have one float type.
+pub(super) fn unary_backward(inputs: &[&TensorType], saved: &str) -> Rule {
+    float_input(inputs[0], "dy")?;
+    same_type(inputs[0], "dy", inputs[1], saved)?;
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_relu_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    unary_backward(inputs, "y")
+}
+
+pub(super) fn infer_gelu_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    unary_backward(inputs, "x")
+}
+
+pub(super) fn infer_softmax(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    float_input(inputs[0], "x")?;
+    axis(attrs.int("axis"), inputs[0])?;
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_softmax_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    float_input(inputs[0], "dy")?;
+    same_type(inputs[0], "dy", inputs[1], "y")?;
+    axis(attrs.int("axis"), inputs[0])?;
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_causal_mask(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    float_input(x, "x")?;
+    not_nan(attrs, "value")?;
+    match *x.dims() {
+        [.., rows, cols] if rows == cols => done(vec![x.clone()]),
+        _ => Err(format!("x must end in a square [..,T,T], found {x}")),
+    }
+}
+
+/// Matmul: `a[..., m, k] @ b[..., k, n]` with optional transposes of the last two dims and
+/// broadcasting batch dims.
+pub(super) fn infer_matmul(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (a, b) = (inputs[0], inputs[1]);
+    let dtype = same_dtype(inputs)?;
+    if !dtype.is_float() {
+        return Err(format!("needs float tensors, found {a} and {b}"));
+    }
+    if a.rank() < 2 || b.rank() < 2 {
+        return Err(format!("needs operands of rank >= 2, found {a} and {b}"));
+    }
+    let last2 = |t: &TensorType, transposed: bool| {
+        let d = t.dims();
+        let (r, c) = (d[d.len() - 2], d[d.len() - 1]);
+        if transposed { (c, r) } else { (r, c) }
+    };
+    let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
+    let (m, k1) = last2(a, ta);
+    let (k2, n) = last2(b, tb);
+    if k1 != k2 {
+        return Err(format!(
+            "inner dimensions differ: {a}{} @ {b}{} is [{m},{k1}] @ [{k2},{n}]",
+            if ta { "ᵀ" } else { "" },
+            if tb { "ᵀ" } else { "" },
+        ));
+    }
+    let batch_a = Shape(a.dims()[..a.rank() - 2].to_vec());
+    let batch_b = Shape(b.dims()[..b.rank() - 2].to_vec());
+    let mut dims = broadcast(&batch_a, &batch_b).map_err(|e| format!("batch dimensions: {e}"))?.0;
+    dims.extend([m, n]);
+    done(vec![TensorType { dtype, shape: Shape(dims) }])
+}
+
+/// 2 FLOPs (multiply, add) per output element per step of the inner dimension.
+pub(super) fn flops_matmul(inputs: &[&TensorType], outputs: &[&TensorType], attrs: &Attrs) -> u64 {
+    let a = inputs[0];
+    let k = match attrs.get("transpose_a") {
+        Some(Attr::Bool(true)) => dim(a, a.rank().wrapping_sub(2)),
+        _ => dim(a, a.rank().wrapping_sub(1)),
+    };
+    outputs.first().map_or(0, |out| numel(out)).saturating_mul(k).saturating_mul(2)
+}
+
+pub(super) fn reduce(x: &TensorType, attrs: &Attrs) -> Rule {
+    let axes = attrs.ints("axes");
+    let shown = Attr::Ints(axes.to_vec());
+    if axes.is_empty() {
+        return Err(format!("axes=[] is empty: list the dimensions of {x} to reduce"));
+    }
+    let mut reduced = vec![false; x.rank()];
+    for &a in axes {
+        let i = axis(a, x)?;
+        if reduced[i] {
+            return Err(format!("axes={shown} names dimension {i} of {x} twice"));
+        }
+        reduced[i] = true;
+    }
+    let keepdim = attrs.bool("keepdim");
+    let dims = x
+        .dims()
+        .iter()
+        .zip(&reduced)
+        .filter_map(|(&d, &r)| match (r, keepdim) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect::<Vec<_>>();
+    done(vec![TensorType::new(x.dtype, dims)])
+}
+
+pub(super) fn infer_sum(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    if inputs[0].dtype == DType::Bool {
+        return Err(format!("cannot sum a bool tensor {} (cast it first)", inputs[0]));
+    }
+    reduce(inputs[0], attrs)
+}
+
+pub(super) fn infer_mean(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    float_input(inputs[0], "x")?;
+    reduce(inputs[0], attrs)
+}
+
+pub(super) fn infer_reshape(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let out = TensorType::new(x.dtype, dims_attr(attrs, "shape")?);
+    match (x.shape.numel(), out.shape.numel()) {
+        (Some(a), Some(b)) if a == b => done(vec![out]),
+        (Some(a), Some(b)) => Err(format!("cannot reshape {x} ({a} elements) to {} ({b} elements)", out.shape)),
+        _ => Err(format!("cannot reshape {x} to {}: more than 2^64 elements", out.shape)),
+    }
+}
+
+pub(super) fn infer_transpose(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let perm = attrs.ints("perm");
+    let shown = Attr::Ints(perm.to_vec());
+    if perm.len() != x.rank() {
+        return Err(format!("perm={shown} has {} entries but {x} has rank {}", perm.len(), x.rank()));
+    }
+    let mut seen = vec![false; x.rank()];
+    let mut dims = Vec::with_capacity(x.rank());
+    for &p in perm {
+        match usize::try_from(p) {
+            Ok(i) if i < x.rank() && !seen[i] => {
+                seen[i] = true;
+                dims.push(x.dims()[i]);
+            }
+            _ => return Err(format!("perm={shown} is not a permutation of 0..{} (for {x})", x.rank())),
+        }
+    }
+    done(vec![TensorType::new(x.dtype, dims)])
+}
+
+pub(super) fn infer_expand(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let shape = Shape(dims_attr(attrs, "shape")?);
+    let Some(offset) = shape.rank().checked_sub(x.rank()) else {
+        return Err(format!("cannot expand {x} to {shape}: the target has fewer dimensions"));
+    };
+    for (i, &d) in x.dims().iter().enumerate() {
+        let target = shape.dims()[offset + i];
+        if d != target && d != 1 {
+            return Err(format!("cannot expand {x} to {shape}: dimension {i} is {d}, not 1 or {target}"));
+        }
+    }
+    done(vec![TensorType { dtype: x.dtype, shape }])
+}
+
+pub(super) fn infer_contiguous(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_cast(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    done(vec![TensorType { dtype: attrs.dtype("to"), shape: inputs[0].shape.clone() }])
+}
+
+pub(super) fn infer_fill(_: &[&TensorType], attrs: &Attrs) -> Rule {
+    let dims = dims_attr(attrs, "shape")?;
+    let dtype = attrs.dtype("dtype");
+    let value = not_nan(attrs, "value")?;
+    let fits = match dtype {
+        DType::F32 | DType::F16 | DType::Bf16 => true,
+        DType::Bool => value == 0.0 || value == 1.0,
+        DType::I32 => value.fract() == 0.0 && value >= i32::MIN as f64 && value <= i32::MAX as f64,
+        // 2^63 is exactly representable; every f64 below it fits in an i64.
+        DType::I64 => value.fract() == 0.0 && value >= -(2f64.powi(63)) && value < 2f64.powi(63),
+    };
+    if !fits {
+        return Err(format!("value={value:?} is not representable as {dtype}"));
+    }
+    done(vec![TensorType::new(dtype, dims)])
+}
+
+pub(super) fn infer_embedding(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (table, ids) = (inputs[0], inputs[1]);
+    float_input(table, "table")?;
+    index_input(ids, "ids")?;
+    let [_, d] = *table.dims() else {
+        return Err(format!("table must be [V,D], found {table}"));
+    };
+    let mut dims = ids.dims().to_vec();
+    dims.push(d);
+    done(vec![TensorType::new(table.dtype, dims)])
+}
+
+pub(super) fn infer_embedding_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, ids) = (inputs[0], inputs[1]);
+    float_input(dy, "dy")?;
+    index_input(ids, "ids")?;
+    let vocab = attrs.int("vocab");
+    if vocab < 1 {
+        return Err(format!("vocab={vocab} must be at least 1"));
+    }
+    match dy.dims().split_last() {
+        Some((&d, prefix)) if prefix == ids.dims() => done(vec![TensorType::new(dy.dtype, vec![vocab as u64, d])]),
+        _ => Err(format!("dy must be ids' shape plus a last dimension D, found dy {dy} and ids {ids}")),
+    }
+}
+
+/// Shared by the norms: `x` float with channel count `channels` (`None` if `x` has no such
+/// dimension; `layout` says which), each param exactly `x.dtype[channels]`, eps positive.
+/// Returns the param type.
+pub(super) fn norm_params(
+    x: &TensorType,
+    channels: Option<u64>,
+    layout: &str,
+    params: &[(&TensorType, &str)],
+    attrs: &Attrs,
+) -> Result<TensorType, String> {
+    float_input(x, "x")?;
+    positive_eps(attrs)?;
+    let Some(c) = channels else {
+        return Err(format!("x must be {layout}, found {x}"));
+    };
+    let want = TensorType::new(x.dtype, vec![c]);
+    for &(t, name) in params {
+        if *t != want {
+            return Err(format!("{name} must be {want} for x {x}, found {t}"));
+        }
+    }
+    Ok(want)
+}
+
+pub(super) fn infer_layer_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let d = x.dims().last().copied();
+    norm_params(x, d, "[...,D]", &[(inputs[1], "gamma"), (inputs[2], "beta")], attrs)?;
+    done(vec![x.clone()])
+}
+
+pub(super) fn infer_layer_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    same_type(dy, "dy", x, "x")?;
+    let d = x.dims().last().copied();
+    let p = norm_params(x, d, "[...,D]", &[(inputs[2], "gamma")], attrs)?;
+    done(vec![x.clone(), p.clone(), p])
+}
+
+pub(super) fn batch_channels(x: &TensorType) -> Option<u64> {
+    if x.rank() >= 2 { Some(x.dims()[1]) } else { None }
+}
+
+pub(super) fn infer_batch_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    norm_params(x, batch_channels(x), "[N,C,...]", &[(inputs[1], "gamma"), (inputs[2], "beta")], attrs)?;
+    done(vec![x.clone()])
+}
+
+pub(super) fn infer_batch_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    same_type(dy, "dy", x, "x")?;
+    let p = norm_params(x, batch_channels(x), "[N,C,...]", &[(inputs[2], "gamma")], attrs)?;
+    done(vec![x.clone(), p.clone(), p])
+}
+
+pub(super) fn infer_conv2d(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, w) = (inputs[0], inputs[1]);
+    let dtype = same_dtype(inputs)?;
+    float_input(x, "x")?;
+    let (&[n, c, h, wd], &[k, wc, r, s]) = (x.dims(), w.dims()) else {
+        return Err(format!("x must be [N,C,H,W] and w [K,C,R,S], found {x} and {w}"));
+    };
+    if c != wc {
+        return Err(format!("channels differ: x {x} has C={c} but w {w} has C={wc}"));
+    }
+    let stride = pair(attrs, "stride", 1)?;
+    let padding = pair(attrs, "padding", 0)?;
+    let in_context = |e: String| format!("{e} (x {x}, w {w})");
+    let p = window(h, r, stride[0], padding[0], "height").map_err(in_context)?;
+    let q = window(wd, s, stride[1], padding[1], "width").map_err(in_context)?;
+    done(vec![TensorType::new(dtype, vec![n, k, p, q])])
+}
+
+pub(super) fn infer_conv2d_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x, w) = (inputs[0], inputs[1], inputs[2]);
+    let y = infer_conv2d(&[x, w], attrs)?.remove(0);
+    if *dy != y {
+        return Err(format!("dy must be conv2d(x {x}, w {w})'s type {y}, found {dy}"));
+    }
+    done(vec![x.clone(), w.clone()])
+}
+
+/// 2·N·K·P·Q·C·R·S: multiply-add per output element per kernel tap.
+pub(super) fn conv_flops(y: Option<&&TensorType>, w: Option<&&TensorType>) -> u64 {
+    let taps = w.map_or(0, |w| dim(w, 1).saturating_mul(dim(w, 2)).saturating_mul(dim(w, 3)));
+    y.map_or(0, |y| numel(y)).saturating_mul(taps).saturating_mul(2)
+}
+
+pub(super) fn flops_conv2d(inputs: &[&TensorType], outputs: &[&TensorType], _: &Attrs) -> u64 {
+    conv_flops(outputs.first(), inputs.get(1))
+}
+
+/// dx and dw each cost as much as the forward.
+pub(super) fn flops_conv2d_backward(inputs: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    conv_flops(inputs.first(), inputs.get(2)).saturating_mul(2)
+}
+
+pub(super) fn infer_max_pool2d(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    float_input(x, "x")?;
+    let &[n, c, h, w] = x.dims() else {
+        return Err(format!("x must be [N,C,H,W], found {x}"));
+    };
+    let kernel = pair(attrs, "kernel", 1)?;
+    let stride = pair(attrs, "stride", 1)?;
+    let padding = pair(attrs, "padding", 0)?;
+    if padding[0] > kernel[0] / 2 || padding[1] > kernel[1] / 2 {
+        return Err(format!(
+            "padding={} must be at most half of kernel={}",
+            Attr::Ints(attrs.ints("padding").to_vec()),
+            Attr::Ints(attrs.ints("kernel").to_vec())
+        ));
+    }
+    let in_context = |e: String| format!("{e} (x {x})");
+    let p = window(h, kernel[0], stride[0], padding[0], "height").map_err(in_context)?;
+    let q = window(w, kernel[1], stride[1], padding[1], "width").map_err(in_context)?;
+    done(vec![TensorType::new(x.dtype, vec![n, c, p, q])])
+}
+
+pub(super) fn infer_max_pool2d_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    let y = infer_max_pool2d(&[x], attrs)?.remove(0);
+    if *dy != y {
+        return Err(format!("dy must be max_pool2d(x {x})'s type {y}, found {dy}"));
+    }
+    done(vec![x.clone()])
+}
+
+pub(super) fn window_size(attrs: &Attrs) -> u64 {
+    match attrs.get("kernel") {
+        Some(Attr::Ints(k)) => k.iter().fold(1u64, |a, &d| a.saturating_mul(u64::try_from(d).unwrap_or(0))),
+        _ => 0,
+    }
+}
+
+/// One comparison per window element per output element.
+pub(super) fn flops_max_pool2d(_: &[&TensorType], outputs: &[&TensorType], attrs: &Attrs) -> u64 {
+    outputs.first().map_or(0, |y| numel(y)).saturating_mul(window_size(attrs))
+}
+
+/// The forward's comparisons again, to find each window's maximum (dy has y's shape).
+pub(super) fn flops_max_pool2d_backward(inputs: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
+    inputs.first().map_or(0, |dy| numel(dy)).saturating_mul(window_size(attrs))
+}
+
+pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType) -> Result<(), String> {
+    float_input(logits, "logits")?;
+    index_input(labels, "labels")?;
+    let &[n, _] = logits.dims() else {
+        return Err(format!("logits must be [N,C], found {logits}"));
+    };
+    if labels.dims() != [n] {
+        return Err(format!("labels must be [{n}] for logits {logits}, found {labels}"));
+    }
+    Ok(())
+}
+
+pub(super) fn infer_cross_entropy(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    check_cross_entropy(inputs[0], inputs[1])?;
+    done(vec![TensorType::new(inputs[0].dtype, vec![])])
+}
+
+pub(super) fn infer_cross_entropy_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (dloss, logits) = (inputs[0], inputs[1]);
+    check_cross_entropy(logits, inputs[2])?;
+    let want = TensorType::new(logits.dtype, vec![]);
+    if *dloss != want {
+        return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));
+    }
+    done(vec![logits.clone()])
+}
+
+/// Optimizer tensors (every input but adam's `t`): one float type, named by the row.
+pub(super) fn optimizer_tensors(inputs: &[&TensorType], names: &[&str]) -> Result<(), String> {
+    float_input(inputs[0], names[0])?;
+    for (t, name) in inputs.iter().zip(names).skip(1) {
+        same_type(inputs[0], names[0], t, name)?;
+    }
+    Ok(())
+}
+
+pub(super) fn infer_sgd(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    optimizer_tensors(inputs, &["p", "g"])?;
+    non_negative(attrs, "lr")?;
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_sgd_momentum(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    optimizer_tensors(inputs, &["p", "g", "buf"])?;
+    non_negative(attrs, "lr")?;
+    non_negative(attrs, "momentum")?;
+    done(vec![inputs[0].clone(), inputs[0].clone()])
+}
+
+pub(super) fn infer_adam(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    optimizer_tensors(&inputs[..4], &["p", "g", "m", "v"])?;
+    let t = inputs[4];
+    if !(t.dtype.is_float() && t.rank() == 0) {
+        return Err(format!("t (the step count) must be a float scalar like f32[], found {t}"));
+    }
+    non_negative(attrs, "lr")?;
+    for beta in ["beta1", "beta2"] {
+        float_attr(attrs, beta, |b| (0.0..1.0).contains(&b), "in [0, 1)")?;
+    }
+    positive_eps(attrs)?;
+    if attrs.get("weight_decay").is_some() {
+        non_negative(attrs, "weight_decay")?;
+    }
+    done(vec![inputs[0].clone(), inputs[0].clone(), inputs[0].clone()])
+}

@@ -1,0 +1,555 @@
+//! Tests of the op table: row order, every type rule, FLOPs, signatures, docs.
+
+use super::rules::*;
+use super::*;
+use crate::ir::types::{DType, Shape, TensorType};
+
+/// `f32[2,3]` → a tensor type.
+fn ty(s: &str) -> TensorType {
+    let (dtype, rest) = s.split_once('[').expect("type");
+    let dims = rest.trim_end_matches(']').split(',').filter(|d| !d.is_empty()).map(|d| d.parse().unwrap());
+    TensorType::new(DType::from_name(dtype).expect("dtype"), dims.collect::<Vec<u64>>())
+}
+
+/// The row's attributes: `given` ones, defaults for the rest.
+fn attrs_for(kind: OpKind, given: &[(&str, Attr)]) -> Attrs {
+    for (name, _) in given {
+        assert!(kind.def().attrs.iter().any(|s| s.name == *name), "{kind} has no attribute {name}");
+    }
+    Attrs(
+        kind.def()
+            .attrs
+            .iter()
+            .map(|spec| {
+                let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
+                let value = value.or(spec.default.map(AttrDefault::to_attr));
+                (spec.name, value.unwrap_or_else(|| panic!("test must give {kind}'s {}", spec.name)))
+            })
+            .collect(),
+    )
+}
+
+fn infer(kind: OpKind, inputs: &[&str], given: &[(&str, Attr)]) -> Result<Vec<String>, String> {
+    let types: Vec<TensorType> = inputs.iter().map(|s| ty(s)).collect();
+    let refs: Vec<&TensorType> = types.iter().collect();
+    assert_eq!(refs.len(), kind.def().inputs.len(), "{kind}: wrong number of inputs in the test");
+    let outputs = (kind.def().infer)(&refs, &attrs_for(kind, given))?;
+    assert_eq!(outputs.len(), kind.def().outputs.len(), "{kind}: rule gave the wrong number of outputs");
+    Ok(outputs.iter().map(|t| t.to_string()).collect())
+}
+
+#[track_caller]
+fn ok(kind: OpKind, inputs: &[&str], given: &[(&str, Attr)]) -> Vec<String> {
+    infer(kind, inputs, given).unwrap_or_else(|e| panic!("{kind} rejected {inputs:?}: {e}"))
+}
+
+/// The rejection message, which must mention `needle`.
+#[track_caller]
+fn err(kind: OpKind, inputs: &[&str], given: &[(&str, Attr)], needle: &str) -> String {
+    match infer(kind, inputs, given) {
+        Err(e) => {
+            assert!(e.contains(needle), "{kind}: message {e:?} does not mention {needle:?}");
+            e
+        }
+        Ok(out) => panic!("{kind} accepted {inputs:?} giving {out:?}"),
+    }
+}
+
+fn ints(v: &[i64]) -> Attr {
+    Attr::Ints(v.to_vec())
+}
+
+fn float(x: f64) -> Attr {
+    Attr::Float(x)
+}
+
+const HUGE: &str = "f32[4294967296,4294967296]";
+
+#[test]
+fn rows_are_in_kind_order() {
+    for (i, row) in OPS.iter().enumerate() {
+        assert_eq!(row.kind as usize, i, "row {} ({}) is out of place", i, row.name);
+    }
+}
+
+#[test]
+fn every_kind_has_a_row_and_a_unique_name() {
+    assert_eq!(OPS.len(), OpKind::Adamw as usize + 1);
+    for row in OPS {
+        assert_eq!(OpKind::from_name(row.name), Some(row.kind));
+        assert!(row.view_of.is_none_or(|k| k < row.inputs.len()), "{}", row.name);
+        for &(o, i) in row.inplace {
+            assert!(o < row.outputs.len() && i < row.inputs.len(), "{}: bad inplace pair", row.name);
+        }
+    }
+    assert_eq!(OpKind::from_name("conv3d"), None);
+}
+
+#[test]
+fn broadcasting() {
+    let s = |d: &[u64]| Shape(d.to_vec());
+    assert_eq!(broadcast(&s(&[64, 256]), &s(&[256])).unwrap(), s(&[64, 256]));
+    assert_eq!(broadcast(&s(&[8, 1, 4]), &s(&[3, 1])).unwrap(), s(&[8, 3, 4]));
+    assert_eq!(broadcast(&s(&[]), &s(&[3])).unwrap(), s(&[3]));
+    assert_eq!(broadcast(&s(&[0, 3]), &s(&[1, 3])).unwrap(), s(&[0, 3]));
+    assert!(broadcast(&s(&[64, 256]), &s(&[255])).is_err());
+    assert!(broadcast(&s(&[0]), &s(&[2])).is_err());
+}
+
+#[test]
+fn signatures() {
+    assert_eq!(
+        OpKind::Conv2dBackward.def().signature(),
+        "conv2d_backward(dy, x, w, stride=[1, 1], padding=[0, 0]) -> (dx, dw)"
+    );
+    assert_eq!(OpKind::Sgd.def().signature(), "sgd(p, g, lr=<float>) -> p_new");
+    assert_eq!(OpKind::Fill.def().signature(), "fill(shape=<ints>, dtype=<dtype>, value=0.0) -> out");
+    assert_eq!(OpKind::LayerNorm.def().signature(), "layer_norm(x, gamma, beta, eps=1e-5) -> y");
+    assert_eq!(OpKind::CausalMask.def().signature(), "causal_mask(x, value=-inf) -> out");
+    assert_eq!(OpKind::Add.def().signature(), "add(a, b) -> out");
+}
+
+/// docs/IR.md lists every op with the signature its row gives.
+#[test]
+fn manual_lists_every_signature() {
+    let manual = include_str!("../../../docs/IR.md");
+    for row in OPS {
+        let signature = format!("`{}`", row.signature());
+        assert!(manual.contains(&signature), "docs/IR.md lacks {signature}");
+    }
+}
+
+#[test]
+fn elementwise_binary() {
+    for kind in [OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div] {
+        assert_eq!(ok(kind, &["f32[64,256]", "f32[256]"], &[]), ["f32[64,256]"]);
+        assert_eq!(ok(kind, &["i32[]", "i32[3]"], &[]), ["i32[3]"]);
+        assert_eq!(ok(kind, &["bf16[0,3]", "bf16[1,3]"], &[]), ["bf16[0,3]"]);
+        err(kind, &["f32[2]", "f16[2]"], &[], "f32[2] and f16[2]");
+        err(kind, &["bool[2]", "bool[2]"], &[], "bool[2]");
+        err(kind, &["f32[64,256]", "f32[255]"], &[], "[64,256] and [255]");
+        err(kind, &["f32[4294967296,1]", "f32[1,4294967296]"], &[], "2^64 bytes");
+    }
+}
+
+#[test]
+fn scalar_ops() {
+    for kind in [OpKind::AddScalar, OpKind::MulScalar] {
+        assert_eq!(ok(kind, &["f16[2,3]"], &[("value", float(2.0))]), ["f16[2,3]"]);
+        assert_eq!(ok(kind, &["f32[]"], &[("value", float(-1.5))]), ["f32[]"]);
+        err(kind, &["i32[2]"], &[("value", float(1.0))], "i32[2]");
+        err(kind, &["f32[2]"], &[("value", float(f64::NAN))], "NaN");
+    }
+}
+
+#[test]
+fn activations_and_their_gradients() {
+    for kind in [OpKind::Relu, OpKind::Gelu] {
+        assert_eq!(ok(kind, &["f32[4,5]"], &[]), ["f32[4,5]"]);
+        assert_eq!(ok(kind, &["bf16[]"], &[]), ["bf16[]"]);
+        err(kind, &["i64[4]"], &[], "i64[4]");
+        err(kind, &[HUGE], &[], "2^64");
+    }
+    for kind in [OpKind::ReluBackward, OpKind::GeluBackward] {
+        assert_eq!(ok(kind, &["f32[4,5]", "f32[4,5]"], &[]), ["f32[4,5]"]);
+        err(kind, &["f32[4,5]", "f32[4,6]"], &[], "f32[4,5] and f32[4,6]");
+        err(kind, &["f32[4]", "f16[4]"], &[], "same type");
+        err(kind, &["i32[4]", "i32[4]"], &[], "float");
+    }
+}
+
+#[test]
+fn softmax_axes() {
+    assert_eq!(ok(OpKind::Softmax, &["f32[2,3]"], &[]), ["f32[2,3]"]);
+    assert_eq!(ok(OpKind::Softmax, &["f32[2,3]"], &[("axis", Attr::Int(0))]), ["f32[2,3]"]);
+    assert_eq!(ok(OpKind::Softmax, &["f32[2,3]"], &[("axis", Attr::Int(-2))]), ["f32[2,3]"]);
+    err(OpKind::Softmax, &["f32[2,3]"], &[("axis", Attr::Int(2))], "use -2..=1");
+    err(OpKind::Softmax, &["f32[2,3]"], &[("axis", Attr::Int(-3))], "out of range");
+    err(OpKind::Softmax, &["f32[2,3]"], &[("axis", Attr::Int(i64::MIN))], "out of range");
+    err(OpKind::Softmax, &["f32[]"], &[], "scalar");
+    err(OpKind::Softmax, &["i32[3]"], &[], "float");
+    assert_eq!(ok(OpKind::SoftmaxBackward, &["f32[2,3]", "f32[2,3]"], &[]), ["f32[2,3]"]);
+    err(OpKind::SoftmaxBackward, &["f32[2,3]", "f32[3,2]"], &[], "dy and y");
+    err(OpKind::SoftmaxBackward, &["f32[2,3]", "f32[2,3]"], &[("axis", Attr::Int(5))], "out of range");
+}
+
+#[test]
+fn causal_mask() {
+    assert_eq!(ok(OpKind::CausalMask, &["f32[2,4,4]"], &[]), ["f32[2,4,4]"]);
+    assert_eq!(ok(OpKind::CausalMask, &["f16[0,0]"], &[("value", float(-1e4))]), ["f16[0,0]"]);
+    err(OpKind::CausalMask, &["f32[4,5]"], &[], "[..,T,T]");
+    err(OpKind::CausalMask, &["f32[4]"], &[], "f32[4]");
+    err(OpKind::CausalMask, &["f32[4,4]"], &[("value", float(f64::NAN))], "NaN");
+    err(OpKind::CausalMask, &["i32[4,4]"], &[], "float");
+}
+
+#[test]
+fn matmul_transposes_and_batches() {
+    let m = OpKind::Matmul;
+    let t = |a: bool, b: bool| [("transpose_a", Attr::Bool(a)), ("transpose_b", Attr::Bool(b))];
+    assert_eq!(ok(m, &["f32[64,784]", "f32[784,256]"], &[]), ["f32[64,256]"]);
+    assert_eq!(ok(m, &["f32[784,64]", "f32[784,256]"], &t(true, false)), ["f32[64,256]"]);
+    assert_eq!(ok(m, &["f32[64,784]", "f32[256,784]"], &t(false, true)), ["f32[64,256]"]);
+    assert_eq!(ok(m, &["f32[784,64]", "f32[256,784]"], &t(true, true)), ["f32[64,256]"]);
+    assert_eq!(ok(m, &["f32[2,1,4,8]", "f32[3,8,5]"], &[]), ["f32[2,3,4,5]"]);
+    assert_eq!(ok(m, &["f16[2,4,8]", "f16[8,5]"], &[]), ["f16[2,4,5]"]);
+    assert_eq!(ok(m, &["f32[4,0]", "f32[0,5]"], &[]), ["f32[4,5]"]);
+    err(m, &["f32[2,4,8]", "f32[3,8,5]"], &[], "batch dimensions");
+    err(m, &["f32[4,8]", "f32[7,5]"], &[], "inner dimensions differ: f32[4,8] @ f32[7,5]");
+    err(m, &["f32[4,8]", "f32[4,5]"], &t(false, true), "inner dimensions");
+    err(m, &["f32[8]", "f32[8,5]"], &[], "rank >= 2");
+    err(m, &["i32[2,2]", "i32[2,2]"], &[], "float");
+    err(m, &["f32[2,2]", "f16[2,2]"], &[], "dtypes differ");
+    err(m, &["f32[4294967296,1]", "f32[1,4294967296]"], &[], "2^64");
+}
+
+#[test]
+fn reductions() {
+    for kind in [OpKind::Sum, OpKind::Mean] {
+        let axes = |v: &[i64]| ("axes", ints(v));
+        let keep = ("keepdim", Attr::Bool(true));
+        assert_eq!(ok(kind, &["f32[4,5]"], &[axes(&[0])]), ["f32[5]"]);
+        assert_eq!(ok(kind, &["f32[4,5]"], &[axes(&[0]), keep.clone()]), ["f32[1,5]"]);
+        assert_eq!(ok(kind, &["f32[4,5]"], &[axes(&[-1])]), ["f32[4]"]);
+        assert_eq!(ok(kind, &["f32[4,5]"], &[axes(&[1, 0])]), ["f32[]"]);
+        assert_eq!(ok(kind, &["f32[2,3,4]"], &[axes(&[0, 2]), keep]), ["f32[1,3,1]"]);
+        err(kind, &["f32[4,5]"], &[axes(&[1, -1])], "twice");
+        err(kind, &["f32[4,5]"], &[axes(&[2])], "out of range for f32[4,5]");
+        err(kind, &["f32[4,5]"], &[axes(&[])], "empty");
+        err(kind, &["f32[]"], &[axes(&[0])], "scalar");
+        err(kind, &["bool[4]"], &[axes(&[0])], "bool[4]");
+    }
+    assert_eq!(ok(OpKind::Sum, &["i64[4,5]"], &[("axes", ints(&[1]))]), ["i64[4]"]);
+    err(OpKind::Mean, &["i32[4,5]"], &[("axes", ints(&[1]))], "float");
+}
+
+#[test]
+fn reshape_keeps_numel() {
+    let r = |s: &[i64]| [("shape", ints(s))];
+    assert_eq!(ok(OpKind::Reshape, &["f32[2,3]"], &r(&[3, 2])), ["f32[3,2]"]);
+    assert_eq!(ok(OpKind::Reshape, &["i64[2,3]"], &r(&[6])), ["i64[6]"]);
+    assert_eq!(ok(OpKind::Reshape, &["f32[]"], &r(&[1, 1])), ["f32[1,1]"]);
+    assert_eq!(ok(OpKind::Reshape, &["f32[1]"], &r(&[])), ["f32[]"]);
+    assert_eq!(ok(OpKind::Reshape, &["f32[0,5]"], &r(&[5, 0])), ["f32[5,0]"]);
+    err(OpKind::Reshape, &["f32[2,3]"], &r(&[4, 2]), "f32[2,3] (6 elements) to [4,2] (8 elements)");
+    err(OpKind::Reshape, &["f32[2,3]"], &r(&[-1, 6]), "negative");
+    err(OpKind::Reshape, &["f32[2]"], &r(&[i64::MAX, i64::MAX]), "2^64 elements");
+    assert_eq!(OpKind::Reshape.def().view_of, Some(0));
+}
+
+#[test]
+fn transpose_needs_a_permutation() {
+    let p = |s: &[i64]| [("perm", ints(s))];
+    assert_eq!(ok(OpKind::Transpose, &["f32[2,3]"], &p(&[1, 0])), ["f32[3,2]"]);
+    assert_eq!(ok(OpKind::Transpose, &["f32[2,3,4]"], &p(&[0, 2, 1])), ["f32[2,4,3]"]);
+    assert_eq!(ok(OpKind::Transpose, &["f32[]"], &p(&[])), ["f32[]"]);
+    err(OpKind::Transpose, &["f32[2,3]"], &p(&[]), "has 0 entries but f32[2,3] has rank 2");
+    err(OpKind::Transpose, &["f32[2,3]"], &p(&[0, 0]), "not a permutation");
+    err(OpKind::Transpose, &["f32[2,3]"], &p(&[0, 2]), "not a permutation");
+    err(OpKind::Transpose, &["f32[2,3]"], &p(&[-1, 0]), "not a permutation");
+    assert_eq!(OpKind::Transpose.def().view_of, Some(0));
+}
+
+#[test]
+fn expand_broadcasts_to_exactly_shape() {
+    let e = |s: &[i64]| [("shape", ints(s))];
+    assert_eq!(ok(OpKind::Expand, &["f32[3,1]"], &e(&[2, 3, 4])), ["f32[2,3,4]"]);
+    assert_eq!(ok(OpKind::Expand, &["f32[3]"], &e(&[3])), ["f32[3]"]);
+    assert_eq!(ok(OpKind::Expand, &["f32[]"], &e(&[2, 2])), ["f32[2,2]"]);
+    assert_eq!(ok(OpKind::Expand, &["f32[1]"], &e(&[0])), ["f32[0]"]);
+    err(OpKind::Expand, &["f32[3]"], &e(&[2, 4]), "dimension 0 is 3, not 1 or 4");
+    err(OpKind::Expand, &["f32[2,3]"], &e(&[3]), "fewer dimensions");
+    err(OpKind::Expand, &["f32[1]"], &e(&[-2]), "negative");
+    err(OpKind::Expand, &["f32[1]"], &e(&[4294967296, 4294967296]), "2^64");
+    assert_eq!(OpKind::Expand.def().view_of, Some(0));
+}
+
+#[test]
+fn contiguous_and_cast() {
+    assert_eq!(ok(OpKind::Contiguous, &["bool[2,3]"], &[]), ["bool[2,3]"]);
+    err(OpKind::Contiguous, &[HUGE], &[], "2^64");
+    let to = |d| [("to", Attr::DType(d))];
+    assert_eq!(ok(OpKind::Cast, &["f32[2]"], &to(DType::Bf16)), ["bf16[2]"]);
+    assert_eq!(ok(OpKind::Cast, &["bool[]"], &to(DType::I64)), ["i64[]"]);
+    err(OpKind::Cast, &[HUGE], &to(DType::F16), "2^64");
+}
+
+#[test]
+fn fill_checks_value_against_dtype() {
+    let f = |shape: &[i64], d, v| [("shape", ints(shape)), ("dtype", Attr::DType(d)), ("value", float(v))];
+    assert_eq!(ok(OpKind::Fill, &[], &f(&[], DType::F32, 1.0)), ["f32[]"]);
+    assert_eq!(ok(OpKind::Fill, &[], &f(&[2, 3], DType::I64, -7.0)), ["i64[2,3]"]);
+    assert_eq!(ok(OpKind::Fill, &[], &f(&[4], DType::Bool, 1.0)), ["bool[4]"]);
+    assert_eq!(ok(OpKind::Fill, &[], &f(&[0], DType::F16, f64::NEG_INFINITY)), ["f16[0]"]);
+    err(OpKind::Fill, &[], &f(&[2], DType::I32, 1.5), "not representable as i32");
+    err(OpKind::Fill, &[], &f(&[2], DType::I32, 3e9), "i32");
+    err(OpKind::Fill, &[], &f(&[2], DType::I64, f64::INFINITY), "i64");
+    err(OpKind::Fill, &[], &f(&[2], DType::Bool, 2.0), "bool");
+    err(OpKind::Fill, &[], &f(&[2, -3], DType::F32, 0.0), "negative");
+    err(OpKind::Fill, &[], &f(&[2], DType::F32, f64::NAN), "NaN");
+}
+
+#[test]
+fn embedding() {
+    let e = OpKind::Embedding;
+    assert_eq!(ok(e, &["f32[100,16]", "i64[4,8]"], &[]), ["f32[4,8,16]"]);
+    assert_eq!(ok(e, &["bf16[100,16]", "i32[]"], &[]), ["bf16[16]"]);
+    err(e, &["f32[100,16]", "f32[4]"], &[], "ids must be an i32 or i64 tensor, found f32[4]");
+    err(e, &["f32[100,16,2]", "i32[4]"], &[], "[V,D]");
+    err(e, &["i32[100,16]", "i32[4]"], &[], "float");
+    let b = OpKind::EmbeddingBackward;
+    let vocab = |v| [("vocab", Attr::Int(v))];
+    assert_eq!(ok(b, &["f32[4,8,16]", "i64[4,8]"], &vocab(100)), ["f32[100,16]"]);
+    err(b, &["f32[4,8,16]", "i64[4,8]"], &vocab(0), "vocab=0");
+    err(b, &["f32[4,7,16]", "i64[4,8]"], &vocab(10), "dy f32[4,7,16] and ids i64[4,8]");
+    err(b, &["f32[]", "i64[]"], &vocab(10), "last dimension");
+}
+
+#[test]
+fn norms() {
+    assert_eq!(ok(OpKind::LayerNorm, &["f32[2,3,8]", "f32[8]", "f32[8]"], &[]), ["f32[2,3,8]"]);
+    err(OpKind::LayerNorm, &["f32[2,3,8]", "f32[3]", "f32[8]"], &[], "gamma must be f32[8] for x f32[2,3,8]");
+    err(OpKind::LayerNorm, &["f32[2,8]", "f32[8]", "f16[8]"], &[], "beta");
+    err(OpKind::LayerNorm, &["f32[]", "f32[1]", "f32[1]"], &[], "[...,D]");
+    err(OpKind::LayerNorm, &["f32[2,8]", "f32[8]", "f32[8]"], &[("eps", float(0.0))], "eps=0.0");
+    assert_eq!(
+        ok(OpKind::LayerNormBackward, &["f32[2,8]", "f32[2,8]", "f32[8]"], &[]),
+        ["f32[2,8]", "f32[8]", "f32[8]"]
+    );
+    err(OpKind::LayerNormBackward, &["f32[2,7]", "f32[2,8]", "f32[8]"], &[], "dy and x");
+
+    assert_eq!(ok(OpKind::BatchNorm, &["f32[4,3,5,5]", "f32[3]", "f32[3]"], &[]), ["f32[4,3,5,5]"]);
+    assert_eq!(ok(OpKind::BatchNorm, &["f32[4,3]", "f32[3]", "f32[3]"], &[]), ["f32[4,3]"]);
+    err(OpKind::BatchNorm, &["f32[4]", "f32[4]", "f32[4]"], &[], "[N,C,...]");
+    err(OpKind::BatchNorm, &["f32[4,3,5,5]", "f32[5]", "f32[3]"], &[], "gamma must be f32[3]");
+    err(OpKind::BatchNorm, &["f32[4,3]", "f32[3]", "f32[3]"], &[("eps", float(f64::INFINITY))], "eps");
+    assert_eq!(
+        ok(OpKind::BatchNormBackward, &["f32[4,3,5,5]", "f32[4,3,5,5]", "f32[3]"], &[]),
+        ["f32[4,3,5,5]", "f32[3]", "f32[3]"]
+    );
+    err(OpKind::BatchNormBackward, &["f32[4,3,5,5]", "f32[4,3,5,5]", "f32[4]"], &[], "gamma");
+}
+
+#[test]
+fn conv2d_output_sizes() {
+    let c = OpKind::Conv2d;
+    let sp = |s: &[i64], p: &[i64]| [("stride", ints(s)), ("padding", ints(p))];
+    assert_eq!(ok(c, &["f32[8,3,32,32]", "f32[16,3,3,3]"], &sp(&[2, 2], &[1, 1])), ["f32[8,16,16,16]"]);
+    assert_eq!(ok(c, &["f32[1,3,5,5]", "f32[2,3,3,3]"], &[]), ["f32[1,2,3,3]"]);
+    assert_eq!(ok(c, &["f32[1,3,5,7]", "f32[2,3,1,3]"], &sp(&[1, 2], &[0, 1])), ["f32[1,2,5,4]"]);
+    assert_eq!(ok(c, &["f32[1,3,3,3]", "f32[2,3,3,3]"], &[]), ["f32[1,2,1,1]"]);
+    err(c, &["f32[1,3,5,5]", "f32[2,4,3,3]"], &[], "C=3 but w f32[2,4,3,3] has C=4");
+    err(c, &["f32[1,3,2,2]", "f32[2,3,3,3]"], &[], "smaller than the window (3)");
+    err(c, &["f32[1,3,5,5]", "f32[2,3,3,3]"], &sp(&[0, 1], &[0, 0]), "stride=[0, 1]");
+    err(c, &["f32[1,3,5,5]", "f32[2,3,3,3]"], &sp(&[1, 1], &[-1, 0]), "padding=[-1, 0]");
+    err(c, &["f32[1,3,5,5]", "f32[2,3,3,3]"], &sp(&[1], &[0, 0]), "2 entries");
+    err(c, &["f32[3,5,5]", "f32[2,3,3,3]"], &[], "[N,C,H,W]");
+    err(c, &["f32[1,3,5,5]", "f16[2,3,3,3]"], &[], "dtypes differ");
+    err(c, &["f32[1,1,1,1]", "f32[1,1,1,1]"], &sp(&[1, 1], &[i64::MAX, i64::MAX]), "2^64");
+
+    let b = OpKind::Conv2dBackward;
+    let attrs = sp(&[2, 2], &[1, 1]);
+    assert_eq!(
+        ok(b, &["f32[8,16,16,16]", "f32[8,3,32,32]", "f32[16,3,3,3]"], &attrs),
+        ["f32[8,3,32,32]", "f32[16,3,3,3]"]
+    );
+    err(b, &["f32[8,16,32,32]", "f32[8,3,32,32]", "f32[16,3,3,3]"], &attrs, "type f32[8,16,16,16]");
+    err(b, &["f32[8,16,16,16]", "f32[8,3,32,32]", "f32[16,4,3,3]"], &attrs, "channels differ");
+}
+
+#[test]
+fn max_pool2d_output_sizes() {
+    let m = OpKind::MaxPool2d;
+    let kw = |k: &[i64], s: &[i64], p: &[i64]| [("kernel", ints(k)), ("stride", ints(s)), ("padding", ints(p))];
+    assert_eq!(ok(m, &["f32[1,2,8,8]"], &kw(&[2, 2], &[2, 2], &[0, 0])), ["f32[1,2,4,4]"]);
+    assert_eq!(ok(m, &["f32[1,2,7,7]"], &kw(&[3, 3], &[2, 2], &[1, 1])), ["f32[1,2,4,4]"]);
+    assert_eq!(ok(m, &["f16[2,3,5,4]"], &kw(&[1, 2], &[1, 1], &[0, 1])), ["f16[2,3,5,5]"]);
+    err(m, &["f32[1,2,8,8]"], &kw(&[3, 3], &[1, 1], &[2, 2]), "at most half");
+    err(m, &["f32[1,2,8,8]"], &kw(&[0, 2], &[1, 1], &[0, 0]), "kernel=[0, 2]");
+    err(m, &["f32[1,2,8,8]"], &kw(&[2, 2], &[0, 0], &[0, 0]), "stride");
+    err(m, &["f32[1,2,1,8]"], &kw(&[2, 2], &[1, 1], &[0, 0]), "height 1");
+    err(m, &["f32[2,8,8]"], &kw(&[2, 2], &[2, 2], &[0, 0]), "[N,C,H,W]");
+    err(m, &["i32[1,2,8,8]"], &kw(&[2, 2], &[2, 2], &[0, 0]), "float");
+    let b = OpKind::MaxPool2dBackward;
+    let attrs = kw(&[2, 2], &[2, 2], &[0, 0]);
+    assert_eq!(ok(b, &["f32[1,2,4,4]", "f32[1,2,8,8]"], &attrs), ["f32[1,2,8,8]"]);
+    err(b, &["f32[1,2,8,8]", "f32[1,2,8,8]"], &attrs, "type f32[1,2,4,4]");
+}
+
+#[test]
+fn cross_entropy() {
+    let c = OpKind::CrossEntropy;
+    assert_eq!(ok(c, &["f32[64,10]", "i32[64]"], &[]), ["f32[]"]);
+    assert_eq!(ok(c, &["bf16[4,3]", "i64[4]"], &[]), ["bf16[]"]);
+    err(c, &["f32[64,10]", "i32[63]"], &[], "labels must be [64] for logits f32[64,10], found i32[63]");
+    err(c, &["f32[64,10]", "f32[64]"], &[], "i32 or i64");
+    err(c, &["f32[2,64,10]", "i32[64]"], &[], "[N,C]");
+    err(c, &["i32[64,10]", "i32[64]"], &[], "float");
+    let b = OpKind::CrossEntropyBackward;
+    assert_eq!(ok(b, &["f32[]", "f32[64,10]", "i32[64]"], &[]), ["f32[64,10]"]);
+    err(b, &["f16[]", "f32[64,10]", "i32[64]"], &[], "dloss must be f32[]");
+    err(b, &["f32[1]", "f32[64,10]", "i32[64]"], &[], "found f32[1]");
+    err(b, &["f32[]", "f32[64,10]", "i32[64,1]"], &[], "labels");
+}
+
+#[test]
+fn optimizers() {
+    let lr = |x| ("lr", float(x));
+    assert_eq!(ok(OpKind::Sgd, &["f32[3]", "f32[3]"], &[lr(0.1)]), ["f32[3]"]);
+    assert_eq!(ok(OpKind::Sgd, &["bf16[]", "bf16[]"], &[lr(0.0)]), ["bf16[]"]);
+    err(OpKind::Sgd, &["f32[3]", "f16[3]"], &[lr(0.1)], "p and g must have the same type");
+    err(OpKind::Sgd, &["f32[3]", "f32[4]"], &[lr(0.1)], "f32[3] and f32[4]");
+    err(OpKind::Sgd, &["i32[3]", "i32[3]"], &[lr(0.1)], "p must be a float tensor");
+    err(OpKind::Sgd, &["f32[3]", "f32[3]"], &[lr(f64::NAN)], "lr=NaN");
+    err(OpKind::Sgd, &["f32[3]", "f32[3]"], &[lr(-1.0)], "lr=-1.0");
+
+    let s = OpKind::SgdMomentum;
+    assert_eq!(ok(s, &["f32[3]", "f32[3]", "f32[3]"], &[lr(0.1)]), ["f32[3]", "f32[3]"]);
+    err(s, &["f32[3]", "f32[3]", "f32[2]"], &[lr(0.1)], "p and buf");
+    err(s, &["f32[3]", "f32[3]", "f32[3]"], &[lr(0.1), ("momentum", float(-0.5))], "momentum");
+
+    for a in [OpKind::Adam, OpKind::Adamw] {
+        let ins = ["f32[4,4]", "f32[4,4]", "f32[4,4]", "f32[4,4]", "f32[]"];
+        assert_eq!(ok(a, &ins, &[]), ["f32[4,4]", "f32[4,4]", "f32[4,4]"]);
+        assert_eq!(ok(a, &["f16[2]", "f16[2]", "f16[2]", "f16[2]", "f32[]"], &[]).len(), 3);
+        err(a, &["f32[4,4]", "f32[4,4]", "f32[4,4]", "f32[4,4]", "f32[1]"], &[], "t (the step count)");
+        err(a, &["f32[4,4]", "f32[4,4]", "f32[4,4]", "f32[4,4]", "i64[]"], &[], "i64[]");
+        err(a, &["f32[4,4]", "f32[4,4]", "f32[4,4]", "f32[4,3]", "f32[]"], &[], "p and v");
+        err(a, &["f32[4,4]", "f32[4,4]", "bf16[4,4]", "f32[4,4]", "f32[]"], &[], "p and m");
+        err(a, &ins, &[("beta1", float(1.0))], "beta1=1.0 must be in [0, 1)");
+        err(a, &ins, &[("eps", float(0.0))], "eps");
+    }
+    let ins = ["f32[4]", "f32[4]", "f32[4]", "f32[4]", "f32[]"];
+    err(OpKind::Adamw, &ins, &[("weight_decay", float(-0.1))], "weight_decay");
+}
+
+#[test]
+fn flops() {
+    let count = |kind: OpKind, inputs: &[&str], given: &[(&str, Attr)]| {
+        let ins: Vec<TensorType> = inputs.iter().map(|s| ty(s)).collect();
+        let ins: Vec<&TensorType> = ins.iter().collect();
+        let attrs = attrs_for(kind, given);
+        let outs = (kind.def().infer)(&ins, &attrs).unwrap();
+        (kind.def().flops)(&ins, &outs.iter().collect::<Vec<_>>(), &attrs)
+    };
+    assert_eq!(count(OpKind::Add, &["f32[4,5]", "f32[5]"], &[]), 20);
+    assert_eq!(count(OpKind::Matmul, &["f32[4,8]", "f32[8,5]"], &[]), 2 * 4 * 5 * 8);
+    let ta = [("transpose_a", Attr::Bool(true))];
+    assert_eq!(count(OpKind::Matmul, &["f32[8,4]", "f32[8,5]"], &ta), 2 * 4 * 5 * 8);
+    // 2·N·K·P·Q·C·R·S with P = Q = 16.
+    let sp = [("stride", ints(&[2, 2])), ("padding", ints(&[1, 1]))];
+    let conv = 2 * 8 * 16 * 16 * 16 * 3 * 3 * 3;
+    assert_eq!(count(OpKind::Conv2d, &["f32[8,3,32,32]", "f32[16,3,3,3]"], &sp), conv);
+    let dy_x_w = ["f32[8,16,16,16]", "f32[8,3,32,32]", "f32[16,3,3,3]"];
+    assert_eq!(count(OpKind::Conv2dBackward, &dy_x_w, &sp), 2 * conv);
+    assert_eq!(count(OpKind::Transpose, &["f32[4,5]"], &[("perm", ints(&[1, 0]))]), 0);
+    let pool = [("kernel", ints(&[2, 2])), ("stride", ints(&[2, 2]))];
+    assert_eq!(count(OpKind::MaxPool2d, &["f32[1,2,8,8]"], &pool), 32 * 4);
+    assert_eq!(count(OpKind::Sgd, &["f32[10]", "f32[10]"], &[("lr", float(0.1))]), 20);
+    // Saturates instead of overflowing.
+    let big = ["f16[1048576,1073741824]", "f16[1073741824,1048576]"];
+    assert_eq!(count(OpKind::Matmul, &big, &[]), u64::MAX);
+}
+
+/// Attribute values for the no-panic sweep, sensible and nonsense alike.
+fn sweep_values(kind: AttrKind) -> Vec<Attr> {
+    match kind {
+        AttrKind::Int => [-5, -1, 0, 1, 3, i64::MAX, i64::MIN].map(Attr::Int).to_vec(),
+        AttrKind::Float => {
+            [0.0, -1.0, 1e-5, 0.5, 1.0, 2.5, f64::INFINITY, f64::NEG_INFINITY, f64::NAN].map(Attr::Float).to_vec()
+        }
+        AttrKind::Bool => vec![Attr::Bool(false), Attr::Bool(true)],
+        AttrKind::Ints => [
+            &[][..],
+            &[0],
+            &[-1],
+            &[1, 1],
+            &[2, 2],
+            &[0, 1],
+            &[1, 0],
+            &[-1, 0],
+            &[3, 3],
+            &[0, 1, 2, 3],
+            &[i64::MAX, i64::MAX],
+            &[i64::MIN, 1],
+            &[4294967296, 4294967296, 4294967296],
+        ]
+        .map(ints)
+        .to_vec(),
+        AttrKind::DType => DType::ALL.map(Attr::DType).to_vec(),
+    }
+}
+
+/// Every rule, on odd inputs and odd attribute values: never a panic, and accepted
+/// outputs always have a byte size (so FLOPs and sizes downstream are safe).
+#[test]
+fn no_rule_panics() {
+    let types: Vec<TensorType> = [
+        "f32[]", "f32[0]", "f32[2,3]", "i32[2]", "bool[2,3]", "f32[1,3,4,4]", "f16[3,3]", "i64[0,5]", HUGE,
+        "f32[18446744073709551615]", "f32[1,1,0,0]",
+    ]
+    .iter()
+    .map(|s| ty(s))
+    .collect();
+    let mut accepted = 0;
+    let mut rejected = 0;
+    for row in OPS {
+        let base = Attrs(
+            row.attrs
+                .iter()
+                .map(|s| {
+                    let required = || sweep_values(s.kind).swap_remove(3);
+                    (s.name, s.default.map_or_else(required, AttrDefault::to_attr))
+                })
+                .collect(),
+        );
+        let mut variants = vec![base.clone()];
+        for spec in row.attrs {
+            for value in sweep_values(spec.kind) {
+                variants.push(base.clone().with(spec.name, value));
+            }
+        }
+        // Inputs: all pairs for small arities, else all-equal with one position changed.
+        let n = row.inputs.len();
+        let mut combos: Vec<Vec<&TensorType>> = Vec::new();
+        if n <= 2 {
+            combos.push(vec![]);
+            for _ in 0..n {
+                let mut longer = Vec::new();
+                for c in &combos {
+                    for t in &types {
+                        longer.push([c.clone(), vec![t]].concat());
+                    }
+                }
+                combos = longer;
+            }
+        } else {
+            for a in &types {
+                for b in &types {
+                    for pos in 0..n {
+                        let mut c = vec![a; n];
+                        c[pos] = b;
+                        combos.push(c);
+                    }
+                }
+            }
+        }
+        for inputs in &combos {
+            for attrs in &variants {
+                match (row.infer)(inputs, attrs) {
+                    Ok(outs) => {
+                        accepted += 1;
+                        assert_eq!(outs.len(), row.outputs.len(), "{}", row.name);
+                        assert!(outs.iter().all(|t| t.bytes().is_some()), "{}: {outs:?}", row.name);
+                        (row.flops)(inputs, &outs.iter().collect::<Vec<_>>(), attrs);
+                    }
+                    Err(e) => {
+                        rejected += 1;
+                        assert!(!e.is_empty() && !e.contains('\n'), "{}: {e:?}", row.name);
+                    }
+                }
+            }
+        }
+    }
+    assert!(accepted > 1000 && rejected > 1000, "{accepted} accepted, {rejected} rejected");
+}
