@@ -150,6 +150,20 @@ pub struct Return {
     pub span: Span,
 }
 
+/// `backward %loss with adam(lr=0.001)`: the step is written forward-only; autodiff
+/// (`crate::autodiff`) expands it into the full step (gradients, optimizer, updates).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Backward {
+    /// The scalar to minimise.
+    pub loss: ValueId,
+    /// An optimizer-class op (`sgd`, `sgd_momentum`, `adam`, `adamw`) applied to every
+    /// param the loss depends on.
+    pub optimizer: OpKind,
+    /// The optimizer's attributes, resolved like an op's (row order, defaults filled in).
+    pub attrs: Attrs,
+    pub span: Span,
+}
+
 /// One training step.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Graph {
@@ -162,6 +176,8 @@ pub struct Graph {
     pub ops: IndexVec<OpId, Op>,
     pub updates: Vec<Update>,
     pub returns: Vec<Return>,
+    /// Present while the step is forward-only; `None` once expanded (or written in full).
+    pub backward: Option<Backward>,
 }
 
 impl Graph {
