@@ -1,14 +1,706 @@
-//! What every op computes: one function per op family, dispatched by [`eval`].
-//! (Being written.)
+//! What every op computes: one function per op, grouped by family, dispatched by [`eval`].
+//!
+//! Kernels work on [`Dense`] tensors: row-major `f64` data and a shape. Everything is
+//! computed in `f64` with plain loops in a fixed order (no threads, no hashing), so the same
+//! inputs always give bit-identical outputs; every reduction adds its terms in row-major
+//! order of the reduced elements.
+//!
+//! - `elementwise.rs`: add/sub/mul/div (numpy broadcasting), add_scalar/mul_scalar,
+//!   relu/gelu and their backward ops, causal_mask, cast, fill, contiguous;
+//! - `shape.rs`: reshape, transpose, expand (as dense copies), sum, mean;
+//! - `linalg.rs`: matmul with transposes and broadcast batch dimensions;
+//! - `nn.rs`: softmax, layer_norm, batch_norm, conv2d, max_pool2d, embedding,
+//!   cross_entropy, and their backward ops;
+//! - `optim.rs`: sgd, sgd_momentum, adam, adamw.
+//!
+//! [`eval`] first re-checks the call against the op's type rule (input shapes, attribute
+//! values, the expected output shapes), so a kernel may rely on every shape the rule
+//! guarantees; a call that does not fit is a [`ExecError::BadPlan`], never a panic.
+//! Integer and bool outputs are finally converted like Rust's `as` from `f64` (truncation
+//! toward zero, saturation at the type's bounds, NaN to 0) and bools to 0/1, so they always
+//! hold exact values of their dtype.
+
+mod elementwise;
+mod linalg;
+mod nn;
+mod optim;
+mod shape;
 
 use crate::exec::{Dense, ExecError};
 use crate::ir::ops::{Attrs, OpKind};
-use crate::ir::types::TensorType;
+use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
 /// op's type rule gives; results must have exactly those shapes. Integer and bool outputs
 /// must hold exact integers (0/1 for bool).
 pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType]) -> Result<Vec<Dense>, ExecError> {
-    let _ = (kind, attrs, inputs, outputs);
-    Err(ExecError::BadPlan("kernels are being written".into()))
+    check_call(kind, attrs, inputs, outputs)?;
+    let shapes: Vec<Vec<usize>> = outputs.iter().map(|t| usize_dims(&t.shape.0)).collect();
+    let x = inputs;
+    let mut results = match kind {
+        OpKind::Add => vec![elementwise::binary(&x[0], &x[1], &shapes[0], |a, b| a + b)],
+        OpKind::Sub => vec![elementwise::binary(&x[0], &x[1], &shapes[0], |a, b| a - b)],
+        OpKind::Mul => vec![elementwise::binary(&x[0], &x[1], &shapes[0], |a, b| a * b)],
+        OpKind::Div => vec![elementwise::binary(&x[0], &x[1], &shapes[0], |a, b| a / b)],
+        OpKind::AddScalar => {
+            let value = attrs.float("value");
+            vec![elementwise::unary(&x[0], |a| a + value)]
+        }
+        OpKind::MulScalar => {
+            let value = attrs.float("value");
+            vec![elementwise::unary(&x[0], |a| a * value)]
+        }
+        OpKind::Relu => vec![elementwise::unary(&x[0], elementwise::relu)],
+        OpKind::ReluBackward => vec![elementwise::relu_backward(&x[0], &x[1])],
+        OpKind::Gelu => vec![elementwise::unary(&x[0], elementwise::gelu)],
+        OpKind::GeluBackward => vec![elementwise::gelu_backward(&x[0], &x[1])],
+        OpKind::Softmax => vec![nn::softmax(&x[0], attrs.int("axis"))],
+        OpKind::SoftmaxBackward => vec![nn::softmax_backward(&x[0], &x[1], attrs.int("axis"))],
+        OpKind::CausalMask => vec![elementwise::causal_mask(&x[0], attrs.float("value"))],
+        OpKind::Matmul => {
+            vec![linalg::matmul(&x[0], &x[1], attrs.bool("transpose_a"), attrs.bool("transpose_b"), &shapes[0])]
+        }
+        OpKind::Sum => vec![shape::sum(&x[0], attrs.ints("axes"), &shapes[0])],
+        OpKind::Mean => vec![shape::mean(&x[0], attrs.ints("axes"), &shapes[0])],
+        OpKind::Reshape => vec![Dense::new(shapes[0].clone(), x[0].data.clone())],
+        OpKind::Transpose => vec![shape::transpose(&x[0], attrs.ints("perm"))],
+        OpKind::Expand => vec![shape::expand(&x[0], &shapes[0])],
+        OpKind::Contiguous => vec![x[0].clone()],
+        // The dtype conversion itself is `to_dtype` below, as for every output.
+        OpKind::Cast => vec![x[0].clone()],
+        OpKind::Fill => vec![elementwise::fill(&shapes[0], attrs.float("value"))],
+        OpKind::Embedding => vec![nn::embedding(&x[0], &x[1])?],
+        OpKind::EmbeddingBackward => vec![nn::embedding_backward(&x[0], &x[1], &shapes[0])?],
+        OpKind::LayerNorm => vec![nn::layer_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
+        OpKind::LayerNormBackward => nn::layer_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
+        OpKind::BatchNorm => vec![nn::batch_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
+        OpKind::BatchNormBackward => nn::batch_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
+        OpKind::Conv2d => vec![nn::conv2d(&x[0], &x[1], &Window::conv(attrs, &x[1]), &shapes[0])],
+        OpKind::Conv2dBackward => nn::conv2d_backward(&x[0], &x[1], &x[2], &Window::conv(attrs, &x[2])),
+        OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &Window::pool(attrs), &shapes[0])],
+        OpKind::MaxPool2dBackward => vec![nn::max_pool2d_backward(&x[0], &x[1], &Window::pool(attrs))],
+        OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1])?],
+        OpKind::CrossEntropyBackward => vec![nn::cross_entropy_backward(&x[0], &x[1], &x[2])?],
+        OpKind::Sgd => vec![optim::sgd(&x[0], &x[1], attrs.float("lr"))],
+        OpKind::SgdMomentum => optim::sgd_momentum(&x[0], &x[1], &x[2], attrs.float("lr"), attrs.float("momentum")),
+        OpKind::Adam => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &optim::AdamAttrs::read(attrs, false)),
+        OpKind::Adamw => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &optim::AdamAttrs::read(attrs, true)),
+    };
+    if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
+        // Unreachable when the kernels are right; a wrong shape must never reach an arena.
+        return Err(ExecError::BadPlan(format!("{kind}: a kernel produced the wrong output shapes")));
+    }
+    for (result, ty) in results.iter_mut().zip(outputs) {
+        to_dtype(result, ty.dtype);
+    }
+    Ok(results)
+}
+
+/// Checks that a call fits `kind`'s type rule: the input count, every input's data length
+/// against its shape, the rule's verdict on the input shapes and attributes, and the
+/// outputs it gives against `outputs`. Dense tensors carry no dtype, so the rule sees index
+/// inputs (`ids`, `labels`) as `i64` and every other input with the dtype of output 0.
+fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType]) -> Result<(), ExecError> {
+    let def = kind.def();
+    let bad = |message: String| Err(ExecError::BadPlan(format!("{kind}: {message}")));
+    if inputs.len() != def.inputs.len() || outputs.len() != def.outputs.len() {
+        return bad(format!(
+            "given {} inputs and {} outputs, the op has {} and {}",
+            inputs.len(),
+            outputs.len(),
+            def.inputs.len(),
+            def.outputs.len()
+        ));
+    }
+    for (input, name) in inputs.iter().zip(def.inputs) {
+        if input.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(input.data.len()) {
+            return bad(format!("input {name} has {} numbers for shape {:?}", input.data.len(), input.shape));
+        }
+    }
+    let dtype = outputs[0].dtype;
+    let types: Vec<TensorType> = inputs
+        .iter()
+        .zip(def.inputs)
+        .map(|(input, &name)| {
+            let dims = input.shape.iter().map(|&d| d as u64).collect::<Vec<_>>();
+            TensorType::new(if name == "ids" || name == "labels" { DType::I64 } else { dtype }, dims)
+        })
+        .collect();
+    let refs: Vec<&TensorType> = types.iter().collect();
+    let inferred = match (def.infer)(&refs, attrs) {
+        Ok(inferred) => inferred,
+        Err(message) => return bad(message),
+    };
+    if inferred.iter().zip(outputs).any(|(a, b)| a.shape != b.shape) {
+        let shown = |ts: &[TensorType]| ts.iter().map(|t| t.shape.to_string()).collect::<Vec<_>>().join(", ");
+        return bad(format!(
+            "the inputs give output shapes {} but {} were asked for",
+            shown(&inferred),
+            shown(outputs)
+        ));
+    }
+    Ok(())
+}
+
+/// Stores `f64` results as values of `dtype`: floats stay (executors round them when
+/// storing), integers convert like Rust's `as` (truncate toward zero, saturate, NaN to 0),
+/// bools become `(x != 0)` as 0 or 1.
+fn to_dtype(t: &mut Dense, dtype: DType) {
+    let convert: fn(f64) -> f64 = match dtype {
+        DType::F32 | DType::F16 | DType::Bf16 => return,
+        DType::I32 => |x| x as i32 as f64,
+        DType::I64 => |x| x as i64 as f64,
+        DType::Bool => |x| if x != 0.0 { 1.0 } else { 0.0 },
+    };
+    for x in &mut t.data {
+        *x = convert(*x);
+    }
+}
+
+/// Dimensions as `usize`. Callers hold shapes that passed the type rule and describe data in
+/// memory, so every dimension fits.
+fn usize_dims(dims: &[u64]) -> Vec<usize> {
+    dims.iter().map(|&d| d as usize).collect()
+}
+
+/// Row-major strides of `shape` (in elements).
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// Strides that read a tensor of shape `shape` as if broadcast to `target` (numpy rules,
+/// aligned at the right): one stride per dimension of `target`, 0 where `shape` has no such
+/// dimension or has size 1 there.
+fn broadcast_strides(shape: &[usize], target: &[usize]) -> Vec<usize> {
+    let own = strides(shape);
+    let offset = target.len() - shape.len();
+    (0..target.len()).map(|i| if i < offset || shape[i - offset] == 1 { 0 } else { own[i - offset] }).collect()
+}
+
+/// Visits every index of `shape` in row-major order and calls `f` with that index's offset
+/// under each of the `N` stride lists (each as long as `shape`). A scalar shape is visited
+/// once (all offsets 0); a shape with a zero dimension is not visited.
+fn walk<const N: usize>(shape: &[usize], strides: [&[usize]; N], mut f: impl FnMut([usize; N])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut index = vec![0usize; shape.len()];
+    let mut offsets = [0usize; N];
+    loop {
+        f(offsets);
+        // Odometer step: bump the last dimension, carrying into earlier ones.
+        let mut dim = shape.len();
+        loop {
+            if dim == 0 {
+                return;
+            }
+            dim -= 1;
+            index[dim] += 1;
+            for (offset, s) in offsets.iter_mut().zip(&strides) {
+                *offset += s[dim];
+            }
+            if index[dim] < shape[dim] {
+                break;
+            }
+            for (offset, s) in offsets.iter_mut().zip(&strides) {
+                *offset -= s[dim] * shape[dim];
+            }
+            index[dim] = 0;
+        }
+    }
+}
+
+/// An axis attribute resolved against a rank (the type rule has checked its range).
+fn resolve_axis(axis: i64, rank: usize) -> usize {
+    if axis < 0 { (axis + rank as i64) as usize } else { axis as usize }
+}
+
+/// The sliding-window attributes of conv2d and max_pool2d, as (height, width) pairs.
+struct Window {
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+}
+
+impl Window {
+    /// conv2d's window: the kernel is `w[K,C,R,S]`'s (R, S).
+    fn conv(attrs: &Attrs, w: &Dense) -> Window {
+        Window { kernel: [w.shape[2], w.shape[3]], stride: pair(attrs, "stride"), padding: pair(attrs, "padding") }
+    }
+
+    fn pool(attrs: &Attrs) -> Window {
+        Window { kernel: pair(attrs, "kernel"), stride: pair(attrs, "stride"), padding: pair(attrs, "padding") }
+    }
+}
+
+/// A two-entry attribute the type rule has checked (two entries, each >= 0).
+fn pair(attrs: &Attrs, name: &str) -> [usize; 2] {
+    let v = attrs.ints(name);
+    [v[0] as usize, v[1] as usize]
+}
+
+/// Helpers shared by the kernel tests.
+#[cfg(test)]
+mod test_util {
+    use super::*;
+    use crate::ir::ops::{Attr, AttrDefault};
+
+    /// `kind`'s attributes: the `given` ones, defaults for the rest.
+    pub fn attrs(kind: OpKind, given: &[(&str, Attr)]) -> Attrs {
+        Attrs(
+            kind.def()
+                .attrs
+                .iter()
+                .map(|spec| {
+                    let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
+                    let value = value.or(spec.default.map(AttrDefault::to_attr));
+                    (spec.name, value.unwrap_or_else(|| panic!("test must give {kind}'s {}", spec.name)))
+                })
+                .collect(),
+        )
+    }
+
+    /// Runs `kind` on f32-typed inputs (i64 for ids and labels); output types come from the
+    /// op's type rule.
+    pub fn try_run(kind: OpKind, given: &[(&str, Attr)], inputs: &[Dense]) -> Result<Vec<Dense>, ExecError> {
+        let attrs = attrs(kind, given);
+        let types: Vec<TensorType> = inputs
+            .iter()
+            .zip(kind.def().inputs)
+            .map(|(x, &name)| {
+                let dtype = if name == "ids" || name == "labels" { DType::I64 } else { DType::F32 };
+                TensorType::new(dtype, x.shape.iter().map(|&d| d as u64).collect::<Vec<_>>())
+            })
+            .collect();
+        let outputs = (kind.def().infer)(&types.iter().collect::<Vec<_>>(), &attrs)
+            .unwrap_or_else(|e| panic!("{kind}: the test's inputs do not type-check: {e}"));
+        eval(kind, &attrs, inputs, &outputs)
+    }
+
+    #[track_caller]
+    pub fn run(kind: OpKind, given: &[(&str, Attr)], inputs: &[Dense]) -> Vec<Dense> {
+        try_run(kind, given, inputs).unwrap_or_else(|e| panic!("{kind} failed: {e}"))
+    }
+
+    /// A tensor from a shape and numbers.
+    pub fn t(shape: &[usize], data: &[f64]) -> Dense {
+        assert_eq!(shape.iter().product::<usize>(), data.len(), "test tensor {shape:?}");
+        Dense::new(shape.to_vec(), data.to_vec())
+    }
+
+    /// Deterministic pseudo-random numbers in [-1, 1) (xorshift), different per seed.
+    pub fn rand(shape: &[usize], seed: u64) -> Dense {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let n = shape.iter().product();
+        let data = (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect();
+        Dense::new(shape.to_vec(), data)
+    }
+
+    pub fn ints(v: &[i64]) -> Attr {
+        Attr::Ints(v.to_vec())
+    }
+
+    #[track_caller]
+    pub fn assert_close(got: &Dense, want: &[f64], tol: f64) {
+        assert_eq!(got.data.len(), want.len(), "length of {:?}", got.data);
+        for (i, (a, b)) in got.data.iter().zip(want).enumerate() {
+            assert!((a - b).abs() <= tol, "element {i}: got {a}, want {b} (all: {:?})", got.data);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::*;
+    use super::*;
+    use crate::ir::ops::Attr;
+
+    // ----------------------------------------------------------------------------------
+    // The helpers.
+
+    #[test]
+    fn strides_and_walk() {
+        assert_eq!(strides(&[2, 3, 4]), [12, 4, 1]);
+        assert_eq!(strides(&[]), Vec::<usize>::new());
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), [0, 1, 0]);
+        let mut seen = Vec::new();
+        walk(&[2, 3], [&[3, 1], &[1, 2]], |[a, b]| seen.push((a, b)));
+        assert_eq!(seen, [(0, 0), (1, 2), (2, 4), (3, 1), (4, 3), (5, 5)]);
+        let mut count = 0;
+        walk(&[], [], |[]| count += 1);
+        assert_eq!(count, 1);
+        walk(&[2, 0, 3], [], |[]| count += 1);
+        assert_eq!(count, 1);
+    }
+
+    #[test]
+    fn integer_and_bool_outputs_are_exact() {
+        let cast = |x: &[f64], to: DType| {
+            let attrs = attrs(OpKind::Cast, &[("to", Attr::DType(to))]);
+            let out = TensorType::new(to, vec![x.len() as u64]);
+            eval(OpKind::Cast, &attrs, &[t(&[x.len()], x)], &[out]).unwrap().remove(0).data
+        };
+        let x = [2.7, -2.7, 0.0, -0.5, 3e9, -3e9, f64::NAN, f64::INFINITY];
+        assert_eq!(cast(&x, DType::I32), [2.0, -2.0, 0.0, 0.0, 2147483647.0, -2147483648.0, 0.0, 2147483647.0]);
+        assert_eq!(cast(&x, DType::I64)[..6], [2.0, -2.0, 0.0, 0.0, 3e9, -3e9]);
+        assert_eq!(cast(&x, DType::Bool), [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(cast(&[1.5, -7.0], DType::F16), [1.5, -7.0]);
+        // Integer division truncates toward zero; division by zero saturates (0/0 is 0).
+        let i32s = TensorType::new(DType::I32, vec![4]);
+        let out = eval(
+            OpKind::Div,
+            &Attrs::default(),
+            &[t(&[4], &[7.0, -7.0, 5.0, 0.0]), t(&[4], &[2.0, 2.0, 0.0, 0.0])],
+            &[i32s],
+        );
+        assert_eq!(out.unwrap()[0].data, [3.0, -3.0, 2147483647.0, 0.0]);
+    }
+
+    #[test]
+    fn calls_that_do_not_fit_the_rule_are_errors() {
+        let f32s = |dims: &[u64]| TensorType::new(DType::F32, dims.to_vec());
+        let add = |a: Dense, b: Dense, out: TensorType| eval(OpKind::Add, &Attrs::default(), &[a, b], &[out]);
+        let err = add(t(&[2], &[1.0, 2.0]), t(&[3], &[1.0, 2.0, 3.0]), f32s(&[3])).unwrap_err();
+        assert!(matches!(&err, ExecError::BadPlan(m) if m.starts_with("add: ") && m.contains("broadcast")), "{err}");
+        let err = add(t(&[2], &[1.0, 2.0]), t(&[2], &[1.0, 2.0]), f32s(&[3])).unwrap_err();
+        assert!(matches!(&err, ExecError::BadPlan(m) if m.contains("[3] were asked for")), "{err}");
+        let short = Dense { shape: vec![3], data: vec![1.0] };
+        assert!(add(short, t(&[3], &[1.0, 2.0, 3.0]), f32s(&[3])).is_err());
+        let one = eval(OpKind::Add, &Attrs::default(), &[t(&[1], &[1.0])], &[f32s(&[1])]);
+        assert!(matches!(one, Err(ExecError::BadPlan(_))));
+    }
+
+    /// Every op on inputs with a zero-size dimension (and scalars where the rule allows):
+    /// no panic, right shapes.
+    #[test]
+    fn zero_size_inputs() {
+        let z = |shape: &[usize]| Dense::zeros(shape.to_vec());
+        let w2 = [("kernel", ints(&[2, 2])), ("stride", ints(&[1, 1])), ("padding", ints(&[1, 1]))];
+        type Case<'a> = (OpKind, Vec<(&'a str, Attr)>, Vec<Dense>);
+        let cases: Vec<Case> = vec![
+            (OpKind::Add, vec![], vec![z(&[0, 3]), z(&[3])]),
+            (OpKind::Mul, vec![], vec![z(&[]), z(&[])]),
+            (OpKind::Relu, vec![], vec![z(&[0])]),
+            (OpKind::Softmax, vec![("axis", Attr::Int(0))], vec![z(&[0, 4])]),
+            (OpKind::Softmax, vec![], vec![z(&[4, 0])]),
+            (OpKind::CausalMask, vec![], vec![z(&[0, 0])]),
+            (OpKind::Matmul, vec![], vec![z(&[2, 0]), z(&[0, 3])]),
+            (OpKind::Matmul, vec![], vec![z(&[0, 2, 4]), z(&[4, 3])]),
+            (OpKind::Sum, vec![("axes", ints(&[1]))], vec![z(&[2, 0])]),
+            (OpKind::Mean, vec![("axes", ints(&[0]))], vec![z(&[0, 2])]),
+            (OpKind::Transpose, vec![("perm", ints(&[]))], vec![z(&[])]),
+            (OpKind::Expand, vec![("shape", ints(&[0, 3]))], vec![z(&[1, 3])]),
+            (OpKind::Embedding, vec![], vec![z(&[5, 2]), z(&[0])]),
+            (OpKind::Embedding, vec![], vec![z(&[0, 2]), z(&[0, 4])]),
+            (OpKind::EmbeddingBackward, vec![("vocab", Attr::Int(3))], vec![z(&[0, 2]), z(&[0])]),
+            (OpKind::LayerNorm, vec![], vec![z(&[3, 0]), z(&[0]), z(&[0])]),
+            (OpKind::LayerNormBackward, vec![], vec![z(&[0, 2]), z(&[0, 2]), z(&[2])]),
+            (OpKind::BatchNorm, vec![], vec![z(&[0, 2]), z(&[2]), z(&[2])]),
+            (OpKind::BatchNormBackward, vec![], vec![z(&[0, 2, 3]), z(&[0, 2, 3]), z(&[2])]),
+            (OpKind::Conv2d, vec![], vec![z(&[0, 1, 3, 3]), z(&[2, 1, 2, 2])]),
+            (OpKind::Conv2d, vec![], vec![z(&[1, 0, 3, 3]), z(&[2, 0, 2, 2])]),
+            (OpKind::Conv2dBackward, vec![], vec![z(&[1, 0, 2, 2]), z(&[1, 1, 3, 3]), z(&[0, 1, 2, 2])]),
+            (OpKind::MaxPool2d, w2.to_vec(), vec![z(&[1, 1, 0, 0])]),
+            (OpKind::MaxPool2dBackward, w2.to_vec(), vec![z(&[1, 1, 1, 1]), z(&[1, 1, 0, 0])]),
+            (OpKind::CrossEntropy, vec![], vec![z(&[0, 3]), z(&[0])]),
+            (OpKind::CrossEntropyBackward, vec![], vec![z(&[]), z(&[0, 3]), z(&[0])]),
+            (OpKind::Sgd, vec![("lr", Attr::Float(0.1))], vec![z(&[0]), z(&[0])]),
+            (OpKind::Adam, vec![], vec![z(&[0]), z(&[0]), z(&[0]), z(&[0]), t(&[], &[1.0])]),
+        ];
+        for (kind, given, inputs) in cases {
+            let out = run(kind, &given, &inputs);
+            assert_eq!(out.len(), kind.def().outputs.len(), "{kind}");
+        }
+        // A pooling window made only of padding gives -inf and routes no gradient.
+        let y = run(OpKind::MaxPool2d, &w2, &[z(&[1, 1, 0, 0])]);
+        assert_eq!(y[0].data, [f64::NEG_INFINITY]);
+    }
+
+    #[test]
+    fn same_inputs_same_bits() {
+        let x = rand(&[2, 3, 5, 5], 7);
+        let w = rand(&[4, 3, 3, 3], 8);
+        let sp = [("stride", ints(&[2, 2])), ("padding", ints(&[1, 1]))];
+        let first = run(OpKind::Conv2d, &sp, &[x.clone(), w.clone()]);
+        for _ in 0..3 {
+            let again = run(OpKind::Conv2d, &sp, &[x.clone(), w.clone()]);
+            let bits = |d: &[Dense]| d[0].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&again), bits(&first));
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Finite-difference gradient checks of every backward kernel, in f64.
+    //
+    // For a forward op f and a fixed upstream gradient dy, the scalar L(x) = Σ f(x) · dy has
+    // gradient backward(dy, ...) with respect to each input; central differences with
+    // h = 1e-6 estimate it. The norm-based relative error must stay below 1e-6.
+
+    const H: f64 = 1e-6;
+    const TOL: f64 = 1e-6;
+
+    /// Σ a · b over all elements.
+    fn dot(a: &Dense, b: &Dense) -> f64 {
+        assert_eq!(a.shape, b.shape);
+        a.data.iter().zip(&b.data).map(|(x, y)| x * y).sum()
+    }
+
+    /// The central-difference gradient of `loss` with respect to input `which` of `inputs`.
+    fn numeric_grad(inputs: &[Dense], which: usize, loss: &dyn Fn(&[Dense]) -> f64) -> Dense {
+        let mut grad = Dense::zeros(inputs[which].shape.clone());
+        let mut probe = inputs.to_vec();
+        for i in 0..grad.data.len() {
+            let x0 = inputs[which].data[i];
+            probe[which].data[i] = x0 + H;
+            let up = loss(&probe);
+            probe[which].data[i] = x0 - H;
+            let down = loss(&probe);
+            probe[which].data[i] = x0;
+            grad.data[i] = (up - down) / (2.0 * H);
+        }
+        grad
+    }
+
+    /// Compares an analytic gradient with central differences; a failure names the op and
+    /// the input.
+    #[track_caller]
+    fn check_grad(
+        op: &str,
+        input: &str,
+        inputs: &[Dense],
+        which: usize,
+        loss: &dyn Fn(&[Dense]) -> f64,
+        analytic: &Dense,
+    ) {
+        let numeric = numeric_grad(inputs, which, loss);
+        assert_eq!(analytic.shape, numeric.shape, "{op}: d{input} has the wrong shape");
+        let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+        let diff = norm(&mut analytic.data.iter().zip(&numeric.data).map(|(a, b)| a - b));
+        let scale = norm(&mut analytic.data.iter().copied()).max(norm(&mut numeric.data.iter().copied())).max(1e-8);
+        assert!(
+            diff / scale < TOL,
+            "gradient check failed for {op}, d{input}: relative error {:e}\n analytic {:?}\n numeric  {:?}",
+            diff / scale,
+            analytic.data,
+            numeric.data
+        );
+    }
+
+    /// Checks a forward op's gradients with respect to the inputs at positions `wrt` (named
+    /// `names`): `backward(inputs, dy)` gives the analytic gradients in that order.
+    #[track_caller]
+    fn grad_check(
+        kind: OpKind,
+        given: &[(&str, Attr)],
+        inputs: &[Dense],
+        wrt: &[(usize, &str)],
+        backward: &dyn Fn(&[Dense], &Dense) -> Vec<Dense>,
+    ) {
+        let y = run(kind, given, inputs).remove(0);
+        // A fixed upstream gradient; `+ 0.5` keeps it away from zero-mean special cases.
+        let dy = Dense::new(y.shape.clone(), rand(&y.shape, 99).data.iter().map(|v| v + 0.5).collect());
+        let loss = |xs: &[Dense]| dot(&run(kind, given, xs)[0], &dy);
+        let analytic = backward(inputs, &dy);
+        assert_eq!(analytic.len(), wrt.len(), "{kind}: one analytic gradient per checked input");
+        for (&(which, name), grad) in wrt.iter().zip(&analytic) {
+            check_grad(kind.name(), name, inputs, which, &loss, grad);
+        }
+    }
+
+    /// `x` pushed at least `gap` away from 0 (for ops with a kink there).
+    fn away_from_zero(x: Dense, gap: f64) -> Dense {
+        let data = x.data.iter().map(|&v| if v < 0.0 { v - gap } else { v + gap }).collect();
+        Dense::new(x.shape, data)
+    }
+
+    #[test]
+    fn grad_relu() {
+        let x = away_from_zero(rand(&[3, 4], 1), 0.05);
+        grad_check(OpKind::Relu, &[], &[x], &[(0, "x")], &|xs, dy| {
+            let y = run(OpKind::Relu, &[], xs).remove(0);
+            run(OpKind::ReluBackward, &[], &[dy.clone(), y])
+        });
+    }
+
+    #[test]
+    fn grad_gelu() {
+        let x = Dense::new(vec![2, 5], rand(&[2, 5], 2).data.iter().map(|v| v * 4.0).collect());
+        grad_check(OpKind::Gelu, &[], &[x], &[(0, "x")], &|xs, dy| {
+            run(OpKind::GeluBackward, &[], &[dy.clone(), xs[0].clone()])
+        });
+    }
+
+    #[test]
+    fn grad_softmax() {
+        for axis in [-1, 0, 1] {
+            let given = [("axis", Attr::Int(axis))];
+            let x = rand(&[2, 3, 4], (3 + axis) as u64);
+            grad_check(OpKind::Softmax, &given, &[x], &[(0, "x")], &|xs, dy| {
+                let y = run(OpKind::Softmax, &given, xs).remove(0);
+                run(OpKind::SoftmaxBackward, &given, &[dy.clone(), y])
+            });
+        }
+    }
+
+    #[test]
+    fn grad_causal_mask() {
+        // A finite fill value keeps the loss finite; the gradient does not depend on it.
+        let given = [("value", Attr::Float(-3.0))];
+        grad_check(OpKind::CausalMask, &given, &[rand(&[2, 3, 3], 4)], &[(0, "x")], &|_, dy| {
+            run(OpKind::CausalMask, &[("value", Attr::Float(0.0))], std::slice::from_ref(dy))
+        });
+    }
+
+    #[test]
+    fn grad_matmul() {
+        let tr = |ta: bool, tb: bool| [("transpose_a", Attr::Bool(ta)), ("transpose_b", Attr::Bool(tb))];
+        // a @ b: da = dy @ bᵀ, db = aᵀ @ dy.
+        grad_check(OpKind::Matmul, &[], &[rand(&[3, 4], 5), rand(&[4, 2], 6)], &[(0, "a"), (1, "b")], &|xs, dy| {
+            vec![
+                run(OpKind::Matmul, &tr(false, true), &[dy.clone(), xs[1].clone()]).remove(0),
+                run(OpKind::Matmul, &tr(true, false), &[xs[0].clone(), dy.clone()]).remove(0),
+            ]
+        });
+        // a @ bᵀ (b is [n,k]): da = dy @ b, db = dyᵀ @ a.
+        let given = tr(false, true);
+        grad_check(OpKind::Matmul, &given, &[rand(&[3, 4], 7), rand(&[2, 4], 8)], &[(0, "a"), (1, "b")], &|xs, dy| {
+            vec![
+                run(OpKind::Matmul, &[], &[dy.clone(), xs[1].clone()]).remove(0),
+                run(OpKind::Matmul, &tr(true, false), &[dy.clone(), xs[0].clone()]).remove(0),
+            ]
+        });
+        // aᵀ @ b (a is [k,m]): da = b @ dyᵀ, db = a @ dy.
+        let given = tr(true, false);
+        grad_check(OpKind::Matmul, &given, &[rand(&[4, 3], 9), rand(&[4, 2], 10)], &[(0, "a"), (1, "b")], &|xs, dy| {
+            vec![
+                run(OpKind::Matmul, &tr(false, true), &[xs[1].clone(), dy.clone()]).remove(0),
+                run(OpKind::Matmul, &[], &[xs[0].clone(), dy.clone()]).remove(0),
+            ]
+        });
+        // Batched a[2,3,4] @ b[4,5] (b broadcast over the batch): db sums over the batch.
+        let inputs = [rand(&[2, 3, 4], 11), rand(&[4, 5], 12)];
+        grad_check(OpKind::Matmul, &[], &inputs, &[(0, "a"), (1, "b")], &|xs, dy| {
+            let per_batch = run(OpKind::Matmul, &tr(true, false), &[xs[0].clone(), dy.clone()]).remove(0);
+            vec![
+                run(OpKind::Matmul, &tr(false, true), &[dy.clone(), xs[1].clone()]).remove(0),
+                run(OpKind::Sum, &[("axes", ints(&[0]))], &[per_batch]).remove(0),
+            ]
+        });
+    }
+
+    /// sum and mean: the gradient is dy expanded back over the reduced axes (÷ count for mean).
+    #[test]
+    fn grad_sum_mean() {
+        for (axes, keepdim) in [(&[0i64, 2][..], false), (&[0, 2], true), (&[-1], false), (&[0, 1, 2], false)] {
+            for kind in [OpKind::Sum, OpKind::Mean] {
+                let given = [("axes", ints(axes)), ("keepdim", Attr::Bool(keepdim))];
+                let x = rand(&[2, 3, 4], 13);
+                grad_check(kind, &given, &[x], &[(0, "x")], &|xs, dy| {
+                    let dims = &xs[0].shape;
+                    let kept: Vec<i64> = (0..dims.len())
+                        .map(
+                            |i| if axes.iter().any(|&a| resolve_axis(a, dims.len()) == i) { 1 } else { dims[i] as i64 },
+                        )
+                        .collect();
+                    let dy = run(OpKind::Reshape, &[("shape", ints(&kept))], std::slice::from_ref(dy)).remove(0);
+                    let full: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+                    let g = run(OpKind::Expand, &[("shape", ints(&full))], &[dy]).remove(0);
+                    if kind == OpKind::Sum {
+                        vec![g]
+                    } else {
+                        let count = dims.iter().product::<usize>() / kept.iter().product::<i64>() as usize;
+                        run(OpKind::MulScalar, &[("value", Attr::Float(1.0 / count as f64))], &[g])
+                    }
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn grad_embedding() {
+        let ids = t(&[2, 3], &[1.0, 4.0, 1.0, 0.0, 4.0, 4.0]);
+        grad_check(OpKind::Embedding, &[], &[rand(&[5, 3], 14), ids], &[(0, "table")], &|xs, dy| {
+            run(OpKind::EmbeddingBackward, &[("vocab", Attr::Int(5))], &[dy.clone(), xs[1].clone()])
+        });
+    }
+
+    #[test]
+    fn grad_layer_norm() {
+        let inputs = [rand(&[3, 5], 15), rand(&[5], 16), rand(&[5], 17)];
+        grad_check(OpKind::LayerNorm, &[], &inputs, &[(0, "x"), (1, "gamma"), (2, "beta")], &|xs, dy| {
+            run(OpKind::LayerNormBackward, &[], &[dy.clone(), xs[0].clone(), xs[1].clone()])
+        });
+        // A large eps and a rank-3 x.
+        let given = [("eps", Attr::Float(0.1))];
+        let inputs = [rand(&[2, 2, 4], 18), rand(&[4], 19), rand(&[4], 20)];
+        grad_check(OpKind::LayerNorm, &given, &inputs, &[(0, "x"), (1, "gamma"), (2, "beta")], &|xs, dy| {
+            run(OpKind::LayerNormBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
+        });
+    }
+
+    #[test]
+    fn grad_batch_norm() {
+        for x_shape in [&[2, 3, 2, 2][..], &[5, 3], &[2, 3, 4]] {
+            let inputs = [rand(x_shape, 21), rand(&[3], 22), rand(&[3], 23)];
+            grad_check(OpKind::BatchNorm, &[], &inputs, &[(0, "x"), (1, "gamma"), (2, "beta")], &|xs, dy| {
+                run(OpKind::BatchNormBackward, &[], &[dy.clone(), xs[0].clone(), xs[1].clone()])
+            });
+        }
+    }
+
+    #[test]
+    fn grad_conv2d() {
+        // (x shape, w shape, stride, padding)
+        type Case<'a> = (&'a [usize], &'a [usize], [i64; 2], [i64; 2]);
+        let cases: [Case; 3] = [
+            (&[2, 2, 5, 5], &[3, 2, 3, 3], [2, 2], [1, 1]),
+            (&[1, 2, 4, 6], &[2, 2, 2, 3], [1, 2], [0, 1]),
+            (&[1, 1, 3, 3], &[1, 1, 3, 3], [1, 1], [2, 2]),
+        ];
+        for (x_shape, w_shape, stride, padding) in cases {
+            let given = [("stride", ints(&stride)), ("padding", ints(&padding))];
+            let inputs = [rand(x_shape, 24), rand(w_shape, 25)];
+            grad_check(OpKind::Conv2d, &given, &inputs, &[(0, "x"), (1, "w")], &|xs, dy| {
+                run(OpKind::Conv2dBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
+            });
+        }
+    }
+
+    #[test]
+    fn grad_max_pool2d() {
+        // Distinct values, at least 0.01 apart, so no window has a tie within ±h.
+        let distinct = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let data = (0..n).map(|i| ((i * 37 + 11) % n) as f64 * 0.01 - 0.2).collect();
+            Dense::new(shape.to_vec(), data)
+        };
+        let cases: [([i64; 2], [i64; 2], [i64; 2]); 3] =
+            [([3, 3], [2, 2], [1, 1]), ([2, 2], [2, 2], [0, 0]), ([2, 3], [1, 2], [1, 1])];
+        for (kernel, stride, padding) in cases {
+            let given = [("kernel", ints(&kernel)), ("stride", ints(&stride)), ("padding", ints(&padding))];
+            grad_check(OpKind::MaxPool2d, &given, &[distinct(&[2, 2, 5, 5])], &[(0, "x")], &|xs, dy| {
+                run(OpKind::MaxPool2dBackward, &given, &[dy.clone(), xs[0].clone()])
+            });
+        }
+    }
+
+    #[test]
+    fn grad_cross_entropy() {
+        let logits = Dense::new(vec![4, 5], rand(&[4, 5], 26).data.iter().map(|v| v * 3.0).collect());
+        let labels = t(&[4], &[0.0, 4.0, 2.0, 2.0]);
+        grad_check(OpKind::CrossEntropy, &[], &[logits, labels], &[(0, "logits")], &|xs, dy| {
+            run(OpKind::CrossEntropyBackward, &[], &[dy.clone(), xs[0].clone(), xs[1].clone()])
+        });
+    }
 }

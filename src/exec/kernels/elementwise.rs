@@ -1,0 +1,183 @@
+//! Elementwise kernels: add/sub/mul/div with numpy broadcasting, add_scalar/mul_scalar
+//! (through [`unary`]), relu and gelu with their backward ops, causal_mask, fill.
+//! (`contiguous` and `cast` are copies; `eval` converts to the output dtype.)
+
+use super::{broadcast_strides, walk};
+use crate::exec::Dense;
+
+/// `f(a, b)` elementwise, with `a` and `b` broadcast to `out_shape` (numpy rules).
+pub(super) fn binary(a: &Dense, b: &Dense, out_shape: &[usize], f: impl Fn(f64, f64) -> f64) -> Dense {
+    let (sa, sb) = (broadcast_strides(&a.shape, out_shape), broadcast_strides(&b.shape, out_shape));
+    let mut data = Vec::with_capacity(out_shape.iter().product());
+    walk(out_shape, [&sa, &sb], |[i, j]| data.push(f(a.data[i], b.data[j])));
+    Dense::new(out_shape.to_vec(), data)
+}
+
+/// `f(x)` elementwise.
+pub(super) fn unary(x: &Dense, f: impl Fn(f64) -> f64) -> Dense {
+    Dense::new(x.shape.clone(), x.data.iter().map(|&v| f(v)).collect())
+}
+
+/// `f(a, b)` elementwise on two tensors of one shape.
+fn zip(a: &Dense, b: &Dense, f: impl Fn(f64, f64) -> f64) -> Dense {
+    Dense::new(a.shape.clone(), a.data.iter().zip(&b.data).map(|(&x, &y)| f(x, y)).collect())
+}
+
+/// max(x, 0); NaN stays NaN.
+pub(super) fn relu(x: f64) -> f64 {
+    if x < 0.0 { 0.0 } else { x }
+}
+
+/// dx = dy where relu's output y > 0, else 0.
+pub(super) fn relu_backward(dy: &Dense, y: &Dense) -> Dense {
+    zip(dy, y, |g, y| if y > 0.0 { g } else { 0.0 })
+}
+
+/// √(2/π)
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_CUBIC: f64 = 0.044715;
+
+/// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+pub(super) fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)).tanh())
+}
+
+/// dx = dy · gelu′(x) with gelu′(x) = 0.5·(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²),
+/// t = tanh(√(2/π)·(x + 0.044715·x³)).
+pub(super) fn gelu_backward(dy: &Dense, x: &Dense) -> Dense {
+    zip(dy, x, |g, x| {
+        let t = (SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)).tanh();
+        let inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
+        g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * inner)
+    })
+}
+
+/// x with `[..., i, j]` set to `value` where j > i (x is `[..., T, T]`).
+pub(super) fn causal_mask(x: &Dense, value: f64) -> Dense {
+    let mut out = x.clone();
+    let t = x.shape[x.shape.len() - 1];
+    for (k, v) in out.data.iter_mut().enumerate() {
+        let (i, j) = ((k / t) % t, k % t);
+        if j > i {
+            *v = value;
+        }
+    }
+    out
+}
+
+/// A tensor of `shape` with every element `value` (`eval` converts it to the dtype; the type
+/// rule has checked that it is representable).
+pub(super) fn fill(shape: &[usize], value: f64) -> Dense {
+    Dense::new(shape.to_vec(), vec![value; shape.iter().product()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+    use crate::exec::kernels::eval;
+    use crate::ir::ops::{Attr, OpKind};
+    use crate::ir::types::{DType, TensorType};
+
+    #[test]
+    fn add_broadcasts() {
+        // [2,1,3] + [3]
+        let a = t(&[2, 1, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let b = t(&[3], &[10.0, 20.0, 30.0]);
+        let out = run(OpKind::Add, &[], &[a, b]).remove(0);
+        assert_eq!(out.shape, [2, 1, 3]);
+        assert_eq!(out.data, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+        // [2,1] + [1,3] -> [2,3] (both sides broadcast)
+        let out = run(OpKind::Add, &[], &[t(&[2, 1], &[1.0, 2.0]), t(&[1, 3], &[10.0, 20.0, 30.0])]).remove(0);
+        assert_eq!(out.shape, [2, 3]);
+        assert_eq!(out.data, [11.0, 21.0, 31.0, 12.0, 22.0, 32.0]);
+        // scalar + tensor
+        let out = run(OpKind::Add, &[], &[t(&[], &[1.5]), t(&[2], &[1.0, 2.0])]).remove(0);
+        assert_eq!(out.data, [2.5, 3.5]);
+    }
+
+    #[test]
+    fn sub_mul_div() {
+        let a = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let b = t(&[2, 1], &[2.0, 4.0]);
+        assert_eq!(run(OpKind::Sub, &[], &[a.clone(), b.clone()])[0].data, [-1.0, 0.0, -1.0, 0.0]);
+        assert_eq!(run(OpKind::Mul, &[], &[a.clone(), b.clone()])[0].data, [2.0, 4.0, 12.0, 16.0]);
+        assert_eq!(run(OpKind::Div, &[], &[a, b])[0].data, [0.5, 1.0, 0.75, 1.0]);
+        // Integer add keeps exact integers.
+        let i64s = TensorType::new(DType::I64, vec![2]);
+        let out = eval(OpKind::Add, &Default::default(), &[t(&[2], &[3.0, -4.0]), t(&[], &[5.0])], &[i64s]).unwrap();
+        assert_eq!(out[0].data, [8.0, 1.0]);
+    }
+
+    #[test]
+    fn scalar_ops() {
+        let x = t(&[3], &[1.0, -2.0, 0.5]);
+        let v = |x| [("value", Attr::Float(x))];
+        assert_eq!(run(OpKind::AddScalar, &v(1.0), std::slice::from_ref(&x))[0].data, [2.0, -1.0, 1.5]);
+        assert_eq!(run(OpKind::MulScalar, &v(-2.0), &[x])[0].data, [-2.0, 4.0, -1.0]);
+    }
+
+    #[test]
+    fn relu_and_backward() {
+        let x = t(&[4], &[-1.0, 0.0, 2.0, -0.5]);
+        let y = run(OpKind::Relu, &[], &[x]).remove(0);
+        assert_eq!(y.data, [0.0, 0.0, 2.0, 0.0]);
+        let dy = t(&[4], &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(run(OpKind::ReluBackward, &[], &[dy, y])[0].data, [0.0, 0.0, 3.0, 0.0]);
+        assert!(relu(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn gelu_values() {
+        let y = run(OpKind::Gelu, &[], &[t(&[4], &[0.0, 1.0, -1.0, 10.0])]).remove(0);
+        // Reference values of the tanh approximation.
+        assert_close(&y, &[0.0, 0.841_191_990_607_477_2, -0.158_808_009_392_522_8, 10.0], 1e-12);
+        // gelu'(0) = 0.5.
+        let dx = run(OpKind::GeluBackward, &[], &[t(&[1], &[2.0]), t(&[1], &[0.0])]).remove(0);
+        assert_close(&dx, &[1.0], 1e-15);
+    }
+
+    #[test]
+    fn causal_mask_values() {
+        let x = t(&[2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let out = run(OpKind::CausalMask, &[], std::slice::from_ref(&x)).remove(0);
+        let inf = f64::NEG_INFINITY;
+        assert_eq!(out.data, [1.0, inf, 3.0, 4.0, 5.0, inf, 7.0, 8.0]);
+        let out = run(OpKind::CausalMask, &[("value", Attr::Float(0.0))], &[t(&[3, 3], &[1.0; 9])]).remove(0);
+        assert_eq!(out.data, [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn fill_contiguous_cast() {
+        let f = |dtype, value| {
+            let attrs = attrs(
+                OpKind::Fill,
+                &[("shape", ints(&[2, 2])), ("dtype", Attr::DType(dtype)), ("value", Attr::Float(value))],
+            );
+            eval(OpKind::Fill, &attrs, &[], &[TensorType::new(dtype, vec![2, 2])]).unwrap().remove(0)
+        };
+        assert_eq!(f(DType::F32, 1.5).data, [1.5; 4]);
+        assert_eq!(f(DType::I32, -7.0).data, [-7.0; 4]);
+        assert_eq!(f(DType::Bool, 1.0).data, [1.0; 4]);
+        assert_eq!(f(DType::F32, 1.5).shape, [2, 2]);
+        let scalar = attrs(
+            OpKind::Fill,
+            &[("shape", ints(&[])), ("dtype", Attr::DType(DType::F32)), ("value", Attr::Float(1.0))],
+        );
+        let one = eval(OpKind::Fill, &scalar, &[], &[TensorType::new(DType::F32, vec![])]).unwrap();
+        assert_eq!(one[0], Dense::new(vec![], vec![1.0]));
+
+        let x = t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(run(OpKind::Contiguous, &[], std::slice::from_ref(&x))[0], x);
+
+        let cast = |x: Dense, to: DType| {
+            let attrs = attrs(OpKind::Cast, &[("to", Attr::DType(to))]);
+            let dims: Vec<u64> = x.shape.iter().map(|&d| d as u64).collect();
+            eval(OpKind::Cast, &attrs, &[x], &[TensorType::new(to, dims)]).unwrap().remove(0).data
+        };
+        assert_eq!(cast(t(&[3], &[1.9, -1.9, 0.0]), DType::I32), [1.0, -1.0, 0.0]);
+        assert_eq!(cast(t(&[3], &[2.0, 0.0, -3.0]), DType::Bool), [1.0, 0.0, 1.0]);
+        assert_eq!(cast(t(&[2], &[1.0, 0.0]), DType::F32), [1.0, 0.0]);
+        assert_eq!(cast(t(&[1], &[0.1]), DType::Bf16), [0.1]);
+    }
+}

@@ -1,0 +1,605 @@
+//! Neural-network kernels and their gradients: softmax, layer_norm, batch_norm (training
+//! mode, batch statistics), conv2d, max_pool2d (NCHW), embedding and cross_entropy.
+//!
+//! Backward kernels compute the exact gradients of their forward kernels (checked against
+//! finite differences in `kernels/mod.rs`); norms recompute mean and biased variance from
+//! x. Index inputs (ids, labels) are validated before anything is computed: a value outside
+//! its range is an [`ExecError::IndexOutOfRange`].
+
+use super::{Window, resolve_axis};
+use crate::exec::{Dense, ExecError};
+
+// ---------------------------------------------------------------------------------------
+// softmax
+
+/// `shape` seen as `[outer, n, inner]` around dimension `axis`.
+fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+}
+
+/// exp(x − max) / Σ exp(x − max) along `axis`.
+pub(super) fn softmax(x: &Dense, axis: i64) -> Dense {
+    let (outer, n, inner) = split_at_axis(&x.shape, resolve_axis(axis, x.shape.len()));
+    let mut y = Dense::zeros(x.shape.clone());
+    for o in 0..outer {
+        for j in 0..inner {
+            let at = |i: usize| (o * n + i) * inner + j;
+            let max = (0..n).fold(f64::NEG_INFINITY, |m, i| m.max(x.data[at(i)]));
+            let mut total = 0.0;
+            for i in 0..n {
+                let e = (x.data[at(i)] - max).exp();
+                y.data[at(i)] = e;
+                total += e;
+            }
+            for i in 0..n {
+                y.data[at(i)] /= total;
+            }
+        }
+    }
+    y
+}
+
+/// dx = y · (dy − Σ(dy · y) along axis), y being softmax's output.
+pub(super) fn softmax_backward(dy: &Dense, y: &Dense, axis: i64) -> Dense {
+    let (outer, n, inner) = split_at_axis(&y.shape, resolve_axis(axis, y.shape.len()));
+    let mut dx = Dense::zeros(y.shape.clone());
+    for o in 0..outer {
+        for j in 0..inner {
+            let at = |i: usize| (o * n + i) * inner + j;
+            let dot = (0..n).fold(0.0, |acc, i| acc + dy.data[at(i)] * y.data[at(i)]);
+            for i in 0..n {
+                dx.data[at(i)] = y.data[at(i)] * (dy.data[at(i)] - dot);
+            }
+        }
+    }
+    dx
+}
+
+// ---------------------------------------------------------------------------------------
+// Normalisation
+
+/// Mean and 1/√(biased variance + eps) of `values`.
+fn moments(values: impl Iterator<Item = f64> + Clone, count: usize, eps: f64) -> (f64, f64) {
+    let mean = values.clone().fold(0.0, |acc, v| acc + v) / count as f64;
+    let var = values.fold(0.0, |acc, v| acc + (v - mean) * (v - mean)) / count as f64;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// The last dimension D of `x`, and the number of rows of D elements.
+fn rows_of(x: &Dense) -> (usize, usize) {
+    let d = x.shape[x.shape.len() - 1];
+    (x.numel().checked_div(d).unwrap_or(0), d)
+}
+
+/// y = (x − mean) / √(var + eps) · gamma + beta over the last dimension.
+pub(super) fn layer_norm(x: &Dense, gamma: &Dense, beta: &Dense, eps: f64) -> Dense {
+    let (rows, d) = rows_of(x);
+    let mut y = Dense::zeros(x.shape.clone());
+    for r in 0..rows {
+        let row = &x.data[r * d..(r + 1) * d];
+        let (mean, rstd) = moments(row.iter().copied(), d, eps);
+        let out = &mut y.data[r * d..(r + 1) * d];
+        for (i, (o, &v)) in out.iter_mut().zip(row).enumerate() {
+            *o = (v - mean) * rstd * gamma.data[i] + beta.data[i];
+        }
+    }
+    y
+}
+
+/// (dx, dgamma, dbeta) of layer_norm. With x̂ = (x − mean)·rstd and g = dy·gamma:
+/// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) per row; dgamma = Σ_rows dy·x̂; dbeta = Σ_rows dy.
+pub(super) fn layer_norm_backward(dy: &Dense, x: &Dense, gamma: &Dense, eps: f64) -> Vec<Dense> {
+    let (rows, d) = rows_of(x);
+    let mut dx = Dense::zeros(x.shape.clone());
+    let mut dgamma = Dense::zeros(vec![d]);
+    let mut dbeta = Dense::zeros(vec![d]);
+    let mut xhat = vec![0.0; d];
+    for r in 0..rows {
+        let (row, dy_row) = (&x.data[r * d..(r + 1) * d], &dy.data[r * d..(r + 1) * d]);
+        let (mean, rstd) = moments(row.iter().copied(), d, eps);
+        let (mut sum_g, mut sum_gx) = (0.0, 0.0);
+        for i in 0..d {
+            xhat[i] = (row[i] - mean) * rstd;
+            let g = dy_row[i] * gamma.data[i];
+            sum_g += g;
+            sum_gx += g * xhat[i];
+            dgamma.data[i] += dy_row[i] * xhat[i];
+            dbeta.data[i] += dy_row[i];
+        }
+        let (mean_g, mean_gx) = (sum_g / d as f64, sum_gx / d as f64);
+        for i in 0..d {
+            let g = dy_row[i] * gamma.data[i];
+            dx.data[r * d + i] = rstd * (g - mean_g - xhat[i] * mean_gx);
+        }
+    }
+    vec![dx, dgamma, dbeta]
+}
+
+/// x `[N, C, ...]` as (N, C, inner = product of the trailing dims); element (b, c, s) is at
+/// `(b * C + c) * inner + s`.
+fn nc_inner(x: &Dense) -> (usize, usize, usize) {
+    (x.shape[0], x.shape[1], x.shape[2..].iter().product())
+}
+
+/// The offsets of channel `c`'s elements, in row-major order.
+fn channel(n: usize, c: usize, inner: usize, ch: usize) -> impl Iterator<Item = usize> + Clone {
+    (0..n).flat_map(move |b| (0..inner).map(move |s| (b * c + ch) * inner + s))
+}
+
+/// Training-mode batch norm: per channel (dim 1), statistics over every other dimension.
+pub(super) fn batch_norm(x: &Dense, gamma: &Dense, beta: &Dense, eps: f64) -> Dense {
+    let (n, c, inner) = nc_inner(x);
+    let mut y = Dense::zeros(x.shape.clone());
+    for ch in 0..c {
+        let (mean, rstd) = moments(channel(n, c, inner, ch).map(|i| x.data[i]), n * inner, eps);
+        for i in channel(n, c, inner, ch) {
+            y.data[i] = (x.data[i] - mean) * rstd * gamma.data[ch] + beta.data[ch];
+        }
+    }
+    y
+}
+
+/// (dx, dgamma, dbeta) of batch_norm. Per channel, with x̂ = (x − mean)·rstd and M elements:
+/// dbeta = Σ dy; dgamma = Σ dy·x̂; dx = gamma · rstd · (dy − dbeta/M − x̂ · dgamma/M).
+pub(super) fn batch_norm_backward(dy: &Dense, x: &Dense, gamma: &Dense, eps: f64) -> Vec<Dense> {
+    let (n, c, inner) = nc_inner(x);
+    let m = (n * inner) as f64;
+    let mut dx = Dense::zeros(x.shape.clone());
+    let mut dgamma = Dense::zeros(vec![c]);
+    let mut dbeta = Dense::zeros(vec![c]);
+    for ch in 0..c {
+        let (mean, rstd) = moments(channel(n, c, inner, ch).map(|i| x.data[i]), n * inner, eps);
+        let (mut sum_dy, mut sum_dy_xhat) = (0.0, 0.0);
+        for i in channel(n, c, inner, ch) {
+            sum_dy += dy.data[i];
+            sum_dy_xhat += dy.data[i] * (x.data[i] - mean) * rstd;
+        }
+        dbeta.data[ch] = sum_dy;
+        dgamma.data[ch] = sum_dy_xhat;
+        for i in channel(n, c, inner, ch) {
+            let xhat = (x.data[i] - mean) * rstd;
+            dx.data[i] = gamma.data[ch] * rstd * (dy.data[i] - sum_dy / m - xhat * sum_dy_xhat / m);
+        }
+    }
+    vec![dx, dgamma, dbeta]
+}
+
+// ---------------------------------------------------------------------------------------
+// Convolution and pooling (NCHW)
+
+/// The input position read by output position `out` at kernel tap `tap`, if it lies inside
+/// the input (extent `size`) rather than in the padding.
+fn source(out: usize, tap: usize, stride: usize, pad: usize, size: usize) -> Option<usize> {
+    (out * stride + tap).checked_sub(pad).filter(|&i| i < size)
+}
+
+/// y[b,k,p,q] = Σ_{c,r,s} x[b, c, p·sh + r − ph, q·sw + s − pw] · w[k,c,r,s] (zero padding),
+/// added in order c, r, s.
+pub(super) fn conv2d(x: &Dense, w: &Dense, win: &Window, out_shape: &[usize]) -> Dense {
+    let &[n, c, h, wd] = &x.shape[..] else { unreachable!("conv2d: x is [N,C,H,W] by the type rule") };
+    let (k, [r, s]) = (w.shape[0], win.kernel);
+    let (p, q) = (out_shape[2], out_shape[3]);
+    let mut y = Vec::with_capacity(n * k * p * q);
+    for b in 0..n {
+        for kk in 0..k {
+            for pp in 0..p {
+                for qq in 0..q {
+                    let mut acc = 0.0;
+                    for cc in 0..c {
+                        for rr in 0..r {
+                            let Some(hh) = source(pp, rr, win.stride[0], win.padding[0], h) else { continue };
+                            for ss in 0..s {
+                                let Some(ww) = source(qq, ss, win.stride[1], win.padding[1], wd) else { continue };
+                                acc += x.data[((b * c + cc) * h + hh) * wd + ww]
+                                    * w.data[((kk * c + cc) * r + rr) * s + ss];
+                            }
+                        }
+                    }
+                    y.push(acc);
+                }
+            }
+        }
+    }
+    Dense::new(out_shape.to_vec(), y)
+}
+
+/// (dx, dw) of conv2d: every product x·w of the forward sends dy·w to dx and dy·x to dw,
+/// visited in the forward's order (b, k, p, q, c, r, s).
+pub(super) fn conv2d_backward(dy: &Dense, x: &Dense, w: &Dense, win: &Window) -> Vec<Dense> {
+    let &[n, c, h, wd] = &x.shape[..] else { unreachable!("conv2d_backward: x is [N,C,H,W] by the type rule") };
+    let (k, [r, s]) = (w.shape[0], win.kernel);
+    let (p, q) = (dy.shape[2], dy.shape[3]);
+    let mut dx = Dense::zeros(x.shape.clone());
+    let mut dw = Dense::zeros(w.shape.clone());
+    for b in 0..n {
+        for kk in 0..k {
+            for pp in 0..p {
+                for qq in 0..q {
+                    let g = dy.data[((b * k + kk) * p + pp) * q + qq];
+                    for cc in 0..c {
+                        for rr in 0..r {
+                            let Some(hh) = source(pp, rr, win.stride[0], win.padding[0], h) else { continue };
+                            for ss in 0..s {
+                                let Some(ww) = source(qq, ss, win.stride[1], win.padding[1], wd) else { continue };
+                                let xi = ((b * c + cc) * h + hh) * wd + ww;
+                                let wi = ((kk * c + cc) * r + rr) * s + ss;
+                                dx.data[xi] += g * w.data[wi];
+                                dw.data[wi] += g * x.data[xi];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    vec![dx, dw]
+}
+
+/// The offset (within one `h`×`w` plane) of the maximum of output (p, q)'s window, scanning
+/// the window row-major: the first maximum wins ties, and a NaN counts as the maximum (the
+/// first NaN wins). `None` when the window holds only padding (possible only for an empty x).
+fn window_argmax(plane: &[f64], h: usize, w: usize, p: usize, q: usize, win: &Window) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for r in 0..win.kernel[0] {
+        let Some(hh) = source(p, r, win.stride[0], win.padding[0], h) else { continue };
+        for s in 0..win.kernel[1] {
+            let Some(ww) = source(q, s, win.stride[1], win.padding[1], w) else { continue };
+            let i = hh * w + ww;
+            let better = match best {
+                None => true,
+                Some(b) => plane[i] > plane[b] || (plane[i].is_nan() && !plane[b].is_nan()),
+            };
+            if better {
+                best = Some(i);
+            }
+        }
+    }
+    best
+}
+
+/// The maximum over each window of x[N,C,H,W]; padding counts as −inf.
+pub(super) fn max_pool2d(x: &Dense, win: &Window, out_shape: &[usize]) -> Dense {
+    let (h, w) = (x.shape[2], x.shape[3]);
+    let planes = x.shape[0] * x.shape[1];
+    let (p, q) = (out_shape[2], out_shape[3]);
+    let mut y = Vec::with_capacity(planes * p * q);
+    for plane in 0..planes {
+        let xs = &x.data[plane * h * w..(plane + 1) * h * w];
+        for pp in 0..p {
+            for qq in 0..q {
+                y.push(window_argmax(xs, h, w, pp, qq, win).map_or(f64::NEG_INFINITY, |i| xs[i]));
+            }
+        }
+    }
+    Dense::new(out_shape.to_vec(), y)
+}
+
+/// Each dy element added to the position of its window's (first) maximum in x.
+pub(super) fn max_pool2d_backward(dy: &Dense, x: &Dense, win: &Window) -> Dense {
+    let (h, w) = (x.shape[2], x.shape[3]);
+    let planes = x.shape[0] * x.shape[1];
+    let (p, q) = (dy.shape[2], dy.shape[3]);
+    let mut dx = Dense::zeros(x.shape.clone());
+    for plane in 0..planes {
+        let xs = &x.data[plane * h * w..(plane + 1) * h * w];
+        for pp in 0..p {
+            for qq in 0..q {
+                if let Some(i) = window_argmax(xs, h, w, pp, qq, win) {
+                    dx.data[plane * h * w + i] += dy.data[(plane * p + pp) * q + qq];
+                }
+            }
+        }
+    }
+    dx
+}
+
+// ---------------------------------------------------------------------------------------
+// Embeddings and the loss
+
+/// An index value checked against 0..bound.
+fn index(op: &str, value: f64, bound: usize) -> Result<usize, ExecError> {
+    if value >= 0.0 && value < bound as f64 && value.fract() == 0.0 {
+        Ok(value as usize)
+    } else {
+        Err(ExecError::IndexOutOfRange { op: op.to_string(), index: value as i64, bound })
+    }
+}
+
+/// Every index of `ids`, checked against 0..bound.
+fn indices(op: &str, ids: &Dense, bound: usize) -> Result<Vec<usize>, ExecError> {
+    ids.data.iter().map(|&v| index(op, v, bound)).collect()
+}
+
+/// out[..., :] = table[ids[...], :].
+pub(super) fn embedding(table: &Dense, ids: &Dense) -> Result<Dense, ExecError> {
+    let (v, d) = (table.shape[0], table.shape[1]);
+    let rows = indices("embedding", ids, v)?;
+    let mut out = Vec::with_capacity(rows.len() * d);
+    for row in rows {
+        out.extend_from_slice(&table.data[row * d..(row + 1) * d]);
+    }
+    let mut shape = ids.shape.clone();
+    shape.push(d);
+    Ok(Dense::new(shape, out))
+}
+
+/// dtable[vocab, D]: zero, plus each dy[..., :] added into row ids[...] (in ids' order).
+pub(super) fn embedding_backward(dy: &Dense, ids: &Dense, out_shape: &[usize]) -> Result<Dense, ExecError> {
+    let (vocab, d) = (out_shape[0], out_shape[1]);
+    let rows = indices("embedding_backward", ids, vocab)?;
+    let mut dtable = Dense::zeros(out_shape.to_vec());
+    for (k, row) in rows.into_iter().enumerate() {
+        for i in 0..d {
+            dtable.data[row * d + i] += dy.data[k * d + i];
+        }
+    }
+    Ok(dtable)
+}
+
+/// softmax of one row of logits, max-subtracted.
+fn softmax_row(row: &[f64]) -> Vec<f64> {
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+    let exps: Vec<f64> = row.iter().map(|&v| (v - max).exp()).collect();
+    let total = exps.iter().fold(0.0, |acc, e| acc + e);
+    exps.into_iter().map(|e| e / total).collect()
+}
+
+/// mean over n of −log softmax(logits[n])[labels[n]], with log-sum-exp taken around the
+/// row's max. N = 0 gives NaN (the mean of nothing).
+pub(super) fn cross_entropy(logits: &Dense, labels: &Dense) -> Result<Dense, ExecError> {
+    let (n, c) = (logits.shape[0], logits.shape[1]);
+    let labels = indices("cross_entropy", labels, c)?;
+    let mut total = 0.0;
+    for (b, &label) in labels.iter().enumerate() {
+        let row = &logits.data[b * c..(b + 1) * c];
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+        let sum_exp = row.iter().fold(0.0, |acc, &v| acc + (v - max).exp());
+        total += max + sum_exp.ln() - row[label];
+    }
+    Ok(Dense::new(vec![], vec![total / n as f64]))
+}
+
+/// dlogits = dloss · (softmax(logits) − onehot(labels)) / N.
+pub(super) fn cross_entropy_backward(dloss: &Dense, logits: &Dense, labels: &Dense) -> Result<Dense, ExecError> {
+    let (n, c) = (logits.shape[0], logits.shape[1]);
+    let labels = indices("cross_entropy_backward", labels, c)?;
+    let dloss = dloss.data[0];
+    let mut out = Vec::with_capacity(n * c);
+    for (b, &label) in labels.iter().enumerate() {
+        let probs = softmax_row(&logits.data[b * c..(b + 1) * c]);
+        for (j, p) in probs.into_iter().enumerate() {
+            let onehot = if j == label { 1.0 } else { 0.0 };
+            out.push(dloss * (p - onehot) / n as f64);
+        }
+    }
+    Ok(Dense::new(logits.shape.clone(), out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use crate::exec::ExecError;
+    use crate::ir::ops::{Attr, OpKind};
+
+    #[test]
+    fn softmax_rows_sum_to_one() {
+        let x = t(&[2, 3], &[1.0, 2.0, 3.0, 1000.0, 1000.0, 1000.0]);
+        let y = run(OpKind::Softmax, &[], &[x]).remove(0);
+        let e = [1.0f64.exp(), 2.0f64.exp(), 3.0f64.exp()];
+        let s = e[0] + e[1] + e[2];
+        assert_close(&y, &[e[0] / s, e[1] / s, e[2] / s, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0], 1e-15);
+        // Along axis 0 of a [3,2,2]: each (j, k) column over i sums to 1.
+        let y = run(OpKind::Softmax, &[("axis", Attr::Int(0))], &[rand(&[3, 2, 2], 1)]).remove(0);
+        for jk in 0..4 {
+            let total: f64 = (0..3).map(|i| y.data[i * 4 + jk]).sum();
+            assert!((total - 1.0).abs() < 1e-15, "column {jk} sums to {total}");
+        }
+        // Masked entries (-inf) get probability 0.
+        let y = run(OpKind::Softmax, &[], &[t(&[3], &[0.0, f64::NEG_INFINITY, 0.0])]).remove(0);
+        assert_eq!(y.data, [0.5, 0.0, 0.5]);
+    }
+
+    #[test]
+    fn softmax_backward_values() {
+        // y = [0.5, 0.5], dy = [1, 0]: Σ dy·y = 0.5, dx = y·(dy − 0.5) = [0.25, −0.25].
+        let dx = run(OpKind::SoftmaxBackward, &[], &[t(&[2], &[1.0, 0.0]), t(&[2], &[0.5, 0.5])]).remove(0);
+        assert_eq!(dx.data, [0.25, -0.25]);
+    }
+
+    #[test]
+    fn layer_norm_normalises_rows() {
+        let x = rand(&[3, 8], 2);
+        let ones = t(&[8], &[1.0; 8]);
+        let zeros = t(&[8], &[0.0; 8]);
+        let y = run(OpKind::LayerNorm, &[("eps", Attr::Float(1e-12))], &[x, ones, zeros]).remove(0);
+        for r in 0..3 {
+            let row = &y.data[r * 8..(r + 1) * 8];
+            let mean = row.iter().sum::<f64>() / 8.0;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 8.0;
+            assert!(mean.abs() < 1e-12, "row {r} mean {mean}");
+            assert!((var - 1.0).abs() < 1e-9, "row {r} variance {var}");
+        }
+        // Hand-computed: x = [1, 3], mean 2, var 1; gamma [2, 1], beta [0, 10].
+        let y = run(
+            OpKind::LayerNorm,
+            &[("eps", Attr::Float(1e-300))],
+            &[t(&[1, 2], &[1.0, 3.0]), t(&[2], &[2.0, 1.0]), t(&[2], &[0.0, 10.0])],
+        );
+        assert_close(&y[0], &[-2.0, 11.0], 1e-12);
+    }
+
+    #[test]
+    fn batch_norm_normalises_channels() {
+        let x = rand(&[4, 2, 3, 3], 3);
+        let y =
+            run(OpKind::BatchNorm, &[("eps", Attr::Float(1e-12))], &[x, t(&[2], &[1.0, 2.0]), t(&[2], &[0.0, 5.0])])
+                .remove(0);
+        for ch in 0..2 {
+            let vals: Vec<f64> =
+                (0..4).flat_map(|b| (0..9).map(move |s| (b * 2 + ch) * 9 + s)).map(|i| y.data[i]).collect();
+            let mean = vals.iter().sum::<f64>() / vals.len() as f64;
+            let var = vals.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / vals.len() as f64;
+            let (want_mean, want_var) = if ch == 0 { (0.0, 1.0) } else { (5.0, 4.0) };
+            assert!((mean - want_mean).abs() < 1e-12, "channel {ch} mean {mean}");
+            assert!((var - want_var).abs() < 1e-9, "channel {ch} variance {var}");
+        }
+        // [N,C] = [2,1]: x = [1, 3] → [-1, 1].
+        let y = run(
+            OpKind::BatchNorm,
+            &[("eps", Attr::Float(1e-300))],
+            &[t(&[2, 1], &[1.0, 3.0]), t(&[1], &[1.0]), t(&[1], &[0.0])],
+        );
+        assert_close(&y[0], &[-1.0, 1.0], 1e-12);
+    }
+
+    #[test]
+    fn norm_backward_of_constant_upstream() {
+        // dy = 1 everywhere: dbeta counts the elements, dx is 0 (a shift of x changes nothing).
+        let x = rand(&[2, 3, 2], 4);
+        let out =
+            run(OpKind::BatchNormBackward, &[], &[t(&[2, 3, 2], &[1.0; 12]), x.clone(), t(&[3], &[1.0, 2.0, 3.0])]);
+        assert_close(&out[2], &[4.0, 4.0, 4.0], 0.0);
+        assert_close(&out[0], &[0.0; 12], 1e-12);
+        let out = run(OpKind::LayerNormBackward, &[], &[t(&[2, 3, 2], &[1.0; 12]), x, t(&[2], &[1.0, 1.0])]);
+        assert_close(&out[2], &[6.0, 6.0], 0.0);
+        assert_close(&out[0], &[0.0; 12], 1e-12);
+    }
+
+    fn sp(stride: i64, pad: i64) -> [(&'static str, Attr); 2] {
+        [("stride", ints(&[stride, stride])), ("padding", ints(&[pad, pad]))]
+    }
+
+    #[test]
+    fn conv2d_3x3_with_2x2_kernel() {
+        let x = t(&[1, 1, 3, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+        let w = t(&[1, 1, 2, 2], &[1.0, 0.0, 0.0, -1.0]);
+        // Padding 0: y[p,q] = x[p,q] − x[p+1,q+1] = −4 everywhere.
+        let y = run(OpKind::Conv2d, &sp(1, 0), &[x.clone(), w.clone()]).remove(0);
+        assert_eq!(y, t(&[1, 1, 2, 2], &[-4.0; 4]));
+        // Padding 1: y[p,q] = x[p−1,q−1] − x[p,q] with zeros outside.
+        let y = run(OpKind::Conv2d, &sp(1, 1), &[x.clone(), w.clone()]).remove(0);
+        #[rustfmt::skip]
+        let want = [
+            -1.0, -2.0, -3.0, 0.0,
+            -4.0, -4.0, -4.0, 3.0,
+            -7.0, -4.0, -4.0, 6.0,
+            0.0, 7.0, 8.0, 9.0,
+        ];
+        assert_eq!(y, t(&[1, 1, 4, 4], &want));
+        // Stride 2, padding 1: every other output of the above.
+        let y = run(OpKind::Conv2d, &sp(2, 1), &[x, w]).remove(0);
+        assert_eq!(y, t(&[1, 1, 2, 2], &[-1.0, -3.0, -7.0, -4.0]));
+    }
+
+    #[test]
+    fn conv2d_sums_channels_and_keeps_filters_apart() {
+        // Two input channels, two 1x1 filters: k0 = c0 + c1, k1 = 2·c0.
+        let x = t(&[1, 2, 1, 2], &[1.0, 2.0, 10.0, 20.0]);
+        let w = t(&[2, 2, 1, 1], &[1.0, 1.0, 2.0, 0.0]);
+        let y = run(OpKind::Conv2d, &[], &[x, w]).remove(0);
+        assert_eq!(y, t(&[1, 2, 1, 2], &[11.0, 22.0, 2.0, 4.0]));
+    }
+
+    #[test]
+    fn conv2d_backward_values() {
+        // 1x1x2x2 input, 1x1x1x1 kernel 3: dx = 3·dy, dw = Σ dy·x.
+        let x = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let w = t(&[1, 1, 1, 1], &[3.0]);
+        let dy = t(&[1, 1, 2, 2], &[1.0, 0.0, 0.0, 2.0]);
+        let out = run(OpKind::Conv2dBackward, &[], &[dy, x, w]);
+        assert_eq!(out[0].data, [3.0, 0.0, 0.0, 6.0]);
+        assert_eq!(out[1].data, [9.0]);
+    }
+
+    fn pool(k: i64, s: i64, p: i64) -> [(&'static str, Attr); 3] {
+        [("kernel", ints(&[k, k])), ("stride", ints(&[s, s])), ("padding", ints(&[p, p]))]
+    }
+
+    #[test]
+    fn max_pool2d_values() {
+        #[rustfmt::skip]
+        let x = t(&[1, 1, 4, 4], &[
+            1.0, 2.0, 5.0, 0.0,
+            3.0, 4.0, 1.0, 1.0,
+            0.0, 0.0, -1.0, -2.0,
+            9.0, 0.0, -3.0, -4.0,
+        ]);
+        let y = run(OpKind::MaxPool2d, &pool(2, 2, 0), std::slice::from_ref(&x)).remove(0);
+        assert_eq!(y, t(&[1, 1, 2, 2], &[4.0, 5.0, 9.0, -1.0]));
+        // Padding counts as -inf: an all-negative corner stays negative.
+        let y = run(OpKind::MaxPool2d, &pool(2, 2, 1), std::slice::from_ref(&x)).remove(0);
+        assert_eq!(y.shape, [1, 1, 3, 3]);
+        assert_eq!(y.data, [1.0, 5.0, 0.0, 3.0, 4.0, 1.0, 9.0, 0.0, -4.0]);
+        let dx =
+            run(OpKind::MaxPool2dBackward, &pool(2, 2, 0), &[t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]), x]).remove(0);
+        #[rustfmt::skip]
+        let want = [
+            0.0, 0.0, 2.0, 0.0,
+            0.0, 1.0, 0.0, 0.0,
+            0.0, 0.0, 4.0, 0.0,
+            3.0, 0.0, 0.0, 0.0,
+        ];
+        assert_eq!(dx.data, want);
+    }
+
+    #[test]
+    fn max_pool2d_backward_ties_and_overlaps() {
+        // All equal: every window's first element (row-major) takes the gradient.
+        let x = t(&[1, 1, 3, 3], &[1.0; 9]);
+        let dy = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let dx = run(OpKind::MaxPool2dBackward, &pool(2, 1, 0), &[dy, x]).remove(0);
+        assert_eq!(dx.data, [1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0, 0.0]);
+        // One global maximum shared by four overlapping windows collects all of dy.
+        let x = t(&[1, 1, 3, 3], &[0.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 0.0]);
+        let dy = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let dx = run(OpKind::MaxPool2dBackward, &pool(2, 1, 0), &[dy, x]).remove(0);
+        assert_eq!(dx.data, [0.0, 0.0, 0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn embedding_gathers_and_scatters() {
+        let table = t(&[3, 2], &[0.0, 1.0, 10.0, 11.0, 20.0, 21.0]);
+        let ids = t(&[2, 2], &[2.0, 0.0, 2.0, 1.0]);
+        let out = run(OpKind::Embedding, &[], &[table, ids.clone()]).remove(0);
+        assert_eq!(out, t(&[2, 2, 2], &[20.0, 21.0, 0.0, 1.0, 20.0, 21.0, 10.0, 11.0]));
+        let dy = t(&[2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let dtable = run(OpKind::EmbeddingBackward, &[("vocab", Attr::Int(4))], &[dy, ids]).remove(0);
+        assert_eq!(dtable, t(&[4, 2], &[3.0, 4.0, 7.0, 8.0, 6.0, 8.0, 0.0, 0.0]));
+        // A scalar id gives one row.
+        let out = run(OpKind::Embedding, &[], &[t(&[3, 2], &[0.0, 1.0, 10.0, 11.0, 20.0, 21.0]), t(&[], &[1.0])]);
+        assert_eq!(out[0], t(&[2], &[10.0, 11.0]));
+    }
+
+    #[test]
+    fn index_out_of_range_is_an_error() {
+        let table = t(&[3, 2], &[0.0; 6]);
+        let err = try_run(OpKind::Embedding, &[], &[table, t(&[2], &[1.0, 3.0])]).unwrap_err();
+        assert_eq!(err, ExecError::IndexOutOfRange { op: "embedding".into(), index: 3, bound: 3 });
+        let err =
+            try_run(OpKind::EmbeddingBackward, &[("vocab", Attr::Int(3))], &[t(&[1, 2], &[0.0; 2]), t(&[1], &[-1.0])])
+                .unwrap_err();
+        assert_eq!(err, ExecError::IndexOutOfRange { op: "embedding_backward".into(), index: -1, bound: 3 });
+        let logits = t(&[2, 3], &[0.0; 6]);
+        let err = try_run(OpKind::CrossEntropy, &[], &[logits.clone(), t(&[2], &[0.0, 5.0])]).unwrap_err();
+        assert_eq!(err, ExecError::IndexOutOfRange { op: "cross_entropy".into(), index: 5, bound: 3 });
+        let err =
+            try_run(OpKind::CrossEntropyBackward, &[], &[t(&[], &[1.0]), logits, t(&[2], &[-2.0, 0.0])]).unwrap_err();
+        assert_eq!(err, ExecError::IndexOutOfRange { op: "cross_entropy_backward".into(), index: -2, bound: 3 });
+    }
+
+    #[test]
+    fn cross_entropy_values() {
+        // Uniform logits: the loss is ln C whatever the labels.
+        let loss = run(OpKind::CrossEntropy, &[], &[t(&[4, 5], &[0.3; 20]), t(&[4], &[0.0, 1.0, 4.0, 2.0])]).remove(0);
+        assert_eq!(loss.shape, Vec::<usize>::new());
+        assert!((loss.data[0] - 5f64.ln()).abs() < 1e-15, "{}", loss.data[0]);
+        // Huge logits stay finite (max-subtracted): the right class dominates.
+        let loss = run(OpKind::CrossEntropy, &[], &[t(&[1, 2], &[1000.0, 0.0]), t(&[1], &[0.0])]).remove(0);
+        assert!(loss.data[0] >= 0.0 && loss.data[0] < 1e-300);
+        let loss = run(OpKind::CrossEntropy, &[], &[t(&[1, 2], &[1000.0, 0.0]), t(&[1], &[1.0])]).remove(0);
+        assert_eq!(loss.data[0], 1000.0);
+        // Backward: uniform logits, dloss 2, N = 2, C = 2: (0.5 − onehot)·2/2.
+        let d = run(OpKind::CrossEntropyBackward, &[], &[t(&[], &[2.0]), t(&[2, 2], &[0.0; 4]), t(&[2], &[1.0, 0.0])]);
+        assert_eq!(d[0], t(&[2, 2], &[0.5, -0.5, -0.5, 0.5]));
+    }
+}
