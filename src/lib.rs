@@ -16,6 +16,7 @@ pub mod index;
 pub mod ir;
 pub mod passes;
 pub mod plan;
+pub mod random_step;
 pub mod report;
 
 pub use checker::{Violation, Violations, check};

@@ -1,0 +1,204 @@
+//! Property tests on seeded random training steps (`memplan::random_step`).
+//!
+//! For every seed in `0..SEEDS` the generated step is verified, round-tripped through the
+//! printer and the parser, planned, checked by the independent checker, and run on the CPU
+//! for two training steps (updated params and state feed the second), once inside the
+//! planned arena and once unplanned: the results must agree bit for bit. A failure names
+//! the seed and prints the step's text, so it can be saved to a file and reproduced with
+//! `memplan run FILE --steps 2 --seed SEED --compare-unplanned`.
+//!
+//! Seeds are spread over the machine's threads; failures are reported in seed order.
+
+use std::collections::BTreeMap;
+
+use memplan::exec::cpu::{Placement, advance, run_step};
+use memplan::exec::data::init_args;
+use memplan::ir::ops::{Attr, OPS, OpKind};
+use memplan::passes::PlanOptions;
+use memplan::random_step::{MAX_OPS, MIN_OPS, random_step};
+use memplan::{Graph, check, parse, plan, print, verify};
+
+const SEEDS: u64 = 400;
+/// Training steps run per seed.
+const STEPS: u32 = 2;
+
+/// Everything the property asks of one seed; `Err` says what failed.
+fn check_seed(seed: u64) -> Result<(), String> {
+    let graph = random_step(seed);
+    verify(&graph).map_err(|e| format!("does not verify: {e:?}"))?;
+    if !(MIN_OPS..=MAX_OPS).contains(&graph.ops.len()) {
+        return Err(format!("has {} ops, not {MIN_OPS}..={MAX_OPS}", graph.ops.len()));
+    }
+    let text = print(&graph);
+    let reparsed = parse(&text).map_err(|e| format!("the printed step does not parse: {e:?}"))?;
+    if reparsed != graph {
+        return Err("parse(print(g)) != g".into());
+    }
+    if print(&reparsed) != text {
+        return Err("printing is not idempotent".into());
+    }
+    let plan = plan(&graph, &PlanOptions::default()).map_err(|e| format!("planning fails: {e}"))?;
+    check(&graph, &plan).map_err(|v| format!("the checker rejects the plan:\n{v}"))?;
+    if plan.arena_bytes < plan.lower_bound {
+        return Err(format!("arena {} is below the lower bound {}", plan.arena_bytes, plan.lower_bound));
+    }
+
+    let mut args = init_args(&graph, seed);
+    for step in 1..=STEPS {
+        let planned = run_step(&graph, Placement::Planned(&plan), &args)
+            .map_err(|e| format!("step {step}: the planned run fails: {e}"))?;
+        let unplanned = run_step(&graph, Placement::Unplanned, &args)
+            .map_err(|e| format!("step {step}: the unplanned run fails: {e}"))?;
+        let differences = planned.differences(&unplanned);
+        if !differences.is_empty() {
+            return Err(format!("step {step}: planned and unplanned runs differ:\n  {}", differences.join("\n  ")));
+        }
+        args = advance(&args, &planned);
+    }
+    Ok(())
+}
+
+/// Runs `f` on every seed, on all threads; the results in seed order.
+fn for_all_seeds<T: Send>(f: impl Fn(u64) -> T + Sync) -> Vec<(u64, T)> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8) as u64;
+    let mut results: Vec<(u64, T)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                scope.spawn(move || (t..SEEDS).step_by(threads as usize).map(|seed| (seed, f(seed))).collect::<Vec<_>>())
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a seed's check panicked")).collect()
+    });
+    results.sort_by_key(|&(seed, _)| seed);
+    results
+}
+
+#[test]
+fn random_steps_plan_check_and_run_planned_as_unplanned() {
+    let failures: Vec<(u64, String)> = for_all_seeds(|seed| {
+        // A panic anywhere (generator, planner, checker, executor) is a failure of this seed.
+        match std::panic::catch_unwind(|| check_seed(seed)) {
+            Ok(result) => result,
+            Err(panic) => Err(format!(
+                "panicked: {}",
+                panic.downcast_ref::<String>().map(String::as_str).or(panic.downcast_ref::<&str>().copied()).unwrap_or("?")
+            )),
+        }
+    })
+    .into_iter()
+    .filter_map(|(seed, r)| r.err().map(|e| (seed, e)))
+    .collect();
+    if failures.is_empty() {
+        return;
+    }
+    let mut message = format!(
+        "{} of {SEEDS} random steps fail (seeds {:?}). Reproduce one: save its text as FILE, then \
+         `memplan run FILE --steps {STEPS} --seed SEED --compare-unplanned`.\n",
+        failures.len(),
+        failures.iter().map(|(s, _)| *s).collect::<Vec<_>>()
+    );
+    for (seed, error) in failures.iter().take(3) {
+        let text = std::panic::catch_unwind(|| print(&random_step(*seed))).unwrap_or_else(|_| "(cannot print)".into());
+        message.push_str(&format!("\n--- seed {seed}: {error}\n{text}"));
+    }
+    panic!("{message}");
+}
+
+#[test]
+fn the_generator_is_deterministic() {
+    for seed in (0..SEEDS).step_by(7).chain([u64::MAX, 1 << 40]) {
+        let (a, b) = (random_step(seed), random_step(seed));
+        assert_eq!(print(&a), print(&b), "seed {seed}");
+        assert_eq!(a, b, "seed {seed}");
+    }
+    // Different seeds give different steps.
+    let distinct: std::collections::BTreeSet<String> = (0..50).map(|s| print(&random_step(s))).collect();
+    assert!(distinct.len() >= 45, "only {} distinct steps among 50 seeds", distinct.len());
+}
+
+/// Counts of op kinds, updates, returns and argument roles over all seeds.
+fn census(graphs: &[Graph]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    let mut bump = |key: String| *counts.entry(key).or_insert(0) += 1;
+    for g in graphs {
+        for op in &g.ops {
+            bump(op.kind.name().to_string());
+        }
+        for &arg in &g.args {
+            bump(format!("arg:{}", g.role(arg).unwrap().name()));
+        }
+        for v in &g.values {
+            bump(format!("dtype:{}", v.ty.dtype));
+        }
+        let users = g.users();
+        for op in &g.ops {
+            if op.outputs.iter().all(|&o| users[o].is_empty() && !g.returns.iter().any(|r| r.value == o)) {
+                bump("op whose outputs are never read".into());
+            }
+            if op.kind == OpKind::Matmul {
+                let a = &g.values[op.inputs[0]].ty;
+                if a.rank() > 2 {
+                    bump("matmul with batch dims".into());
+                }
+                if op.attrs.0.iter().any(|(_, v)| *v == Attr::Bool(true)) {
+                    bump("matmul with a transpose".into());
+                }
+            }
+            if op.kind == OpKind::Reshape
+                && g.def_op(op.inputs[0]).is_some_and(|d| g.ops[d].kind == OpKind::Contiguous)
+            {
+                bump("reshape of a contiguous copy".into());
+            }
+        }
+        if users.iter().any(|u| u.len() >= 3) {
+            bump("value with 3+ users".into());
+        }
+        if g.updates.len() >= 3 {
+            bump("step with 3+ updates".into());
+        }
+        if g.returns.len() >= 2 {
+            bump("step with 2+ returns".into());
+        }
+        // An update in the middle: an op after the one writing the new value.
+        if g.updates.iter().any(|u| g.def_op(u.value).is_some_and(|op| op.0 as usize + 3 < g.ops.len())) {
+            bump("update in the middle of the step".into());
+        }
+    }
+    counts
+}
+
+#[test]
+fn the_generator_covers_every_op_and_feature() {
+    let graphs: Vec<Graph> = (0..SEEDS).map(random_step).collect();
+    let counts = census(&graphs);
+    let missing: Vec<&str> = OPS.iter().map(|row| row.name).filter(|name| !counts.contains_key(*name)).collect();
+    assert!(missing.is_empty(), "ops never generated in {SEEDS} seeds: {missing:?}\ncounts: {counts:#?}");
+    let features = [
+        "arg:param",
+        "arg:input",
+        "arg:state",
+        "dtype:f32",
+        "dtype:f16",
+        "dtype:bf16",
+        "dtype:i32",
+        "dtype:i64",
+        "dtype:bool",
+        "op whose outputs are never read",
+        "matmul with batch dims",
+        "matmul with a transpose",
+        "reshape of a contiguous copy",
+        "value with 3+ users",
+        "step with 3+ updates",
+        "step with 2+ returns",
+        "update in the middle of the step",
+    ];
+    for feature in features {
+        assert!(counts.get(feature).is_some_and(|&n| n >= 3), "{feature}: {:?} in {SEEDS} seeds", counts.get(feature));
+    }
+    // Sizes: small enough for fast CPU runs.
+    for (seed, g) in graphs.iter().enumerate() {
+        let largest = g.values.iter().map(|v| v.ty.shape.numel().unwrap()).max().unwrap_or(0);
+        assert!(largest <= memplan::random_step::MAX_OUT, "seed {seed}: a value has {largest} elements");
+    }
+}
