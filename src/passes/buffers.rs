@@ -8,8 +8,10 @@
 //!   written: every read of the target (or of a view of it) is at or before the position of
 //!   the op writing the new value, and if that op itself reads the target, it reads it
 //!   directly (not through a view) as an input its row lets it write that output over in
-//!   place (an elementwise update reads each element before it writes it). Otherwise the
-//!   step cannot update in place in this order and the pass says which read is in the way.
+//!   place (an elementwise update reads each element before it writes it); and the old
+//!   value (or a view of it) is not returned, since a returned value must survive the step.
+//!   Otherwise the step cannot update in place in this order and the pass says what needs
+//!   the old value.
 //! - Every other root value gets a buffer of its own: its live range is the value's
 //!   `[def, last]`.
 //!
@@ -18,7 +20,7 @@
 
 use crate::analysis::liveness::{Lifetimes, lifetimes};
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
-use crate::ir::graph::Graph;
+use crate::ir::graph::{Graph, Span};
 use crate::passes::PlanError;
 
 /// A buffer before it has an offset.
@@ -86,17 +88,31 @@ fn check_update_in_place(
 ) -> Result<(), PlanError> {
     let writer = graph.def_op(value).expect("verified update values are op outputs");
     let written_at = lifetimes.position[writer];
-    let blocked = |reader: OpId| PlanError::UpdateNotInPlace {
+    let blocked = |reason: String, reason_span: Span| PlanError::UpdateNotInPlace {
         target_name: graph.value_name(target),
         value_name: graph.value_name(value),
-        reader_text: graph.describe_op(reader),
+        reason,
         span: graph.updates.iter().find(|u| u.target == target).and_then(|u| u.span.into()),
-        reader_span: graph.ops[reader].span.into(),
+        reason_span: reason_span.into(),
     };
+    let read_by = |reader: OpId| {
+        let reason = format!(
+            "`{}` still reads {} after {} is written",
+            graph.describe_op(reader),
+            graph.value_name(target),
+            graph.value_name(value)
+        );
+        blocked(reason, graph.ops[reader].span)
+    };
+    // A returned old value (or a view of it) must survive the step.
+    if let Some(ret) = graph.returns.iter().find(|r| lifetimes.root[r.value] == target) {
+        let what = if ret.value == target { "is returned".to_string() } else { format!("is returned through the view {}", graph.value_name(ret.value)) };
+        return Err(blocked(format!("the old value of {} {what}, so it must survive the step", graph.value_name(target)), ret.span));
+    }
     // A later read of the old value (or of a view of it) is in the way.
     for &op in &schedule[written_at + 1..] {
         if graph.ops[op].inputs.iter().any(|&i| lifetimes.root[i] == target) {
-            return Err(blocked(op));
+            return Err(read_by(op));
         }
     }
     // The writer itself may read the old value only as an in-place input.
@@ -105,5 +121,5 @@ fn check_update_in_place(
     let reads: Vec<usize> = (0..op.inputs.len()).filter(|&k| lifetimes.root[op.inputs[k]] == target).collect();
     let direct = reads.iter().all(|&k| op.inputs[k] == target);
     let allowed = reads.iter().any(|&k| op.kind.def().inplace.contains(&(output, k)));
-    if reads.is_empty() || (direct && allowed) { Ok(()) } else { Err(blocked(writer)) }
+    if reads.is_empty() || (direct && allowed) { Ok(()) } else { Err(read_by(writer)) }
 }

@@ -72,19 +72,22 @@ impl Default for PlanOptions {
 
 #[derive(Debug, Error, Diagnostic)]
 pub enum PlanError {
-    /// The step reads a param or state after computing its new value, so the new value
-    /// cannot be written into the param's memory in this order. The user's step (or the
-    /// schedule) must read the old value first.
-    #[error("update {target_name} <- {value_name} cannot land in place: `{reader_text}` still reads {target_name} after {value_name} is written")]
-    #[diagnostic(help("move the ops that read {target_name} before the op computing {value_name}"))]
+    /// The old value of an updated param or state is still needed after its new value is
+    /// written (a later op reads it, or it is returned), so the new value cannot be written
+    /// into the param's memory in this order.
+    #[error("update {target_name} <- {value_name} cannot land in place: {reason}")]
+    #[diagnostic(help(
+        "the old value of {target_name} must be dead once {value_name} is written: read it earlier, or return a copy (`contiguous({target_name})`)"
+    ))]
     UpdateNotInPlace {
         target_name: String,
         value_name: String,
-        reader_text: String,
+        /// What still needs the old value.
+        reason: String,
         #[label("the update")]
         span: Option<SourceSpan>,
-        #[label("reads the old value")]
-        reader_span: Option<SourceSpan>,
+        #[label("needs the old value")]
+        reason_span: Option<SourceSpan>,
     },
 
     /// The arena would need more than 2^64 - 1 bytes.
@@ -240,7 +243,9 @@ mod tests {
         let g = step(true);
         let err = plan(&g, &PlanOptions::default()).unwrap_err();
         match &err {
-            PlanError::UpdateNotInPlace { reader_text, .. } => assert_eq!(reader_text, "%h = matmul(%x, %w)"),
+            PlanError::UpdateNotInPlace { reason, .. } => {
+                assert_eq!(reason, "`%h = matmul(%x, %w)` still reads %w after %w_new is written")
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
