@@ -35,8 +35,15 @@ fn every_valid_step_runs_bit_identical_planned_and_unplanned() {
         .collect();
     files.sort();
     assert!(files.len() >= 13);
-    for file in files {
-        let (graph, plan) = load(&file);
+    let mut ran = 0;
+    for file in &files {
+        let (graph, plan) = load(file);
+        // Full-size models (GPT-2 small, VGG-16 at batch 256) are planned by the corpus test
+        // but too big to run in a unit test on a CPU; their tiny variants run here.
+        if plan.arena_bytes > SMALL_ENOUGH_TO_RUN {
+            continue;
+        }
+        ran += 1;
         let mut args = init_args(&graph, 7);
         for step in 0..2 {
             let (planned, unplanned) = both(&graph, &plan, &args);
@@ -48,7 +55,11 @@ fn every_valid_step_runs_bit_identical_planned_and_unplanned() {
             args = advance(&args, &planned);
         }
     }
+    assert!(ran * 4 >= files.len() * 3, "only {ran} of {} steps are small enough to run", files.len());
 }
+
+/// Steps whose arena is larger are only planned, not run, in tests.
+const SMALL_ENOUGH_TO_RUN: u64 = 64 << 20;
 
 #[test]
 fn a_planted_wrong_offset_fails_the_checker_and_the_comparison() {
