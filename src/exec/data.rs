@@ -227,7 +227,7 @@ pub fn save_safetensors(path: &Path, tensors: &Tensors) -> Result<(), ExecError>
         offset += t.bytes.len();
     }
     let mut header = serde_json::to_vec(&header).expect("a JSON map serialises");
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut out = Vec::with_capacity(8 + header.len() + offset);
