@@ -8,7 +8,7 @@
 //! share their mistakes. It uses nothing from `analysis` or `passes`: it reads only the IR
 //! (values, ops, updates, returns), the op table's memory facts (`view_of`, `inplace`) and
 //! the [`Plan`] types, and recomputes roots of views, lifetimes and the lower bound with its
-//! own code, following SPEC.md's memory/time model word for word. The planner's claims
+//! own code, following the memory/time model of docs/PLANNING.md. The planner's claims
 //! (`first`, `last`, `values`, `lower_bound`) are compared against the re-derived facts,
 //! never trusted.
 //!
@@ -24,15 +24,14 @@
 //! - Buffers: offsets aligned; `offset + size <= arena_bytes` (overflow counts); claimed
 //!   ranges not inverted; no two buffers whose claimed `[first, last]` and
 //!   `[offset, offset + size)` both overlap (so an in-place reuse must stay in one buffer).
-//! - Lifetimes (model of SPEC.md): def(v) is 0 for arguments, else its op's position;
+//! - Lifetimes (the model of docs/PLANNING.md): def(v) is 0 for arguments, else its op's position;
 //!   last(v) of a root is its last read, directly or through a view, or the last position
 //!   if it must survive the step (a param/state that is not updated, a returned value, an
 //!   update's new value). Two root values whose bytes intersect while both are live are a
 //!   read of a clobbered value, except the in-place case (b written at last(a) by the op
 //!   reading a as input k and writing b as output j, (j, k) in the op's `inplace`, equal
 //!   byte sizes, same offset) — which never applies to a value that must survive the step
-//!   (SPEC.md's letter would let an op write over a returned value it reads at the last
-//!   position). Each buffer's claimed range covers its root values'
+//!   (an op may not write over a returned value even when it reads it last). Each buffer's claimed range covers its root values'
 //!   `[def, last]`; `lower_bound` equals the max over positions of the sum of
 //!   `align_up(size, alignment)` over buffers live there (live = hull of their root values'
 //!   `[def, last]`).
