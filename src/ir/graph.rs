@@ -252,13 +252,18 @@ impl Graph {
         let op = &self.ops[op];
         let row = op.kind.def();
         let mut operands: Vec<String> = op.inputs.iter().map(|&v| self.value_name(v)).collect();
-        for (name, value) in &op.attrs.0 {
-            let default = row.attrs.iter().find(|spec| spec.name == *name).and_then(|spec| spec.default);
-            if default.map(|d| d.to_attr()).as_ref() != Some(value) {
-                operands.push(format!("{name}={value}"));
-            }
-        }
+        operands.extend(non_default_attrs(op.kind, &op.attrs));
         format!("{}({})", row.name, operands.join(", "))
+    }
+
+    /// The `backward` statement as the printer writes it, `backward %loss with
+    /// adam(lr=0.01)` (attributes that differ from the row's defaults, in row order), if the
+    /// step has one.
+    pub fn backward_text(&self) -> Option<String> {
+        let bw = self.backward.as_ref()?;
+        let loss = self.values.get(bw.loss).map_or_else(|| format!("{}", bw.loss), |v| format!("%{}", v.name));
+        let attrs = non_default_attrs(bw.optimizer, &bw.attrs);
+        Some(format!("backward {loss} with {}({})", bw.optimizer.name(), attrs.join(", ")))
     }
 
     /// A one-line description of an op for diagnostics: `%h = matmul(%x, %w1)`.
@@ -266,4 +271,17 @@ impl Graph {
         let outs: Vec<String> = self.ops[op].outputs.iter().map(|&v| self.value_name(v)).collect();
         format!("{} = {}", outs.join(", "), self.call_text(op))
     }
+}
+
+/// `name=value` for each attribute of `attrs` that differs from `kind`'s row default.
+fn non_default_attrs(kind: OpKind, attrs: &Attrs) -> Vec<String> {
+    let row = kind.def();
+    let mut out = Vec::new();
+    for (name, value) in &attrs.0 {
+        let default = row.attrs.iter().find(|spec| spec.name == *name).and_then(|spec| spec.default);
+        if default.map(|d| d.to_attr()).as_ref() != Some(value) {
+            out.push(format!("{name}={value}"));
+        }
+    }
+    out
 }

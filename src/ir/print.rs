@@ -19,7 +19,9 @@
 //!   row order, `name=value`, values in [`Attr`](crate::ir::ops::Attr)'s `Display` (floats
 //!   in Rust's shortest round-trip form: `0.001`, `1e-8`, `1.0`, `-inf`);
 //! - `loc("file":line)` after the op when it has one (`"`, `\`, newline and tab escaped);
-//! - ops in program order, then updates in order, then one `return` (if any);
+//! - ops in program order, then the `backward` statement (if any: `backward %loss with
+//!   adam(lr=0.01)`, the optimizer's attributes as an op's), then updates in order, then
+//!   one `return` (if any);
 //! - the text ends with `}` and a newline.
 //!
 //! Invariant: for every graph the parser produces, `parse(print(g)) == g` (spans aside) and
@@ -50,6 +52,9 @@ pub fn print(graph: &Graph) -> String {
             let _ = write!(out, " loc({}:{})", quote(&loc.file), loc.line);
         }
         out.push('\n');
+    }
+    if let Some(text) = graph.backward_text() {
+        let _ = writeln!(out, "  {text}");
     }
     for up in &graph.updates {
         let _ = writeln!(out, "  update {} <- {}", graph.value_name(up.target), graph.value_name(up.value));
@@ -139,6 +144,8 @@ step @mlp(%w1: f32[784,256] param, %x: f32[64,784] input, %w2: f32[256,10] param
             "step @x.y_1(%a: i64[3] input, %b: i64[1] input) {\n  %c = add(%a, %b)\n  %d = add(%c, %c)\n  return %d, %c, %d\n}",
             "step @s(%a: f16[2,3,4] input, %b: f16[2,4,5] param) {\n  %c = matmul(%a, %b, transpose_a=false, transpose_b=false) loc(\"we \\\"ird\\\" \\\\ name\\t.py\":4294967295)\n  %d: f16[99] = relu(%c)\n}",
             "step @s(%a: f32[4,3] input, %b: f32[5,4] param) {\n  %c = matmul(%a, %b, transpose_a=true, transpose_b=true)\n  %e: bool[7] = add(%c, %c)\n}",
+            "step @s(%a: f32[4] param) {\n  backward %l with sgd(lr=0.1, momentum=0.5)\n  %l = mean(%a, axes=[-1]) loc(\"m.py\":2)\n  return %l\n}",
+            "step @s(%a: f32[4] param) {\n  %l: f32[7] = relu(%a)\n  backward %a with adam(eps=1)\n  update %a <- %l\n}",
         ];
         for src in steps {
             round_trip(src);
@@ -147,6 +154,50 @@ step @mlp(%w1: f32[784,256] param, %x: f32[64,784] input, %w2: f32[256,10] param
         assert_eq!(
             round_trip("step @s(%t: f32[] state) { return %t }"),
             "step @s(\n  %t: f32[] state,\n) {\n  return %t\n}\n"
+        );
+    }
+
+    #[test]
+    fn backward_goes_after_the_ops_before_updates_and_return() {
+        let src = "step @fwd(%w: f32[4,3] param, %x: f32[8,4] input, %y: i32[8] input, %t: f32[] state) {
+  return %loss
+  update %t <- %t2
+  backward %loss with adam(lr=0.01, beta1=0.9, eps=1e-6)
+  %o = matmul(%x, %w)
+  %loss = cross_entropy(%o, %y)
+  %t2 = add_scalar(%t, value=1)
+}";
+        let expected = "step @fwd(
+  %w: f32[4,3] param,
+  %x: f32[8,4] input,
+  %y: i32[8] input,
+  %t: f32[] state,
+) {
+  %o: f32[8,3] = matmul(%x, %w)
+  %loss: f32[] = cross_entropy(%o, %y)
+  %t2: f32[] = add_scalar(%t, value=1.0)
+  backward %loss with adam(lr=0.01, eps=1e-6)
+  update %t <- %t2
+  return %loss
+}
+";
+        assert_eq!(round_trip(src), expected);
+        // All defaults: empty parentheses. The sgd momentum sugar prints as sgd_momentum.
+        let body = |bw: &str| format!("step @s(%x: f32[2] param) {{\n  %l = sum(%x, axes=[0])\n  {bw}\n}}");
+        let line = |printed: String| printed.lines().find(|l| l.contains("backward")).unwrap().trim().to_string();
+        assert_eq!(line(round_trip(&body("backward %l with adamw()"))), "backward %l with adamw()");
+        assert_eq!(
+            line(round_trip(&body("backward %l with sgd(lr=0.5, momentum=0.9)"))),
+            "backward %l with sgd_momentum(lr=0.5)"
+        );
+        assert_eq!(
+            line(round_trip(&body("backward %l with sgd(momentum=0, lr=1)"))),
+            "backward %l with sgd_momentum(lr=1.0, momentum=0.0)"
+        );
+        assert_eq!(line(round_trip(&body("backward %l with sgd(lr=1e-3)"))), "backward %l with sgd(lr=0.001)");
+        assert_eq!(
+            line(round_trip(&body("backward %l with adamw(weight_decay=0.1, beta2=0.99, lr=-inf)"))),
+            "backward %l with adamw(lr=-inf, beta2=0.99, weight_decay=0.1)"
         );
     }
 
@@ -164,6 +215,27 @@ step @mlp(%w1: f32[784,256] param, %x: f32[64,784] input, %w2: f32[256,10] param
         assert_eq!(
             text,
             "step @built(\n  %x: f32[8,16] input,\n  %w: f32[4,16] param,\n) {\n  %y: f32[8,4] = matmul(%x, %w, transpose_b=true)\n  return %y\n}\n"
+        );
+        assert_eq!(parse(&text).unwrap(), g);
+
+        // With a backward statement.
+        let loss = g.add_op(
+            OpKind::Sum,
+            vec![y],
+            Attrs(vec![("axes", Attr::Ints(vec![0, 1])), ("keepdim", Attr::Bool(false))]),
+            vec![("loss".into(), TensorType::new(DType::F32, vec![]))],
+        );
+        let loss = g.ops[loss].outputs[0];
+        g.backward = Some(crate::ir::graph::Backward {
+            loss,
+            optimizer: OpKind::Sgd,
+            attrs: Attrs(vec![("lr", Attr::Float(0.25))]),
+            span: crate::ir::graph::Span::NONE,
+        });
+        let text = print(&g);
+        assert!(
+            text.ends_with("  %loss: f32[] = sum(%y, axes=[0, 1])\n  backward %loss with sgd(lr=0.25)\n  return %y\n}\n"),
+            "{text}"
         );
         assert_eq!(parse(&text).unwrap(), g);
     }

@@ -12,15 +12,19 @@
 //! - views are taken of contiguous memory where the view needs it (`reshape` of a
 //!   transposed or expanded value must go through `contiguous`);
 //! - updates: the target is a `param` or `state` argument updated once, the new value is
-//!   computed by an op (not an argument, not a view) and has the target's type.
+//!   computed by an op (not an argument, not a view) and has the target's type;
+//! - `backward` (a forward-only step, before autodiff expands it): the loss is a float
+//!   scalar computed by an op; the optimizer is an optimizer-class op whose attribute values
+//!   its row's rule accepts (called on `f32[1]` tensors and an `f32[]` step count); the
+//!   step writes no `update` lines (autodiff writes them).
 
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
-use crate::ir::ops::OpKind;
-use crate::ir::types::TensorType;
+use crate::ir::ops::{Attrs, OPS, OpClass, OpKind};
+use crate::ir::types::{DType, TensorType};
 
 /// One broken invariant. Spans are absent for graphs built by code.
 #[derive(Debug, Error, Diagnostic, PartialEq)]
@@ -170,13 +174,89 @@ pub enum VerifyError {
         span: Option<SourceSpan>,
     },
 
+    /// The loss of `backward` is not a float scalar: autodiff seeds d loss / d loss = 1 with
+    /// a one-element float tensor, so a tensor or an integer loss has no gradient to start from.
+    #[error("the loss %{name} of `backward` is {ty}, not a float scalar")]
+    LossNotFloatScalar {
+        loss: ValueId,
+        name: String,
+        ty: TensorType,
+        #[label("differentiates %{name}: {ty}")]
+        span: Option<SourceSpan>,
+        #[label("defined here")]
+        def: Option<SourceSpan>,
+        #[help]
+        help: String,
+    },
+
+    /// The loss of `backward` is an argument, not computed by an op: it depends on no
+    /// param, so there is nothing to differentiate.
+    #[error("the loss %{name} of `backward` is an argument, not computed by an op")]
+    #[diagnostic(help("compute the loss from the params in the step (e.g. with `cross_entropy`) and differentiate that"))]
+    LossNotComputed {
+        loss: ValueId,
+        name: String,
+        #[label("differentiates an argument")]
+        span: Option<SourceSpan>,
+        #[label("declared here")]
+        def: Option<SourceSpan>,
+    },
+
+    /// The optimizer of `backward` is not an optimizer-class op (only graphs built by code
+    /// can have one: the parser rejects it).
+    #[error("`backward` uses {kind}, which is not an optimizer")]
+    NotAnOptimizer {
+        kind: OpKind,
+        #[label("not an optimizer")]
+        span: Option<SourceSpan>,
+        #[help]
+        help: String,
+    },
+
+    /// The optimizer attributes of `backward` are not exactly its row's, in row order, with
+    /// the right kinds (only graphs built by code: the parser fills them in).
+    #[error("`backward` with {kind}: the attributes do not match its row: {message}")]
+    BackwardAttributes {
+        kind: OpKind,
+        message: String,
+        #[label("here")]
+        span: Option<SourceSpan>,
+    },
+
+    /// An optimizer attribute value of `backward` is out of range (a negative `lr`, a
+    /// `beta1` outside [0, 1), ...): the optimizer row's type rule rejects it.
+    #[error("`backward` with {kind}: {message}")]
+    #[diagnostic(help("docs/IR.md gives the range of every optimizer attribute"))]
+    BadOptimizerAttr {
+        kind: OpKind,
+        message: String,
+        #[label("rejected attribute value")]
+        span: Option<SourceSpan>,
+    },
+
+    /// An `update` line in a step with `backward`: autodiff writes the update of every
+    /// param it trains and of the optimizer state itself.
+    #[error("update %{name} in a step with `backward`")]
+    #[diagnostic(help(
+        "remove the `update` lines: `backward` updates every param the loss depends on, and the optimizer state"
+    ))]
+    UpdateWithBackward {
+        target: ValueId,
+        name: String,
+        #[label("written update")]
+        span: Option<SourceSpan>,
+        #[label("autodiff writes the updates")]
+        backward: Option<SourceSpan>,
+    },
+
     /// A schedule that does not run every op exactly once in a topological order: always a
     /// planner bug.
     #[error("bad schedule: {message}")]
     BadSchedule { message: String },
 
-    /// A return or update names a value id that does not exist: a bug in whatever built the graph.
-    #[error("a return or update refers to value {value}, which does not exist")]
+    /// A return, update or `backward` names a value id that does not exist: a bug in
+    /// whatever built the graph.
+    #[error("a return, update or backward refers to value {value}, which does not exist")]
     DanglingOutput { value: ValueId },
 }
 
@@ -197,6 +277,7 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
     if errors.iter().all(|e| matches!(e, VerifyError::DuplicateName { .. })) {
         check_ops(graph, &mut errors);
         check_updates(graph, &mut errors);
+        check_backward(graph, &mut errors);
     }
     if errors.is_empty() { Ok(()) } else { Err(VerifyErrors { step: graph.name.clone(), errors }) }
 }
@@ -240,7 +321,9 @@ fn check_definitions(graph: &Graph, errors: &mut Vec<VerifyError>) {
             errors.push(VerifyError::DanglingValue { op: OpId(u32::MAX), value: arg });
         }
     }
-    for v in graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().flat_map(|u| [u.target, u.value])) {
+    let returned = graph.returns.iter().map(|r| r.value);
+    let updated = graph.updates.iter().flat_map(|u| [u.target, u.value]);
+    for v in returned.chain(updated).chain(graph.backward.as_ref().map(|b| b.loss)) {
         if graph.values.get(v).is_none() {
             errors.push(VerifyError::DanglingOutput { value: v });
         }
@@ -282,15 +365,7 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
             });
             continue;
         }
-        let names: Vec<&str> = op.attrs.0.iter().map(|(n, _)| *n).collect();
-        let expected: Vec<&str> = row.attrs.iter().map(|s| s.name).collect();
-        if names != expected {
-            let message = format!("expected [{}], found [{}]", expected.join(", "), names.join(", "));
-            errors.push(VerifyError::Attributes { op: op_id, kind: op.kind, message, span });
-            continue;
-        }
-        if let Some((spec, (_, attr))) = row.attrs.iter().zip(&op.attrs.0).find(|(spec, (_, a))| a.kind() != spec.kind) {
-            let message = format!("{} must be {}, found {attr}", spec.name, spec.kind.describe());
+        if let Some(message) = attrs_mismatch(op.kind, &op.attrs) {
             errors.push(VerifyError::Attributes { op: op_id, kind: op.kind, message, span });
             continue;
         }
@@ -394,6 +469,84 @@ fn check_updates(graph: &Graph, errors: &mut Vec<VerifyError>) {
     }
 }
 
+/// Why `attrs` are not exactly `kind`'s row attributes (names in row order, right kinds).
+fn attrs_mismatch(kind: OpKind, attrs: &Attrs) -> Option<String> {
+    let row = kind.def();
+    let names: Vec<&str> = attrs.0.iter().map(|(n, _)| *n).collect();
+    let expected: Vec<&str> = row.attrs.iter().map(|s| s.name).collect();
+    if names != expected {
+        return Some(format!("expected [{}], found [{}]", expected.join(", "), names.join(", ")));
+    }
+    row.attrs
+        .iter()
+        .zip(&attrs.0)
+        .find(|(spec, (_, a))| a.kind() != spec.kind)
+        .map(|(spec, (_, attr))| format!("{} must be {}, found {attr}", spec.name, spec.kind.describe()))
+}
+
+/// The `backward` statement: a float scalar loss computed by an op, an optimizer-class op
+/// with valid attributes, and no written `update` lines.
+fn check_backward(graph: &Graph, errors: &mut Vec<VerifyError>) {
+    let Some(bw) = &graph.backward else { return };
+    let span: Option<SourceSpan> = bw.span.into();
+    if let Some(loss) = graph.values.get(bw.loss) {
+        if matches!(loss.def, ValueDef::Arg(_)) {
+            errors.push(VerifyError::LossNotComputed {
+                loss: bw.loss,
+                name: loss.name.clone(),
+                span,
+                def: loss.span.into(),
+            });
+        }
+        if !(loss.ty.dtype.is_float() && loss.ty.rank() == 0) {
+            let help = if loss.ty.dtype.is_float() {
+                format!("reduce the loss to a scalar first: `mean(%{}, axes=[...])` or `sum`", loss.name)
+            } else {
+                format!("compute the loss in a float dtype (`cast(%{}, to=f32)`), as a scalar", loss.name)
+            };
+            errors.push(VerifyError::LossNotFloatScalar {
+                loss: bw.loss,
+                name: loss.name.clone(),
+                ty: loss.ty.clone(),
+                span,
+                def: loss.span.into(),
+                help,
+            });
+        }
+    }
+    let row = bw.optimizer.def();
+    if row.class != OpClass::Optimizer {
+        let names: Vec<&str> = OPS.iter().filter(|r| r.class == OpClass::Optimizer).map(|r| r.name).collect();
+        errors.push(VerifyError::NotAnOptimizer {
+            kind: bw.optimizer,
+            span,
+            help: format!("the optimizers are {}", names.join(", ")),
+        });
+    } else if let Some(message) = attrs_mismatch(bw.optimizer, &bw.attrs) {
+        errors.push(VerifyError::BackwardAttributes { kind: bw.optimizer, message, span });
+    } else {
+        // The values are checked by the row's own rule, on the types autodiff will give it:
+        // p, g and the state tensors f32[1], the step count t a f32[] scalar.
+        let types: Vec<TensorType> = row
+            .inputs
+            .iter()
+            .map(|&name| TensorType::new(DType::F32, if name == "t" { vec![] } else { vec![1] }))
+            .collect();
+        let refs: Vec<&TensorType> = types.iter().collect();
+        if let Err(message) = (row.infer)(&refs, &bw.attrs) {
+            errors.push(VerifyError::BadOptimizerAttr { kind: bw.optimizer, message, span });
+        }
+    }
+    for update in &graph.updates {
+        errors.push(VerifyError::UpdateWithBackward {
+            target: update.target,
+            name: graph.values.get(update.target).map_or_else(|| update.target.to_string(), |v| v.name.clone()),
+            span: update.span.into(),
+            backward: span,
+        });
+    }
+}
+
 /// Checks that `schedule` runs every op of `graph` exactly once, each after the ops
 /// defining its inputs.
 pub fn verify_schedule(graph: &Graph, schedule: &[OpId]) -> Result<(), VerifyErrors> {
@@ -421,4 +574,171 @@ pub fn verify_schedule(graph: &Graph, schedule: &[OpId]) -> Result<(), VerifyErr
         }
     }
     if errors.is_empty() { Ok(()) } else { Err(VerifyErrors { step: graph.name.clone(), errors }) }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The `backward` checks (the others are exercised by the ir/ corpus).
+
+    use super::*;
+    use crate::ir::graph::{Backward, Span};
+    use crate::ir::ops::Attr;
+    use crate::ir::parse::parse;
+
+    /// A step with a param `%w`, inputs `%x` (f32[8,4]), `%y` (i32[8]), `%s` (f32[]) and a
+    /// state `%t`; `body` follows the cross-entropy loss `%loss`.
+    fn step(body: &str) -> String {
+        format!(
+            "step @s(\n  %w: f32[4,3] param,\n  %x: f32[8,4] input,\n  %y: i32[8] input,\n  %s: f32[] input,\n  %t: f32[] state,\n) {{\n  %o = matmul(%x, %w)\n  %loss = cross_entropy(%o, %y)\n{body}\n}}\n"
+        )
+    }
+
+    fn errors_of(src: &str) -> Vec<VerifyError> {
+        let g = parse(src).unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+        verify(&g).err().map(|e| e.errors).unwrap_or_default()
+    }
+
+    /// The text a span covers.
+    fn text(src: &str, span: Option<SourceSpan>) -> &str {
+        let span = span.expect("a span");
+        &src[span.offset()..span.offset() + span.len()]
+    }
+
+    #[test]
+    fn forward_only_steps_verify() {
+        for bw in [
+            "backward %loss with adam()",
+            "backward %loss with adamw(lr=0, beta1=0, beta2=0.5, eps=1e-12, weight_decay=0)",
+            "backward %loss with sgd(lr=0.1)",
+            "backward %loss with sgd(lr=0.1, momentum=0)",
+            "backward %loss with sgd_momentum(lr=1e3, momentum=2)",
+        ] {
+            let src = step(&format!("  {bw}\n  return %loss"));
+            assert_eq!(errors_of(&src), vec![], "{bw}");
+        }
+    }
+
+    #[test]
+    fn loss_must_be_a_float_scalar() {
+        let src = step("  backward %o with adam()");
+        let errs = errors_of(&src);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        let e = &errs[0];
+        assert_eq!(e.to_string(), "the loss %o of `backward` is f32[8,3], not a float scalar");
+        let VerifyError::LossNotFloatScalar { span, def, help, .. } = e else { panic!("{e:?}") };
+        assert_eq!(text(&src, *span), "backward %o with adam()");
+        assert_eq!(text(&src, *def), "%o");
+        assert_eq!(help, "reduce the loss to a scalar first: `mean(%o, axes=[...])` or `sum`");
+
+        let src = step("  %n = sum(%y, axes=[0])\n  backward %n with adam()");
+        let errs = errors_of(&src);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].to_string(), "the loss %n of `backward` is i32[], not a float scalar");
+        assert_eq!(
+            errs[0].help().unwrap().to_string(),
+            "compute the loss in a float dtype (`cast(%n, to=f32)`), as a scalar"
+        );
+    }
+
+    #[test]
+    fn loss_must_be_computed_by_an_op() {
+        let src = step("  backward %s with adam()");
+        let errs = errors_of(&src);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].to_string(), "the loss %s of `backward` is an argument, not computed by an op");
+        let VerifyError::LossNotComputed { span, def, .. } = &errs[0] else { panic!("{:?}", errs[0]) };
+        assert_eq!(text(&src, *span), "backward %s with adam()");
+        assert_eq!(text(&src, *def), "%s");
+        // An argument that is not a float scalar either: both are reported.
+        let errs = errors_of(&step("  backward %x with adam()"));
+        assert!(matches!(errs[..], [VerifyError::LossNotComputed { .. }, VerifyError::LossNotFloatScalar { .. }]), "{errs:?}");
+    }
+
+    #[test]
+    fn optimizer_attribute_values_are_checked_by_the_rows_rule() {
+        let cases = [
+            ("sgd(lr=-1)", "`backward` with sgd: lr=-1.0 must be a finite number >= 0"),
+            ("sgd(lr=inf)", "`backward` with sgd: lr=inf must be a finite number >= 0"),
+            ("sgd(lr=1, momentum=-0.5)", "`backward` with sgd_momentum: momentum=-0.5 must be a finite number >= 0"),
+            ("adam(beta1=1)", "`backward` with adam: beta1=1.0 must be in [0, 1)"),
+            ("adam(eps=0)", "`backward` with adam: eps=0.0 must be a positive finite number"),
+            ("adamw(weight_decay=-0.1)", "`backward` with adamw: weight_decay=-0.1 must be a finite number >= 0"),
+        ];
+        for (call, message) in cases {
+            let src = step(&format!("  backward %loss with {call}"));
+            let errs = errors_of(&src);
+            assert_eq!(errs.len(), 1, "{call}: {errs:?}");
+            assert!(matches!(errs[0], VerifyError::BadOptimizerAttr { .. }), "{call}: {errs:?}");
+            assert_eq!(errs[0].to_string(), message);
+            let VerifyError::BadOptimizerAttr { span, .. } = &errs[0] else { unreachable!() };
+            assert_eq!(text(&src, *span), format!("backward %loss with {call}"));
+        }
+    }
+
+    #[test]
+    fn no_update_lines_with_backward() {
+        let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2\n  backward %loss with adam()\n  %w2 = relu(%w)\n  update %w <- %w2");
+        let errs = errors_of(&src);
+        let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(msgs, ["update %t in a step with `backward`", "update %w in a step with `backward`"]);
+        let VerifyError::UpdateWithBackward { span, backward, .. } = &errs[0] else { panic!("{errs:?}") };
+        assert_eq!(text(&src, *span), "update %t <- %t2");
+        assert_eq!(text(&src, *backward), "backward %loss with adam()");
+        assert!(errs[0].help().unwrap().to_string().starts_with("remove the `update` lines"));
+        // The same updates without backward are fine.
+        let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2");
+        assert_eq!(errors_of(&src), vec![]);
+    }
+
+    /// `%loss = sum(%w)` over a param, differentiated with `optimizer(attrs)`, built by code.
+    fn built(optimizer: OpKind, attrs: Attrs) -> Graph {
+        let mut g = Graph::new("built");
+        let w = g.add_arg("w", TensorType::new(DType::F32, vec![3]), Role::Param);
+        let sum_attrs = Attrs(vec![("axes", Attr::Ints(vec![0])), ("keepdim", Attr::Bool(false))]);
+        let op = g.add_op(OpKind::Sum, vec![w], sum_attrs, vec![("loss".into(), TensorType::new(DType::F32, vec![]))]);
+        let loss = g.ops[op].outputs[0];
+        g.backward = Some(Backward { loss, optimizer, attrs, span: Span::NONE });
+        g
+    }
+
+    fn built_errors(g: &Graph) -> Vec<VerifyError> {
+        verify(g).err().map(|e| e.errors).unwrap_or_default()
+    }
+
+    #[test]
+    fn graphs_built_by_code() {
+        let sgd = Attrs(vec![("lr", Attr::Float(0.1))]);
+        assert_eq!(built_errors(&built(OpKind::Sgd, sgd)), vec![]);
+
+        let errs = built_errors(&built(OpKind::Relu, Attrs::default()));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].to_string(), "`backward` uses relu, which is not an optimizer");
+        assert_eq!(errs[0].help().unwrap().to_string(), "the optimizers are sgd, sgd_momentum, adam, adamw");
+        let errs = built_errors(&built(OpKind::Matmul, Attrs::defaults(OpKind::Matmul).unwrap()));
+        assert!(matches!(errs[..], [VerifyError::NotAnOptimizer { kind: OpKind::Matmul, span: None, .. }]), "{errs:?}");
+
+        // Missing, reordered and wrong-kind attributes (the rule is not called on them).
+        let errs = built_errors(&built(OpKind::Sgd, Attrs::default()));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].to_string(), "`backward` with sgd: the attributes do not match its row: expected [lr], found []");
+        let errs = built_errors(&built(OpKind::Sgd, Attrs(vec![("lr", Attr::Int(1))])));
+        assert_eq!(errs[0].to_string(), "`backward` with sgd: the attributes do not match its row: lr must be a number, found 1");
+        let swapped = Attrs(vec![("momentum", Attr::Float(0.9)), ("lr", Attr::Float(0.1))]);
+        let errs = built_errors(&built(OpKind::SgdMomentum, swapped));
+        assert!(matches!(errs[..], [VerifyError::BackwardAttributes { .. }]), "{errs:?}");
+
+        let errs = built_errors(&built(OpKind::Adam, Attrs::defaults(OpKind::Adam).unwrap().with("lr", Attr::Float(-0.5))));
+        assert_eq!(errs, vec![VerifyError::BadOptimizerAttr {
+            kind: OpKind::Adam,
+            message: "lr=-0.5 must be a finite number >= 0".into(),
+            span: None,
+        }]);
+
+        // A loss id out of range is reported, not a panic.
+        let mut g = built(OpKind::Sgd, Attrs(vec![("lr", Attr::Float(0.1))]));
+        if let Some(bw) = &mut g.backward {
+            bw.loss = ValueId(99);
+        }
+        assert_eq!(built_errors(&g), vec![VerifyError::DanglingOutput { value: ValueId(99) }]);
+    }
 }

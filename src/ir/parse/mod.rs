@@ -23,8 +23,8 @@
 //! skipped silently, so one mistake gives one message.
 //!
 //! Spans: a value's span is its `%name` at its definition; an op's runs from the op name to
-//! its closing parenthesis; an update's covers the statement; a returned value's is its
-//! `%name` in the `return` statement. Value names are stored without their `%`.
+//! its closing parenthesis; an update's and a `backward`'s cover the statement; a returned
+//! value's is its `%name` in the `return` statement. Value names are stored without their `%`.
 //!
 //! Invariant: `parse` never panics, whatever the input (slicing uses `get`, integer
 //! literals are parsed with checked conversions, the token list always ends with an
@@ -232,6 +232,38 @@ pub enum ParseError {
         first: SourceSpan,
     },
 
+    /// A `backward` statement names an optimizer that is not a row of the op table.
+    #[error("unknown optimizer `{name}`")]
+    UnknownOptimizer {
+        name: String,
+        #[label("no optimizer has this name")]
+        span: SourceSpan,
+        #[help]
+        help: String,
+    },
+
+    /// A `backward` statement names an op that is not an optimizer (`relu`, `matmul`, ...).
+    #[error("`{name}` is not an optimizer")]
+    NotAnOptimizer {
+        name: &'static str,
+        #[label("not an optimizer")]
+        span: SourceSpan,
+        #[help]
+        help: String,
+    },
+
+    /// A second `backward` statement (a step is differentiated once, for one loss).
+    #[error("a step has at most one `backward`")]
+    #[diagnostic(help(
+        "one `backward` statement differentiates one loss and updates every param it depends on; keep one (sum the losses first to train on several)"
+    ))]
+    DuplicateBackward {
+        #[label("second backward")]
+        span: SourceSpan,
+        #[label("first backward")]
+        first: SourceSpan,
+    },
+
     /// The op's type rule rejects its input types, and some output has no written type.
     #[error("{op}: {message}")]
     TypeError {
@@ -264,6 +296,9 @@ impl ParseError {
             | UseBeforeDef { span, .. }
             | Cycle { span, .. }
             | DuplicateReturn { span, .. }
+            | UnknownOptimizer { span, .. }
+            | NotAnOptimizer { span, .. }
+            | DuplicateBackward { span, .. }
             | TypeError { span, .. } => *span,
         }
     }

@@ -5,7 +5,9 @@
 //! redefined names, a use before the definition, and a cycle with its values in data-flow
 //! order), checks each op's name, input and output counts and attributes against its row of
 //! the op table (filling in defaults), and infers the types of outputs without a written
-//! type. Errors never cascade: an op whose inputs are unknown because of an earlier error is
+//! type. The `backward` statement's optimizer resolves like an op (same attribute code),
+//! must be an optimizer-class row (`sgd` with `momentum` means `sgd_momentum`), and may
+//! appear once. Errors never cascade: an op whose inputs are unknown because of an earlier error is
 //! skipped silently. Establishes: when no error was pushed, a graph whose values all have
 //! types, whose ops have valid kinds and complete attribute lists in row order, and whose
 //! ops are in text order (so every input is defined by an earlier op or an argument); the
@@ -15,11 +17,11 @@
 use std::collections::HashMap;
 
 use super::lex::Sp;
-use super::syntax::{Ast, AttrVal, DefAst, unknown_dtype};
+use super::syntax::{Ast, AttrAst, AttrVal, BackwardAst, DefAst, unknown_dtype};
 use super::{PResult, ParseError};
 use crate::index::{Idx, OpId, ValueId};
-use crate::ir::graph::{Graph, Op, Return, Role, Update, Value, ValueDef};
-use crate::ir::ops::{Attr, AttrKind, Attrs, OPS, OpDef, OpKind};
+use crate::ir::graph::{Backward, Graph, Op, Return, Role, Update, Value, ValueDef};
+use crate::ir::ops::{Attr, AttrKind, Attrs, OPS, OpClass, OpDef, OpKind};
 use crate::ir::types::{DType, Shape, TensorType};
 
 /// Builds the graph, pushing every error into `errors`. The graph is only meaningful when
@@ -129,7 +131,7 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
                     help: format!("the signature is {}", signature(row)),
                 });
             }
-            attrs = resolve_attrs(row, def, errors);
+            attrs = resolve_attrs(row, &def.attrs, def.sp, errors);
         }
 
         // Inference, when everything it needs is known.
@@ -205,7 +207,57 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
             }
         }
     }
+    for (k, bw) in ast.backwards.iter().enumerate() {
+        if k > 0 {
+            errors.push(ParseError::DuplicateBackward { span: bw.sp.into(), first: ast.backwards[0].sp.into() });
+            continue;
+        }
+        let loss = bound.get(&bw.loss.0).copied();
+        if loss.is_none() {
+            errors.push(undefined(&bw.loss.0, bw.loss.1, &bound));
+        }
+        let row = resolve_optimizer(bw, errors);
+        let attrs = row.and_then(|row| resolve_attrs(row, &bw.attrs, bw.call_sp, errors));
+        if let (Some(loss), Some(row), Some(attrs)) = (loss, row, attrs) {
+            g.backward = Some(Backward { loss, optimizer: row.kind, attrs, span: bw.sp.into() });
+        }
+    }
     g
+}
+
+/// The names of the optimizer-class rows, in table order.
+fn optimizer_names() -> impl Iterator<Item = &'static str> {
+    OPS.iter().filter(|r| r.class == OpClass::Optimizer).map(|r| r.name)
+}
+
+/// The row of a `backward` statement's optimizer, reporting an unknown name or an op that
+/// is not an optimizer. `sgd` with a `momentum` attribute means `sgd_momentum`.
+fn resolve_optimizer(bw: &BackwardAst, errors: &mut Vec<ParseError>) -> Option<&'static OpDef> {
+    let list = optimizer_names().collect::<Vec<_>>().join(", ");
+    let kind = match OpKind::from_name(&bw.op) {
+        Some(OpKind::Sgd) if bw.attrs.iter().any(|a| a.name == "momentum") => OpKind::SgdMomentum,
+        Some(kind) => kind,
+        None => {
+            let help = match did_you_mean(&bw.op, optimizer_names()) {
+                Some(m) => format!("did you mean `{m}`? the optimizers are {list}"),
+                None => format!("the optimizers are {list}"),
+            };
+            errors.push(ParseError::UnknownOptimizer { name: bw.op.clone(), span: bw.op_sp.into(), help });
+            return None;
+        }
+    };
+    let row = kind.def();
+    if row.class != OpClass::Optimizer {
+        errors.push(ParseError::NotAnOptimizer {
+            name: row.name,
+            span: bw.op_sp.into(),
+            help: format!(
+                "`backward` applies an optimizer to every param the loss depends on; the optimizers are {list}"
+            ),
+        });
+        return None;
+    }
+    Some(row)
 }
 
 /// The row of a def's op, reporting an unknown op name.
@@ -296,13 +348,19 @@ fn dependency_path(deps: &[Vec<(ValueId, usize)>], from: usize, to: usize) -> Op
     None
 }
 
-/// The op's attributes in row order with defaults filled in, or `None` after reporting
-/// unknown, duplicate, missing and wrong-kind attributes.
-pub(super) fn resolve_attrs(row: &'static OpDef, def: &DefAst, errors: &mut Vec<ParseError>) -> Option<Attrs> {
+/// The attributes `written` on a call of `row` (an op's, or a `backward` statement's
+/// optimizer, spanning `call_sp`) in row order with defaults filled in, or `None` after
+/// reporting unknown, duplicate, missing and wrong-kind attributes.
+pub(super) fn resolve_attrs(
+    row: &'static OpDef,
+    written: &[AttrAst],
+    call_sp: Sp,
+    errors: &mut Vec<ParseError>,
+) -> Option<Attrs> {
     let mut slots: Vec<Option<Attr>> = vec![None; row.attrs.len()];
     let mut seen: Vec<Option<Sp>> = vec![None; row.attrs.len()];
     let mut ok = true;
-    for a in &def.attrs {
+    for a in written {
         let Some(k) = row.attrs.iter().position(|s| s.name == a.name) else {
             ok = false;
             let names: Vec<&str> = row.attrs.iter().map(|s| s.name).collect();
@@ -344,7 +402,7 @@ pub(super) fn resolve_attrs(row: &'static OpDef, def: &DefAst, errors: &mut Vec<
                 errors.push(ParseError::MissingAttr {
                     op: row.name,
                     attr: spec.name,
-                    span: def.sp.into(),
+                    span: call_sp.into(),
                     help: format!(
                         "add `{}=...` ({}); the signature is {}",
                         spec.name,

@@ -24,6 +24,8 @@ pub(super) struct Ast {
     pub(super) defs: Vec<DefAst>,
     pub(super) updates: Vec<UpdateAst>,
     pub(super) returns: Vec<ReturnAst>,
+    /// Every `backward` statement in text order (resolution reports all but the first).
+    pub(super) backwards: Vec<BackwardAst>,
 }
 
 pub(super) struct ArgAst {
@@ -72,6 +74,18 @@ pub(super) enum AttrVal {
 pub(super) struct UpdateAst {
     pub(super) target: (String, Sp),
     pub(super) value: (String, Sp),
+    pub(super) sp: Sp,
+}
+
+/// `backward %loss with adam(lr=0.01)`.
+pub(super) struct BackwardAst {
+    pub(super) loss: (String, Sp),
+    pub(super) op: String,
+    pub(super) op_sp: Sp,
+    /// The optimizer name through its closing parenthesis (as [`DefAst::sp`]).
+    pub(super) call_sp: Sp,
+    pub(super) attrs: Vec<AttrAst>,
+    /// The whole statement, from `backward` to `)`.
     pub(super) sp: Sp,
 }
 
@@ -172,7 +186,8 @@ impl Parser<'_> {
         }
         self.bump();
         self.expect(Tok::LBrace, "`{`")?;
-        let mut ast = Ast { name, args, defs: Vec::new(), updates: Vec::new(), returns: Vec::new() };
+        let mut ast =
+            Ast { name, args, defs: Vec::new(), updates: Vec::new(), returns: Vec::new(), backwards: Vec::new() };
         loop {
             let t = self.peek();
             match t.tok {
@@ -180,7 +195,12 @@ impl Parser<'_> {
                 Tok::Value => ast.defs.push(self.def()?),
                 Tok::Ident if self.text(t) == "update" => ast.updates.push(self.update()?),
                 Tok::Ident if self.text(t) == "return" => ast.returns.push(self.ret()?),
-                _ => return Err(self.unexpected("a statement (`%v = op(...)`, `update` or `return`) or `}`")),
+                Tok::Ident if self.text(t) == "backward" => ast.backwards.push(self.backward()?),
+                _ => {
+                    return Err(
+                        self.unexpected("a statement (`%v = op(...)`, `update`, `backward` or `return`) or `}`")
+                    );
+                }
             }
         }
         self.bump();
@@ -388,6 +408,49 @@ impl Parser<'_> {
         self.expect(Tok::Arrow, "`<-`")?;
         let value = self.value()?;
         Ok(UpdateAst { sp: kw.sp.to(value.1), target, value })
+    }
+
+    /// `backward %loss with adam(lr=0.01)`: the optimizer call holds attributes only.
+    fn backward(&mut self) -> PResult<BackwardAst> {
+        let kw = self.bump();
+        let loss = self.value()?;
+        self.expect_keyword(
+            "with",
+            Some("write the optimizer after `with`: `backward %loss with adam(lr=0.001)`".into()),
+        )?;
+        let op_tok = self.expect(Tok::Ident, "an optimizer (`sgd`, `sgd_momentum`, `adam` or `adamw`)")?;
+        let op = self.text(op_tok).to_string();
+        self.expect(Tok::LParen, "`(` after the optimizer name")?;
+        let mut attrs = Vec::new();
+        if self.peek().tok != Tok::RParen {
+            loop {
+                let t = self.peek();
+                match t.tok {
+                    Tok::Ident => attrs.push(self.attr()?),
+                    Tok::Value => {
+                        return Err(syntax(
+                            "the optimizer of `backward` takes no values",
+                            t.sp,
+                            Some(
+                                "write only attributes (`adam(lr=0.001)`): autodiff supplies each param, its gradient and the optimizer state"
+                                    .into(),
+                            ),
+                        ));
+                    }
+                    _ => return Err(self.unexpected("an attribute (`name=value`)")),
+                }
+                match self.peek().tok {
+                    Tok::Comma => {
+                        self.bump();
+                    }
+                    Tok::RParen => break,
+                    _ => return Err(self.unexpected("`,` or `)`")),
+                }
+            }
+        }
+        let close = self.bump();
+        let call_sp = op_tok.sp.to(close.sp);
+        Ok(BackwardAst { loss, op, op_sp: op_tok.sp, call_sp, attrs, sp: kw.sp.to(close.sp) })
     }
 
     /// `return %a, %b`

@@ -31,6 +31,22 @@ step @mlp(
 }
 ";
 
+/// A forward-only step: autodiff writes the gradients, the optimizer and the updates.
+const FORWARD: &str = "// forward only
+step @fwd(
+  %w: f32[4,3] param,
+  %b: f32[3] param,
+  %x: f32[8,4] input,
+  %y: i32[8] input,
+) {
+  %h = matmul(%x, %w)
+  %o = add(%h, %b)
+  return %loss
+  backward %loss with adam(lr=0.01, eps=1e-6)   // before the loss's definition: any order
+  %loss = cross_entropy(%o, %y)
+}
+";
+
 fn errors(src: &str) -> Vec<ParseError> {
     match parse(src) {
         Ok(g) => panic!("expected errors, parsed {g:?}"),
@@ -112,6 +128,164 @@ fn statements_in_any_order_and_literals() {
     // No args, no trailing comma, empty body.
     let g = parse("step @e() {}").unwrap();
     assert!(g.args.is_empty() && g.ops.is_empty());
+}
+
+#[test]
+fn parses_a_backward_statement() {
+    let g = parse(FORWARD).unwrap();
+    let bw = g.backward.as_ref().expect("a backward statement");
+    assert_eq!(g.value_name(bw.loss), "%loss");
+    assert_eq!(g.def_op(bw.loss), Some(OpId(2)));
+    assert_eq!(bw.optimizer, OpKind::Adam);
+    // Row order, defaults filled in.
+    assert_eq!(
+        bw.attrs.0,
+        vec![
+            ("lr", Attr::Float(0.01)),
+            ("beta1", Attr::Float(0.9)),
+            ("beta2", Attr::Float(0.999)),
+            ("eps", Attr::Float(1e-6)),
+        ]
+    );
+    let (o, l) = bw.span.range().unwrap();
+    assert_eq!(&FORWARD[o..o + l], "backward %loss with adam(lr=0.01, eps=1e-6)");
+    assert!(g.updates.is_empty());
+    assert_eq!(g.returns.len(), 1);
+    assert_eq!(g.backward_text().unwrap(), "backward %loss with adam(lr=0.01, eps=1e-6)");
+    // A step without one has none.
+    assert_eq!(parse(MLP).unwrap().backward, None);
+}
+
+/// The optimizer and attributes of `body`'s backward statement.
+fn optimizer(body: &str) -> (OpKind, Attrs) {
+    let g = parse(&step(body)).unwrap_or_else(|e| panic!("{e:?}"));
+    let bw = g.backward.unwrap();
+    (bw.optimizer, bw.attrs)
+}
+
+#[test]
+fn backward_optimizers_and_the_sgd_momentum_sugar() {
+    let (kind, attrs) = optimizer("  backward %l with sgd(lr=1)
+  %l = relu(%x)");
+    assert_eq!((kind, attrs.0), (OpKind::Sgd, vec![("lr", Attr::Float(1.0))]));
+    // `sgd` with `momentum` is `sgd_momentum`.
+    let (kind, attrs) = optimizer("  %l = relu(%x)
+  backward %l with sgd(momentum=0.5, lr=0.1)");
+    assert_eq!((kind, attrs.0), (OpKind::SgdMomentum, vec![("lr", Attr::Float(0.1)), ("momentum", Attr::Float(0.5))]));
+    let (kind, attrs) = optimizer("  %l = relu(%x)
+  backward %l with sgd_momentum(lr=0.1)");
+    assert_eq!((kind, attrs.0), (OpKind::SgdMomentum, vec![("lr", Attr::Float(0.1)), ("momentum", Attr::Float(0.9))]));
+    let (kind, attrs) = optimizer("  %l = relu(%x)
+  backward %l with adam()");
+    assert_eq!((kind, attrs), (OpKind::Adam, Attrs::defaults(OpKind::Adam).unwrap()));
+    let (kind, attrs) = optimizer("  %l = relu(%x)
+  backward %l with adamw(weight_decay=0, lr=0.1)");
+    assert_eq!(kind, OpKind::Adamw);
+    assert_eq!(attrs.float("weight_decay"), 0.0);
+    assert_eq!(attrs.float("lr"), 0.1);
+    // Any argument or op output may be named at parse time (the verifier checks the loss).
+    let (kind, _) = optimizer("  backward %x with adamw()");
+    assert_eq!(kind, OpKind::Adamw);
+}
+
+#[test]
+fn duplicate_backward() {
+    let src = step("  %l = relu(%x)
+  backward %l with adam()
+  return %l
+  backward %l with sgd(lr=0.1)");
+    let (e, msg, text) = one_error(&src);
+    assert_eq!((msg.as_str(), text.as_str()), ("a step has at most one `backward`", "backward %l with sgd(lr=0.1)"));
+    assert!(help(&e).starts_with("one `backward` statement differentiates one loss"), "{}", help(&e));
+    let ParseError::DuplicateBackward { first, .. } = e else { panic!() };
+    assert_eq!(&src[first.offset()..first.offset() + first.len()], "backward %l with adam()");
+}
+
+#[test]
+fn backward_with_an_unknown_optimizer_or_an_op_that_is_not_one() {
+    let (e, msg, text) = one_error(&step("  %l = relu(%x)
+  backward %l with adma(lr=0.1)"));
+    assert!(matches!(e, ParseError::UnknownOptimizer { .. }));
+    assert_eq!((msg.as_str(), text.as_str()), ("unknown optimizer `adma`", "adma"));
+    assert_eq!(help(&e), "did you mean `adam`? the optimizers are sgd, sgd_momentum, adam, adamw");
+    let (e, _, _) = one_error(&step("  %l = relu(%x)
+  backward %l with rmsprop()"));
+    assert_eq!(help(&e), "the optimizers are sgd, sgd_momentum, adam, adamw");
+    // Suggestions come from the optimizers only (`relu_` is closest to `relu`).
+    let (e, _, _) = one_error(&step("  %l = relu(%x)
+  backward %l with relu_()"));
+    assert!(matches!(e, ParseError::UnknownOptimizer { .. }));
+    assert_eq!(help(&e), "the optimizers are sgd, sgd_momentum, adam, adamw");
+
+    let (e, msg, text) = one_error(&step("  %l = relu(%x)
+  backward %l with relu()"));
+    assert!(matches!(e, ParseError::NotAnOptimizer { name: "relu", .. }));
+    assert_eq!((msg.as_str(), text.as_str()), ("`relu` is not an optimizer", "relu"));
+    assert_eq!(
+        help(&e),
+        "`backward` applies an optimizer to every param the loss depends on; the optimizers are sgd, sgd_momentum, adam, adamw"
+    );
+    let (_, msg, _) = one_error(&step("  %l = relu(%x)
+  backward %l with cross_entropy_backward()"));
+    assert_eq!(msg, "`cross_entropy_backward` is not an optimizer");
+}
+
+#[test]
+fn backward_attributes_resolve_like_an_ops() {
+    let body = |call: &str| step(&format!("  %l = relu(%x)
+  backward %l with {call}"));
+    let (e, msg, text) = one_error(&body("sgd()"));
+    assert!(matches!(e, ParseError::MissingAttr { attr: "lr", .. }));
+    assert_eq!((msg.as_str(), text.as_str()), ("`sgd` needs attribute `lr`", "sgd()"));
+    // The sugar resolves against sgd_momentum's row.
+    let (_, msg, text) = one_error(&body("sgd(momentum=0.9)"));
+    assert_eq!((msg.as_str(), text.as_str()), ("`sgd_momentum` needs attribute `lr`", "sgd(momentum=0.9)"));
+    let (e, msg, text) = one_error(&body("adam(lr=0.1, betta1=0.8)"));
+    assert!(matches!(e, ParseError::UnknownAttr { .. }));
+    assert_eq!((msg.as_str(), text.as_str()), ("`adam` has no attribute `betta1`", "betta1"));
+    assert!(help(&e).starts_with("did you mean `beta1`?"), "{}", help(&e));
+    let (e, msg, text) = one_error(&body("adam(lr=0.1, lr=0.2)"));
+    assert!(matches!(e, ParseError::DuplicateAttr { .. }));
+    assert_eq!((msg.as_str(), text.as_str()), ("attribute `lr` is set twice", "lr"));
+    let (_, msg, text) = one_error(&body("adam(lr=true)"));
+    assert_eq!((msg.as_str(), text.as_str()), ("attribute `lr` of `adam` takes a number", "true"));
+    let (_, msg, _) = one_error(&body("sgd(lr=1e999)"));
+    assert_eq!(msg, "`1e999` does not fit a float attribute (f64)");
+    // Values in range are the verifier's business: lr=-1 parses.
+    let (kind, attrs) = optimizer("  %l = relu(%x)
+  backward %l with sgd(lr=-1)");
+    assert_eq!((kind, attrs.float("lr")), (OpKind::Sgd, -1.0));
+}
+
+#[test]
+fn backward_errors_in_names_and_syntax() {
+    let (e, msg, text) = one_error(&step("  %loss = relu(%x)
+  backward %los with adam()"));
+    assert!(matches!(e, ParseError::Undefined { .. }));
+    assert_eq!((msg.as_str(), text.as_str()), ("undefined value `%los`", "%los"));
+    assert_eq!(help(&e), "did you mean `%loss`?");
+    // Name and optimizer errors are collected together.
+    let errs = errors(&step("  backward %nope with adma()"));
+    let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    assert_eq!(msgs, ["undefined value `%nope`", "unknown optimizer `adma`"]);
+
+    let (e, msg, text) = one_error(&step("  backward %x adam()"));
+    assert!(matches!(e, ParseError::Syntax { .. }));
+    assert_eq!((msg.as_str(), text.as_str()), ("expected `with`, found `adam`", "adam"));
+    assert!(help(&e).contains("backward %loss with adam(lr=0.001)"), "{}", help(&e));
+    let (e, msg, text) = one_error(&step("  backward %x with adam(%x, lr=0.1)"));
+    assert_eq!((msg.as_str(), text.as_str()), ("the optimizer of `backward` takes no values", "%x"));
+    assert!(help(&e).starts_with("write only attributes"), "{}", help(&e));
+    let (_, msg, _) = one_error(&step("  backward loss with adam()"));
+    assert_eq!(msg, "expected a value (`%name`), found `loss`");
+    let (_, msg, _) = one_error(&step("  backward %x with adam"));
+    assert_eq!(msg, "expected `(` after the optimizer name, found `}`");
+    let (_, msg, _) = one_error(&step("  backward %x with adam(lr=0.1 eps=1e-8)"));
+    assert_eq!(msg, "expected `,` or `)`, found `eps`");
+    let (_, msg, _) = one_error(&step("  backward %x with (lr=0.1)"));
+    assert_eq!(msg, "expected an optimizer (`sgd`, `sgd_momentum`, `adam` or `adamw`), found `(`");
+    let (_, msg, _) = one_error(&step("  frobnicate %x"));
+    assert_eq!(msg, "expected a statement (`%v = op(...)`, `update`, `backward` or `return`) or `}`, found `frobnicate`");
 }
 
 #[test]
@@ -238,7 +412,7 @@ fn fake_attrs(body: &str) -> (Option<Attrs>, Vec<ParseError>, String) {
     let mut p = Parser { src: &src, toks, pos: 0, lex_error, errors: Vec::new() };
     let ast = p.step().unwrap();
     let mut errors = Vec::new();
-    let attrs = resolve_attrs(&FAKE, &ast.defs[0], &mut errors);
+    let attrs = resolve_attrs(&FAKE, &ast.defs[0].attrs, ast.defs[0].sp, &mut errors);
     (attrs, errors, src)
 }
 
@@ -486,9 +660,11 @@ fn check_no_panic(src: &str) {
 
 #[test]
 fn never_panics() {
-    let text = format!("{MLP}// ünïcödé ✓\n");
-    for (i, _) in text.char_indices() {
-        check_no_panic(&text[..i]);
+    for base in [MLP, FORWARD] {
+        let text = format!("{base}// ünïcödé ✓\n");
+        for (i, _) in text.char_indices() {
+            check_no_panic(&text[..i]);
+        }
     }
     let pieces = [
         "step",
@@ -516,6 +692,11 @@ fn never_panics() {
         "add",
         "update",
         "return",
+        "backward",
+        "with",
+        "adam",
+        "sgd",
+        "sgd(lr=1, momentum=0.5)",
         "loc",
         "\"",
         "\"f\"",
@@ -546,8 +727,8 @@ fn never_panics() {
         check_no_panic(&String::from_utf8_lossy(&bytes));
     }
     // Mutations of a valid step: replace a byte range with a piece.
-    for _ in 0..1500 {
-        let mut s = MLP.to_string();
+    for i in 0..2000 {
+        let mut s = if i % 2 == 0 { MLP } else { FORWARD }.to_string();
         let at = rng.below(s.len());
         let len = rng.below(6).min(s.len() - at);
         if s.is_char_boundary(at) && s.is_char_boundary(at + len) {
