@@ -9,6 +9,7 @@
 //! Data flows one way: text → graph → passes → plan → (checker | report | executor).
 
 pub mod analysis;
+pub mod buffer_list;
 pub mod checker;
 pub mod diagnostics;
 pub mod exec;

@@ -1,0 +1,184 @@
+//! Buffer lists in minimalloc's CSV format: `id,lower,upper,size` with an optional
+//! `offset` column; each buffer lives on the half-open interval `[lower, upper)`.
+//!
+//! This is how offset solvers are benchmarked against other tools and how any plan can be
+//! cross-checked with them. Reading is strict and located: a malformed line gives its
+//! `line:column`, what was expected and a hint, never a panic. Numbers are u64; an interval
+//! must have `lower < upper` (an empty lifetime would hold no bytes at any time).
+
+use miette::{Diagnostic, SourceSpan};
+use thiserror::Error;
+
+/// One buffer of a list.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ListedBuffer {
+    pub id: String,
+    /// First time step it is live.
+    pub lower: u64,
+    /// First time step it is no longer live.
+    pub upper: u64,
+    pub size: u64,
+    /// The offset, when the file has an `offset` column.
+    pub offset: Option<u64>,
+}
+
+/// What is wrong with a buffer-list file.
+#[derive(Debug, Error, Diagnostic)]
+pub enum BufferListError {
+    /// The first line is not the expected header.
+    #[error("expected the header `id,lower,upper,size` (optionally `,offset`)")]
+    #[diagnostic(help("minimalloc's CSV format: one buffer per line, `id,lower,upper,size`, interval [lower, upper)"))]
+    Header {
+        #[label("found this")]
+        span: SourceSpan,
+    },
+    /// A line has the wrong number of fields.
+    #[error("line {line}: expected {expected} comma-separated fields, found {found}")]
+    FieldCount {
+        line: usize,
+        expected: usize,
+        found: usize,
+        #[label("this line")]
+        span: SourceSpan,
+    },
+    /// A numeric field is not a non-negative integer that fits in 64 bits.
+    #[error("line {line}: `{text}` is not a valid {field} (a non-negative integer below 2^64)")]
+    Number {
+        line: usize,
+        field: &'static str,
+        text: String,
+        #[label("here")]
+        span: SourceSpan,
+    },
+    /// `upper` is not after `lower`.
+    #[error("line {line}: buffer {id} has lower {lower} >= upper {upper}")]
+    #[diagnostic(help("intervals are half-open [lower, upper): a buffer live at one step t has lower t and upper t+1"))]
+    EmptyInterval {
+        line: usize,
+        id: String,
+        lower: u64,
+        upper: u64,
+        #[label("empty lifetime")]
+        span: SourceSpan,
+    },
+    /// Two buffers share an id.
+    #[error("line {line}: buffer id `{id}` appears twice")]
+    DuplicateId {
+        line: usize,
+        id: String,
+        #[label("second time")]
+        span: SourceSpan,
+    },
+}
+
+const FIELDS: [&str; 5] = ["id", "lower", "upper", "size", "offset"];
+
+/// Parses a buffer list (see the module docs).
+pub fn parse_buffer_list(text: &str) -> Result<Vec<ListedBuffer>, BufferListError> {
+    let mut lines = line_spans(text);
+    let (header_start, header) = lines.next().unwrap_or((0, ""));
+    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+    let with_offset = match columns[..] {
+        ["id", "lower", "upper", "size"] => false,
+        ["id", "lower", "upper", "size", "offset"] => true,
+        _ => return Err(BufferListError::Header { span: (header_start, header.len()).into() }),
+    };
+    let expected = if with_offset { 5 } else { 4 };
+    let mut seen = std::collections::HashSet::new();
+    let mut buffers = Vec::new();
+    for (index, (start, line)) in lines.enumerate() {
+        let line_no = index + 2;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = Vec::with_capacity(expected);
+        let mut at = start;
+        for field in line.split(',') {
+            fields.push((at, field));
+            at += field.len() + 1;
+        }
+        if fields.len() != expected {
+            return Err(BufferListError::FieldCount {
+                line: line_no,
+                expected,
+                found: fields.len(),
+                span: (start, line.len()).into(),
+            });
+        }
+        let number = |k: usize| -> Result<u64, BufferListError> {
+            let (at, raw) = fields[k];
+            let trimmed = raw.trim();
+            trimmed.parse::<u64>().map_err(|_| BufferListError::Number {
+                line: line_no,
+                field: FIELDS[k],
+                text: trimmed.to_string(),
+                span: (at, raw.len().max(1)).into(),
+            })
+        };
+        let id = fields[0].1.trim().to_string();
+        let (lower, upper, size) = (number(1)?, number(2)?, number(3)?);
+        let offset = if with_offset { Some(number(4)?) } else { None };
+        if lower >= upper {
+            return Err(BufferListError::EmptyInterval { line: line_no, id, lower, upper, span: (start, line.len()).into() });
+        }
+        if !seen.insert(id.clone()) {
+            return Err(BufferListError::DuplicateId { line: line_no, id, span: (fields[0].0, fields[0].1.len().max(1)).into() });
+        }
+        buffers.push(ListedBuffer { id, lower, upper, size, offset });
+    }
+    Ok(buffers)
+}
+
+/// `(byte offset, line without its line ending)` for every line.
+fn line_spans(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut start = 0;
+    text.split_inclusive('\n').map(move |raw| {
+        let at = start;
+        start += raw.len();
+        (at, raw.trim_end_matches(['\n', '\r']))
+    })
+}
+
+/// The list as CSV with an `offset` column (`offsets[i]` for buffer `i`).
+pub fn write_buffer_list(buffers: &[ListedBuffer], offsets: &[u64]) -> String {
+    let mut out = String::from("id,lower,upper,size,offset\n");
+    for (b, offset) in buffers.iter().zip(offsets) {
+        out.push_str(&format!("{},{},{},{},{}\n", b.id, b.lower, b.upper, b.size, offset));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_minimallocs_format_with_and_without_offsets() {
+        let list = parse_buffer_list("id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\n").unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[1], ListedBuffer { id: "b2".into(), lower: 3, upper: 9, size: 4, offset: None });
+        let text = write_buffer_list(&list, &[0, 4]);
+        assert_eq!(text, "id,lower,upper,size,offset\nb1,0,3,4,0\nb2,3,9,4,4\n");
+        let again = parse_buffer_list(&text).unwrap();
+        assert_eq!(again[1].offset, Some(4));
+    }
+
+    #[test]
+    fn errors_are_located() {
+        let cases = [
+            ("lower,upper\n", "header"),
+            ("id,lower,upper,size\nb1,0,3\n", "3"),
+            ("id,lower,upper,size\nb1,0,x,4\n", "`x` is not a valid upper"),
+            ("id,lower,upper,size\nb1,0,99999999999999999999,4\n", "not a valid upper"),
+            ("id,lower,upper,size\nb1,3,3,4\n", "lower 3 >= upper 3"),
+            ("id,lower,upper,size\nb1,0,3,4\nb1,1,2,4\n", "appears twice"),
+            ("", "header"),
+        ];
+        for (text, needle) in cases {
+            let err = parse_buffer_list(text).unwrap_err();
+            assert!(err.to_string().contains(needle), "{text:?}: {err}");
+            let rendered = crate::diagnostics::render(&err, "x.csv", text, false);
+            assert!(rendered.contains("x.csv:"), "{rendered}");
+        }
+    }
+}
