@@ -165,7 +165,9 @@ fn assign_offsets(graph: &Graph, schedule: &[OpId], buffers: &Buffers, options: 
         .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, options.alignment)? }))
         .collect::<Option<Vec<_>>>()
         .ok_or(PlanError::ArenaOverflow)?;
-    let (offsets, arena_bytes) = offsets::solve(&intervals, options.solver).ok_or(PlanError::ArenaOverflow)?;
+    let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
+    let solution = offsets::solve(&intervals, &solve_options).map_err(|_| PlanError::ArenaOverflow)?;
+    let (offsets, arena_bytes) = (solution.offsets, solution.arena);
     let lower_bound = offsets::lower_bound(&intervals).ok_or(PlanError::ArenaOverflow)?;
     let buffers_out = buffers
         .buffers

@@ -1,12 +1,17 @@
 //! Offset assignment: place buffers with known sizes and live ranges in one arena.
 //!
 //! Solvers see only intervals (`first..=last`, `size`), never the graph, so the same code
-//! serves plans and bare buffer lists. Sizes arrive already rounded up to the alignment;
-//! every solver places buffers at 0 or at the end of another buffer, so offsets stay
-//! aligned. The quality figure is arena / `lower_bound` (the most bytes live at once):
-//! no solver can beat it.
+//! serves plans (`memplan plan`) and bare buffer lists (`memplan alloc`). In plans, sizes
+//! arrive already rounded up to the alignment; every solver places buffers at 0 or at the
+//! end of another buffer, so offsets stay aligned. The quality figure is arena /
+//! [`lower_bound`] (the most bytes live at once): no solver can beat it.
+//!
+//! Every solver returns a [`Solution`]; `proved_optimal` is set when the arena equals the
+//! lower bound or an exact search finished without finding a smaller arena.
 
 pub mod bestfit;
+
+use std::time::Duration;
 
 use crate::analysis::liveness::{Live, max_live};
 
@@ -18,13 +23,63 @@ pub enum Solver {
     BestFit,
 }
 
-/// Offsets for `intervals` and the arena size they need (`None` if a sum overflows `u64`).
-pub fn solve(intervals: &[Live], solver: Solver) -> Option<(Vec<u64>, u64)> {
-    let offsets = match solver {
-        Solver::BestFit => bestfit::best_fit(intervals)?,
+/// What a solver is asked.
+#[derive(Clone, Copy, Debug)]
+pub struct SolveOptions {
+    pub solver: Solver,
+    /// The arena must not exceed this many bytes (`None`: minimise the arena).
+    pub capacity: Option<u64>,
+    /// How long a search may run (heuristics ignore it).
+    pub time_limit: Duration,
+}
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        SolveOptions { solver: Solver::default(), capacity: None, time_limit: Duration::from_millis(200) }
+    }
+}
+
+/// Offsets for every interval, in input order.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Solution {
+    pub offsets: Vec<u64>,
+    /// max(offset + size): the arena these offsets need.
+    pub arena: u64,
+    /// Whether no smaller arena exists for these intervals.
+    pub proved_optimal: bool,
+}
+
+/// Why no solution was returned.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum SolveError {
+    /// A sum of sizes or offsets overflows `u64`.
+    Overflow,
+    /// No placement within the capacity was found in the time limit. `best` is the smallest
+    /// arena found (over capacity); `proved_infeasible` says that none within it exists.
+    OverCapacity { capacity: u64, best: Option<Solution>, proved_infeasible: bool },
+}
+
+/// Places `intervals` with the chosen solver.
+pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, SolveError> {
+    let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
+    let offsets = match options.solver {
+        Solver::BestFit => bestfit::best_fit(intervals).ok_or(SolveError::Overflow)?,
     };
-    let arena = intervals.iter().zip(&offsets).map(|(l, &o)| o.checked_add(l.size)).try_fold(0u64, |a, e| Some(a.max(e?)))?;
-    Some((offsets, arena))
+    let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
+    let solution = Solution { offsets, arena, proved_optimal: arena == lower };
+    match options.capacity {
+        Some(capacity) if arena > capacity => Err(SolveError::OverCapacity {
+            capacity,
+            proved_infeasible: lower > capacity,
+            best: Some(solution),
+        }),
+        _ => Ok(solution),
+    }
+}
+
+/// max(offset + size) over the intervals, `None` on overflow.
+pub fn arena_of(intervals: &[Live], offsets: &[u64]) -> Option<u64> {
+    intervals.iter().zip(offsets).map(|(l, &o)| o.checked_add(l.size)).try_fold(0u64, |a, e| Some(a.max(e?)))
 }
 
 /// The most bytes live at once: no assignment's arena is smaller.
