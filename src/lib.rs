@@ -1,14 +1,17 @@
 //! memplan plans the memory of one deep-learning training step ahead of time.
 //!
 //! A step is written in a small text IR (docs/IR.md). [`parse`] turns text into a
-//! [`Graph`]; [`verify`] checks the graph's invariants; [`plan()`](passes::plan) runs the passes
+//! [`Graph`]; [`verify`] checks the graph's invariants; [`expand`] turns a forward-only step
+//! (`backward %loss with adam(...)`) into the full training step (autodiff; verify it
+//! again after); [`plan()`](passes::plan) runs the passes
 //! (schedule, lifetimes, offsets; see `passes`) and returns a [`Plan`] that places every
 //! value in ONE arena; [`check`] re-derives everything from the plan, independently of the
 //! planner, and reports every violation. Reports render plans for people.
 //!
-//! Data flows one way: text → graph → passes → plan → (checker | report | executor).
+//! Data flows one way: text → graph → expand → passes → plan → (checker | report | executor).
 
 pub mod analysis;
+pub mod autodiff;
 pub mod buffer_list;
 pub mod checker;
 pub mod diagnostics;
@@ -20,6 +23,7 @@ pub mod plan;
 pub mod random_step;
 pub mod report;
 
+pub use autodiff::{AutodiffError, expand};
 pub use checker::{Violation, Violations, check};
 pub use index::{BufferId, OpId, ValueId};
 pub use ir::graph::Graph;

@@ -1,8 +1,11 @@
 //! The `memplan` command line. See docs/CLI.md.
 //!
+//! Every command that needs a full step expands a forward-only one first (parse → verify →
+//! autodiff → verify → passes).
+//!
 //! Exit status: 0 success; 1 bad input (unreadable file, parse or verify errors, a step
-//! that cannot be planned); 3 the checker rejected a plan memplan made (always a memplan
-//! bug: please report it). Errors go to stderr with file:line:col, a label and a hint.
+//! that cannot be differentiated or planned); 3 the checker rejected a plan memplan made,
+//! or an expanded step does not verify (always a memplan bug: please report it). Errors go to stderr with file:line:col, a label and a hint.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -32,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Parse and verify a step, plan it and run the independent checker on the plan.
+    /// Parse and verify a step (expanding a forward-only one), plan it and run the independent checker on the plan.
     Check {
         /// The .step file.
         file: PathBuf,
@@ -73,6 +76,11 @@ enum Command {
         /// Also run every step unplanned (each value in its own memory) and require bit-identical results.
         #[arg(long)]
         compare_unplanned: bool,
+    },
+    /// Expand a forward-only step (`backward %loss with ...`) and print the full step in canonical form.
+    Expand {
+        /// The .step file.
+        file: PathBuf,
     },
     /// Print a step in canonical form.
     Print {
@@ -133,10 +141,18 @@ impl Source {
         Failure { message: diagnostics::render(diagnostic, &self.file, &self.text, color), code }
     }
 
+    /// Parses, verifies, expands (autodiff; a step without `backward` stays as it is) and
+    /// verifies the expanded step. An expanded step that does not verify is a memplan bug.
     fn graph(&self) -> Result<Graph, Failure> {
         let graph = memplan::parse(&self.text).map_err(|e| self.failure(&e, 1))?;
         memplan::verify(&graph).map_err(|e| self.failure(&e, 1))?;
-        Ok(graph)
+        let expanded = memplan::expand(&graph).map_err(|e| self.failure(&e, 1))?;
+        memplan::verify(&expanded).map_err(|e| {
+            let mut failure = self.failure(&e, 3);
+            failure.message = format!("internal error: the expanded step does not verify (a memplan bug; please report it):\n{}", failure.message);
+            failure
+        })?;
+        Ok(expanded)
     }
 
     /// Plans `graph` and checks the plan independently.
@@ -190,6 +206,10 @@ fn run(command: Command) -> Result<(), Failure> {
             let graph = source.graph()?;
             let plan = source.plan(&graph, &PlanOptions::default())?;
             run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare_unplanned)?;
+        }
+        Command::Expand { file } => {
+            let source = Source::read(&file)?;
+            print!("{}", memplan::print(&source.graph()?));
         }
         Command::Print { file } => {
             let source = Source::read(&file)?;

@@ -7,10 +7,12 @@
 //!   Executors gather inputs into [`Dense`] tensors, call [`kernels::eval`], and store the
 //!   results in the outputs' dtypes (f32, f16, bf16 rounded to nearest even; integers and
 //!   bools exact).
+//! - `dense.rs`: a dense `f64` interpreter (no arena, no rounding) for exact checks.
 //! - `data.rs`: step arguments as named host tensors: seeded initialisation, safetensors.
 
 pub mod cpu;
 pub mod data;
+pub mod dense;
 pub mod kernels;
 
 use thiserror::Error;

@@ -9,6 +9,9 @@
 //! always a planner bug. `PlanOptions::stop_after` ends the pipeline early, for inspecting
 //! what a pass produced.
 //!
+//! The passes take expanded steps: the full flow is parse → verify → `autodiff::expand` →
+//! verify → passes, and `run`/`plan` refuse a graph whose `backward` is still present.
+//!
 //! Passes still to come slot in between: in-place reuse after `schedule`, rematerialisation
 //! under a budget after that.
 
@@ -100,6 +103,16 @@ pub enum PlanError {
     #[diagnostic(help("use 1, 2, 4, ... 256 (the default, cudaMalloc's alignment), 512, ..."))]
     BadAlignment(u64),
 
+    /// The step still has its `backward` statement: the caller must run
+    /// [`autodiff::expand`](crate::autodiff::expand) before planning (always a caller bug).
+    #[error("the step @{step} is forward-only (it has a `backward` statement): expand the step first")]
+    #[diagnostic(help("call memplan::expand on the graph (and verify the result) before planning it"))]
+    NotExpanded {
+        step: String,
+        #[label("not expanded")]
+        span: Option<SourceSpan>,
+    },
+
     /// The input graph does not verify.
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -132,6 +145,9 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> {
     if !options.alignment.is_power_of_two() {
         return Err(PlanError::BadAlignment(options.alignment));
+    }
+    if let Some(backward) = &graph.backward {
+        return Err(PlanError::NotExpanded { step: graph.name.clone(), span: backward.span.into() });
     }
     verify(graph).map_err(PlanError::Invalid)?;
     let stop = |pass: Pass| options.stop_after == Some(pass);
@@ -259,6 +275,18 @@ mod tests {
         let pipeline = run(&g, &options).unwrap();
         assert_eq!(pipeline.schedule.len(), 3);
         assert!(pipeline.buffers.is_none() && pipeline.plan.is_none());
+    }
+
+    #[test]
+    fn a_forward_only_step_is_refused() {
+        let mut g = step(false);
+        g.updates.clear();
+        let loss = g.returns[0].value;
+        let attrs = Attrs::defaults(OpKind::Adam).unwrap();
+        g.backward = Some(crate::ir::graph::Backward { loss, optimizer: OpKind::Adam, attrs, span: Default::default() });
+        let err = plan(&g, &PlanOptions::default()).unwrap_err();
+        assert!(matches!(&err, PlanError::NotExpanded { step, .. } if step == "t"), "{err:?}");
+        assert!(err.to_string().contains("expand the step first"));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! its attributes with defaults, its class (forward, backward, optimizer), its type rule
 //! (output types from input types and attributes), its FLOPs, and its memory behaviour:
 //! whether its output is a *view* of an input (shares the input's bytes, no copy) and over
-//! which inputs it *may* write its outputs in place. Adding an op means adding a row here
+//! which inputs it *may* write its outputs in place; and its gradient rule for autodiff
+//! (`grad`, pointing into `crate::autodiff::rules`). Adding an op means adding a row here
 //! (and its kernels, where executors exist).
 //!
 //! Invariant: `OPS[k as usize].kind == k` for every `OpKind` (a test checks it), so
@@ -12,6 +13,7 @@
 
 use std::fmt;
 
+use crate::autodiff::GradFn;
 use crate::ir::types::{DType, TensorType};
 
 /// Every op memplan knows. The order is the table's order.
@@ -289,6 +291,10 @@ pub struct OpDef {
     pub inplace: &'static [(usize, usize)],
     /// One line for docs/IR.md and `--help`.
     pub doc: &'static str,
+    /// The gradient rule (`crate::autodiff::rules`): maps the gradient of the output to
+    /// the gradients of the inputs. `None` for ops autodiff cannot differentiate through
+    /// (backward and optimizer ops, and `fill`, which has no inputs).
+    pub grad: Option<GradFn>,
 }
 
 impl fmt::Debug for OpDef {

@@ -1,5 +1,6 @@
 //! The op table itself: one row per op, in `OpKind` order.
 
+use crate::autodiff::rules::*;
 use crate::ir::ops::rules::*;
 use crate::ir::ops::{AttrDefault, AttrKind, AttrSpec, OpClass, OpDef, OpKind, attr};
 
@@ -38,6 +39,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a + b, numpy broadcasting",
+        grad: Some(grad_add),
     },
     OpDef {
         kind: OpKind::Sub,
@@ -51,6 +53,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a - b, numpy broadcasting",
+        grad: Some(grad_sub),
     },
     OpDef {
         kind: OpKind::Mul,
@@ -64,6 +67,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a * b, numpy broadcasting",
+        grad: Some(grad_mul),
     },
     OpDef {
         kind: OpKind::Div,
@@ -77,6 +81,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a / b, numpy broadcasting",
+        grad: Some(grad_div),
     },
     OpDef {
         kind: OpKind::AddScalar,
@@ -90,6 +95,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "x + value",
+        grad: Some(grad_add_scalar),
     },
     OpDef {
         kind: OpKind::MulScalar,
@@ -103,6 +109,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "x * value",
+        grad: Some(grad_mul_scalar),
     },
     OpDef {
         kind: OpKind::Relu,
@@ -116,6 +123,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "max(x, 0)",
+        grad: Some(grad_relu),
     },
     OpDef {
         kind: OpKind::ReluBackward,
@@ -129,6 +137,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "dy where relu's output y > 0, else 0",
+        grad: None,
     },
     OpDef {
         kind: OpKind::Gelu,
@@ -142,6 +151,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "GELU, tanh approximation",
+        grad: Some(grad_gelu),
     },
     OpDef {
         kind: OpKind::GeluBackward,
@@ -155,6 +165,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "dy * gelu'(x), x being gelu's input",
+        grad: None,
     },
     OpDef {
         kind: OpKind::Softmax,
@@ -168,6 +179,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "exp(x) / sum(exp(x)) along axis (max-subtracted)",
+        grad: Some(grad_softmax),
     },
     OpDef {
         kind: OpKind::SoftmaxBackward,
@@ -181,6 +193,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "y * (dy - sum(dy * y) along axis), y being softmax's output",
+        grad: None,
     },
     OpDef {
         kind: OpKind::CausalMask,
@@ -194,6 +207,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "x with entries [..., i, j] for j > i set to value",
+        grad: Some(grad_causal_mask),
     },
     OpDef {
         kind: OpKind::Matmul,
@@ -210,6 +224,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "a @ b over the last two dims (each optionally transposed), batch dims broadcast",
+        grad: Some(grad_matmul),
     },
     OpDef {
         kind: OpKind::Sum,
@@ -223,6 +238,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "sum over axes",
+        grad: Some(grad_sum),
     },
     OpDef {
         kind: OpKind::Mean,
@@ -236,6 +252,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "mean over axes",
+        grad: Some(grad_mean),
     },
     OpDef {
         kind: OpKind::Reshape,
@@ -249,6 +266,7 @@ pub static OPS: &[OpDef] = &[
         view_of: Some(0),
         inplace: &[],
         doc: "x's elements in row-major order with a new shape (a view)",
+        grad: Some(grad_reshape),
     },
     OpDef {
         kind: OpKind::Transpose,
@@ -262,6 +280,7 @@ pub static OPS: &[OpDef] = &[
         view_of: Some(0),
         inplace: &[],
         doc: "x with dimensions permuted: out dim i = x dim perm[i] (a view)",
+        grad: Some(grad_transpose),
     },
     OpDef {
         kind: OpKind::Expand,
@@ -275,6 +294,7 @@ pub static OPS: &[OpDef] = &[
         view_of: Some(0),
         inplace: &[],
         doc: "x broadcast to shape (a view)",
+        grad: Some(grad_expand),
     },
     OpDef {
         kind: OpKind::Contiguous,
@@ -288,6 +308,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "a dense row-major copy of x",
+        grad: Some(grad_contiguous),
     },
     OpDef {
         kind: OpKind::Cast,
@@ -301,6 +322,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "x converted to dtype `to`",
+        grad: Some(grad_cast),
     },
     OpDef {
         kind: OpKind::Fill,
@@ -318,6 +340,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "a new tensor with every element = value",
+        grad: None,
     },
     OpDef {
         kind: OpKind::Embedding,
@@ -331,6 +354,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "rows of table[V,D] picked by ids: out[..., :] = table[ids[...], :]",
+        grad: Some(grad_embedding),
     },
     OpDef {
         kind: OpKind::EmbeddingBackward,
@@ -344,6 +368,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "dtable[vocab,D]: rows of dy summed into the rows ids name",
+        grad: None,
     },
     OpDef {
         kind: OpKind::LayerNorm,
@@ -357,6 +382,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "normalise the last dim D to mean 0, variance 1; then * gamma + beta",
+        grad: Some(grad_layer_norm),
     },
     OpDef {
         kind: OpKind::LayerNormBackward,
@@ -370,6 +396,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "layer_norm's gradients w.r.t. x, gamma and beta",
+        grad: None,
     },
     OpDef {
         kind: OpKind::BatchNorm,
@@ -383,6 +410,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "normalise each channel (dim 1) with batch statistics; then * gamma + beta",
+        grad: Some(grad_batch_norm),
     },
     OpDef {
         kind: OpKind::BatchNormBackward,
@@ -396,6 +424,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "batch_norm's gradients w.r.t. x, gamma and beta",
+        grad: None,
     },
     OpDef {
         kind: OpKind::Conv2d,
@@ -409,6 +438,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "2-d cross-correlation of x[N,C,H,W] with w[K,C,R,S], zero padding",
+        grad: Some(grad_conv2d),
     },
     OpDef {
         kind: OpKind::Conv2dBackward,
@@ -422,6 +452,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "conv2d's gradients w.r.t. x and w",
+        grad: None,
     },
     OpDef {
         kind: OpKind::MaxPool2d,
@@ -435,6 +466,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "maximum over kernel windows of x[N,C,H,W] (padding counts as -inf)",
+        grad: Some(grad_max_pool2d),
     },
     OpDef {
         kind: OpKind::MaxPool2dBackward,
@@ -448,6 +480,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "dy routed to each window's (first) maximum in x; overlaps add",
+        grad: None,
     },
     OpDef {
         kind: OpKind::CrossEntropy,
@@ -461,6 +494,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "mean over N of -log softmax(logits[n])[labels[n]]",
+        grad: Some(grad_cross_entropy),
     },
     OpDef {
         kind: OpKind::CrossEntropyBackward,
@@ -474,6 +508,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "dloss * (softmax(logits) - onehot(labels)) / N",
+        grad: None,
     },
     OpDef {
         kind: OpKind::Sgd,
@@ -487,6 +522,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "p - lr * g",
+        grad: None,
     },
     OpDef {
         kind: OpKind::SgdMomentum,
@@ -500,6 +536,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (1, 2)],
         doc: "buf_new = momentum * buf + g; p_new = p - lr * buf_new",
+        grad: None,
     },
     OpDef {
         kind: OpKind::Adam,
@@ -513,6 +550,7 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (1, 2), (2, 3)],
         doc: "Adam with bias correction by step count t",
+        grad: None,
     },
     OpDef {
         kind: OpKind::Adamw,
@@ -526,5 +564,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (1, 2), (2, 3)],
         doc: "Adam with decoupled weight decay: p_new also loses lr * weight_decay * p",
+        grad: None,
     },
 ];

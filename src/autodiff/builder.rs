@@ -1,0 +1,304 @@
+//! The small API gradient rules build with: emit an op whose output types come from its
+//! row's type rule, under fresh unique names, plus the two helpers most rules need
+//! ([`Builder::contiguous`] and [`Builder::unbroadcast`]).
+//!
+//! A gradient rule ([`GradFn`], one per forward row of the op table) sees the forward op
+//! as a [`GradCall`] (its inputs, outputs, attributes, the gradients of its outputs and
+//! which inputs want a gradient) and returns one `Option<ValueId>` per input: the
+//! contribution of this op to d loss / d input. It may return an existing value (`add`'s
+//! gradient is `dy` itself) or a value it built.
+//!
+//! Naming: every value a rule builds is a temporary of the forward value whose gradient it
+//! helps compute, its *owner*: `%x.grad.t1`, `%x.grad.t2`, ... The expansion then renames
+//! the value a rule returns to its final name (`%x.grad`, or `%x.grad.1`, `%x.grad.2` for
+//! partial contributions). [`Builder::fresh`] keeps every name unique: a name already taken
+//! gets a suffix `_1`, `_2`, ...
+//!
+//! Invariant: every op the builder emits has attributes exactly its row's (row order,
+//! right kinds) and output types its row's rule gives, so the result verifies as long as
+//! the rules pass well-typed inputs; a rule that does not is caught here as an `Err`
+//! (a memplan bug reported as [`AutodiffError::RuleFailed`](super::AutodiffError)).
+
+use std::collections::{HashMap, HashSet};
+
+use crate::index::ValueId;
+use crate::ir::graph::{Graph, Loc, Role, Span, Update, ValueDef};
+use crate::ir::ops::{Attr, Attrs, OpKind};
+use crate::ir::types::TensorType;
+
+/// What a gradient rule sees of one forward op (copied out of the graph, so the rule may
+/// build while it reads).
+#[derive(Clone, Debug)]
+pub struct GradCall {
+    pub kind: OpKind,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    pub attrs: Attrs,
+    /// d loss / d output k; `None` where output k does not reach the loss.
+    pub dy: Vec<Option<ValueId>>,
+    /// Whether input k needs a gradient (it lies on a path from a param to the loss).
+    pub wants: Vec<bool>,
+}
+
+impl GradCall {
+    /// The gradient of output 0 (every forward op has one output, and the expansion calls
+    /// a rule only when it reaches the loss).
+    pub fn dy(&self) -> Result<ValueId, String> {
+        self.dy
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("{} was called without the gradient of its output", self.kind))
+    }
+
+    pub fn wants(&self, k: usize) -> bool {
+        self.wants.get(k).copied().unwrap_or(false)
+    }
+}
+
+/// One gradient contribution per input of the forward op (`None` where not wanted or
+/// where the input has no gradient, such as index inputs).
+pub type Grads = Vec<Option<ValueId>>;
+
+/// A gradient rule: the op table's `grad` column. See the module docs.
+pub type GradFn = fn(&mut Builder, &GradCall) -> Result<Grads, String>;
+
+/// Builds the expanded step: the forward graph plus the ops gradient rules and the
+/// optimizer section emit.
+pub struct Builder {
+    graph: Graph,
+    /// Every name in use.
+    names: HashSet<String>,
+    /// The last temporary number used per owner.
+    temps: HashMap<ValueId, u32>,
+    /// Stamped on every new op: the forward op a gradient op comes from (its `loc` for
+    /// reports, its span for diagnostics), or the `backward` statement's span.
+    loc: Option<Loc>,
+    span: Span,
+}
+
+impl Builder {
+    pub fn new(graph: Graph) -> Builder {
+        let names = graph.values.iter().map(|v| v.name.clone()).collect();
+        Builder { graph, names, temps: HashMap::new(), loc: None, span: Span::NONE }
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    pub fn into_graph(self) -> Graph {
+        self.graph
+    }
+
+    /// The type of `v`.
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        &self.graph.values[v].ty
+    }
+
+    /// The name of `v`, without `%`.
+    pub fn name(&self, v: ValueId) -> &str {
+        &self.graph.values[v].name
+    }
+
+    /// Sets the `loc` and span stamped on the ops emitted from now on.
+    pub fn set_origin(&mut self, loc: Option<Loc>, span: Span) {
+        self.loc = loc;
+        self.span = span;
+    }
+
+    /// Reserves and returns `base`, or `base_1`, `base_2`, ... if taken.
+    pub fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut n = 0u64;
+        while self.names.contains(&name) {
+            n += 1;
+            name = format!("{base}_{n}");
+        }
+        self.names.insert(name.clone());
+        name
+    }
+
+    /// Gives `v` the name `base` (or a suffixed one if taken), freeing its old name.
+    pub fn rename(&mut self, v: ValueId, base: &str) {
+        let old = std::mem::take(&mut self.graph.values[v].name);
+        self.names.remove(&old);
+        self.graph.values[v].name = self.fresh(base);
+    }
+
+    /// The next temporary name of `owner`'s gradient: `%owner.grad.tN`.
+    pub fn temp_name(&mut self, owner: ValueId) -> String {
+        let n = self.temps.entry(owner).or_insert(0);
+        *n += 1;
+        let base = format!("{}.grad.t{n}", self.graph.values[owner].name);
+        self.fresh(&base)
+    }
+
+    /// Appends an argument named `base` (made unique).
+    pub fn add_arg(&mut self, base: &str, ty: TensorType, role: Role) -> ValueId {
+        let name = self.fresh(base);
+        self.graph.add_arg(name, ty, role)
+    }
+
+    /// Appends an `update` line.
+    pub fn push_update(&mut self, update: Update) {
+        self.graph.updates.push(update);
+    }
+
+    /// `kind`'s attributes: the `given` ones, the row's defaults for the rest.
+    pub fn attrs(kind: OpKind, given: &[(&'static str, Attr)]) -> Result<Attrs, String> {
+        let row = kind.def();
+        if let Some((name, _)) = given.iter().find(|(n, _)| !row.attrs.iter().any(|s| s.name == *n)) {
+            return Err(format!("{kind} has no attribute {name}"));
+        }
+        row.attrs
+            .iter()
+            .map(|spec| {
+                let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
+                match value.or(spec.default.map(|d| d.to_attr())) {
+                    Some(value) => Ok((spec.name, value)),
+                    None => Err(format!("{kind} needs attribute {}", spec.name)),
+                }
+            })
+            .collect::<Result<_, _>>()
+            .map(Attrs)
+    }
+
+    /// Appends `kind(inputs, attrs)` with outputs named `names` (taken as they are: callers
+    /// reserve them with [`fresh`](Self::fresh)); output types come from the row's rule.
+    pub fn emit(
+        &mut self,
+        kind: OpKind,
+        inputs: Vec<ValueId>,
+        attrs: Attrs,
+        names: Vec<String>,
+    ) -> Result<Vec<ValueId>, String> {
+        let row = kind.def();
+        if inputs.len() != row.inputs.len() || names.len() != row.outputs.len() {
+            return Err(format!("{kind} takes {} inputs and gives {} outputs", row.inputs.len(), row.outputs.len()));
+        }
+        let same_attrs = attrs.0.len() == row.attrs.len()
+            && attrs
+                .0
+                .iter()
+                .zip(row.attrs)
+                .all(|((name, value), spec)| *name == spec.name && value.kind() == spec.kind);
+        if !same_attrs {
+            return Err(format!("{kind}: attributes {:?} do not match its row", attrs.0));
+        }
+        let types: Vec<&TensorType> = inputs.iter().map(|&v| &self.graph.values[v].ty).collect();
+        let outputs = (row.infer)(&types, &attrs).map_err(|e| format!("{kind}: {e}"))?;
+        let op = self.graph.add_op(kind, inputs, attrs, names.into_iter().zip(outputs).collect());
+        let op = &mut self.graph.ops[op];
+        op.loc = self.loc.clone();
+        op.span = self.span;
+        Ok(op.outputs.clone())
+    }
+
+    /// Appends `kind(inputs, given attributes)`; output k is a temporary of `owners[k]`.
+    pub fn op(
+        &mut self,
+        owners: &[ValueId],
+        kind: OpKind,
+        inputs: Vec<ValueId>,
+        given: &[(&'static str, Attr)],
+    ) -> Result<Vec<ValueId>, String> {
+        let attrs = Self::attrs(kind, given)?;
+        self.op_attrs(owners, kind, inputs, attrs)
+    }
+
+    /// As [`op`](Self::op) with the attributes given in full (copied from the forward op
+    /// when the rows share them, as `softmax` and `softmax_backward` do).
+    pub fn op_attrs(
+        &mut self,
+        owners: &[ValueId],
+        kind: OpKind,
+        inputs: Vec<ValueId>,
+        attrs: Attrs,
+    ) -> Result<Vec<ValueId>, String> {
+        let names = owners.iter().map(|&owner| self.temp_name(owner)).collect();
+        self.emit(kind, inputs, attrs, names)
+    }
+
+    /// A one-output op whose output is a temporary of `owner`.
+    pub fn op1(
+        &mut self,
+        owner: ValueId,
+        kind: OpKind,
+        inputs: Vec<ValueId>,
+        given: &[(&'static str, Attr)],
+    ) -> Result<ValueId, String> {
+        Ok(self.op(&[owner], kind, inputs, given)?[0])
+    }
+
+    /// Whether `v`'s elements are dense row-major in its storage (the verifier's notion):
+    /// not a transposed or broadcasting view of something.
+    pub fn is_contiguous(&self, mut v: ValueId) -> bool {
+        loop {
+            let ValueDef::Op { op, .. } = self.graph.values[v].def else { return true };
+            let op = &self.graph.ops[op];
+            match op.kind {
+                OpKind::Transpose if op.attrs.ints("perm").iter().enumerate().all(|(i, &p)| p == i as i64) => {
+                    v = op.inputs[0]
+                }
+                OpKind::Expand if self.ty(op.inputs[0]) == self.ty(v) => v = op.inputs[0],
+                OpKind::Transpose | OpKind::Expand => return false,
+                _ => return true,
+            }
+        }
+    }
+
+    /// `v` itself if contiguous, else `contiguous(v)` (a temporary of `owner`): what a
+    /// `reshape` of `v` needs.
+    pub fn contiguous(&mut self, owner: ValueId, v: ValueId) -> Result<ValueId, String> {
+        if self.is_contiguous(v) { Ok(v) } else { self.op1(owner, OpKind::Contiguous, vec![v], &[]) }
+    }
+
+    /// Reduces a gradient `g` of a broadcast result back to an operand of type `to`: sums
+    /// over the dimensions broadcasting added (leading ones) or stretched (size 1 in `to`).
+    ///
+    /// Soundness: if `out = f(broadcast(x))`, each element of `x` was read by every element
+    /// of its broadcast copies, so its gradient is the sum of theirs. The result is `g`
+    /// itself where nothing was broadcast; `sum(g, leading axes)` where only leading
+    /// dimensions were added (its shape is `to` already); otherwise
+    /// `sum(g, axes, keepdim=true)` then `reshape` to `to` when leading dimensions remain.
+    pub fn unbroadcast(&mut self, owner: ValueId, g: ValueId, to: &TensorType) -> Result<ValueId, String> {
+        let from = self.ty(g).clone();
+        if from.shape == to.shape {
+            return Ok(g);
+        }
+        let Some(lead) = from.rank().checked_sub(to.rank()) else {
+            return Err(format!("cannot unbroadcast {from} to {to}: the target has more dimensions"));
+        };
+        let mut axes: Vec<i64> = (0..lead as i64).collect();
+        for (i, &d) in to.dims().iter().enumerate() {
+            let f = from.dims()[lead + i];
+            if d == f {
+                continue;
+            }
+            if d != 1 {
+                return Err(format!("cannot unbroadcast {from} to {to}: dimension {i} is {f}, not {d} or 1"));
+            }
+            axes.push((lead + i) as i64);
+        }
+        let only_leading = axes.len() == lead;
+        let summed = self.op1(
+            owner,
+            OpKind::Sum,
+            vec![g],
+            &[("axes", Attr::Ints(axes)), ("keepdim", Attr::Bool(!only_leading))],
+        )?;
+        if self.ty(summed).shape == to.shape {
+            return Ok(summed);
+        }
+        self.op1(owner, OpKind::Reshape, vec![summed], &[("shape", shape_attr(to.dims())?)])
+    }
+}
+
+/// A `shape=[...]` attribute value for `dims`.
+pub fn shape_attr(dims: &[u64]) -> Result<Attr, String> {
+    dims.iter()
+        .map(|&d| i64::try_from(d).map_err(|_| format!("dimension {d} does not fit an attribute")))
+        .collect::<Result<_, _>>()
+        .map(Attr::Ints)
+}

@@ -1,0 +1,387 @@
+//! Autodiff: expands a forward-only step (`backward %loss with adam(...)`) into the full
+//! training step: gradients, optimizer ops, state arguments and updates, as ordinary IR.
+//!
+//! [`expand`] runs in four stages (docs/AUTODIFF.md is the user's description):
+//! 1. **Needs-grad analysis.** A value needs a gradient when it lies on a path from a float
+//!    `param` to the loss through float values (integer and bool values never get one).
+//!    Every op on such a path must have a gradient rule (the op table's `grad` column).
+//! 2. **Seed.** `%loss.grad = fill(shape=[], dtype=<loss dtype>, value=1.0)`.
+//! 3. **Reverse sweep.** Ops on a path, in reverse program order: the gradient of each
+//!    output is final once every later reader has contributed (program order is
+//!    topological), so it is summed then (`add`, in order of creation) and handed to the
+//!    op's rule, which returns one contribution per input.
+//! 4. **Optimizer.** One optimizer op per param, in argument order, after all gradient
+//!    ops; new state arguments (`%p.m`, `%p.v`, `%p.momentum`, one `%step`) are appended
+//!    after the existing arguments, and every param and state gets its `update`.
+//!
+//! Names: `%v.grad` is the gradient of `%v`; `%v.grad.1`, `%v.grad.2`, ... its partial
+//! contributions when several ops read `%v`; `%v.grad.t1`, ... temporaries; a name already
+//! taken gets `_1`, `_2`, ... The result has `backward: None`; it verifies whenever the
+//! input verified.
+
+pub mod builder;
+pub(crate) mod rules;
+#[cfg(test)]
+mod tests;
+
+use miette::{Diagnostic, SourceSpan};
+use thiserror::Error;
+
+use crate::index::{IndexVec, OpId, ValueId};
+use crate::ir::graph::{Backward, Graph, Role, Update, ValueDef};
+use crate::ir::ops::{Attr, OpClass, OpKind};
+use crate::ir::types::{DType, TensorType};
+pub use builder::{Builder, GradCall, GradFn, Grads};
+
+/// Why a step cannot be expanded.
+#[derive(Debug, Error, Diagnostic, PartialEq)]
+pub enum AutodiffError {
+    /// The loss is not a float scalar: gradients are defined for a scalar objective only.
+    #[error("the loss %{name} is {ty}, not a float scalar")]
+    #[diagnostic(help("reduce it to a scalar first, e.g. `mean(%{name}, axes=[...])`"))]
+    LossNotScalar {
+        name: String,
+        ty: TensorType,
+        #[label("the loss")]
+        span: Option<SourceSpan>,
+    },
+
+    /// The `backward` statement names a value id that does not exist: a bug in whatever
+    /// built the graph.
+    #[error("the backward statement names value {value}, which does not exist")]
+    UnknownLoss { value: ValueId },
+
+    /// The loss is a step argument, not computed from the params.
+    #[error("the loss %{name} is an argument of the step, not computed by an op")]
+    LossIsArgument {
+        name: String,
+        #[label("the loss")]
+        span: Option<SourceSpan>,
+    },
+
+    /// The `with` clause names an op that is not an optimizer.
+    #[error("{kind} is not an optimizer")]
+    #[diagnostic(help("use sgd, sgd_momentum, adam or adamw"))]
+    NotAnOptimizer {
+        kind: OpKind,
+        #[label("here")]
+        span: Option<SourceSpan>,
+    },
+
+    /// The optimizer's attributes are not valid for its row (wrong names or kinds, or
+    /// values its type rule rejects, such as a negative learning rate).
+    #[error("{kind}: {message}")]
+    BadOptimizer {
+        kind: OpKind,
+        message: String,
+        #[label("here")]
+        span: Option<SourceSpan>,
+    },
+
+    /// A step with `backward` also has `update` lines: autodiff writes the updates.
+    #[error("the step updates %{name} by hand and also asks for `backward`")]
+    #[diagnostic(help("drop the update lines: autodiff updates every param the loss depends on"))]
+    HasUpdates {
+        name: String,
+        #[label("written by hand")]
+        span: Option<SourceSpan>,
+    },
+
+    /// No float param reaches the loss through float values: there is nothing to train.
+    #[error("the loss %{name} does not depend on any param")]
+    #[diagnostic(help(
+        "params are arguments with role `param` and a float dtype; integer and bool values carry no gradient"
+    ))]
+    NoParams {
+        name: String,
+        #[label("nothing to differentiate")]
+        span: Option<SourceSpan>,
+    },
+
+    /// A param reaches the loss through an op that has no gradient rule (a backward or
+    /// optimizer op): its gradient cannot be computed.
+    #[error("%{param} reaches the loss through `{op_text}`, and {kind} has no gradient rule")]
+    #[diagnostic(help("backward and optimizer ops cannot be differentiated; compute the loss from forward ops only"))]
+    NoGradientRule {
+        param: String,
+        kind: OpKind,
+        op_text: String,
+        #[label("not differentiable")]
+        span: Option<SourceSpan>,
+    },
+
+    /// A gradient rule could not build its ops: a bug in memplan's rules.
+    #[error("the gradient rule of `{op_text}` failed: {message} (a memplan bug)")]
+    RuleFailed {
+        op_text: String,
+        message: String,
+        #[label("differentiating this op")]
+        span: Option<SourceSpan>,
+    },
+}
+
+/// Expands `graph`'s `backward` statement into gradients, optimizer ops and updates (see
+/// the module docs). A graph without `backward` is returned unchanged. `graph` should have
+/// passed [`verify`](crate::verify).
+pub fn expand(graph: &Graph) -> Result<Graph, AutodiffError> {
+    let Some(backward) = &graph.backward else { return Ok(graph.clone()) };
+    check_request(graph, backward)?;
+    let needs = analyse(graph, backward)?;
+    let mut forward = graph.clone();
+    forward.backward = None;
+    let mut b = Builder::new(forward);
+    let grads = sweep(&mut b, graph, backward, &needs)?;
+    optimize(&mut b, backward, &grads)?;
+    Ok(b.into_graph())
+}
+
+/// The checks on the `backward` statement itself.
+fn check_request(graph: &Graph, backward: &Backward) -> Result<(), AutodiffError> {
+    let span: Option<SourceSpan> = backward.span.into();
+    let loss = graph.values.get(backward.loss).ok_or(AutodiffError::UnknownLoss { value: backward.loss })?;
+    if !(loss.ty.dtype.is_float() && loss.ty.rank() == 0) {
+        return Err(AutodiffError::LossNotScalar { name: loss.name.clone(), ty: loss.ty.clone(), span });
+    }
+    if matches!(loss.def, ValueDef::Arg(_)) {
+        return Err(AutodiffError::LossIsArgument { name: loss.name.clone(), span });
+    }
+    let kind = backward.optimizer;
+    if kind.def().class != OpClass::Optimizer {
+        return Err(AutodiffError::NotAnOptimizer { kind, span });
+    }
+    // The optimizer's rule on the smallest tensors validates the attribute values.
+    let (t, one) = (TensorType::new(DType::F32, vec![]), TensorType::new(DType::F32, vec![1]));
+    let mut types = vec![&one; kind.def().inputs.len()];
+    if kind.def().inputs.last() == Some(&"t") {
+        *types.last_mut().expect("optimizers have inputs") = &t;
+    }
+    let row = kind.def();
+    let same_attrs = backward.attrs.0.len() == row.attrs.len()
+        && backward.attrs.0.iter().zip(row.attrs).all(|((n, v), spec)| *n == spec.name && v.kind() == spec.kind);
+    if !same_attrs {
+        let message = format!("the attributes are not those of its row ({})", row.signature());
+        return Err(AutodiffError::BadOptimizer { kind, message, span });
+    }
+    if let Err(message) = (row.infer)(&types, &backward.attrs) {
+        return Err(AutodiffError::BadOptimizer { kind, message, span });
+    }
+    if let Some(update) = graph.updates.first() {
+        let name = graph.values[update.target].name.clone();
+        return Err(AutodiffError::HasUpdates { name, span: update.span.into() });
+    }
+    Ok(())
+}
+
+/// Which values need a gradient, and how many contributions each will receive.
+struct Needs {
+    needs: IndexVec<ValueId, bool>,
+    /// Params needing a gradient, in argument order.
+    params: Vec<ValueId>,
+    /// Contributions per value: the input slots of ops on a path that read it.
+    count: IndexVec<ValueId, u32>,
+}
+
+impl Needs {
+    /// Whether `op` lies on a path from a param to the loss.
+    fn active(&self, graph: &Graph, op: OpId) -> bool {
+        graph.ops[op].outputs.iter().any(|&v| self.needs[v])
+    }
+}
+
+fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
+    let float = |v: ValueId| graph.values[v].ty.dtype.is_float();
+    // A float param each value depends on through float values (the first found).
+    let mut origin: IndexVec<ValueId, Option<ValueId>> = graph
+        .values
+        .iter_enumerated()
+        .map(|(id, v)| (v.def == ValueDef::Arg(Role::Param) && float(id)).then_some(id))
+        .collect();
+    for op in &graph.ops {
+        let from = op.inputs.iter().find_map(|&i| origin[i]);
+        for &out in op.outputs.iter().filter(|&&out| float(out)) {
+            origin[out] = from;
+        }
+    }
+    let mut to_loss = IndexVec::from_elem(false, graph.values.len());
+    to_loss[backward.loss] = true;
+    for op in graph.ops.iter().rev() {
+        if op.outputs.iter().any(|&v| to_loss[v]) {
+            for &input in op.inputs.iter().filter(|&&i| float(i)) {
+                to_loss[input] = true;
+            }
+        }
+    }
+    let needs: IndexVec<ValueId, bool> = graph.values.indices().map(|v| origin[v].is_some() && to_loss[v]).collect();
+    let params: Vec<ValueId> = graph.args.iter().copied().filter(|&a| needs[a] && origin[a] == Some(a)).collect();
+    if params.is_empty() {
+        let name = graph.values[backward.loss].name.clone();
+        return Err(AutodiffError::NoParams { name, span: backward.span.into() });
+    }
+    let mut count = IndexVec::from_elem(0u32, graph.values.len());
+    for (id, op) in graph.ops.iter_enumerated() {
+        if !op.outputs.iter().any(|&v| needs[v]) {
+            continue;
+        }
+        if op.kind.def().grad.is_none() {
+            let param = op
+                .inputs
+                .iter()
+                .find(|&&i| needs[i])
+                .and_then(|&i| origin[i])
+                .expect("an active op reads a param path");
+            return Err(AutodiffError::NoGradientRule {
+                param: graph.values[param].name.clone(),
+                kind: op.kind,
+                op_text: graph.describe_op(id),
+                span: op.span.into(),
+            });
+        }
+        for &input in op.inputs.iter().filter(|&&i| needs[i]) {
+            count[input] += 1;
+        }
+    }
+    Ok(Needs { needs, params, count })
+}
+
+/// The gradient of each param, in argument order.
+struct ParamGrads(Vec<(ValueId, ValueId)>);
+
+/// Stages 2 and 3: the seed and the reverse sweep.
+fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> Result<ParamGrads, AutodiffError> {
+    let n = graph.values.len();
+    // Contributions received so far, in order of creation.
+    let mut parts: IndexVec<ValueId, Vec<ValueId>> = IndexVec::from_elem(Vec::new(), n);
+    let loss = backward.loss;
+    b.set_origin(None, backward.span);
+    let seed_name = b.fresh(&format!("{}.grad", graph.values[loss].name));
+    let dtype = graph.values[loss].ty.dtype;
+    let attrs = Builder::attrs(
+        OpKind::Fill,
+        &[("shape", Attr::Ints(vec![])), ("dtype", Attr::DType(dtype)), ("value", Attr::Float(1.0))],
+    )
+    .expect("fill's attributes");
+    let seed = b.emit(OpKind::Fill, vec![], attrs, vec![seed_name]).expect("a scalar fill")[0];
+    parts[loss].push(seed);
+    let mut renamed = std::collections::HashSet::new();
+    for (op_id, op) in graph.ops.iter_enumerated().rev() {
+        if !needs.active(graph, op_id) {
+            continue;
+        }
+        let failed = |message: String| AutodiffError::RuleFailed {
+            op_text: graph.describe_op(op_id),
+            message,
+            span: op.span.into(),
+        };
+        b.set_origin(op.loc.clone(), op.span);
+        let dy = op
+            .outputs
+            .iter()
+            .map(|&v| if needs.needs[v] { total(b, v, &parts[v]).map(Some) } else { Ok(None) })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&failed)?;
+        let call = GradCall {
+            kind: op.kind,
+            inputs: op.inputs.clone(),
+            outputs: op.outputs.clone(),
+            attrs: op.attrs.clone(),
+            wants: op.inputs.iter().map(|&i| needs.needs[i]).collect(),
+            dy,
+        };
+        let first_new = b.graph().values.len();
+        let rule = op.kind.def().grad.expect("analyse checked every active op has a rule");
+        let grads = rule(b, &call).map_err(&failed)?;
+        if grads.len() != op.inputs.len() {
+            return Err(failed(format!("it gave {} gradients for {} inputs", grads.len(), op.inputs.len())));
+        }
+        for (k, (&x, g)) in op.inputs.iter().zip(grads).enumerate() {
+            if !call.wants(k) {
+                continue;
+            }
+            let x_name = &graph.values[x].name;
+            let g = g.ok_or_else(|| failed(format!("it gave no gradient for %{x_name}")))?;
+            if b.ty(g) != &graph.values[x].ty {
+                return Err(failed(format!("the gradient of %{x_name} is {}, not {}", b.ty(g), graph.values[x].ty)));
+            }
+            parts[x].push(g);
+            if g.0 as usize >= first_new && renamed.insert(g) {
+                let base = if needs.count[x] == 1 {
+                    format!("{x_name}.grad")
+                } else {
+                    format!("{x_name}.grad.{}", parts[x].len())
+                };
+                b.rename(g, &base);
+            }
+        }
+    }
+    b.set_origin(None, backward.span);
+    let mut grads = Vec::with_capacity(needs.params.len());
+    for &p in &needs.params {
+        let g = total(b, p, &parts[p]).map_err(|message| AutodiffError::RuleFailed {
+            op_text: format!("the sum of the gradients of %{}", graph.values[p].name),
+            message,
+            span: backward.span.into(),
+        })?;
+        grads.push((p, g));
+    }
+    Ok(ParamGrads(grads))
+}
+
+/// The gradient of `v` from its contributions: the single one, or their sum in order of
+/// creation, `((c1 + c2) + c3) ...`, named `%v.grad`.
+fn total(b: &mut Builder, v: ValueId, parts: &[ValueId]) -> Result<ValueId, String> {
+    let (&first, rest) = parts.split_first().ok_or_else(|| format!("%{} received no gradient", b.name(v)))?;
+    if rest.is_empty() {
+        return Ok(first);
+    }
+    let mut sum = first;
+    for &part in rest {
+        sum = b.op1(v, OpKind::Add, vec![sum, part], &[])?;
+    }
+    let base = format!("{}.grad", b.name(v));
+    b.rename(sum, &base);
+    Ok(sum)
+}
+
+/// Stage 4: state arguments, the step count, one optimizer op per param, the updates.
+fn optimize(b: &mut Builder, backward: &Backward, grads: &ParamGrads) -> Result<(), AutodiffError> {
+    let kind = backward.optimizer;
+    let span = backward.span;
+    let failed = |message: String| AutodiffError::BadOptimizer { kind, message, span: span.into() };
+    b.set_origin(None, span);
+    // State arguments: (suffix) per param, in the optimizer's input order after p and g.
+    let suffixes: &[&str] = match kind {
+        OpKind::SgdMomentum => &["momentum"],
+        OpKind::Adam | OpKind::Adamw => &["m", "v"],
+        _ => &[],
+    };
+    let mut state: Vec<Vec<ValueId>> = Vec::new();
+    for &(p, _) in &grads.0 {
+        let ty = b.ty(p).clone();
+        let p_name = b.name(p).to_string();
+        state.push(suffixes.iter().map(|s| b.add_arg(&format!("{p_name}.{s}"), ty.clone(), Role::State)).collect());
+    }
+    let mut updates = Vec::new();
+    let step = if matches!(kind, OpKind::Adam | OpKind::Adamw) {
+        let step = b.add_arg("step", TensorType::new(DType::F32, vec![]), Role::State);
+        let new_name = b.fresh(&format!("{}.new", b.name(step)));
+        let attrs = Builder::attrs(OpKind::AddScalar, &[("value", Attr::Float(1.0))]).map_err(&failed)?;
+        let step_new = b.emit(OpKind::AddScalar, vec![step], attrs, vec![new_name]).map_err(&failed)?[0];
+        Some((step, step_new))
+    } else {
+        None
+    };
+    for (&(p, g), state) in grads.0.iter().zip(&state) {
+        let mut inputs = vec![p, g];
+        inputs.extend(state);
+        inputs.extend(step.map(|(_, new)| new));
+        let targets: Vec<ValueId> = std::iter::once(p).chain(state.iter().copied()).collect();
+        let names = targets.iter().map(|&t| b.fresh(&format!("{}.new", b.name(t)))).collect();
+        let outputs = b.emit(kind, inputs, backward.attrs.clone(), names).map_err(&failed)?;
+        updates.extend(targets.into_iter().zip(outputs));
+    }
+    updates.extend(step);
+    for (target, value) in updates {
+        b.push_update(Update { target, value, span });
+    }
+    Ok(())
+}

@@ -1,0 +1,323 @@
+//! Unit tests of the expansion: structure, names, optimizers, errors. Numerical gradient
+//! checks of every rule are in tests/autodiff.rs.
+
+use super::*;
+use crate::ir::graph::Backward;
+use crate::ir::ops::{Attrs, OPS};
+use crate::passes::PlanOptions;
+
+/// Parses a forward-only step and asks for `backward %loss with kind(given)`.
+fn forward(text: &str, loss: &str, kind: OpKind, given: &[(&'static str, Attr)]) -> Graph {
+    let mut g = crate::parse(text).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::verify(&g).unwrap();
+    let loss = id(&g, loss);
+    let attrs = Builder::attrs(kind, given).unwrap();
+    g.backward = Some(Backward { loss, optimizer: kind, attrs, span: Span::NONE });
+    g
+}
+
+fn id(g: &Graph, name: &str) -> ValueId {
+    g.values.iter_enumerated().find(|(_, v)| v.name == name).unwrap_or_else(|| panic!("no %{name}")).0
+}
+
+fn has(g: &Graph, name: &str) -> bool {
+    g.values.iter().any(|v| v.name == name)
+}
+
+/// Expands, then checks the result verifies, plans and passes the checker.
+fn expand_ok(g: &Graph) -> Graph {
+    let e = expand(g).unwrap_or_else(|err| panic!("{err}"));
+    assert!(e.backward.is_none());
+    crate::verify(&e).unwrap_or_else(|err| panic!("{err:?}\n{}", crate::print(&e)));
+    let plan = crate::plan(&e, &PlanOptions::default()).unwrap_or_else(|err| panic!("{err:?}"));
+    crate::check(&e, &plan).unwrap();
+    e
+}
+
+/// The text an expanded step prints, ops only (from the line after `{`).
+fn body(g: &Graph) -> String {
+    let text = crate::print(g);
+    text.split_once(") {\n").unwrap().1.to_string()
+}
+
+use crate::ir::graph::Span;
+
+const LINEAR: &str = "step @lin(
+  %w: f32[3,2] param,
+  %b: f32[2] param,
+  %x: f32[4,3] input,
+  %y: i32[4] input,
+) {
+  %h = matmul(%x, %w)
+  %z = add(%h, %b)
+  %loss = cross_entropy(%z, %y)
+  return %loss
+}";
+
+#[test]
+fn the_table_has_a_rule_for_every_differentiable_row() {
+    for row in OPS {
+        let differentiable = row.class == OpClass::Forward && row.kind != OpKind::Fill;
+        assert_eq!(row.grad.is_some(), differentiable, "{}", row.name);
+    }
+}
+
+#[test]
+fn a_step_without_backward_is_unchanged() {
+    let g = crate::parse(LINEAR).unwrap();
+    assert_eq!(expand(&g).unwrap(), g);
+}
+
+#[test]
+fn a_linear_step_expands_to_the_hand_written_backward() {
+    let g = forward(LINEAR, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]);
+    let e = expand_ok(&g);
+    let want = "  %h: f32[4,2] = matmul(%x, %w)
+  %z: f32[4,2] = add(%h, %b)
+  %loss: f32[] = cross_entropy(%z, %y)
+  %loss.grad: f32[] = fill(shape=[], dtype=f32, value=1.0)
+  %z.grad: f32[4,2] = cross_entropy_backward(%loss.grad, %z, %y)
+  %b.grad: f32[2] = sum(%z.grad, axes=[0])
+  %w.grad: f32[3,2] = matmul(%x, %z.grad, transpose_a=true)
+  %w.new: f32[3,2] = sgd(%w, %w.grad, lr=0.1)
+  %b.new: f32[2] = sgd(%b, %b.grad, lr=0.1)
+  update %w <- %w.new
+  update %b <- %b.new
+  return %loss
+}
+";
+    assert_eq!(body(&e), want);
+    // Inputs get no gradient; nothing but the ops above was added.
+    assert!(!has(&e, "x.grad") && !has(&e, "y.grad") && !has(&e, "h.grad"));
+    assert_eq!(e.args.len(), g.args.len());
+}
+
+#[test]
+fn a_value_read_twice_accumulates_with_add() {
+    let text = "step @s(
+  %w: f32[2,2] param,
+  %x: f32[3,2] input,
+  %x2: f32[3,2] input,
+) {
+  %h1 = matmul(%x, %w)
+  %h2 = matmul(%x2, %w)
+  %s = add(%h1, %h2)
+  %d = mul(%s, %s)
+  %loss = mean(%d, axes=[0, 1])
+  return %loss
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(1.0))]));
+    let text = body(&e);
+    // mul(%s, %s): two contributions to %s, summed.
+    assert!(text.contains("%s.grad.1: f32[3,2] = mul(%d.grad, %s)"), "{text}");
+    assert!(text.contains("%s.grad.2: f32[3,2] = mul(%d.grad, %s)"), "{text}");
+    assert!(text.contains("%s.grad: f32[3,2] = add(%s.grad.1, %s.grad.2)"), "{text}");
+    // %w is read by two matmuls: the later one (h2) contributes first.
+    assert!(text.contains("%w.grad.1: f32[2,2] = matmul(%x2, %s.grad, transpose_a=true)"), "{text}");
+    assert!(text.contains("%w.grad.2: f32[2,2] = matmul(%x, %s.grad, transpose_a=true)"), "{text}");
+    assert!(text.contains("%w.grad: f32[2,2] = add(%w.grad.1, %w.grad.2)"), "{text}");
+    // mean's gradient: scaled, reshaped to the keepdim shape, expanded.
+    assert!(text.contains("%d.grad.t1: f32[] = mul_scalar(%loss.grad, value=0.16666666666666666)"), "{text}");
+    assert!(text.contains("%d.grad.t2: f32[1,1] = reshape(%d.grad.t1, shape=[1, 1])"), "{text}");
+    assert!(text.contains("%d.grad: f32[3,2] = expand(%d.grad.t2, shape=[3, 2])"), "{text}");
+}
+
+#[test]
+fn unreached_params_and_integer_values_get_nothing() {
+    let text = "step @s(
+  %w: f32[2,2] param,
+  %unused: f32[2] param,
+  %side: f32[2,2] param,
+  %k: i32[2] param,
+  %x: f32[3,2] input,
+) {
+  %h = matmul(%x, %w)
+  %kk = add(%k, %k)
+  %kf = cast(%kk, to=f32)
+  %hk = add(%h, %kf)
+  %other = relu(%side)
+  %loss = sum(%hk, axes=[0, 1])
+  return %loss, %other
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Adam, &[]));
+    for name in
+        ["unused.new", "unused.m", "side.new", "side.grad", "k.grad", "kk.grad", "k.new", "kf.grad", "other.grad"]
+    {
+        assert!(!has(&e, name), "%{name} should not exist:\n{}", crate::print(&e));
+    }
+    let targets: Vec<&str> = e.updates.iter().map(|u| e.values[u.target].name.as_str()).collect();
+    assert_eq!(targets, ["w", "w.m", "w.v", "step"]);
+}
+
+#[test]
+fn every_optimizer_gets_its_state() {
+    // sgd: no state.
+    let e = expand_ok(&forward(LINEAR, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    assert_eq!(e.args.len(), 4);
+    // sgd_momentum: one momentum buffer per param, updated in place.
+    let given = [("lr", Attr::Float(0.1)), ("momentum", Attr::Float(0.8))];
+    let e = expand_ok(&forward(LINEAR, "loss", OpKind::SgdMomentum, &given));
+    let new_args: Vec<(&str, Option<Role>, String)> =
+        e.args[4..].iter().map(|&a| (e.values[a].name.as_str(), e.role(a), e.values[a].ty.to_string())).collect();
+    assert_eq!(
+        new_args,
+        [
+            ("w.momentum", Some(Role::State), "f32[3,2]".to_string()),
+            ("b.momentum", Some(Role::State), "f32[2]".to_string())
+        ]
+    );
+    let text = body(&e);
+    assert!(
+        text.contains(
+            "%w.new: f32[3,2], %w.momentum.new: f32[3,2] = sgd_momentum(%w, %w.grad, %w.momentum, lr=0.1, momentum=0.8)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "update %w.momentum <- %w.momentum.new\n  update %b <- %b.new\n  update %b.momentum <- %b.momentum.new"
+        ),
+        "{text}"
+    );
+    // adam and adamw: two moments per param and one step count, incremented once.
+    for kind in [OpKind::Adam, OpKind::Adamw] {
+        let e = expand_ok(&forward(LINEAR, "loss", kind, &[("lr", Attr::Float(0.01))]));
+        let names: Vec<&str> = e.args[4..].iter().map(|&a| e.values[a].name.as_str()).collect();
+        assert_eq!(names, ["w.m", "w.v", "b.m", "b.v", "step"]);
+        assert!(e.args[4..].iter().all(|&a| e.role(a) == Some(Role::State)));
+        assert_eq!(e.values[id(&e, "step")].ty.to_string(), "f32[]");
+        let text = body(&e);
+        assert_eq!(text.matches("add_scalar").count(), 1, "{text}");
+        assert!(text.contains("%step.new: f32[] = add_scalar(%step, value=1.0)"), "{text}");
+        let call = format!(
+            "%b.new: f32[2], %b.m.new: f32[2], %b.v.new: f32[2] = {kind}(%b, %b.grad, %b.m, %b.v, %step.new, lr=0.01)"
+        );
+        assert!(text.contains(&call), "{text}");
+        let targets: Vec<&str> = e.updates.iter().map(|u| e.values[u.target].name.as_str()).collect();
+        assert_eq!(targets, ["w", "w.m", "w.v", "b", "b.m", "b.v", "step"]);
+    }
+}
+
+#[test]
+fn taken_names_get_suffixes() {
+    let text = "step @s(
+  %w: f32[2,2] param,
+  %step: f32[] state,
+  %x: f32[3,2] input,
+) {
+  %h = matmul(%x, %w)
+  %w.grad = relu(%h)
+  %w.m = mul_scalar(%w.grad, value=2.0)
+  %loss = mean(%w.m, axes=[0, 1])
+  %w.new = add_scalar(%loss, value=1.0)
+  return %loss, %w.new, %step
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Adam, &[]));
+    for name in ["w.grad_1", "w.m_1", "w.m_1.new", "w.new_1", "step_1", "step_1.new", "w.grad.grad", "w.m.grad"] {
+        assert!(has(&e, name), "%{name} missing:\n{}", crate::print(&e));
+    }
+    let w = id(&e, "w");
+    let adam = e.ops.iter().find(|op| op.kind == OpKind::Adam).unwrap();
+    assert_eq!(adam.inputs[0], w);
+    assert_eq!(e.values[adam.inputs[1]].name, "w.grad_1");
+}
+
+#[test]
+fn layer_norm_names_every_output() {
+    let text = "step @s(
+  %g: f32[4] param,
+  %x: f32[3,4] input,
+) {
+  %ones = fill(shape=[4], dtype=f32, value=0.0)
+  %y = layer_norm(%x, %g, %ones)
+  %loss = sum(%y, axes=[0, 1])
+  return %loss
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    let text = body(&e);
+    // Only gamma wants a gradient; dx and dbeta stay unused temporaries of their inputs.
+    assert!(
+        text.contains(
+            "%x.grad.t1: f32[3,4], %g.grad: f32[4], %ones.grad.t1: f32[4] = layer_norm_backward(%y.grad, %x, %g)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn errors_name_the_problem() {
+    let sgd = [("lr", Attr::Float(0.1))];
+    let err = |g: &Graph| expand(g).unwrap_err();
+
+    let only_inputs = "step @s(%w: f32[2] param, %x: f32[2] input) {
+  %loss = sum(%x, axes=[0])
+  return %loss, %w
+}";
+    let e = err(&forward(only_inputs, "loss", OpKind::Sgd, &sgd));
+    assert_eq!(e.to_string(), "the loss %loss does not depend on any param");
+
+    let through_backward = "step @s(%w: f32[2] param, %x: f32[2] input) {
+  %d = relu_backward(%x, %w)
+  %loss = sum(%d, axes=[0])
+  return %loss
+}";
+    let e = err(&forward(through_backward, "loss", OpKind::Sgd, &sgd));
+    assert_eq!(
+        e.to_string(),
+        "%w reaches the loss through `%d = relu_backward(%x, %w)`, and relu_backward has no gradient rule"
+    );
+    // The label points at the op in the source.
+    let shown = crate::diagnostics::render(&e, "s.step", through_backward, false);
+    assert!(shown.contains("s.step:2:8") && shown.contains("not differentiable"), "{shown}");
+
+    let vector = "step @s(%w: f32[2] param) {
+  %l = relu(%w)
+  return %l
+}";
+    let e = err(&forward(vector, "l", OpKind::Sgd, &sgd));
+    assert!(matches!(e, AutodiffError::LossNotScalar { .. }), "{e}");
+
+    let argument = "step @s(%w: f32[] param) {
+  %l = relu(%w)
+  return %l
+}";
+    let e = err(&forward(argument, "w", OpKind::Sgd, &sgd));
+    assert!(matches!(e, AutodiffError::LossIsArgument { .. }), "{e}");
+
+    let e = err(&forward(argument, "l", OpKind::Relu, &[]));
+    assert_eq!(e.to_string(), "relu is not an optimizer");
+
+    let e = err(&forward(argument, "l", OpKind::Sgd, &[("lr", Attr::Float(-1.0))]));
+    assert_eq!(e.to_string(), "sgd: lr=-1.0 must be a finite number >= 0");
+
+    let mut g = forward(argument, "l", OpKind::Sgd, &sgd);
+    g.backward.as_mut().unwrap().attrs = Attrs(vec![("lr", Attr::Int(1))]);
+    assert!(matches!(err(&g), AutodiffError::BadOptimizer { .. }));
+
+    let mut g = forward(argument, "l", OpKind::Sgd, &sgd);
+    g.backward.as_mut().unwrap().loss = ValueId(99);
+    assert_eq!(err(&g), AutodiffError::UnknownLoss { value: ValueId(99) });
+
+    let mut g = forward(argument, "l", OpKind::Sgd, &sgd);
+    let (w, l) = (id(&g, "w"), id(&g, "l"));
+    g.updates.push(Update { target: w, value: l, span: Span::NONE });
+    assert_eq!(err(&g).to_string(), "the step updates %w by hand and also asks for `backward`");
+}
+
+#[test]
+fn reshape_of_a_transposed_gradient_goes_through_contiguous() {
+    let text = "step @s(
+  %w: f32[2,3] param,
+) {
+  %r = reshape(%w, shape=[3, 2])
+  %t = transpose(%r, perm=[1, 0])
+  %loss = sum(%t, axes=[0, 1])
+  return %loss
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    let text = body(&e);
+    // %t.grad is an expand (a broadcasting view), its transpose is not contiguous either.
+    assert!(text.contains("%r.grad: f32[3,2] = transpose(%t.grad, perm=[1, 0])"), "{text}");
+    assert!(text.contains("%w.grad.t1: f32[3,2] = contiguous(%r.grad)"), "{text}");
+    assert!(text.contains("%w.grad: f32[2,3] = reshape(%w.grad.t1, shape=[2, 3])"), "{text}");
+}

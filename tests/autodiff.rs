@@ -1,0 +1,489 @@
+//! Autodiff end to end: the expanded forward-only MLP equals the hand-written mlp.step bit
+//! for bit; the gradients of every differentiable op family match central finite
+//! differences in f64; every optimizer's expansion runs planned and unplanned alike; the
+//! `expand` command.
+
+use std::path::Path;
+use std::process::Command;
+
+use indexmap::IndexMap;
+use memplan::autodiff::Builder;
+use memplan::exec::Dense;
+use memplan::exec::cpu::{Placement, advance, run_step};
+use memplan::exec::data::init_args;
+use memplan::exec::dense::eval_dense;
+use memplan::ir::graph::{Backward, Graph, Return, Span};
+use memplan::ir::ops::{Attr, OpKind};
+use memplan::passes::PlanOptions;
+use memplan::{ValueId, check, expand, parse, plan, verify};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn id(g: &Graph, name: &str) -> ValueId {
+    g.values.indices().find(|&v| g.values[v].name == name).unwrap_or_else(|| panic!("no %{name}"))
+}
+
+fn with_backward(mut g: Graph, loss: &str, kind: OpKind, given: &[(&'static str, Attr)]) -> Graph {
+    let loss = id(&g, loss);
+    let attrs = Builder::attrs(kind, given).unwrap();
+    g.backward = Some(Backward { loss, optimizer: kind, attrs, span: Span::NONE });
+    g
+}
+
+/// Expands and checks the result verifies, plans and passes the checker.
+fn expand_and_plan(g: &Graph) -> (Graph, memplan::Plan) {
+    let e = expand(g).unwrap_or_else(|err| panic!("{err}"));
+    verify(&e).unwrap_or_else(|err| panic!("{err:?}\n{}", memplan::print(&e)));
+    let plan = plan(&e, &PlanOptions::default()).unwrap_or_else(|err| panic!("{err:?}"));
+    check(&e, &plan).unwrap_or_else(|v| panic!("{v}"));
+    (e, plan)
+}
+
+/// ir/models/mlp.step cut after its loss: the same args, the forward ops up to and
+/// including `%loss`, `return %loss`, and `backward %loss with sgd(lr=0.1)`.
+fn forward_mlp() -> (Graph, Graph) {
+    let text = std::fs::read_to_string(root().join("ir/models/mlp.step")).unwrap();
+    let hand = parse(&text).unwrap();
+    let mut g = Graph::new(hand.name.clone());
+    let mut map: IndexMap<ValueId, ValueId> = IndexMap::new();
+    for &a in &hand.args {
+        let v = &hand.values[a];
+        map.insert(a, g.add_arg(v.name.clone(), v.ty.clone(), hand.role(a).unwrap()));
+    }
+    let loss = id(&hand, "loss");
+    for op in &hand.ops {
+        let inputs = op.inputs.iter().map(|i| map[i]).collect();
+        let outputs = op.outputs.iter().map(|&o| (hand.values[o].name.clone(), hand.values[o].ty.clone())).collect();
+        let new = g.add_op(op.kind, inputs, op.attrs.clone(), outputs);
+        g.ops[new].loc = op.loc.clone();
+        for (&o, &n) in op.outputs.iter().zip(&g.ops[new].outputs) {
+            map.insert(o, n);
+        }
+        if op.outputs.contains(&loss) {
+            break;
+        }
+    }
+    g.returns.push(Return { value: map[&loss], span: Span::NONE });
+    let g = with_backward(g, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]);
+    verify(&g).unwrap();
+    (hand, g)
+}
+
+#[test]
+fn the_expanded_mlp_equals_the_hand_written_one_bit_for_bit() {
+    let (hand, forward) = forward_mlp();
+    assert_eq!(forward.ops.len(), 6);
+    let (expanded, plan) = expand_and_plan(&forward);
+    assert_eq!(expanded.ops.len(), hand.ops.len(), "{}", memplan::print(&expanded));
+    let args = init_args(&hand, 3);
+    let planned = run_step(&expanded, Placement::Planned(&plan), &args).unwrap();
+    let unplanned = run_step(&expanded, Placement::Unplanned, &args).unwrap();
+    assert!(planned.differences(&unplanned).is_empty(), "{:?}", planned.differences(&unplanned));
+    let reference = run_step(&hand, Placement::Unplanned, &args).unwrap();
+    assert_eq!(planned.returns["loss"], reference.returns["loss"]);
+    for p in ["w1", "b1", "w2", "b2"] {
+        assert_eq!(planned.updated[p], reference.updated[p], "the new %{p} differs from mlp.step's");
+    }
+    assert_eq!(planned.updated.len(), 4);
+    // And again after a step of training.
+    let args = advance(&args, &planned);
+    let next = run_step(&expanded, Placement::Planned(&plan), &args).unwrap();
+    assert_eq!(next.updated, run_step(&hand, Placement::Unplanned, &args).unwrap().updated);
+}
+
+#[test]
+fn every_optimizer_expansion_trains_planned_and_unplanned_alike() {
+    let text = "step @small(
+  %w1: f32[6,5] param,
+  %b1: f32[5] param,
+  %w2: f32[5,3] param,
+  %x: f32[4,6] input,
+  %y: i32[4] input,
+) {
+  %h = matmul(%x, %w1)
+  %h2 = add(%h, %b1)
+  %a = gelu(%h2)
+  %o = matmul(%a, %w2)
+  %loss = cross_entropy(%o, %y)
+  return %loss
+}";
+    let optimizers: [(OpKind, &[(&'static str, Attr)]); 4] = [
+        (OpKind::Sgd, &[("lr", Attr::Float(0.5))]),
+        (OpKind::SgdMomentum, &[("lr", Attr::Float(0.2)), ("momentum", Attr::Float(0.5))]),
+        (OpKind::Adam, &[("lr", Attr::Float(0.05))]),
+        (OpKind::Adamw, &[("lr", Attr::Float(0.05)), ("weight_decay", Attr::Float(0.1))]),
+    ];
+    for (kind, given) in optimizers {
+        let g = with_backward(parse(text).unwrap(), "loss", kind, given);
+        let (e, plan) = expand_and_plan(&g);
+        let mut args = init_args(&e, 1);
+        let mut losses = Vec::new();
+        for _ in 0..4 {
+            let planned = run_step(&e, Placement::Planned(&plan), &args).unwrap();
+            let unplanned = run_step(&e, Placement::Unplanned, &args).unwrap();
+            assert!(planned.differences(&unplanned).is_empty(), "{kind}: {:?}", planned.differences(&unplanned));
+            losses.push(planned.loss().unwrap());
+            args = advance(&args, &planned);
+        }
+        assert!(losses[3] < losses[0], "{kind}: the loss does not fall: {losses:?}");
+        if matches!(kind, OpKind::Adam | OpKind::Adamw) {
+            assert_eq!(args["step"].to_f64(), [4.0], "{kind}: the step count counts steps");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Gradient checks: the gradients the expansion computes, evaluated in f64 by the dense
+// interpreter, against central differences of the forward loss.
+
+const H: f64 = 1e-6;
+const TOL: f64 = 1e-6;
+
+/// One small step per op family. Every step ends in a scalar `%loss`; random weights `%r*`
+/// keep the loss from being symmetric in its inputs.
+struct Case {
+    family: &'static str,
+    text: &'static str,
+    /// Integer inputs, by name.
+    ints: &'static [(&'static str, &'static [f64])],
+    /// Adjusts a random float argument (away from kinks and ties).
+    fix: fn(&str, &mut Dense),
+}
+
+fn no_fix(_: &str, _: &mut Dense) {}
+
+const CASES: &[Case] = &[
+    Case {
+        family: "matmul (transposes, broadcast batch)",
+        text: "step @s(
+  %a: f32[2,3,4] param, %b: f32[4,5] param, %c: f32[3,5] param, %d: f32[1,3,2] param, %e: f32[3,4] param,
+  %r: f32[2,4,2] input,
+) {
+  %m1 = matmul(%a, %b)
+  %m2 = matmul(%m1, %c, transpose_b=true)
+  %m3 = matmul(%d, %m2, transpose_a=true)
+  %m4 = matmul(%e, %m3, transpose_a=true, transpose_b=true)
+  %w = mul(%m4, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "add/sub/mul/div with broadcasting, add_scalar, mul_scalar",
+        text: "step @s(
+  %p: f32[3,1] param, %q: f32[4] param, %s: f32[2,3,4] param, %q2: f32[1,4] param,
+  %r: f32[2,3,4] input,
+) {
+  %t1 = add(%s, %p)
+  %t2 = sub(%q, %t1)
+  %t3 = mul(%t2, %p)
+  %sq = mul(%q2, %q2)
+  %den = add_scalar(%sq, value=1.0)
+  %t4 = div(%t3, %den)
+  %t5 = mul_scalar(%t4, value=-1.5)
+  %t6 = div(%p, %den)
+  %t7 = sub(%t5, %t6)
+  %w = mul(%t7, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "relu, gelu, softmax",
+        text: "step @s(
+  %x: f32[3,4] param, %z: f32[3,4] param,
+  %r: f32[3,4] input,
+) {
+  %h = relu(%x)
+  %z2 = mul_scalar(%z, value=2.0)
+  %g = gelu(%z2)
+  %hg = add(%h, %g)
+  %y0 = softmax(%hg, axis=0)
+  %y1 = softmax(%y0)
+  %w = mul(%y1, %r)
+  %loss = sum(%w, axes=[0, 1])
+}",
+        ints: &[],
+        fix: |name, x| {
+            if name == "x" {
+                for v in &mut x.data {
+                    *v += if *v < 0.0 { -0.1 } else { 0.1 };
+                }
+            }
+        },
+    },
+    Case {
+        family: "layer_norm",
+        text: "step @s(
+  %x: f32[2,3,5] param, %gamma: f32[5] param, %beta: f32[5] param,
+  %r: f32[2,3,5] input,
+) {
+  %y = layer_norm(%x, %gamma, %beta)
+  %w = mul(%y, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "batch_norm",
+        text: "step @s(
+  %x: f32[2,3,2,2] param, %gamma: f32[3] param, %beta: f32[3] param,
+  %r: f32[2,3,2,2] input,
+) {
+  %y = batch_norm(%x, %gamma, %beta, eps=0.001)
+  %w = mul(%y, %r)
+  %loss = sum(%w, axes=[0, 1, 2, 3])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "conv2d (stride, padding)",
+        text: "step @s(
+  %x: f32[2,2,5,5] param, %k: f32[3,2,3,3] param,
+  %r: f32[2,3,3,3] input,
+) {
+  %y = conv2d(%x, %k, stride=[2, 2], padding=[1, 1])
+  %w = mul(%y, %r)
+  %loss = sum(%w, axes=[0, 1, 2, 3])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "max_pool2d",
+        text: "step @s(
+  %x: f32[1,2,5,5] param,
+  %r: f32[1,2,3,3] input,
+) {
+  %y = max_pool2d(%x, kernel=[3, 3], stride=[2, 2], padding=[1, 1])
+  %w = mul(%y, %r)
+  %loss = sum(%w, axes=[0, 1, 2, 3])
+}",
+        ints: &[],
+        // Distinct values at least 0.01 apart: no window has a tie within ±h.
+        fix: |name, x| {
+            if name == "x" {
+                let n = x.data.len();
+                for (i, v) in x.data.iter_mut().enumerate() {
+                    *v = ((i * 37 + 11) % n) as f64 * 0.01 - 0.2;
+                }
+            }
+        },
+    },
+    Case {
+        family: "embedding",
+        text: "step @s(
+  %table: f32[5,3] param,
+  %ids: i32[2,3] input,
+  %r: f32[2,3,3] input,
+) {
+  %e = embedding(%table, %ids)
+  %w = mul(%e, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[("ids", &[1.0, 4.0, 1.0, 0.0, 4.0, 4.0])],
+        fix: no_fix,
+    },
+    Case {
+        family: "sum/mean",
+        text: "step @s(
+  %x: f32[2,3,4] param,
+  %r1: f32[2,1,4] input, %r2: f32[3] input,
+) {
+  %s = sum(%x, axes=[1], keepdim=true)
+  %m = mean(%x, axes=[0, -1])
+  %ws = mul(%s, %r1)
+  %wm = mul(%m, %r2)
+  %l1 = sum(%ws, axes=[0, 1, 2])
+  %l2 = mean(%wm, axes=[0])
+  %loss = add(%l1, %l2)
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "reshape/transpose/expand/contiguous",
+        text: "step @s(
+  %x: f32[2,3] param, %q: f32[3,1] param,
+  %r1: f32[4,6] input, %r2: f32[2,3,4] input,
+) {
+  %t = transpose(%x, perm=[1, 0])
+  %c = contiguous(%t)
+  %rs = reshape(%c, shape=[1, 6])
+  %e = expand(%rs, shape=[4, 6])
+  %e2 = expand(%q, shape=[2, 3, 4])
+  %w1 = mul(%e, %r1)
+  %w2 = mul(%e2, %r2)
+  %l1 = sum(%w1, axes=[0, 1])
+  %l2 = sum(%w2, axes=[0, 1, 2])
+  %loss = add(%l1, %l2)
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "cast",
+        text: "step @s(
+  %x: f32[3] param,
+  %r: f32[3] input,
+) {
+  %same = cast(%x, to=f32)
+  %half = cast(%same, to=f16)
+  %back = cast(%half, to=f32)
+  %w = mul(%back, %r)
+  %loss = sum(%w, axes=[0])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "causal_mask",
+        text: "step @s(
+  %x: f32[2,3,3] param,
+  %r: f32[2,3,3] input,
+) {
+  %m = causal_mask(%x)
+  %y = softmax(%m)
+  %w = mul(%y, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "cross_entropy",
+        text: "step @s(
+  %logits: f32[4,5] param,
+  %labels: i32[4] input,
+) {
+  %z = mul_scalar(%logits, value=2.0)
+  %loss = cross_entropy(%z, %labels)
+}",
+        ints: &[("labels", &[0.0, 4.0, 2.0, 2.0])],
+        fix: no_fix,
+    },
+];
+
+/// Deterministic numbers in [-1, 1) (xorshift), different per seed.
+fn rand(shape: &[usize], seed: u64) -> Dense {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let n = shape.iter().product();
+    let data = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect();
+    Dense::new(shape.to_vec(), data)
+}
+
+fn case_args(g: &Graph, case: &Case) -> IndexMap<String, Dense> {
+    let mut args = IndexMap::new();
+    for (i, &a) in g.args.iter().enumerate() {
+        let v = &g.values[a];
+        let shape: Vec<usize> = v.ty.dims().iter().map(|&d| d as usize).collect();
+        let t = match case.ints.iter().find(|(n, _)| *n == v.name) {
+            Some((_, data)) => Dense::new(shape, data.to_vec()),
+            None => {
+                let mut t = rand(&shape, 17 + i as u64);
+                (case.fix)(&v.name, &mut t);
+                t
+            }
+        };
+        args.insert(v.name.clone(), t);
+    }
+    args
+}
+
+/// The loss of the forward graph at `args`, in f64.
+fn loss_at(g: &Graph, loss: ValueId, args: &IndexMap<String, Dense>) -> f64 {
+    eval_dense(g, args).unwrap()[loss].data[0]
+}
+
+fn norm(v: impl Iterator<Item = f64>) -> f64 {
+    v.map(|x| x * x).sum::<f64>().sqrt()
+}
+
+#[test]
+fn gradients_match_finite_differences_for_every_op_family() {
+    for case in CASES {
+        let family = case.family;
+        let text = case.text.replace("\n}", "\n  return %loss\n}");
+        let g = with_backward(
+            parse(&text).unwrap_or_else(|e| panic!("{family}: {e:?}")),
+            "loss",
+            OpKind::Sgd,
+            &[("lr", Attr::Float(1.0))],
+        );
+        verify(&g).unwrap_or_else(|e| panic!("{family}: {e:?}"));
+        let (e, _) = expand_and_plan(&g);
+        let args = case_args(&g, case);
+        let values = eval_dense(&e, &args).unwrap_or_else(|err| panic!("{family}: {err}"));
+        let loss = id(&g, "loss");
+        assert_eq!(values[loss].data[0], loss_at(&g, loss, &args), "{family}: the expansion changed the forward loss");
+        let mut checked = 0;
+        for op in e.ops.iter().filter(|op| op.kind == OpKind::Sgd) {
+            let (p, grad) = (op.inputs[0], op.inputs[1]);
+            let name = e.values[p].name.clone();
+            let analytic = &values[grad];
+            assert_eq!(analytic.shape, args[&name].shape, "{family}: d%{name} has the wrong shape");
+            let mut numeric = Vec::with_capacity(analytic.data.len());
+            let mut probe = args.clone();
+            for i in 0..analytic.data.len() {
+                let x0 = args[&name].data[i];
+                probe[&name].data[i] = x0 + H;
+                let up = loss_at(&g, loss, &probe);
+                probe[&name].data[i] = x0 - H;
+                let down = loss_at(&g, loss, &probe);
+                probe[&name].data[i] = x0;
+                numeric.push((up - down) / (2.0 * H));
+            }
+            let diff = norm(analytic.data.iter().zip(&numeric).map(|(a, n)| a - n));
+            let scale = norm(analytic.data.iter().copied()).max(norm(numeric.iter().copied())).max(1e-8);
+            assert!(
+                diff / scale < TOL,
+                "gradient check failed for {family}, d%{name}: relative error {:e}\n analytic {:?}\n numeric  {:?}",
+                diff / scale,
+                analytic.data,
+                numeric
+            );
+            assert!(norm(numeric.iter().copied()) > 1e-3, "{family}: d%{name} is ~0, the check would prove nothing");
+            // sgd with lr=1: the new param is p - grad.
+            let new = &values[op.outputs[0]];
+            assert!(new.data.iter().zip(&args[&name].data).zip(&analytic.data).all(|((n, p), g)| *n == p - g));
+            checked += 1;
+        }
+        let params = g.args.iter().filter(|&&a| g.role(a) == Some(memplan::ir::graph::Role::Param)).count();
+        assert_eq!(checked, params, "{family}: every param gets a gradient");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line.
+
+fn memplan(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the memplan binary runs")
+}
+
+#[test]
+fn expand_prints_a_full_step_unchanged() {
+    let expand = memplan(&["expand", "ir/models/mlp.step"]);
+    assert!(expand.status.success(), "{}", String::from_utf8_lossy(&expand.stderr));
+    let print = memplan(&["print", "ir/models/mlp.step"]);
+    assert_eq!(expand.stdout, print.stdout);
+    let bad = memplan(&["expand", "ir/invalid/cycle.step"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cycle.step"));
+}
