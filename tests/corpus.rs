@@ -1,12 +1,15 @@
-//! The text corpus: every `ir/**/*.step` file is parsed, verified, round-tripped through
-//! the printer, planned, checked by the independent checker, and its report snapshotted.
+//! The text corpus: every `ir/**/*.step` file is parsed, verified, expanded (forward-only
+//! steps get their backward pass and optimizer), verified again, round-tripped through the
+//! printer (as written and as expanded), planned, checked by the independent checker, and
+//! its report snapshotted.
 //! Every file under `ir/invalid/` must fail with a located error, whose text is snapshotted.
 
 use std::path::Path;
 
 use memplan::passes::PlanOptions;
 use memplan::report::{Report, text};
-use memplan::{check, diagnostics, parse, plan, print, verify};
+use memplan::ir::graph::Graph;
+use memplan::{check, diagnostics, expand, parse, plan, print, verify};
 
 /// The path as the snapshots show it: relative to the crate, `/`-separated.
 fn display_path(path: &Path) -> String {
@@ -31,10 +34,12 @@ fn valid_steps_plan_check_and_round_trip() {
             panic!("{}", diagnostics::render(&e, &file, &src, false));
         }
 
-        let printed = print(&graph);
-        let reparsed = parse(&printed).unwrap_or_else(|e| panic!("{file}: printed form does not parse:\n{}", diagnostics::render(&e, &file, &printed, false)));
-        assert_eq!(reparsed, graph, "{file}: parse(print(g)) != g");
-        assert_eq!(print(&reparsed), printed, "{file}: printing is not idempotent");
+        round_trip(&file, &graph);
+        let graph = expand(&graph).unwrap_or_else(|e| panic!("{}", diagnostics::render(&e, &file, &src, false)));
+        if let Err(e) = verify(&graph) {
+            panic!("{file}: the expanded step does not verify:\n{}", diagnostics::render(&e, &file, &src, false));
+        }
+        round_trip(&file, &graph);
 
         let plan = plan(&graph, &PlanOptions::default()).unwrap_or_else(|e| panic!("{}", diagnostics::render(&e, &file, &src, false)));
         if let Err(violations) = check(&graph, &plan) {
@@ -47,6 +52,21 @@ fn valid_steps_plan_check_and_round_trip() {
     });
 }
 
+/// parse(print(g)) == g, and printing is idempotent.
+fn round_trip(file: &str, graph: &Graph) {
+    let printed = print(graph);
+    let reparsed = parse(&printed).unwrap_or_else(|e| {
+        panic!("{file}: printed form does not parse:\n{}", diagnostics::render(&e, file, &printed, false))
+    });
+    assert_eq!(print(&reparsed), printed, "{file}: printing is not idempotent");
+    if &reparsed != graph {
+        // Name the first difference rather than dumping two graphs.
+        let value = graph.values.indices().find(|&v| reparsed.values.get(v) != graph.values.get(v));
+        let op = graph.ops.indices().find(|&o| reparsed.ops.get(o) != graph.ops.get(o));
+        panic!("{file}: parse(print(g)) != g; first differing value {value:?}, op {op:?}");
+    }
+}
+
 /// The error text of an invalid step, from whichever layer rejects it.
 fn error_text(file: &str, src: &str) -> Option<String> {
     let render = |d: &dyn miette::Diagnostic| Some(diagnostics::render(d, file, src, false));
@@ -57,6 +77,10 @@ fn error_text(file: &str, src: &str) -> Option<String> {
     if let Err(e) = verify(&graph) {
         return render(&e);
     }
+    let graph = match expand(&graph) {
+        Ok(graph) => graph,
+        Err(e) => return render(&e),
+    };
     match plan(&graph, &PlanOptions::default()) {
         Err(e) => render(&e),
         Ok(_) => None,

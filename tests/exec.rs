@@ -13,7 +13,7 @@ use memplan::{Plan, check, parse, plan};
 
 fn load(file: &str) -> (Graph, Plan) {
     let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
-    let graph = parse(&src).unwrap();
+    let graph = memplan::expand(&parse(&src).unwrap()).unwrap();
     let plan = plan(&graph, &PlanOptions::default()).unwrap();
     check(&graph, &plan).unwrap();
     (graph, plan)

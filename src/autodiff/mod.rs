@@ -29,63 +29,20 @@ use thiserror::Error;
 
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Backward, Graph, Role, Update, ValueDef};
-use crate::ir::ops::{Attr, OpClass, OpKind};
+use crate::ir::verify::{VerifyErrors, verify};
+use crate::ir::ops::{Attr, OpKind};
 use crate::ir::types::{DType, TensorType};
 pub use builder::{Builder, GradCall, GradFn, Grads};
 
 /// Why a step cannot be expanded.
 #[derive(Debug, Error, Diagnostic, PartialEq)]
 pub enum AutodiffError {
-    /// The loss is not a float scalar: gradients are defined for a scalar objective only.
-    #[error("the loss %{name} is {ty}, not a float scalar")]
-    #[diagnostic(help("reduce it to a scalar first, e.g. `mean(%{name}, axes=[...])`"))]
-    LossNotScalar {
-        name: String,
-        ty: TensorType,
-        #[label("the loss")]
-        span: Option<SourceSpan>,
-    },
-
-    /// The `backward` statement names a value id that does not exist: a bug in whatever
-    /// built the graph.
-    #[error("the backward statement names value {value}, which does not exist")]
-    UnknownLoss { value: ValueId },
-
-    /// The loss is a step argument, not computed from the params.
-    #[error("the loss %{name} is an argument of the step, not computed by an op")]
-    LossIsArgument {
-        name: String,
-        #[label("the loss")]
-        span: Option<SourceSpan>,
-    },
-
-    /// The `with` clause names an op that is not an optimizer.
-    #[error("{kind} is not an optimizer")]
-    #[diagnostic(help("use sgd, sgd_momentum, adam or adamw"))]
-    NotAnOptimizer {
-        kind: OpKind,
-        #[label("here")]
-        span: Option<SourceSpan>,
-    },
-
-    /// The optimizer's attributes are not valid for its row (wrong names or kinds, or
-    /// values its type rule rejects, such as a negative learning rate).
-    #[error("{kind}: {message}")]
-    BadOptimizer {
-        kind: OpKind,
-        message: String,
-        #[label("here")]
-        span: Option<SourceSpan>,
-    },
-
-    /// A step with `backward` also has `update` lines: autodiff writes the updates.
-    #[error("the step updates %{name} by hand and also asks for `backward`")]
-    #[diagnostic(help("drop the update lines: autodiff updates every param the loss depends on"))]
-    HasUpdates {
-        name: String,
-        #[label("written by hand")]
-        span: Option<SourceSpan>,
-    },
+    /// The step breaks an invariant the verifier checks (for `backward`: the loss is a
+    /// float scalar computed by an op, the optimizer is an optimizer with valid attribute
+    /// values, no `update` lines). Expansion needs a verified graph.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Invalid(VerifyErrors),
 
     /// No float param reaches the loss through float values: there is nothing to train.
     #[error("the loss %{name} does not depend on any param")]
@@ -125,51 +82,14 @@ pub enum AutodiffError {
 /// passed [`verify`](crate::verify).
 pub fn expand(graph: &Graph) -> Result<Graph, AutodiffError> {
     let Some(backward) = &graph.backward else { return Ok(graph.clone()) };
-    check_request(graph, backward)?;
+    verify(graph).map_err(AutodiffError::Invalid)?;
     let needs = analyse(graph, backward)?;
     let mut forward = graph.clone();
     forward.backward = None;
     let mut b = Builder::new(forward);
     let grads = sweep(&mut b, graph, backward, &needs)?;
     optimize(&mut b, backward, &grads)?;
-    Ok(b.into_graph())
-}
-
-/// The checks on the `backward` statement itself.
-fn check_request(graph: &Graph, backward: &Backward) -> Result<(), AutodiffError> {
-    let span: Option<SourceSpan> = backward.span.into();
-    let loss = graph.values.get(backward.loss).ok_or(AutodiffError::UnknownLoss { value: backward.loss })?;
-    if !(loss.ty.dtype.is_float() && loss.ty.rank() == 0) {
-        return Err(AutodiffError::LossNotScalar { name: loss.name.clone(), ty: loss.ty.clone(), span });
-    }
-    if matches!(loss.def, ValueDef::Arg(_)) {
-        return Err(AutodiffError::LossIsArgument { name: loss.name.clone(), span });
-    }
-    let kind = backward.optimizer;
-    if kind.def().class != OpClass::Optimizer {
-        return Err(AutodiffError::NotAnOptimizer { kind, span });
-    }
-    // The optimizer's rule on the smallest tensors validates the attribute values.
-    let (t, one) = (TensorType::new(DType::F32, vec![]), TensorType::new(DType::F32, vec![1]));
-    let mut types = vec![&one; kind.def().inputs.len()];
-    if kind.def().inputs.last() == Some(&"t") {
-        *types.last_mut().expect("optimizers have inputs") = &t;
-    }
-    let row = kind.def();
-    let same_attrs = backward.attrs.0.len() == row.attrs.len()
-        && backward.attrs.0.iter().zip(row.attrs).all(|((n, v), spec)| *n == spec.name && v.kind() == spec.kind);
-    if !same_attrs {
-        let message = format!("the attributes are not those of its row ({})", row.signature());
-        return Err(AutodiffError::BadOptimizer { kind, message, span });
-    }
-    if let Err(message) = (row.infer)(&types, &backward.attrs) {
-        return Err(AutodiffError::BadOptimizer { kind, message, span });
-    }
-    if let Some(update) = graph.updates.first() {
-        let name = graph.values[update.target].name.clone();
-        return Err(AutodiffError::HasUpdates { name, span: update.span.into() });
-    }
-    Ok(())
+    Ok(b.into_graph().canonical_ids())
 }
 
 /// Which values need a gradient, and how many contributions each will receive.
@@ -346,7 +266,12 @@ fn total(b: &mut Builder, v: ValueId, parts: &[ValueId]) -> Result<ValueId, Stri
 fn optimize(b: &mut Builder, backward: &Backward, grads: &ParamGrads) -> Result<(), AutodiffError> {
     let kind = backward.optimizer;
     let span = backward.span;
-    let failed = |message: String| AutodiffError::BadOptimizer { kind, message, span: span.into() };
+    // The statement verified, so building its ops cannot fail but through a memplan bug.
+    let failed = |message: String| AutodiffError::RuleFailed {
+        op_text: format!("backward with {kind}"),
+        message,
+        span: span.into(),
+    };
     b.set_origin(None, span);
     // State arguments: (suffix) per param, in the optimizer's input order after p and g.
     let suffixes: &[&str] = match kind {

@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use crate::index::{IndexVec, OpId, ValueId};
+use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::ops::{Attrs, OpKind};
 use crate::ir::types::TensorType;
 
@@ -209,6 +209,42 @@ impl Graph {
             })
             .collect();
         self.ops.push(Op { kind, inputs, outputs, attrs, loc: None, span: Span::NONE })
+    }
+
+    /// The same graph with values renumbered in canonical order: the arguments in order,
+    /// then every op's outputs in program order. That is the order the parser gives, so a
+    /// graph built by code (autodiff appends state arguments after op outputs) compares
+    /// equal to its printed and re-parsed form only once renumbered. Assumes every value is
+    /// an argument or an op output (a verified graph).
+    pub fn canonical_ids(&self) -> Graph {
+        let order: Vec<ValueId> =
+            self.args.iter().copied().chain(self.ops.iter().flat_map(|op| op.outputs.iter().copied())).collect();
+        let mut new_id = IndexVec::from_elem(ValueId(u32::MAX), self.values.len());
+        for (i, &v) in order.iter().enumerate() {
+            new_id[v] = ValueId::new(i);
+        }
+        let map = |v: &ValueId| new_id[*v];
+        Graph {
+            name: self.name.clone(),
+            values: order.iter().map(|&v| self.values[v].clone()).collect(),
+            args: self.args.iter().map(map).collect(),
+            ops: self
+                .ops
+                .iter()
+                .map(|op| Op {
+                    inputs: op.inputs.iter().map(map).collect(),
+                    outputs: op.outputs.iter().map(map).collect(),
+                    ..op.clone()
+                })
+                .collect(),
+            updates: self
+                .updates
+                .iter()
+                .map(|u| Update { target: map(&u.target), value: map(&u.value), span: u.span })
+                .collect(),
+            returns: self.returns.iter().map(|r| Return { value: map(&r.value), span: r.span }).collect(),
+            backward: self.backward.as_ref().map(|b| Backward { loss: map(&b.loss), ..b.clone() }),
+        }
     }
 
     /// The op that defines `value`, if it is not an argument.

@@ -261,7 +261,7 @@ pub enum VerifyError {
 }
 
 /// Every invariant the graph breaks.
-#[derive(Debug, Error, Diagnostic)]
+#[derive(Debug, Error, Diagnostic, PartialEq)]
 #[error("the step @{step} is not valid ({} error{})", errors.len(), if errors.len() == 1 { "" } else { "s" })]
 pub struct VerifyErrors {
     pub step: String,
