@@ -103,6 +103,27 @@ enum Format {
     Json,
 }
 
+/// Writes to stdout. A reader that went away (`memplan plan big.step | head`) is not an
+/// error worth a panic: stop quietly, as other command-line tools do.
+fn write_stdout(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(text) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+macro_rules! out {
+    ($($arg:tt)*) => { write_stdout(format_args!($($arg)*)) };
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => { write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -175,7 +196,7 @@ fn run(command: Command) -> Result<(), Failure> {
             let source = Source::read(&file)?;
             let graph = source.graph()?;
             let plan = source.plan(&graph, &PlanOptions::default())?;
-            println!(
+            outln!(
                 "ok: {}: step @{} ({} args, {} ops) is valid; its plan ({}) passes the checker",
                 source.file,
                 graph.name,
@@ -191,8 +212,8 @@ fn run(command: Command) -> Result<(), Failure> {
             let plan = source.plan(&graph, &options)?;
             let report = Report::new(&graph, &plan);
             match format {
-                Format::Text => print!("{}", report::text::render(&report, top)),
-                Format::Json => print!("{}", report::json::render(&report)),
+                Format::Text => out!("{}", report::text::render(&report, top)),
+                Format::Json => out!("{}", report::json::render(&report)),
             }
         }
         Command::Run { file, device, steps, seed, weights, save, compare_unplanned } => {
@@ -209,12 +230,12 @@ fn run(command: Command) -> Result<(), Failure> {
         }
         Command::Expand { file } => {
             let source = Source::read(&file)?;
-            print!("{}", memplan::print(&source.graph()?));
+            out!("{}", memplan::print(&source.graph()?));
         }
         Command::Print { file } => {
             let source = Source::read(&file)?;
             let graph = memplan::parse(&source.text).map_err(|e| source.failure(&e, 1))?;
-            print!("{}", memplan::print(&graph));
+            out!("{}", memplan::print(&graph));
         }
     }
     Ok(())
@@ -252,7 +273,7 @@ fn run_steps(
             }
         }
     }
-    println!(
+    outln!(
         "@{}: {} ops in one arena of {}; {} step(s) on the CPU",
         graph.name,
         graph.ops.len(),
@@ -262,8 +283,8 @@ fn run_steps(
     for step in 1..=steps {
         let result = run_step(graph, Placement::Planned(plan), &args).map_err(exec_failure)?;
         match result.loss() {
-            Some(loss) => println!("step {step}: loss {loss:.6}"),
-            None => println!("step {step}: done (no scalar loss returned)"),
+            Some(loss) => outln!("step {step}: loss {loss:.6}"),
+            None => outln!("step {step}: done (no scalar loss returned)"),
         }
         if compare_unplanned {
             let reference = run_step(graph, Placement::Unplanned, &args).map_err(exec_failure)?;
@@ -281,7 +302,7 @@ fn run_steps(
         args = advance(&args, &result);
     }
     if compare_unplanned {
-        println!(
+        outln!(
             "planned and unplanned runs agree bit for bit: {} returned value(s) and {} updated param/state tensor(s) in each of {steps} step(s)",
             graph.returns.len(),
             graph.updates.len()
@@ -298,7 +319,7 @@ fn run_steps(
             })
             .collect();
         save_safetensors(path, &persistent).map_err(exec_failure)?;
-        println!("saved params and state to {}", path.display());
+        outln!("saved params and state to {}", path.display());
     }
     Ok(())
 }

@@ -87,3 +87,22 @@ fn print_gives_the_canonical_form() {
     let graph = memplan::parse(&printed).expect("the canonical form parses");
     assert_eq!(memplan::print(&graph), printed);
 }
+
+#[test]
+fn a_reader_closing_the_pipe_early_is_not_a_panic() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(["plan", "ir/models/gpt2.step"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // then the pipe closes
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+}
