@@ -133,3 +133,28 @@ fn run_compare_unplanned_reports_agreement() {
     assert!(stdout.contains("step 3: loss"), "{stdout}");
     assert!(stdout.contains("agree bit for bit"), "{stdout}");
 }
+
+/// Trains `file` for `steps` steps in its planned arena and returns the losses.
+fn train(file: &str, steps: usize) -> Vec<f64> {
+    let (graph, plan) = load(file);
+    let mut args = init_args(&graph, 0);
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let result = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
+        losses.push(result.loss().expect("the models return their loss"));
+        args = advance(&args, &result);
+    }
+    losses
+}
+
+#[test]
+fn the_tiny_models_written_forward_only_train() {
+    // Adam and AdamW fall from the first step.
+    for file in ["ir/models/mlp_adam.step", "ir/models/gpt2_tiny.step"] {
+        let losses = train(file, 3);
+        assert!(losses[2] < losses[1] && losses[1] < losses[0], "{file}: the loss must fall: {losses:?}");
+    }
+    // SGD with momentum 0.9 on a batch of 2 oscillates for a few steps, then fits the batch.
+    let losses = train("ir/models/resnet18_tiny.step", 8);
+    assert!(losses[7] < 0.1 * losses[0], "resnet18_tiny must fit its batch: {losses:?}");
+}
