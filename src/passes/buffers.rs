@@ -12,6 +12,8 @@
 //!   value (or a view of it) is not returned, since a returned value must survive the step.
 //!   Otherwise the step cannot update in place in this order and the pass says what needs
 //!   the old value.
+//! - An output the in-place pass (`inplace.rs`) paired with an input that dies at its op
+//!   shares that input's buffer; chains of such pairs share one buffer.
 //! - Every other root value gets a buffer of its own: its live range is the value's
 //!   `[def, last]`.
 //!
@@ -22,6 +24,7 @@ use crate::analysis::liveness::{Lifetimes, lifetimes};
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Span};
 use crate::passes::PlanError;
+use crate::passes::inplace::Reuse;
 
 /// A buffer before it has an offset.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -42,18 +45,20 @@ pub struct Buffers {
 }
 
 /// Groups the values of `graph` into buffers for `schedule`.
-pub fn assign_buffers(graph: &Graph, schedule: &[OpId]) -> Result<Buffers, PlanError> {
+pub fn assign_buffers(graph: &Graph, schedule: &[OpId], reuse: &Reuse) -> Result<Buffers, PlanError> {
     let lifetimes = lifetimes(graph, schedule);
     let mut buffers: IndexVec<BufferId, BufferSpec> = IndexVec::new();
     let mut value_buffer: IndexVec<ValueId, Option<BufferId>> = IndexVec::from_elem(None, graph.values.len());
-    let mut shares_with: IndexVec<ValueId, Option<ValueId>> = IndexVec::from_elem(None, graph.values.len());
+    // In-place pairs (see `inplace.rs`) and updates both put a value in another's buffer.
+    let mut shares_with: Reuse = reuse.clone();
     for update in &graph.updates {
         check_update_in_place(graph, schedule, &lifetimes, update.target, update.value)?;
         shares_with[update.value] = Some(update.target);
     }
-    // Values in order of definition, so a buffer lists values in the order they are written.
+    // Values in order of definition (arguments before op outputs at position 0), so a
+    // buffer lists values in the order they are written and a donor's buffer exists first.
     let mut roots: Vec<ValueId> = graph.values.indices().filter(|&v| lifetimes.is_root(v)).collect();
-    roots.sort_by_key(|&v| (lifetimes.def[v], v));
+    roots.sort_by_key(|&v| (lifetimes.def[v], graph.def_op(v).is_some(), v));
     for v in roots {
         let bytes = graph.values[v].ty.bytes().expect("verified types have a byte size");
         let (def, last) = (lifetimes.def[v], lifetimes.last[v]);

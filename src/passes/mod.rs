@@ -1,7 +1,7 @@
 //! The pipeline: runs the passes in order and verifies after each one.
 //!
 //! ```text
-//! schedule ─▶ buffers ─▶ offsets
+//! schedule ─▶ inplace ─▶ buffers ─▶ offsets
 //! ```
 //! Each pass is a free function in its own file. After every pass the pipeline re-runs the
 //! verifier on the graph and checks the schedule is a topological order of every op, and
@@ -12,10 +12,10 @@
 //! The passes take expanded steps: the full flow is parse → verify → `autodiff::expand` →
 //! verify → passes, and `run`/`plan` refuse a graph whose `backward` is still present.
 //!
-//! Passes still to come slot in between: in-place reuse after `schedule`, rematerialisation
-//! under a budget after that.
+//! Rematerialisation under a budget (still to come) slots in after `inplace`.
 
 pub mod buffers;
+pub mod inplace;
 pub mod offsets;
 pub mod schedule;
 
@@ -30,22 +30,25 @@ use crate::ir::graph::Graph;
 use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
 use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, align_up};
 use buffers::Buffers;
+use inplace::Reuse;
 use offsets::Solver;
 
 /// The passes, in pipeline order.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub enum Pass {
     Schedule,
+    Inplace,
     Buffers,
     Offsets,
 }
 
 impl Pass {
-    pub const ALL: [Pass; 3] = [Pass::Schedule, Pass::Buffers, Pass::Offsets];
+    pub const ALL: [Pass; 4] = [Pass::Schedule, Pass::Inplace, Pass::Buffers, Pass::Offsets];
 
     pub fn name(self) -> &'static str {
         match self {
             Pass::Schedule => "schedule",
+            Pass::Inplace => "inplace",
             Pass::Buffers => "buffers",
             Pass::Offsets => "offsets",
         }
@@ -63,13 +66,15 @@ pub struct PlanOptions {
     /// Offset alignment in bytes (a power of two).
     pub alignment: u64,
     pub solver: Solver,
+    /// Whether ops may write outputs over inputs that die there (the in-place pass).
+    pub inplace: bool,
     /// Stop after this pass (`run` only; `plan` always runs every pass).
     pub stop_after: Option<Pass>,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { alignment: DEFAULT_ALIGNMENT, solver: Solver::default(), stop_after: None }
+        PlanOptions { alignment: DEFAULT_ALIGNMENT, solver: Solver::default(), inplace: true, stop_after: None }
     }
 }
 
@@ -131,6 +136,8 @@ pub enum PlanError {
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     pub schedule: Vec<OpId>,
+    /// The in-place pairs chosen (all `None` when the pass is off).
+    pub reuse: Option<Reuse>,
     pub buffers: Option<Buffers>,
     pub plan: Option<Plan>,
 }
@@ -154,12 +161,19 @@ pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> 
 
     let schedule = schedule::program_order(graph);
     after_pass(Pass::Schedule, graph, &schedule)?;
-    let mut pipeline = Pipeline { schedule, buffers: None, plan: None };
+    let mut pipeline = Pipeline { schedule, reuse: None, buffers: None, plan: None };
     if stop(Pass::Schedule) {
         return Ok(pipeline);
     }
 
-    let buffers = buffers::assign_buffers(graph, &pipeline.schedule)?;
+    let reuse = if options.inplace { inplace::inplace(graph, &pipeline.schedule) } else { inplace::no_reuse(graph) };
+    after_pass(Pass::Inplace, graph, &pipeline.schedule)?;
+    let reuse = pipeline.reuse.insert(reuse);
+    if stop(Pass::Inplace) {
+        return Ok(pipeline);
+    }
+
+    let buffers = buffers::assign_buffers(graph, &pipeline.schedule, reuse)?;
     after_pass(Pass::Buffers, graph, &pipeline.schedule)?;
     if stop(Pass::Buffers) {
         pipeline.buffers = Some(buffers);

@@ -12,7 +12,9 @@ use serde::Serialize;
 
 use crate::analysis::classes::{Class, classify};
 use crate::analysis::liveness::lifetimes;
-use crate::index::ValueId;
+use indexmap::IndexMap;
+
+use crate::index::{BufferId, ValueId};
 use crate::ir::graph::Graph;
 use crate::plan::{Plan, align_up};
 
@@ -91,15 +93,21 @@ impl Report {
         let classes = classify(graph);
         let life = lifetimes(graph, &plan.schedule);
         let peak_position = peak_position(plan);
-        let mut live: Vec<(ValueId, u64)> = match peak_position {
-            Some(t) => graph
-                .values
-                .indices()
-                .filter(|&v| life.is_root(v) && life.def[v] <= t && t <= life.last[v])
-                .map(|v| (v, graph.values[v].ty.bytes().unwrap_or(u64::MAX)))
-                .collect(),
-            None => Vec::new(),
-        };
+        // At the peak, each buffer counts once: when an op hands a buffer over in place
+        // (or an update lands in its param's buffer), the value written there holds it.
+        let mut holder: IndexMap<BufferId, ValueId> = IndexMap::new();
+        if let Some(t) = peak_position {
+            for v in graph.values.indices().filter(|&v| life.is_root(v) && life.def[v] <= t && t <= life.last[v]) {
+                // Written later wins; at position 0 an op's output is written after the arguments.
+                let written = |v: ValueId| (life.def[v], graph.def_op(v).is_some());
+                let slot = holder.entry(plan.value_buffer[v]).or_insert(v);
+                if written(v) > written(*slot) {
+                    *slot = v;
+                }
+            }
+        }
+        let mut live: Vec<(ValueId, u64)> =
+            holder.values().map(|&v| (v, graph.values[v].ty.bytes().unwrap_or(u64::MAX))).collect();
         live.sort_by_key(|&(v, bytes)| (std::cmp::Reverse(bytes), v));
         let peak_op = peak_position.map(|t| plan.schedule[t]);
         let peak = Peak {

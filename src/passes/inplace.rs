@@ -1,0 +1,77 @@
+//! The in-place pass: an op writes an output over an input that dies at that op.
+//!
+//! Runs after the schedule and before buffer assignment. For each op, in schedule order,
+//! each `(output j, input k)` pair its op-table row lists as in-place-safe is taken when:
+//! 1. the input `x` owns its bytes (it is not a view) and the op reads it only directly:
+//!    no other input of the op is a view of `x` (an elementwise kernel reading a permuted
+//!    view of the bytes it is overwriting would read already-written elements);
+//! 2. `x` dies at this op: its last read (directly or through a view) is at this op's
+//!    position, and it need not survive the step: it is not a `param` or `state`
+//!    argument (those persist, or receive their update), not returned (nor viewed by a
+//!    returned value), not the new value of an update;
+//! 3. the output has the same dtype and byte size as `x`, and is not itself the new value
+//!    of an update (that one must land in its target's bytes);
+//! 4. neither `x` nor the output is already part of another in-place pair.
+//!
+//! Soundness: by (2) no op after this one reads `x`'s bytes as `x`, and nothing needs them
+//! at the end, so handing them to the output can only disturb this op itself. The op
+//! reads `x` directly (1), and an in-place-safe pair means its kernel reads what it needs of
+//! `x` before overwriting it (elementwise ops and optimizer updates element by element;
+//! softmax and the normalisation backward ops row by row or channel by channel): the
+//! contract every executor honours (docs/PLANNING.md). Equal sizes (3) mean the output
+//! fits exactly. The checker verifies every decision independently (its in-place rule is
+//! exactly this one), and the CPU executor's planned run stays bit-identical to the
+//! unplanned one.
+//!
+//! Output: for each value, the input whose bytes it takes. Chains are fine (`b` over `a`
+//! over `x`): buffer assignment follows them.
+
+use crate::analysis::liveness::lifetimes;
+use crate::index::{IndexVec, OpId, ValueId};
+use crate::ir::graph::{Graph, ValueDef};
+
+/// `reuse[v] = Some(x)`: value `v` is written over the bytes of input `x`.
+pub type Reuse = IndexVec<ValueId, Option<ValueId>>;
+
+/// No value reuses another's bytes (the pass switched off).
+pub fn no_reuse(graph: &Graph) -> Reuse {
+    IndexVec::from_elem(None, graph.values.len())
+}
+
+/// Chooses in-place pairs for `graph` run in `schedule` order (see the module docs).
+pub fn inplace(graph: &Graph, schedule: &[OpId]) -> Reuse {
+    let life = lifetimes(graph, schedule);
+    let mut must_survive: IndexVec<ValueId, bool> =
+        graph.values.iter().map(|v| matches!(v.def, ValueDef::Arg(role) if role.persists())).collect();
+    for v in graph.returns.iter().map(|r| r.value) {
+        must_survive[life.root[v]] = true;
+    }
+    let mut is_update_value: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
+    for update in &graph.updates {
+        must_survive[update.value] = true;
+        is_update_value[update.value] = true;
+    }
+    let mut reuse = no_reuse(graph);
+    let mut donated: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
+    for (position, &op_id) in schedule.iter().enumerate() {
+        let op = &graph.ops[op_id];
+        for &(j, k) in op.kind.def().inplace {
+            let (Some(&out), Some(&x)) = (op.outputs.get(j), op.inputs.get(k)) else { continue };
+            let (x_ty, out_ty) = (&graph.values[x].ty, &graph.values[out].ty);
+            let takes = life.is_root(x)
+                && op.inputs.iter().all(|&i| life.root[i] != x || i == x)
+                && life.last[x] == position
+                && !must_survive[x]
+                && x_ty.dtype == out_ty.dtype
+                && x_ty.bytes() == out_ty.bytes()
+                && !is_update_value[out]
+                && !donated[x]
+                && reuse[out].is_none();
+            if takes {
+                reuse[out] = Some(x);
+                donated[x] = true;
+            }
+        }
+    }
+    reuse
+}
