@@ -75,3 +75,105 @@ pub fn inplace(graph: &Graph, schedule: &[OpId]) -> Reuse {
     }
     reuse
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-place pairs of a step in program order, as `(output, input)` names.
+    fn pairs(text: &str) -> Vec<(String, String)> {
+        let graph = crate::parse(text).unwrap_or_else(|e| panic!("{e:?}"));
+        crate::verify(&graph).unwrap();
+        let schedule: Vec<OpId> = graph.ops.indices().collect();
+        let reuse = inplace(&graph, &schedule);
+        reuse
+            .iter_enumerated()
+            .filter_map(|(v, x)| x.map(|x| (graph.values[v].name.clone(), graph.values[x].name.clone())))
+            .collect()
+    }
+
+    fn named(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn a_chain_of_elementwise_ops_reuses_one_buffer() {
+        let got = pairs(
+            "step @s(%x: f32[8] input) {
+  %a = relu(%x)
+  %b = mul_scalar(%a, value=2.0)
+  %c = add_scalar(%b, value=1.0)
+  return %c
+}",
+        );
+        assert_eq!(got, named(&[("a", "x"), ("b", "a"), ("c", "b")]));
+    }
+
+    #[test]
+    fn a_value_read_later_returned_or_persisting_is_not_overwritten() {
+        // %a is read again by %c; %x is a param; %b is returned.
+        let got = pairs(
+            "step @s(%x: f32[8] param, %y: f32[8] input) {
+  %a = relu(%y)
+  %b = relu(%a)
+  %c = add(%a, %x)
+  %d = relu(%c)
+  return %b, %d
+}",
+        );
+        assert_eq!(got, named(&[("a", "y"), ("c", "a"), ("d", "c")]));
+        let got = pairs(
+            "step @s(%y: f32[8] input) {
+  %a = relu(%y)
+  %b = relu(%a)
+  return %a, %b
+}",
+        );
+        assert_eq!(got, named(&[("a", "y")]), "a returned value survives the step");
+    }
+
+    #[test]
+    fn sizes_must_match_and_views_of_the_donor_block_it() {
+        // Broadcasting: %s has fewer bytes than the output.
+        let got = pairs(
+            "step @s(%m: f32[4,8] input, %s: f32[8] input) {
+  %o = add(%s, %m)
+  return %o
+}",
+        );
+        assert_eq!(got, named(&[("o", "m")]), "only the full-size input can be overwritten");
+        // The op reads %x both directly and through a transposed view.
+        let got = pairs(
+            "step @s(%x: f32[4,4] input) {
+  %t = transpose(%x, perm=[1, 0])
+  %o = add(%x, %t)
+  return %o
+}",
+        );
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn update_values_keep_their_own_target() {
+        // sgd's output must land in %w (the update), never in %g's bytes.
+        let got = pairs(
+            "step @s(%w: f32[8] param, %x: f32[8] input) {
+  %g = relu(%x)
+  %w_new = sgd(%w, %g, lr=0.1)
+  update %w <- %w_new
+}",
+        );
+        assert_eq!(got, named(&[("g", "x")]));
+    }
+
+    #[test]
+    fn switching_the_pass_off_reuses_nothing() {
+        let graph = crate::parse("step @s(%x: f32[8] input) {\n  %a = relu(%x)\n  return %a\n}").unwrap();
+        let on = crate::plan(&graph, &crate::PlanOptions::default()).unwrap();
+        let off = crate::plan(&graph, &crate::PlanOptions { inplace: false, ..Default::default() }).unwrap();
+        assert_eq!(on.buffers.len(), 1);
+        assert_eq!(off.buffers.len(), 2);
+        crate::check(&graph, &on).unwrap();
+        crate::check(&graph, &off).unwrap();
+    }
+}
