@@ -1,7 +1,7 @@
 //! The pipeline: runs the passes in order and verifies after each one.
 //!
 //! ```text
-//! schedule ─▶ buffers ─▶ offsets
+//! schedule ─▶ (in-place) ─▶ buffers ─▶ offsets
 //! ```
 //! Each pass is a free function in its own file. After every pass the pipeline re-runs the
 //! verifier on the graph and checks the schedule is a topological order of every op, and
@@ -12,8 +12,12 @@
 //! The passes take expanded steps: the full flow is parse → verify → `autodiff::expand` →
 //! verify → passes, and `run`/`plan` refuse a graph whose `backward` is still present.
 //!
-//! Passes still to come slot in between: in-place reuse after `schedule`, rematerialisation
-//! under a budget after that.
+//! Passes still to come slot in between: in-place reuse after `schedule` (switched by
+//! `PlanOptions::inplace`), rematerialisation under a budget after that.
+//!
+//! The plan records what each pass saved ([`Savings`]): the lower bound (most bytes live at
+//! once) with the ops in program order, after the schedule, after in-place reuse, and the
+//! arena after offsets.
 
 pub mod buffers;
 pub mod offsets;
@@ -28,9 +32,10 @@ use crate::analysis::liveness::Live;
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
-use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, align_up};
+use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, Savings, align_up};
 use buffers::Buffers;
 use offsets::Solver;
+pub use schedule::ScheduleKind;
 
 /// The passes, in pipeline order.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -62,6 +67,10 @@ impl fmt::Display for Pass {
 pub struct PlanOptions {
     /// Offset alignment in bytes (a power of two).
     pub alignment: u64,
+    /// Program order or a memory-aware order (the default).
+    pub schedule: ScheduleKind,
+    /// Run the in-place pass (when it exists; until then this changes nothing).
+    pub inplace: bool,
     pub solver: Solver,
     /// Stop after this pass (`run` only; `plan` always runs every pass).
     pub stop_after: Option<Pass>,
@@ -69,7 +78,13 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { alignment: DEFAULT_ALIGNMENT, solver: Solver::default(), stop_after: None }
+        PlanOptions {
+            alignment: DEFAULT_ALIGNMENT,
+            schedule: ScheduleKind::default(),
+            inplace: true,
+            solver: Solver::default(),
+            stop_after: None,
+        }
     }
 }
 
@@ -152,13 +167,14 @@ pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> 
     verify(graph).map_err(PlanError::Invalid)?;
     let stop = |pass: Pass| options.stop_after == Some(pass);
 
-    let schedule = schedule::program_order(graph);
+    let schedule = schedule::schedule(graph, options.schedule, options.alignment);
     after_pass(Pass::Schedule, graph, &schedule)?;
     let mut pipeline = Pipeline { schedule, buffers: None, plan: None };
     if stop(Pass::Schedule) {
         return Ok(pipeline);
     }
 
+    // The in-place pass slots in here (when `options.inplace`).
     let buffers = buffers::assign_buffers(graph, &pipeline.schedule)?;
     after_pass(Pass::Buffers, graph, &pipeline.schedule)?;
     if stop(Pass::Buffers) {
@@ -166,21 +182,47 @@ pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> 
         return Ok(pipeline);
     }
 
-    let plan = assign_offsets(graph, &pipeline.schedule, &buffers, options)?;
+    let after_schedule = lower_bound(&buffers, options.alignment)?;
+    let program_order = if pipeline.schedule == schedule::program_order(graph) {
+        after_schedule
+    } else {
+        let program = schedule::program_order(graph);
+        lower_bound(&buffers::assign_buffers(graph, &program)?, options.alignment)?
+    };
+    // Until the in-place pass lands, the buffers after it are the buffers after the schedule.
+    let after_inplace = after_schedule;
+    let savings = Savings { program_order, after_schedule, after_inplace, arena: 0 };
+    let plan = assign_offsets(graph, &pipeline.schedule, &buffers, options, savings)?;
     after_pass(Pass::Offsets, graph, &pipeline.schedule)?;
     pipeline.buffers = Some(buffers);
     pipeline.plan = Some(plan);
     Ok(pipeline)
 }
 
-/// The offsets pass: solve, then assemble the plan.
-fn assign_offsets(graph: &Graph, schedule: &[OpId], buffers: &Buffers, options: &PlanOptions) -> Result<Plan, PlanError> {
-    let intervals = buffers
+/// The buffers' live ranges, sizes rounded up to `alignment`.
+fn intervals(buffers: &Buffers, alignment: u64) -> Result<Vec<Live>, PlanError> {
+    buffers
         .buffers
         .iter()
-        .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, options.alignment)? }))
+        .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, alignment)? }))
         .collect::<Option<Vec<_>>>()
-        .ok_or(PlanError::ArenaOverflow)?;
+        .ok_or(PlanError::ArenaOverflow)
+}
+
+/// The lower bound of `buffers`: the most aligned bytes live at one schedule position.
+fn lower_bound(buffers: &Buffers, alignment: u64) -> Result<u64, PlanError> {
+    offsets::lower_bound(&intervals(buffers, alignment)?).ok_or(PlanError::ArenaOverflow)
+}
+
+/// The offsets pass: solve, then assemble the plan (`savings` gains the arena).
+fn assign_offsets(
+    graph: &Graph,
+    schedule: &[OpId],
+    buffers: &Buffers,
+    options: &PlanOptions,
+    savings: Savings,
+) -> Result<Plan, PlanError> {
+    let intervals = intervals(buffers, options.alignment)?;
     let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
     let solution = offsets::solve(&intervals, &solve_options).map_err(|_| PlanError::ArenaOverflow)?;
     let (offsets, arena_bytes) = (solution.offsets, solution.arena);
@@ -200,6 +242,7 @@ fn assign_offsets(graph: &Graph, schedule: &[OpId], buffers: &Buffers, options: 
         value_buffer: buffers.value_buffer.clone(),
         arena_bytes,
         lower_bound,
+        savings: Savings { arena: arena_bytes, ..savings },
     })
 }
 
