@@ -35,7 +35,18 @@ fn report(file: &std::path::Path) -> Result<(), String> {
     let graph = memplan::parse(&text).map_err(|e| format!("{e:?}"))?;
     memplan::verify(&graph).map_err(|e| format!("{e:?}"))?;
     let graph = memplan::expand(&graph).map_err(|e| format!("{e:?}"))?;
-    println!("{} (@{}, {} ops)", file.display(), graph.name, graph.ops.len());
+    // Which of the search's candidates the schedule pass keeps (as `schedule::schedule` does).
+    let found = memplan::passes::schedule::step_dag(&graph, memplan::plan::DEFAULT_ALIGNMENT).map(|dag| {
+        let program: Vec<u32> = (0..graph.ops.len() as u32).collect();
+        dag.best_order(&[&program], memplan::passes::schedule::dag::Effort::for_nodes(graph.ops.len())).by
+    });
+    println!(
+        "{} (@{}, {} ops; the memory order is {})",
+        file.display(),
+        graph.name,
+        graph.ops.len(),
+        found.map_or("program order".into(), |by| by.replace("baseline 0", "program order"))
+    );
     for kind in [ScheduleKind::Program, ScheduleKind::Memory] {
         let started = std::time::Instant::now();
         let options = PlanOptions { schedule: kind, ..PlanOptions::default() };

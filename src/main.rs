@@ -310,11 +310,12 @@ fn schedule_graph(path: &Path, output: Option<&Path>) -> Result<(), Failure> {
     let seconds = started.elapsed().as_secs_f64();
     let name = graph.name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
     outln!("{file}{name}: {} nodes, {} links", dag.nodes(), graph.links);
-    let method = match found.by.as_str() {
-        "baseline 0" if baselines.len() == 2 => "graph.order".to_string(),
-        "baseline 0" | "baseline 1" => "ids ascending".to_string(),
-        by => by.to_string(),
-    };
+    let names: Vec<&str> = if baselines.len() == 2 { vec!["graph.order", "ids ascending"] } else { vec!["ids ascending"] };
+    let method = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, name)| found.by.strip_prefix(&format!("baseline {i}")).map(|rest| format!("{name}{rest}")))
+        .unwrap_or_else(|| found.by.clone());
     outln!("  {:15} {:>30}   (found by {method})", "ours", report::format_bytes(found.peak));
     let row = |label: &str, peak: u64| {
         let ratio = if peak == 0 { 1.0 } else { found.peak as f64 / peak as f64 };
