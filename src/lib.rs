@@ -14,6 +14,7 @@ pub mod analysis;
 pub mod autodiff;
 pub mod buffer_list;
 pub mod checker;
+pub mod checkmate;
 pub mod diagnostics;
 pub mod exec;
 pub mod index;

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use memplan::diagnostics;
 use memplan::ir::graph::Graph;
-use memplan::passes::PlanOptions;
+use memplan::passes::{PlanOptions, ScheduleKind};
 use memplan::plan::{DEFAULT_ALIGNMENT, Plan};
 use memplan::report::{self, Report};
 use miette::Diagnostic;
@@ -39,6 +39,8 @@ enum Command {
     Check {
         /// The .step file.
         file: PathBuf,
+        #[command(flatten)]
+        passes: PassFlags,
     },
     /// Plan a step and print the report: arena, lower bound, peak, bytes by class, buffers.
     Plan {
@@ -53,6 +55,8 @@ enum Command {
         /// How many live values to list at the peak (text format).
         #[arg(long, default_value_t = 20, value_name = "N")]
         top: usize,
+        #[command(flatten)]
+        passes: PassFlags,
     },
     /// Run a step on real numbers inside its planned arena, for one or more training steps.
     Run {
@@ -76,6 +80,16 @@ enum Command {
         /// Also run every step unplanned (each value in its own memory) and require bit-identical results.
         #[arg(long)]
         compare_unplanned: bool,
+        #[command(flatten)]
+        passes: PassFlags,
+    },
+    /// Find a low-peak order of a Checkmate/Moccasin graph (node-link JSON) and compare it with the file's reference order and ids ascending.
+    Schedule {
+        /// The graph (.json, as in ../shared/bench/checkmate).
+        file: PathBuf,
+        /// Write the order (a JSON array of node ids) to this new file (never overwritten).
+        #[arg(short = 'o', long = "output", value_name = "ORDER.json")]
+        output: Option<PathBuf>,
     },
     /// Expand a forward-only step (`backward %loss with ...`) and print the full step in canonical form.
     Expand {
@@ -87,6 +101,35 @@ enum Command {
         /// The .step file.
         file: PathBuf,
     },
+}
+
+/// The flags that switch passes.
+#[derive(clap::Args, Clone, Copy)]
+struct PassFlags {
+    /// The op order: as written, or memory-aware (never worse than as written).
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Memory)]
+    schedule: ScheduleArg,
+    /// Skip in-place reuse (ops writing their output over an input that dies there).
+    #[arg(long)]
+    no_inplace: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ScheduleArg {
+    /// Program order: the ops as the step lists them.
+    Program,
+    /// A topological order chosen to lower the peak of live bytes.
+    Memory,
+}
+
+impl PassFlags {
+    fn options(self, alignment: u64) -> PlanOptions {
+        let schedule = match self.schedule {
+            ScheduleArg::Program => ScheduleKind::Program,
+            ScheduleArg::Memory => ScheduleKind::Memory,
+        };
+        PlanOptions { alignment, schedule, inplace: !self.no_inplace, ..PlanOptions::default() }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -192,10 +235,10 @@ impl Source {
 
 fn run(command: Command) -> Result<(), Failure> {
     match command {
-        Command::Check { file } => {
+        Command::Check { file, passes } => {
             let source = Source::read(&file)?;
             let graph = source.graph()?;
-            let plan = source.plan(&graph, &PlanOptions::default())?;
+            let plan = source.plan(&graph, &passes.options(DEFAULT_ALIGNMENT))?;
             outln!(
                 "ok: {}: step @{} ({} args, {} ops) is valid; its plan ({}) passes the checker",
                 source.file,
@@ -205,10 +248,10 @@ fn run(command: Command) -> Result<(), Failure> {
                 report::format_bytes(plan.arena_bytes)
             );
         }
-        Command::Plan { file, format, alignment, top } => {
+        Command::Plan { file, format, alignment, top, passes } => {
             let source = Source::read(&file)?;
             let graph = source.graph()?;
-            let options = PlanOptions { alignment, ..PlanOptions::default() };
+            let options = passes.options(alignment);
             let plan = source.plan(&graph, &options)?;
             let report = Report::new(&graph, &plan);
             match format {
@@ -216,7 +259,7 @@ fn run(command: Command) -> Result<(), Failure> {
                 Format::Json => out!("{}", report::json::render(&report)),
             }
         }
-        Command::Run { file, device, steps, seed, weights, save, compare_unplanned } => {
+        Command::Run { file, device, steps, seed, weights, save, compare_unplanned, passes } => {
             if device == Device::Cuda {
                 return Err(Failure {
                     message: "error: this memplan was built without the `cuda` feature; run with --device cpu\n".into(),
@@ -225,9 +268,10 @@ fn run(command: Command) -> Result<(), Failure> {
             }
             let source = Source::read(&file)?;
             let graph = source.graph()?;
-            let plan = source.plan(&graph, &PlanOptions::default())?;
+            let plan = source.plan(&graph, &passes.options(DEFAULT_ALIGNMENT))?;
             run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare_unplanned)?;
         }
+        Command::Schedule { file, output } => schedule_graph(&file, output.as_deref())?,
         Command::Expand { file } => {
             let source = Source::read(&file)?;
             out!("{}", memplan::print(&source.graph()?));
@@ -239,6 +283,64 @@ fn run(command: Command) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `memplan schedule`: our order of a Checkmate/Moccasin graph beside its reference orders.
+fn schedule_graph(path: &Path, output: Option<&Path>) -> Result<(), Failure> {
+    use memplan::passes::schedule::dag::Effort;
+    let fail = |message: String| Failure { message: format!("error: {message}\n"), code: 1 };
+    let file = path.display().to_string();
+    if let Some(out) = output
+        && out.exists()
+    {
+        return Err(fail(format!("{} exists; memplan never overwrites a file", out.display())));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read {file}: {e}")))?;
+    let graph = memplan::checkmate::parse(&text).map_err(|e| fail(format!("{file}: {e}")))?;
+    let dag = &graph.dag;
+    let ids_ascending = dag.smallest_first();
+    let reference = graph.reference.as_ref().map(|order| (order, dag.peak(order)));
+    let mut baselines: Vec<&[u32]> = Vec::new();
+    if let Some((order, Ok(_))) = &reference {
+        baselines.push(order);
+    }
+    baselines.push(&ids_ascending);
+    let started = std::time::Instant::now();
+    let found = dag.best_order(&baselines, Effort::for_nodes(dag.nodes()));
+    let seconds = started.elapsed().as_secs_f64();
+    let name = graph.name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+    outln!("{file}{name}: {} nodes, {} links", dag.nodes(), graph.links);
+    let names: Vec<&str> = if baselines.len() == 2 { vec!["graph.order", "ids ascending"] } else { vec!["ids ascending"] };
+    let method = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, name)| found.by.strip_prefix(&format!("baseline {i}")).map(|rest| format!("{name}{rest}")))
+        .unwrap_or_else(|| found.by.clone());
+    outln!("  {:15} {:>30}   (found by {method})", "ours", report::format_bytes(found.peak));
+    let row = |label: &str, peak: u64| {
+        let ratio = if peak == 0 { 1.0 } else { found.peak as f64 / peak as f64 };
+        outln!("  {label:15} {:>30}   ours / this {ratio:.4}", report::format_bytes(peak));
+    };
+    match &reference {
+        Some((_, Ok(peak))) => row("graph.order", *peak),
+        Some((_, Err(why))) => outln!("  {:15} not a topological order: {why}", "graph.order"),
+        None => outln!("  {:15} (the file has none)", "graph.order"),
+    }
+    row("ids ascending", dag.peak(&ids_ascending).unwrap_or(u64::MAX));
+    outln!("  time {seconds:.3} s");
+    if let Some(out) = output {
+        let ids: Vec<u64> = found.order.iter().map(|&n| graph.ids[n as usize]).collect();
+        let json = serde_json::to_string(&ids).map_err(|e| fail(e.to_string()))?;
+        write_new(out, format!("{json}\n").as_bytes()).map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
+        outln!("wrote {} ({} node ids in execution order)", out.display(), ids.len());
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to a file that must not exist yet.
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new().write(true).create_new(true).open(path)?.write_all(bytes)
 }
 
 fn exec_failure(error: memplan::exec::ExecError) -> Failure {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
 
 /// Bumped whenever the JSON form of a plan changes incompatibly.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The default offset alignment: CUDA's `cudaMalloc` alignment.
 pub const DEFAULT_ALIGNMENT: u64 = 256;
@@ -36,6 +36,23 @@ pub struct Plan {
     /// The max over schedule positions of the live buffers' sizes rounded up to
     /// `alignment`: no offset assignment for this schedule and these buffers is smaller.
     pub lower_bound: u64,
+    /// What each pass saved (added in schema 2).
+    pub savings: Savings,
+}
+
+/// What each pass saved: the lower bound (the most aligned bytes live at once) before and
+/// after each pass that changes it, and the arena offsets assignment needs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+pub struct Savings {
+    /// The lower bound with the ops in program order, before any pass.
+    pub program_order: u64,
+    /// After the schedule pass (equal to `program_order` with `--schedule program`).
+    pub after_schedule: u64,
+    /// After in-place reuse (equal to `after_schedule` with `--no-inplace`, or while the
+    /// pipeline has no in-place pass).
+    pub after_inplace: u64,
+    /// The arena after offsets (at least the final lower bound).
+    pub arena: u64,
 }
 
 /// A region of the arena holding one or more values over time.

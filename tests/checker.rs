@@ -11,7 +11,7 @@ use memplan::index::{BufferId, IndexVec, OpId, ValueId};
 use memplan::ir::graph::{Graph, Return, Role, Span, Update};
 use memplan::ir::ops::{Attrs, OpKind};
 use memplan::ir::types::{DType, TensorType};
-use memplan::plan::{Buffer, Plan, SCHEMA_VERSION};
+use memplan::plan::{Buffer, Plan, SCHEMA_VERSION, Savings};
 
 /// f32[64]: 256 bytes, one alignment unit.
 fn vec64() -> TensorType {
@@ -44,6 +44,7 @@ fn plan(
         value_buffer: value_buffer.iter().map(|&b| BufferId(b)).collect(),
         arena_bytes,
         lower_bound,
+        savings: Savings { program_order: lower_bound, after_schedule: lower_bound, after_inplace: lower_bound, arena: arena_bytes },
     }
 }
 

@@ -6,13 +6,15 @@
 use memplan::checker::{Violation, Violations, check};
 use memplan::index::{BufferId, ValueId};
 use memplan::ir::graph::Graph;
-use memplan::passes::PlanOptions;
+use memplan::passes::{PlanOptions, ScheduleKind};
 use memplan::{Plan, parse, plan};
 
+/// The plan of a corpus step in program order (the faults below name schedule positions).
 fn planned(file: &str) -> (Graph, Plan) {
     let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
     let graph = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let plan = plan(&graph, &PlanOptions::default()).unwrap();
+    let options = PlanOptions { schedule: ScheduleKind::Program, ..PlanOptions::default() };
+    let plan = plan(&graph, &options).unwrap();
     check(&graph, &plan).expect("the unplanted plan is valid");
     (graph, plan)
 }

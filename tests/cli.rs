@@ -30,7 +30,12 @@ fn plan_json_has_a_schema_version_and_the_plan() {
     let out = memplan(&["plan", "ir/models/mlp.step", "--format", "json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
-    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["schema_version"], 2);
+    let savings = &json["savings"];
+    for key in ["program_order", "after_schedule", "after_inplace", "arena"] {
+        assert!(savings[key].is_u64(), "savings.{key} in {savings}");
+    }
+    assert_eq!(savings["arena"], json["arena_bytes"]);
     assert!(json["arena_bytes"].as_u64().unwrap() >= json["lower_bound"].as_u64().unwrap());
     let plan: memplan::Plan = serde_json::from_value(json["plan"].clone()).expect("the plan deserialises");
     assert_eq!(plan.arena_bytes, json["arena_bytes"].as_u64().unwrap());
@@ -105,4 +110,80 @@ fn a_reader_closing_the_pipe_early_is_not_a_panic() {
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
+}
+
+#[test]
+fn plan_reports_what_each_pass_saved_and_takes_the_pass_flags() {
+    let out = memplan(&["plan", "ir/models/resnet18_tiny.step", "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let memory: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &memory["savings"];
+    assert!(s["after_schedule"].as_u64() < s["program_order"].as_u64(), "{s}");
+    let out = memplan(&["plan", "ir/models/resnet18_tiny.step", "--format", "json", "--schedule", "program", "--no-inplace"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let program: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &program["savings"];
+    assert_eq!(p["program_order"], s["program_order"]);
+    assert_eq!(p["after_schedule"], p["program_order"]);
+    assert_eq!(program["lower_bound"], p["program_order"]);
+    let out = memplan(&["plan", "ir/models/mlp.step"]);
+    assert!(text(&out.stdout).contains("what each pass saved"));
+    for command in ["check", "run"] {
+        let out = memplan(&[command, "ir/models/mlp.step", "--schedule", "program", "--no-inplace"]);
+        assert!(out.status.success(), "{command}: {}", text(&out.stderr));
+    }
+}
+
+/// A file under the test's scratch directory that does not exist yet.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-schedule-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+#[test]
+fn schedule_compares_with_the_reference_orders_and_writes_a_new_file() {
+    let graph = scratch("g.json");
+    std::fs::write(
+        &graph,
+        r#"{"graph": {"order": [0, 1, 2, 3]}, "links": [{"0": 0, "1": 2}, {"0": 1, "1": 3}],
+            "nodes": [{"name": 0, "out_cost": 100}, {"name": 1, "out_cost": 100}, {"name": 2, "out_cost": 1}, {"name": 3, "out_cost": 1}]}"#,
+    )
+    .unwrap();
+    let order = scratch("order.json");
+    let (g, o) = (graph.to_str().unwrap(), order.to_str().unwrap());
+    let out = memplan(&["schedule", g, "-o", o]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("4 nodes, 2 links"), "{stdout}");
+    for needle in ["ours", "101 B", "graph.order", "201 B", "ids ascending", "time"] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    let written: Vec<u64> = serde_json::from_str(&std::fs::read_to_string(&order).unwrap()).unwrap();
+    assert_eq!(written, vec![0, 2, 1, 3]);
+    // Never overwritten.
+    let out = memplan(&["schedule", g, "-o", o]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("exists"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn schedule_refuses_bad_input_with_exit_1() {
+    let bad = scratch("bad.json");
+    std::fs::write(&bad, "{\"nodes\": [").unwrap();
+    let cycle = scratch("cycle.json");
+    std::fs::write(&cycle, r#"{"nodes": [{"id": 0, "cost_ram": 1}, {"id": 1, "cost_ram": 1}], "links": [{"source": 0, "target": 1}, {"source": 1, "target": 0}]}"#).unwrap();
+    let cases = [
+        (bad.to_str().unwrap().to_string(), "not valid JSON"),
+        (cycle.to_str().unwrap().to_string(), "cycle"),
+        ("no-such-graph.json".to_string(), "cannot read no-such-graph.json"),
+    ];
+    for (file, needle) in cases {
+        let out = memplan(&["schedule", &file]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
+        assert!(stderr.contains(needle) && !stderr.contains("panicked"), "{file}: {stderr}");
+    }
 }

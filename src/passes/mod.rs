@@ -13,6 +13,10 @@
 //! verify → passes, and `run`/`plan` refuse a graph whose `backward` is still present.
 //!
 //! Rematerialisation under a budget (still to come) slots in after `inplace`.
+//!
+//! The plan records what each pass saved ([`Savings`]): the lower bound (most bytes live at
+//! once) with the ops in program order, after the schedule, after in-place reuse, and the
+//! arena after offsets.
 
 pub mod buffers;
 pub mod inplace;
@@ -28,10 +32,11 @@ use crate::analysis::liveness::Live;
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
-use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, align_up};
+use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, Savings, align_up};
 use buffers::Buffers;
 use inplace::Reuse;
 use offsets::Solver;
+pub use schedule::ScheduleKind;
 
 /// The passes, in pipeline order.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -65,6 +70,8 @@ impl fmt::Display for Pass {
 pub struct PlanOptions {
     /// Offset alignment in bytes (a power of two).
     pub alignment: u64,
+    /// Program order or a memory-aware order (the default).
+    pub schedule: ScheduleKind,
     pub solver: Solver,
     /// Whether ops may write outputs over inputs that die there (the in-place pass).
     pub inplace: bool,
@@ -74,7 +81,13 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { alignment: DEFAULT_ALIGNMENT, solver: Solver::default(), inplace: true, stop_after: None }
+        PlanOptions {
+            alignment: DEFAULT_ALIGNMENT,
+            schedule: ScheduleKind::default(),
+            inplace: true,
+            solver: Solver::default(),
+            stop_after: None,
+        }
     }
 }
 
@@ -159,7 +172,23 @@ pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> 
     verify(graph).map_err(PlanError::Invalid)?;
     let stop = |pass: Pass| options.stop_after == Some(pass);
 
-    let schedule = schedule::program_order(graph);
+    let mut schedule = schedule::schedule(graph, options.schedule, options.alignment);
+    // The schedule search counts no in-place reuse. Judge its order on what will be planned:
+    // with reuse on, program order with the optimizer updates hoisted (or plain program
+    // order) is kept when it ends lower, since a reordering can stop a big input from dying
+    // at the op that could overwrite it. Ties keep the search's order.
+    if options.inplace && options.schedule == ScheduleKind::Memory {
+        let bound = |order: &[OpId]| -> Result<u64, PlanError> {
+            lower_bound(&buffers::assign_buffers(graph, order, &inplace::inplace(graph, order))?, options.alignment)
+        };
+        let mut best = bound(&schedule)?;
+        for candidate in [schedule::program_order_hoisted(graph, options.alignment), schedule::program_order(graph)] {
+            let candidate_bound = bound(&candidate)?;
+            if candidate_bound < best {
+                (schedule, best) = (candidate, candidate_bound);
+            }
+        }
+    }
     after_pass(Pass::Schedule, graph, &schedule)?;
     let mut pipeline = Pipeline { schedule, reuse: None, buffers: None, plan: None };
     if stop(Pass::Schedule) {
@@ -180,21 +209,50 @@ pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> 
         return Ok(pipeline);
     }
 
-    let plan = assign_offsets(graph, &pipeline.schedule, &buffers, options)?;
+    // What each pass saved: the same buffers without in-place pairs, in this schedule and
+    // in program order.
+    let after_inplace = lower_bound(&buffers, options.alignment)?;
+    let no_reuse = inplace::no_reuse(graph);
+    let after_schedule =
+        lower_bound(&buffers::assign_buffers(graph, &pipeline.schedule, &no_reuse)?, options.alignment)?;
+    let program = schedule::program_order(graph);
+    let program_order = if pipeline.schedule == program {
+        after_schedule
+    } else {
+        lower_bound(&buffers::assign_buffers(graph, &program, &no_reuse)?, options.alignment)?
+    };
+    let savings = Savings { program_order, after_schedule, after_inplace, arena: 0 };
+    let plan = assign_offsets(graph, &pipeline.schedule, &buffers, options, savings)?;
     after_pass(Pass::Offsets, graph, &pipeline.schedule)?;
     pipeline.buffers = Some(buffers);
     pipeline.plan = Some(plan);
     Ok(pipeline)
 }
 
-/// The offsets pass: solve, then assemble the plan.
-fn assign_offsets(graph: &Graph, schedule: &[OpId], buffers: &Buffers, options: &PlanOptions) -> Result<Plan, PlanError> {
-    let intervals = buffers
+/// The buffers' live ranges, sizes rounded up to `alignment`.
+fn intervals(buffers: &Buffers, alignment: u64) -> Result<Vec<Live>, PlanError> {
+    buffers
         .buffers
         .iter()
-        .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, options.alignment)? }))
+        .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, alignment)? }))
         .collect::<Option<Vec<_>>>()
-        .ok_or(PlanError::ArenaOverflow)?;
+        .ok_or(PlanError::ArenaOverflow)
+}
+
+/// The lower bound of `buffers`: the most aligned bytes live at one schedule position.
+fn lower_bound(buffers: &Buffers, alignment: u64) -> Result<u64, PlanError> {
+    offsets::lower_bound(&intervals(buffers, alignment)?).ok_or(PlanError::ArenaOverflow)
+}
+
+/// The offsets pass: solve, then assemble the plan (`savings` gains the arena).
+fn assign_offsets(
+    graph: &Graph,
+    schedule: &[OpId],
+    buffers: &Buffers,
+    options: &PlanOptions,
+    savings: Savings,
+) -> Result<Plan, PlanError> {
+    let intervals = intervals(buffers, options.alignment)?;
     let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
     let solution = offsets::solve(&intervals, &solve_options).map_err(|_| PlanError::ArenaOverflow)?;
     let (offsets, arena_bytes) = (solution.offsets, solution.arena);
@@ -214,6 +272,7 @@ fn assign_offsets(graph: &Graph, schedule: &[OpId], buffers: &Buffers, options: 
         value_buffer: buffers.value_buffer.clone(),
         arena_bytes,
         lower_bound,
+        savings: Savings { arena: arena_bytes, ..savings },
     })
 }
 

@@ -16,10 +16,10 @@ use indexmap::IndexMap;
 
 use crate::index::{BufferId, ValueId};
 use crate::ir::graph::Graph;
-use crate::plan::{Plan, align_up};
+use crate::plan::{Plan, Savings, align_up};
 
 /// Version of the JSON report; bumped on incompatible changes.
-pub const REPORT_SCHEMA_VERSION: u32 = 1;
+pub const REPORT_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -32,6 +32,9 @@ pub struct Report {
     pub lower_bound: u64,
     /// arena / lower bound.
     pub ratio: f64,
+    /// What each pass saved (schema 2): the lower bound in program order, after the schedule,
+    /// after in-place reuse, and the arena after offsets.
+    pub savings: Savings,
     pub peak: Peak,
     /// Bytes per class, in `Class::ALL` order.
     pub classes: Vec<ClassBytes>,
@@ -161,6 +164,7 @@ impl Report {
             arena_bytes: plan.arena_bytes,
             lower_bound: plan.lower_bound,
             ratio: plan.ratio(),
+            savings: plan.savings,
             peak,
             classes: class_bytes,
             buffers,

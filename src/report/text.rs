@@ -1,10 +1,12 @@
 //! The text report: what a person reads first.
 //!
-//! Sections: the headline figures (arena, lower bound, their ratio), the peak (where, which
-//! op, which values are live there, largest first), bytes by class, and the buffer table.
+//! Sections: the headline figures (arena, lower bound, their ratio), what each pass saved,
+//! the peak (where, which op, which values are live there, largest first), bytes by class,
+//! and the buffer table.
 
 use std::fmt::Write;
 
+use crate::plan::Savings;
 use crate::report::{Report, format_bytes};
 
 /// Renders `report` as text; `top` limits the live values listed at the peak.
@@ -24,6 +26,8 @@ pub fn render(report: &Report, top: usize) -> String {
     let _ = writeln!(w, "arena        {}", format_bytes(report.arena_bytes));
     let _ = writeln!(w, "lower bound  {}", format_bytes(report.lower_bound));
     let _ = writeln!(w, "ratio        {:.4} (arena / lower bound; 1 is the best any offsets can do)", report.ratio);
+    let _ = writeln!(w);
+    savings(w, &report.savings);
     let _ = writeln!(w);
     let peak = &report.peak;
     match (&peak.position, &peak.op) {
@@ -72,4 +76,44 @@ pub fn render(report: &Report, top: usize) -> String {
         );
     }
     out
+}
+
+/// The "what each pass saved" section: each figure and its change from the line above.
+fn savings(w: &mut String, s: &Savings) {
+    let _ = writeln!(w, "what each pass saved (lower bound = most bytes live at once)");
+    let rows = [
+        ("program order (lower bound)", s.program_order, None),
+        ("after schedule", s.after_schedule, Some(s.program_order)),
+        ("after in-place", s.after_inplace, Some(s.after_schedule)),
+        ("arena after offsets", s.arena, Some(s.after_inplace)),
+    ];
+    for (label, bytes, before) in rows {
+        let change = match before {
+            Some(before) => format!("  {}", change(before, bytes)),
+            None => String::new(),
+        };
+        let _ = writeln!(w, "  {label:28}  {:>32}{change}", format_bytes(bytes));
+    }
+}
+
+/// `-1234 B (-5.67%)`, `+0 B` or `+12 B (+0.10%)`: the change from `before` to `after`.
+fn change(before: u64, after: u64) -> String {
+    let delta = i128::from(after) - i128::from(before);
+    if delta == 0 || before == 0 {
+        return format!("{delta:+} B");
+    }
+    format!("{delta:+} B ({:+.2}%)", delta as f64 * 100.0 / before as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::change;
+
+    #[test]
+    fn changes_are_signed_with_a_percentage() {
+        assert_eq!(change(1000, 900), "-100 B (-10.00%)");
+        assert_eq!(change(1000, 1000), "+0 B");
+        assert_eq!(change(1000, 1001), "+1 B (+0.10%)");
+        assert_eq!(change(0, 256), "+256 B");
+    }
 }

@@ -1,0 +1,145 @@
+//! Checkmate's and Moccasin's graphs (networkx node-link JSON) as scheduling DAGs.
+//!
+//! Two kinds of file (see ../shared/bench/checkmate/README.md):
+//! - training graphs: nodes `{"id", "cost_ram", ...}`, links `{"source", "target"}`;
+//! - `random_layered_n*.json`: nodes `{"name", "out_cost", ...}` (the name is the id), links
+//!   `{"0": source, "1": target}`, and the graph's reference order in `graph.order`.
+//!
+//! Every node writes one value of its cost in bytes, read by the targets of its links.
+//! Nothing survives to the end and nothing exists before the first node, so the DAG's peak
+//! is exactly the files' evaluation rule: an execution's output is live from its own step
+//! to its last reader, inclusive.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value as Json;
+use thiserror::Error;
+
+use crate::passes::schedule::dag::{Dag, DagError, Node, Value};
+
+/// A graph read from a file.
+#[derive(Clone, Debug)]
+pub struct BenchGraph {
+    /// `graph.name`, if the file has one.
+    pub name: Option<String>,
+    /// The file's id of each node, by index (ascending).
+    pub ids: Vec<u64>,
+    pub links: usize,
+    pub dag: Dag,
+    /// `graph.order` as node indices, when the file has one.
+    pub reference: Option<Vec<Node>>,
+}
+
+/// Why a file cannot be read as a graph.
+#[derive(Clone, PartialEq, Eq, Debug, Error)]
+pub enum ReadError {
+    #[error("not valid JSON: {0}")]
+    Json(String),
+    #[error("{0}")]
+    Shape(String),
+    #[error("{0}")]
+    Graph(#[from] DagError),
+}
+
+fn shape(message: impl Into<String>) -> ReadError {
+    ReadError::Shape(message.into())
+}
+
+/// A non-negative integer field of `object`, trying `keys` in turn.
+fn integer(object: &Json, keys: &[&str], what: &str) -> Result<u64, ReadError> {
+    let found = keys.iter().find_map(|k| object.get(*k));
+    match found {
+        Some(v) => v.as_u64().ok_or_else(|| shape(format!("{what}: `{}` is {v}, not a non-negative integer", keys[0]))),
+        None => Err(shape(format!("{what} has no {}", keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" or ")))),
+    }
+}
+
+/// Reads a node-link JSON graph of either kind.
+pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
+    let json: Json = serde_json::from_str(text).map_err(|e| ReadError::Json(e.to_string()))?;
+    let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
+    let links = json.get("links").and_then(Json::as_array).ok_or_else(|| shape("no `links` array"))?;
+    let mut by_id: BTreeMap<u64, u64> = BTreeMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let what = format!("nodes[{i}]");
+        let id = integer(node, &["id", "name"], &what)?;
+        let size = integer(node, &["out_cost", "cost_ram"], &what)?;
+        if by_id.insert(id, size).is_some() {
+            return Err(shape(format!("{what}: node id {id} appears twice")));
+        }
+    }
+    let ids: Vec<u64> = by_id.keys().copied().collect();
+    let index = |id: u64, what: &str| -> Result<Node, ReadError> {
+        ids.binary_search(&id).map(|i| i as Node).map_err(|_| shape(format!("{what} names node {id}, which does not exist")))
+    };
+    let mut values: Vec<Value> =
+        (0..ids.len()).map(|i| Value { size: by_id[&ids[i]], def: Some(i as Node), readers: Vec::new(), to_end: false }).collect();
+    for (i, link) in links.iter().enumerate() {
+        let what = format!("links[{i}]");
+        let source = index(integer(link, &["source", "0"], &what)?, &what)?;
+        let target = index(integer(link, &["target", "1"], &what)?, &what)?;
+        values[source as usize].readers.push(target);
+    }
+    let graph = json.get("graph");
+    let name = graph.and_then(|g| g.get("name")).and_then(Json::as_str).map(str::to_string);
+    let reference = match graph.and_then(|g| g.get("order")) {
+        None | Some(Json::Null) => None,
+        Some(order) => {
+            let entries = order.as_array().ok_or_else(|| shape("`graph.order` is not an array"))?;
+            let order = entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let what = format!("graph.order[{i}]");
+                    let id = e.as_u64().ok_or_else(|| shape(format!("{what} is {e}, not a node id")))?;
+                    index(id, &what)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(order)
+        }
+    };
+    let dag = Dag::new(ids.len(), [], values)?;
+    Ok(BenchGraph { name, ids, links: links.len(), dag, reference })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_kinds_are_read() {
+        let layered = r#"{"directed": true, "multigraph": false,
+            "graph": {"name": "g", "order": [0, 2, 3, 1]},
+            "nodes": [{"out_cost": 5, "name": 0}, {"out_cost": 1, "name": 1}, {"out_cost": 7, "name": 2}, {"out_cost": 2, "name": 3}],
+            "links": [{"0": 0, "1": 2}, {"0": 0, "1": 3}, {"0": 2, "1": 1}, {"0": 3, "1": 1}]}"#;
+        let g = parse(layered).unwrap();
+        assert_eq!((g.ids.len(), g.links, g.name.as_deref()), (4, 4, Some("g")));
+        let reference = g.reference.clone().unwrap();
+        // 0; 0+2; 0+2+3 (0 dies at 3); 2+3+1.
+        assert_eq!(g.dag.peak(&reference), Ok(14));
+        assert_eq!(g.dag.smallest_first(), vec![0, 2, 3, 1]);
+
+        let model = r#"{"nodes": [{"id": 10, "cost_ram": 3}, {"id": 11, "cost_ram": 4}],
+            "links": [{"source": 10, "target": 11}], "graph": {}}"#;
+        let g = parse(model).unwrap();
+        assert_eq!((g.ids.clone(), g.reference.is_none()), (vec![10, 11], true));
+        assert_eq!(g.dag.peak(&[0, 1]), Ok(7));
+    }
+
+    #[test]
+    fn malformed_files_are_clear_errors() {
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert!(err("{").starts_with("not valid JSON"));
+        assert_eq!(err(r#"{"links": []}"#), "no `nodes` array");
+        assert_eq!(err(r#"{"nodes": [{"id": 0}], "links": []}"#), "nodes[0] has no `out_cost` or `cost_ram`");
+        assert_eq!(err(r#"{"nodes": [{"id": -1, "cost_ram": 1}], "links": []}"#), "nodes[0]: `id` is -1, not a non-negative integer");
+        assert_eq!(
+            err(r#"{"nodes": [{"id": 0, "cost_ram": 1}], "links": [{"source": 0, "target": 5}]}"#),
+            "links[0] names node 5, which does not exist"
+        );
+        assert_eq!(
+            err(r#"{"nodes": [{"id": 0, "cost_ram": 1}, {"id": 1, "cost_ram": 1}], "links": [{"source": 0, "target": 1}, {"source": 1, "target": 0}]}"#),
+            "the graph has a cycle through node 0"
+        );
+    }
+}
