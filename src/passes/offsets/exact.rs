@@ -91,7 +91,11 @@ pub fn exact(intervals: &[Live], capacity: u64, deadline: Instant) -> ExactResul
         for (k, keys) in PREORDERS.iter().enumerate() {
             let instance = instances[k].get_or_insert_with(|| Instance::new(&base, keys));
             let mut search = Search::new(instance, capacity, deadline, limit);
-            match search.run() {
+            let outcome = search.run();
+            if std::env::var_os("EXACT_DEBUG").is_some() {
+                eprintln!("  preorder {k} limit {limit} nodes {}", search.nodes);
+            }
+            match outcome {
                 Outcome::Found => {
                     let mut offsets = vec![0u64; intervals.len()];
                     for (i, &o) in search.off.iter().enumerate() {
@@ -378,6 +382,7 @@ struct Frame {
 struct Undo {
     p: u32,
     trail_mark: usize,
+    witness_mark: usize,
     agenda_len: usize,
     agenda_trail_mark: usize,
     agenda_changed: bool,
@@ -394,15 +399,21 @@ struct Search<'a> {
     floor: Vec<u64>,
     /// Per section: total size of its unplaced buffers.
     sum: Vec<u64>,
+    /// Per section: an unplaced member whose floor + the section's unplaced total fits.
+    witness: Vec<u32>,
     /// Per boundary `b` (between sections b-1 and b): unplaced buffers crossing it.
     cuts: Vec<u32>,
-    /// Old floors, to undo.
+    /// Old floors and witnesses, to undo.
     trail: Vec<(u32, u64)>,
+    witness_trail: Vec<(u32, u32)>,
     /// Parts still to solve; the last is the current one.
     agenda: Vec<Comp>,
     agenda_trail: Vec<Comp>,
     frames: Vec<Frame>,
     cands: Vec<u32>,
+    /// Scratch: prefix and suffix minima of the room over the current part's sections.
+    pre: Vec<u64>,
+    suf: Vec<u64>,
 }
 
 impl<'a> Search<'a> {
@@ -419,6 +430,8 @@ impl<'a> Search<'a> {
                 *c += 1;
             }
         }
+        // Every section has a member (its own end); all floors are 0 <= room.
+        let witness = (0..inst.sections).map(|s| inst.members(s).first().copied().unwrap_or(0)).collect();
         Search {
             inst,
             cap,
@@ -429,12 +442,16 @@ impl<'a> Search<'a> {
             off: vec![0; n],
             floor: vec![0; n],
             sum,
+            witness,
             cuts,
             trail: Vec::new(),
+            witness_trail: Vec::new(),
             agenda: Vec::new(),
             agenda_trail: Vec::new(),
             frames: Vec::new(),
             cands: Vec::new(),
+            pre: Vec::new(),
+            suf: Vec::new(),
         }
     }
 
@@ -495,12 +512,14 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Pushes a node for the current part with its candidates.
+    /// Pushes a node for the current part with its candidates: the unplaced buffers that
+    /// can come next in canonical order and pass the section bound once placed.
     fn open_frame(&mut self, root_of_comp: bool) {
         let start = self.cands.len();
         if let Some(&comp) = self.agenda.last() {
             let inst = self.inst;
-            let range = &inst.by_lo[inst.lo_start[comp.a as usize]..inst.lo_start[comp.b as usize]];
+            let (a, b) = (comp.a as usize, comp.b as usize);
+            let range = &inst.by_lo[inst.lo_start[a]..inst.lo_start[b]];
             let mut h = u64::MAX;
             for &i in range {
                 let i = i as usize;
@@ -508,6 +527,22 @@ impl<'a> Search<'a> {
                     h = h.min(self.floor[i] + inst.size[i]);
                 }
             }
+            // Room of each section (capacity - unplaced total), prefix and suffix minima.
+            self.pre.clear();
+            self.suf.clear();
+            let mut m = u64::MAX;
+            self.pre.push(m);
+            for s in a..b {
+                m = m.min(self.cap - self.sum[s]);
+                self.pre.push(m);
+            }
+            m = u64::MAX;
+            self.suf.push(m);
+            for s in (a..b).rev() {
+                m = m.min(self.cap - self.sum[s]);
+                self.suf.push(m);
+            }
+            self.suf.reverse();
             for &i in range {
                 let iu = i as usize;
                 if self.placed[iu] {
@@ -519,6 +554,16 @@ impl<'a> Search<'a> {
                 }
                 let twin = inst.twin_prev[iu];
                 if twin != NONE && !self.placed[twin as usize] {
+                    continue;
+                }
+                // Once placed, f is the lowest offset left for every unplaced buffer of
+                // the part: each section must have room above it.
+                let (lo, hi) = (inst.lo[iu] as usize, inst.hi[iu] as usize);
+                if f > self.pre[lo - a] || f > self.suf[hi - a] {
+                    continue;
+                }
+                let need = f.saturating_sub(inst.size[iu]);
+                if self.sum[lo..hi].iter().any(|&sum| self.cap - sum < need) {
                     continue;
                 }
                 self.cands.push(i);
@@ -537,6 +582,7 @@ impl<'a> Search<'a> {
         let mut undo = Undo {
             p: p as u32,
             trail_mark: self.trail.len(),
+            witness_mark: self.witness_trail.len(),
             agenda_len: self.agenda.len(),
             agenda_trail_mark: self.agenda_trail.len(),
             agenda_changed: false,
@@ -547,17 +593,6 @@ impl<'a> Search<'a> {
         let e = o + size;
         self.placed[p] = true;
         self.off[p] = o;
-        let mut ok = true;
-        for &u in inst.nbrs(p) {
-            let u = u as usize;
-            if !self.placed[u] && self.floor[u] < e {
-                self.trail.push((u as u32, self.floor[u]));
-                self.floor[u] = e;
-                if e > self.cap - inst.size[u] {
-                    ok = false;
-                }
-            }
-        }
         let (lo, hi) = (inst.lo[p] as usize, inst.hi[p] as usize);
         for s in &mut self.sum[lo..hi] {
             *s -= size;
@@ -565,8 +600,30 @@ impl<'a> Search<'a> {
         for c in &mut self.cuts[lo + 1..hi] {
             *c -= 1;
         }
-        if !ok || !self.sections_ok(comp.a as usize, comp.b as usize, o) {
-            return (undo, false, false);
+        for &u in inst.nbrs(p) {
+            let u = u as usize;
+            if !self.placed[u] && self.floor[u] < e {
+                self.trail.push((u as u32, self.floor[u]));
+                self.floor[u] = e;
+                if e > self.cap - inst.size[u] {
+                    return (undo, false, false);
+                }
+            }
+        }
+        // Witnesses: p is gone, raised buffers may no longer fit under their sections.
+        for s in lo..hi {
+            if self.witness[s] == p as u32 && self.sum[s] > 0 && !self.rewitness(s) {
+                return (undo, false, false);
+            }
+        }
+        for k in undo.trail_mark..self.trail.len() {
+            let u = self.trail[k].0;
+            let (ulo, uhi) = (inst.lo[u as usize] as usize, inst.hi[u as usize] as usize);
+            for s in ulo..uhi {
+                if self.witness[s] == u && e > self.cap - self.sum[s] && !self.rewitness(s) {
+                    return (undo, false, false);
+                }
+            }
         }
         // Update the agenda: the current part continues, splits or is done.
         self.agenda.pop();
@@ -591,28 +648,21 @@ impl<'a> Search<'a> {
         (undo, true, true)
     }
 
-    /// Every section of `a..b` with unplaced buffers can still hold them.
-    fn sections_ok(&self, a: usize, b: usize, o: u64) -> bool {
+    /// Finds the unplaced member of section `s` with the lowest floor; false if even that
+    /// one cannot hold the section's unplaced total below the capacity.
+    fn rewitness(&mut self, s: usize) -> bool {
         let inst = self.inst;
-        for s in a..b {
-            let sum = self.sum[s];
-            if sum == 0 {
-                continue;
-            }
-            let room = self.cap - sum;
-            if o > room {
-                return false;
-            }
-            let mut low = u64::MAX;
-            for &u in inst.members(s) {
-                if !self.placed[u as usize] {
-                    low = low.min(self.floor[u as usize]);
-                }
-            }
-            if low > room {
-                return false;
+        let mut best = (u64::MAX, NONE);
+        for &u in inst.members(s) {
+            if !self.placed[u as usize] && self.floor[u as usize] < best.0 {
+                best = (self.floor[u as usize], u);
             }
         }
+        if best.1 == NONE || best.0 > self.cap - self.sum[s] {
+            return false;
+        }
+        self.witness_trail.push((s as u32, self.witness[s]));
+        self.witness[s] = best.1;
         true
     }
 
@@ -626,6 +676,11 @@ impl<'a> Search<'a> {
         while self.trail.len() > undo.trail_mark {
             if let Some((u, f)) = self.trail.pop() {
                 self.floor[u as usize] = f;
+            }
+        }
+        while self.witness_trail.len() > undo.witness_mark {
+            if let Some((s, w)) = self.witness_trail.pop() {
+                self.witness[s as usize] = w;
             }
         }
         let (lo, hi) = (inst.lo[p] as usize, inst.hi[p] as usize);
