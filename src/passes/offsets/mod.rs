@@ -10,8 +10,9 @@
 //! lower bound or an exact search finished without finding a smaller arena.
 
 pub mod bestfit;
+pub mod exact;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::analysis::liveness::{Live, max_live};
 
@@ -21,6 +22,9 @@ pub enum Solver {
     /// Best-fit by decreasing size (XLA's heap simulator idea).
     #[default]
     BestFit,
+    /// Branch and bound (`exact.rs`): within `capacity` if given, else the smallest arena
+    /// it can find from best-fit's, both within `time_limit`.
+    Exact,
 }
 
 /// What a solver is asked.
@@ -62,11 +66,28 @@ pub enum SolveError {
 /// Places `intervals` with the chosen solver.
 pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, SolveError> {
     let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
-    let offsets = match options.solver {
-        Solver::BestFit => bestfit::best_fit(intervals).ok_or(SolveError::Overflow)?,
-    };
+    let offsets = bestfit::best_fit(intervals).ok_or(SolveError::Overflow)?;
     let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
     let solution = Solution { offsets, arena, proved_optimal: arena == lower };
+    if options.solver == Solver::Exact && !solution.proved_optimal {
+        let now = Instant::now();
+        let deadline = now.checked_add(options.time_limit).unwrap_or(now);
+        match options.capacity {
+            None => return Ok(exact::minimize(intervals, lower, solution, deadline)),
+            Some(capacity) if arena > capacity => {
+                let proved_infeasible = match exact::exact(intervals, capacity, deadline) {
+                    exact::ExactResult::Found(offsets) => {
+                        let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
+                        return Ok(Solution { offsets, arena, proved_optimal: arena == lower });
+                    }
+                    exact::ExactResult::Infeasible => true,
+                    exact::ExactResult::TimedOut => false,
+                };
+                return Err(SolveError::OverCapacity { capacity, best: Some(solution), proved_infeasible });
+            }
+            Some(_) => {}
+        }
+    }
     match options.capacity {
         Some(capacity) if arena > capacity => Err(SolveError::OverCapacity {
             capacity,

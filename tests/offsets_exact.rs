@@ -1,0 +1,307 @@
+//! The exact offset solver against brute force on small random instances.
+//!
+//! Two independent brute forces: every order of the buffers, each dropped onto the ones
+//! before it (the optimum is among these), and, for the smallest instances, every offset
+//! of every buffer within a capacity. Every placement the solver returns is checked for
+//! overlaps by a plain O(n²) loop.
+
+use std::time::{Duration, Instant};
+
+use memplan::analysis::liveness::Live;
+use memplan::passes::offsets::exact::{ExactResult, exact, minimize};
+use memplan::passes::offsets::{SolveError, SolveOptions, Solution, Solver, lower_bound, solve};
+
+/// xorshift64*: deterministic, no dependencies.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn l(first: usize, last: usize, size: u64) -> Live {
+    Live { first, last, size }
+}
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+fn overlaps_in_time(a: &Live, b: &Live) -> bool {
+    a.first <= b.last && b.first <= a.last
+}
+
+/// No two buffers live at the same time share a byte, and all fit in `capacity`.
+fn valid(intervals: &[Live], offsets: &[u64], capacity: u64) -> bool {
+    if offsets.len() != intervals.len() {
+        return false;
+    }
+    for (i, a) in intervals.iter().enumerate() {
+        if offsets[i] + a.size > capacity {
+            return false;
+        }
+        for (j, b) in intervals.iter().enumerate().skip(i + 1) {
+            let apart = offsets[i] + a.size <= offsets[j] || offsets[j] + b.size <= offsets[i];
+            if a.size > 0 && b.size > 0 && overlaps_in_time(a, b) && !apart {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// The smallest arena over all orders, each buffer dropped onto the earlier ones.
+fn brute_optimum(intervals: &[Live]) -> u64 {
+    fn go(intervals: &[Live], used: &mut Vec<bool>, offsets: &mut Vec<u64>, arena: u64, best: &mut u64) {
+        if arena >= *best {
+            return;
+        }
+        if used.iter().all(|&u| u) {
+            *best = arena;
+            return;
+        }
+        for i in 0..intervals.len() {
+            if used[i] {
+                continue;
+            }
+            let floor = (0..intervals.len())
+                .filter(|&j| used[j] && overlaps_in_time(&intervals[i], &intervals[j]))
+                .map(|j| offsets[j] + intervals[j].size)
+                .max()
+                .unwrap_or(0);
+            used[i] = true;
+            offsets[i] = floor;
+            go(intervals, used, offsets, arena.max(floor + intervals[i].size), best);
+            used[i] = false;
+        }
+    }
+    let mut best = u64::MAX;
+    go(intervals, &mut vec![false; intervals.len()], &mut vec![0; intervals.len()], 0, &mut best);
+    best
+}
+
+/// Whether some assignment of offsets in 0..=capacity-size fits (every offset tried).
+fn brute_feasible(intervals: &[Live], capacity: u64) -> bool {
+    fn go(intervals: &[Live], capacity: u64, offsets: &mut Vec<u64>) -> bool {
+        let i = offsets.len();
+        if i == intervals.len() {
+            return true;
+        }
+        let a = &intervals[i];
+        if a.size > capacity {
+            return false;
+        }
+        for o in 0..=capacity - a.size {
+            let clash = (0..i).any(|j| {
+                let b = &intervals[j];
+                overlaps_in_time(a, b) && a.size > 0 && b.size > 0 && o < offsets[j] + b.size && offsets[j] < o + a.size
+            });
+            if !clash {
+                offsets.push(o);
+                if go(intervals, capacity, offsets) {
+                    return true;
+                }
+                offsets.pop();
+            }
+        }
+        false
+    }
+    go(intervals, capacity, &mut Vec::new())
+}
+
+fn random_instance(rng: &mut Rng, n: usize, times: u64, sizes: u64, zero: bool) -> Vec<Live> {
+    (0..n)
+        .map(|_| {
+            let a = rng.below(times) as usize;
+            let b = rng.below(times) as usize;
+            let size = if zero && rng.below(6) == 0 { 0 } else { 1 + rng.below(sizes) };
+            l(a.min(b), a.max(b), size)
+        })
+        .collect()
+}
+
+/// The smallest capacity at which trying every offset succeeds.
+fn brute_optimum_by_offsets(intervals: &[Live]) -> u64 {
+    let mut sorted = intervals.to_vec();
+    sorted.sort_by_key(|b| (b.first, std::cmp::Reverse(b.size)));
+    let mut capacity = lower_bound(intervals).unwrap();
+    while !brute_feasible(&sorted, capacity) {
+        capacity += 1;
+    }
+    capacity
+}
+
+/// Random buffers, then one filler per time step bringing it up to the peak: every time
+/// step is full, which makes the lower bound often unreachable.
+fn filled_instance(rng: &mut Rng, n: usize, times: u64, sizes: u64, maxlen: u64) -> Vec<Live> {
+    let mut intervals: Vec<Live> = (0..n)
+        .map(|_| {
+            let a = rng.below(times) as usize;
+            l(a, a + rng.below(maxlen + 1) as usize, 1 + rng.below(sizes))
+        })
+        .collect();
+    if n % 2 == 0 {
+        intervals.push(intervals[0]); // identical buffers
+    }
+    let lower = lower_bound(&intervals).unwrap();
+    let end = intervals.iter().map(|b| b.last).max().unwrap_or(0);
+    for t in 0..=end {
+        let total: u64 = intervals.iter().filter(|b| b.first <= t && t <= b.last).map(|b| b.size).sum();
+        if total < lower {
+            intervals.push(l(t, t, lower - total));
+        }
+    }
+    intervals
+}
+
+/// Checks exact's verdict at every capacity around the optimum, and minimize from a stack.
+fn check_instance(intervals: &[Live]) -> u64 {
+    let optimum = if intervals.iter().all(|b| b.size == 0) { 0 } else { brute_optimum(intervals) };
+    check_against(intervals, optimum)
+}
+
+fn check_against(intervals: &[Live], optimum: u64) -> u64 {
+    let lower = lower_bound(intervals).unwrap();
+    assert!(optimum >= lower);
+    for capacity in lower.saturating_sub(2)..=optimum + 2 {
+        match exact(intervals, capacity, far()) {
+            ExactResult::Found(offsets) => {
+                assert!(capacity >= optimum, "found below the optimum {optimum} at {capacity}: {intervals:?}");
+                assert!(valid(intervals, &offsets, capacity), "invalid placement at {capacity}: {intervals:?} {offsets:?}");
+            }
+            ExactResult::Infeasible => {
+                assert!(capacity < optimum, "infeasible at {capacity} >= optimum {optimum}: {intervals:?}")
+            }
+            ExactResult::TimedOut => panic!("timed out on {intervals:?}"),
+        }
+    }
+    // Start from everything stacked.
+    let mut offsets = Vec::new();
+    let mut top = 0;
+    for b in intervals {
+        offsets.push(top);
+        top += b.size;
+    }
+    let best = minimize(intervals, lower, Solution { offsets, arena: top, proved_optimal: false }, far());
+    assert!(best.proved_optimal, "{intervals:?}");
+    assert_eq!(best.arena, optimum, "{intervals:?}");
+    assert!(valid(intervals, &best.offsets, best.arena));
+    optimum
+}
+
+#[test]
+fn agrees_with_brute_force_on_random_small_instances() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // Random instances this small almost always reach the lower bound; the filled ones
+    // below cover the rest.
+    for k in 0..600 {
+        check_instance(&random_instance(&mut rng, 1 + k % 7, 6, 5, true));
+    }
+}
+
+#[test]
+fn agrees_with_brute_force_on_eight_buffers() {
+    let mut rng = Rng(0x0123_4567_89AB_CDEF);
+    for _ in 0..40 {
+        let intervals = random_instance(&mut rng, 8, 8, 7, false);
+        check_instance(&intervals);
+    }
+}
+
+#[test]
+fn identical_buffers_and_large_sizes() {
+    let mut rng = Rng(42);
+    for k in 0..150 {
+        // Few shapes, so many twins; sizes multiples of 1024 exercise the gcd rounding.
+        let shapes = random_instance(&mut rng, 3, 5, 3, false);
+        let intervals: Vec<Live> = (0..6).map(|i| shapes[(i * 7 + k) % 3]).map(|b| l(b.first, b.last, b.size * 1024)).collect();
+        check_instance(&intervals);
+    }
+}
+
+#[test]
+fn the_permutation_brute_force_agrees_with_trying_every_offset() {
+    let mut rng = Rng(7);
+    for k in 0..200 {
+        let intervals = random_instance(&mut rng, 1 + k % 5, 5, 4, true);
+        let optimum = brute_optimum(&intervals);
+        assert!(brute_feasible(&intervals, optimum), "{intervals:?}");
+        assert!(optimum == 0 || !brute_feasible(&intervals, optimum - 1), "{intervals:?}");
+    }
+}
+
+#[test]
+fn edge_cases() {
+    // Empty, a single buffer, zero sizes.
+    assert_eq!(exact(&[], 0, far()), ExactResult::Found(vec![]));
+    assert_eq!(exact(&[l(0, 3, 5)], 5, far()), ExactResult::Found(vec![0]));
+    assert_eq!(exact(&[l(0, 3, 5)], 4, far()), ExactResult::Infeasible);
+    assert_eq!(exact(&[l(0, 3, 0), l(1, 2, 0)], 0, far()), ExactResult::Found(vec![0, 0]));
+    // Capacity exactly the lower bound, and one below it.
+    let intervals = [l(0, 1, 4), l(1, 2, 4), l(2, 3, 4), l(0, 3, 2)];
+    assert!(matches!(exact(&intervals, 10, far()), ExactResult::Found(_)));
+    assert_eq!(exact(&intervals, 9, far()), ExactResult::Infeasible);
+    // The classic gap: three buffers pairwise overlapping in a chain need more than max-live.
+    let chain = [l(0, 1, 2), l(1, 2, 1), l(2, 3, 2), l(0, 0, 1), l(3, 3, 1)];
+    check_instance(&chain);
+    // Overflowing sums are infeasible at any capacity.
+    assert_eq!(exact(&[l(0, 1, u64::MAX), l(1, 2, 1)], u64::MAX, far()), ExactResult::Infeasible);
+    assert_eq!(exact(&[l(0, 1, u64::MAX), l(2, 3, u64::MAX)], u64::MAX, far()), ExactResult::Found(vec![0, 0]));
+    // Reversed bounds are read as the same interval.
+    assert!(matches!(exact(&[l(3, 0, 2), l(1, 1, 2)], 4, far()), ExactResult::Found(_)));
+    // An expired deadline times out on anything that needs a search, but never panics.
+    let mut rng = Rng(3);
+    let big = random_instance(&mut rng, 60, 20, 50, false);
+    let lower = lower_bound(&big).unwrap();
+    let r = exact(&big, lower, Instant::now());
+    assert!(r == ExactResult::TimedOut || matches!(r, ExactResult::Found(_)) || r == ExactResult::Infeasible);
+}
+
+#[test]
+fn solve_with_the_exact_solver() {
+    let intervals = [l(0, 1, 2), l(1, 2, 1), l(2, 3, 2), l(0, 0, 1), l(3, 3, 1), l(0, 3, 3)];
+    let optimum = brute_optimum(&intervals);
+    let options = SolveOptions { solver: Solver::Exact, capacity: None, time_limit: Duration::from_secs(10) };
+    let solution = solve(&intervals, &options).unwrap();
+    assert_eq!(solution.arena, optimum);
+    assert!(solution.proved_optimal);
+    assert!(valid(&intervals, &solution.offsets, solution.arena));
+    let within = SolveOptions { capacity: Some(optimum), ..options };
+    assert!(valid(&intervals, &solve(&intervals, &within).unwrap().offsets, optimum));
+    let below = SolveOptions { capacity: Some(optimum - 1), ..options };
+    match solve(&intervals, &below) {
+        Err(SolveError::OverCapacity { proved_infeasible, best, .. }) => {
+            assert!(proved_infeasible);
+            assert!(best.is_some());
+        }
+        other => panic!("expected OverCapacity, got {other:?}"),
+    }
+}
+
+#[test]
+fn agrees_with_brute_force_where_the_lower_bound_is_unreachable() {
+    let mut rng = Rng(0xDEAD_BEEF);
+    let (mut gaps, mut count) = (0, 0);
+    while gaps < 200 {
+        let mut intervals = filled_instance(&mut rng, 3 + count % 4, 5, 3, 3);
+        count += 1;
+        // Some with a zero-size buffer.
+        if count % 3 == 0 {
+            intervals.insert(count % intervals.len(), l(1, 3, 0));
+        }
+
+        let optimum = brute_optimum_by_offsets(&intervals);
+        check_against(&intervals, optimum);
+        if optimum > lower_bound(&intervals).unwrap() {
+            gaps += 1;
+        }
+    }
+    println!("{count} instances, {gaps} above the lower bound");
+}
