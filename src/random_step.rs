@@ -199,17 +199,7 @@ struct Gen {
 
 /// The attributes of `kind`'s row in row order: `given` ones, defaults for the rest.
 fn attrs(kind: OpKind, given: &[(&'static str, Attr)]) -> Attrs {
-    Attrs(
-        kind.def()
-            .attrs
-            .iter()
-            .map(|spec| {
-                let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
-                let value = value.or(spec.default.map(|d| d.to_attr()));
-                (spec.name, value.unwrap_or_else(|| panic!("random_step must give {kind}'s {}", spec.name)))
-            })
-            .collect(),
-    )
+    Attrs::for_op(kind, given).unwrap_or_else(|e| panic!("random_step: {e}"))
 }
 
 fn ints(v: &[u64]) -> Attr {

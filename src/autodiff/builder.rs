@@ -147,21 +147,7 @@ impl Builder {
 
     /// `kind`'s attributes: the `given` ones, the row's defaults for the rest.
     pub fn attrs(kind: OpKind, given: &[(&'static str, Attr)]) -> Result<Attrs, String> {
-        let row = kind.def();
-        if let Some((name, _)) = given.iter().find(|(n, _)| !row.attrs.iter().any(|s| s.name == *n)) {
-            return Err(format!("{kind} has no attribute {name}"));
-        }
-        row.attrs
-            .iter()
-            .map(|spec| {
-                let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
-                match value.or(spec.default.map(|d| d.to_attr())) {
-                    Some(value) => Ok((spec.name, value)),
-                    None => Err(format!("{kind} needs attribute {}", spec.name)),
-                }
-            })
-            .collect::<Result<_, _>>()
-            .map(Attrs)
+        Attrs::for_op(kind, given)
     }
 
     /// Appends `kind(inputs, attrs)` with outputs named `names` (taken as they are: callers

@@ -247,21 +247,11 @@ fn pair(attrs: &Attrs, name: &str) -> [usize; 2] {
 #[cfg(test)]
 mod test_util {
     use super::*;
-    use crate::ir::ops::{Attr, AttrDefault};
+    use crate::ir::ops::Attr;
 
     /// `kind`'s attributes: the `given` ones, defaults for the rest.
     pub fn attrs(kind: OpKind, given: &[(&str, Attr)]) -> Attrs {
-        Attrs(
-            kind.def()
-                .attrs
-                .iter()
-                .map(|spec| {
-                    let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
-                    let value = value.or(spec.default.map(AttrDefault::to_attr));
-                    (spec.name, value.unwrap_or_else(|| panic!("test must give {kind}'s {}", spec.name)))
-                })
-                .collect(),
-        )
+        Attrs::for_op(kind, given).unwrap_or_else(|e| panic!("test attributes: {e}"))
     }
 
     /// Runs `kind` on f32-typed inputs (i64 for ids and labels); output types come from the

@@ -216,6 +216,26 @@ impl Attrs {
         kind.def().attrs.iter().map(|spec| Some((spec.name, spec.default?.to_attr()))).collect::<Option<_>>().map(Attrs)
     }
 
+    /// `kind`'s attributes in row order: the `given` ones, defaults for the rest; an error
+    /// names an attribute the row lacks or a required one not given.
+    pub fn for_op(kind: OpKind, given: &[(&str, Attr)]) -> Result<Attrs, String> {
+        let row = kind.def();
+        if let Some((name, _)) = given.iter().find(|(n, _)| !row.attrs.iter().any(|s| s.name == *n)) {
+            return Err(format!("{kind} has no attribute {name}"));
+        }
+        row.attrs
+            .iter()
+            .map(|spec| {
+                let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
+                match value.or(spec.default.map(AttrDefault::to_attr)) {
+                    Some(value) => Ok((spec.name, value)),
+                    None => Err(format!("{kind} needs attribute {}", spec.name)),
+                }
+            })
+            .collect::<Result<_, _>>()
+            .map(Attrs)
+    }
+
     /// Sets `name` (which must be an attribute of the row these attrs were made for).
     pub fn with(mut self, name: &'static str, value: Attr) -> Attrs {
         match self.0.iter_mut().find(|(n, _)| *n == name) {

@@ -13,20 +13,7 @@ fn ty(s: &str) -> TensorType {
 
 /// The row's attributes: `given` ones, defaults for the rest.
 fn attrs_for(kind: OpKind, given: &[(&str, Attr)]) -> Attrs {
-    for (name, _) in given {
-        assert!(kind.def().attrs.iter().any(|s| s.name == *name), "{kind} has no attribute {name}");
-    }
-    Attrs(
-        kind.def()
-            .attrs
-            .iter()
-            .map(|spec| {
-                let value = given.iter().find(|(n, _)| *n == spec.name).map(|(_, a)| a.clone());
-                let value = value.or(spec.default.map(AttrDefault::to_attr));
-                (spec.name, value.unwrap_or_else(|| panic!("test must give {kind}'s {}", spec.name)))
-            })
-            .collect(),
-    )
+    Attrs::for_op(kind, given).unwrap_or_else(|e| panic!("test attributes: {e}"))
 }
 
 fn infer(kind: OpKind, inputs: &[&str], given: &[(&str, Attr)]) -> Result<Vec<String>, String> {
