@@ -1,0 +1,450 @@
+//! The op families the generator draws from: elementwise chains, broadcasting, attention,
+//! matmuls, reductions, views, casts, constants, normalisation, conv blocks, embeddings.
+//! Each builds a few valid ops from values in the pool (or new arguments).
+
+use super::*;
+
+impl Gen {
+    pub(super) fn scalar_op(&mut self, x: usize) -> Option<usize> {
+        let kind = if self.chance(0.5) { OpKind::AddScalar } else { OpKind::MulScalar };
+        let value = self.choose(&[0.5, 2.0, -1.0, 0.1, 3.0, -0.25]);
+        self.emit(kind, &[x], &[("value", Attr::Float(value))])
+    }
+
+    /// A second operand for `a` in a binary op of dtype `dtype`.
+    pub(super) fn operand_for(&mut self, a: usize) -> usize {
+        let ty = self.ty(a).clone();
+        let same = |g: &Gen, v: usize| g.ty(v) == &ty;
+        let found = match self.below(6) {
+            0 | 1 => self.pick(same),
+            2 if ty.rank() >= 1 && ty.dtype.is_float() => {
+                // A bias along the last dimension.
+                let bias = TensorType::new(ty.dtype, vec![*ty.dims().last().unwrap()]);
+                Some(self.param(bias))
+            }
+            3 => self.pick(|g, v| {
+                let t = g.ty(v);
+                v != a
+                    && t.dtype == ty.dtype
+                    && broadcast(&ty.shape, &t.shape).is_ok_and(|s| s.numel().is_some_and(|n| n <= MAX_OUT))
+            }),
+            4 => {
+                let other = self.pick(|g, v| g.ty(v).shape == ty.shape && g.ty(v).dtype != ty.dtype);
+                other.and_then(|o| self.cast_to(o, ty.dtype))
+            }
+            _ => {
+                let value = self.choose(&[1.0, 2.0, 0.5, -3.0]);
+                let dims = if self.chance(0.5) { vec![] } else { vec![1; ty.rank()] };
+                self.emit(OpKind::Fill, &[], &[("shape", ints(&dims)), ("dtype", Attr::DType(ty.dtype)), ("value", Attr::Float(value))])
+            }
+        };
+        found.unwrap_or_else(|| self.new_input(ty))
+    }
+
+    pub(super) fn binary(&mut self) {
+        // Mostly floats; sometimes integers (from casts), never bool.
+        let a = if self.chance(0.1)
+            && let Some(v) = self.pick(|g, v| matches!(g.ty(v).dtype, DType::I32 | DType::I64))
+        {
+            v
+        } else {
+            self.float_value(0, 4)
+        };
+        let float = self.ty(a).dtype.is_float();
+        let kinds: &[OpKind] =
+            if float { &[OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div] } else { &[OpKind::Add, OpKind::Sub, OpKind::Mul] };
+        let kind = self.choose(kinds);
+        let mut b = self.operand_for(a);
+        if kind == OpKind::Div {
+            // Divide by b² + 1, never by zero.
+            let Some(sq) = self.emit(OpKind::Mul, &[b, b], &[]) else { return };
+            let Some(d) = self.emit(OpKind::AddScalar, &[sq], &[("value", Attr::Float(1.0))]) else { return };
+            b = d;
+        }
+        let (x, y) = if kind != OpKind::Div && self.chance(0.3) { (b, a) } else { (a, b) };
+        self.emit(kind, &[x, y], &[]);
+    }
+
+    /// A chain of elementwise ops on one value: each result dies at the next op.
+    pub(super) fn chain(&mut self) {
+        let mut x = self.float_value(0, 4);
+        for _ in 0..2 + self.below(3) {
+            let next = match self.below(6) {
+                0 => self.emit(OpKind::Relu, &[x], &[]),
+                1 => self.emit(OpKind::Gelu, &[x], &[]),
+                2 => self.emit(OpKind::Mul, &[x, x], &[]),
+                3 => {
+                    let ty = self.ty(x).clone();
+                    let other = self.new_input(ty);
+                    self.emit(OpKind::Add, &[x, other], &[])
+                }
+                _ => self.scalar_op(x),
+            };
+            match next {
+                Some(v) => x = v,
+                None => return,
+            }
+        }
+    }
+
+    pub(super) fn softmax(&mut self, x: usize) -> Option<usize> {
+        let rank = self.ty(x).rank() as i64;
+        let axis = self.below(2 * rank as usize) as i64 - rank;
+        self.emit_recorded(OpKind::Softmax, &[x], &[("axis", Attr::Int(axis))])
+    }
+
+    /// A value of `v`'s type from the pool (not `v` itself half the time), or a new input.
+    pub(super) fn same_type(&mut self, v: usize) -> usize {
+        let ty = self.ty(v).clone();
+        if self.chance(0.5)
+            && let Some(o) = self.pick(|g, o| o != v && g.ty(o) == &ty)
+        {
+            return o;
+        }
+        if self.chance(0.3) { v } else { self.new_input(ty) }
+    }
+
+    /// softmax(causal_mask(q @ kᵀ · s)) @ v, with batch dims.
+    pub(super) fn attention(&mut self) {
+        let q = if self.chance(0.5)
+            && let Some(q) = self.pick(|g, v| g.ty(v).dtype.is_float() && (2..=4).contains(&g.ty(v).rank()))
+        {
+            q
+        } else {
+            let batch = self.below(3);
+            let mut dims = self.shape(batch);
+            dims.extend([self.choose(&[2, 3, 4, 6, 8]), self.choose(&[2, 4, 8])]);
+            let dtype = self.float_dtype();
+            if numel(&TensorType::new(dtype, dims.clone())) > MAX_NUMEL {
+                return;
+            }
+            self.new_input(TensorType::new(dtype, dims))
+        };
+        let k = self.same_type(q);
+        let Some(scores) = self.emit(OpKind::Matmul, &[q, k], &[("transpose_b", Attr::Bool(true))]) else { return };
+        let Some(scaled) = self.emit(OpKind::MulScalar, &[scores], &[("value", Attr::Float(0.5))]) else { return };
+        let fill = self.choose(&[f64::NEG_INFINITY, -1e4, -100.0]);
+        let Some(masked) = self.emit(OpKind::CausalMask, &[scaled], &[("value", Attr::Float(fill))]) else { return };
+        let Some(probs) = self.emit_recorded(OpKind::Softmax, &[masked], &[]) else { return };
+        let v = self.same_type(q);
+        self.emit(OpKind::Matmul, &[probs, v], &[]);
+        if self.chance(0.3) {
+            self.backward_chain(self.records.len() - 1);
+        }
+    }
+
+    pub(super) fn matmul(&mut self) {
+        let a = self.float_value(2, 4);
+        let ta = self.chance(0.3);
+        let dims = self.ty(a).dims().to_vec();
+        let dtype = self.ty(a).dtype;
+        let (r, c) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+        let k = if ta { r } else { c };
+        let tb = self.chance(0.3);
+        let n = self.choose(&DIMS[1..]);
+        let weight = TensorType::new(dtype, if tb { vec![n, k] } else { vec![k, n] });
+        if numel(&weight) > MAX_NUMEL {
+            return;
+        }
+        let b = match self.below(10) {
+            0..=4 => self.param(weight),
+            5..=7 => {
+                let found = self.pick(|g, v| {
+                    let t = g.ty(v);
+                    let attrs = attrs(OpKind::Matmul, &[("transpose_a", Attr::Bool(ta)), ("transpose_b", Attr::Bool(tb))]);
+                    (OpKind::Matmul.def().infer)(&[g.ty(a), t], &attrs).is_ok_and(|o| numel(&o[0]) <= MAX_OUT)
+                });
+                match found {
+                    Some(b) => b,
+                    None => self.param(weight),
+                }
+            }
+            _ => {
+                // A batched operand with a's batch dims, if it stays small.
+                let mut bdims = dims[..dims.len() - 2].to_vec();
+                bdims.extend(if tb { [n, k] } else { [k, n] });
+                let ty = TensorType::new(dtype, bdims);
+                if numel(&ty) <= MAX_NUMEL { self.new_input(ty) } else { self.param(weight) }
+            }
+        };
+        self.emit(OpKind::Matmul, &[a, b], &[("transpose_a", Attr::Bool(ta)), ("transpose_b", Attr::Bool(tb))]);
+    }
+
+    /// act(x @ W + b).
+    pub(super) fn linear(&mut self) {
+        let x = self.float_value(2, 3);
+        let dtype = self.ty(x).dtype;
+        let k = *self.ty(x).dims().last().unwrap();
+        let n = self.choose(&DIMS[1..]);
+        let tb = self.chance(0.3);
+        let weight = TensorType::new(dtype, if tb { vec![n, k] } else { vec![k, n] });
+        if numel(&weight) > MAX_NUMEL {
+            return;
+        }
+        let w = self.param(weight);
+        let Some(h) = self.emit(OpKind::Matmul, &[x, w], &[("transpose_b", Attr::Bool(tb))]) else { return };
+        let b = self.param(TensorType::new(dtype, vec![n]));
+        let Some(h2) = self.emit(OpKind::Add, &[h, b], &[]) else { return };
+        match self.below(3) {
+            0 => self.emit_recorded(OpKind::Relu, &[h2], &[]),
+            1 => self.emit_recorded(OpKind::Gelu, &[h2], &[]),
+            _ => None,
+        };
+    }
+
+    pub(super) fn reduce(&mut self) {
+        let Some(x) = self.pick(|g, v| g.ty(v).rank() >= 1 && g.ty(v).dtype != DType::Bool) else { return };
+        let t = self.ty(x).clone();
+        let kind = if t.dtype.is_float() && self.chance(0.5) { OpKind::Mean } else { OpKind::Sum };
+        let rank = t.rank();
+        let mut axes: Vec<i64> = (0..rank as i64).filter(|_| self.chance(0.5)).collect();
+        if axes.is_empty() {
+            axes.push(self.below(rank) as i64);
+        }
+        if self.chance(0.3) {
+            axes = axes.iter().map(|&a| a - rank as i64).collect();
+        }
+        if self.chance(0.3) {
+            axes.reverse();
+        }
+        let keepdim = self.chance(0.4);
+        self.emit(kind, &[x], &[("axes", Attr::Ints(axes)), ("keepdim", Attr::Bool(keepdim))]);
+    }
+
+    /// A random shape with `n` elements.
+    pub(super) fn factor_shape(&mut self, n: u64) -> Vec<u64> {
+        let mut factors = Vec::new();
+        let mut m = n;
+        let mut p = 2;
+        while m > 1 {
+            while m.is_multiple_of(p) {
+                factors.push(p);
+                m /= p;
+            }
+            p += 1;
+        }
+        let rank = 1 + self.below(4);
+        let mut dims = vec![1u64; rank];
+        for f in factors {
+            let i = self.below(rank);
+            dims[i] *= f;
+        }
+        dims
+    }
+
+    pub(super) fn view(&mut self) {
+        match self.below(5) {
+            0 | 1 => {
+                // reshape; of a non-contiguous view only through contiguous.
+                let Some(x) = self.pick(|g, v| numel(g.ty(v)) <= MAX_OUT) else { return };
+                let Some(x) = self.dense_of(x) else { return };
+                let shape = self.factor_shape(numel(self.ty(x)));
+                self.emit(OpKind::Reshape, &[x], &[("shape", ints(&shape))]);
+            }
+            2 => {
+                let Some(x) = self.pick(|g, v| g.ty(v).rank() >= 2) else { return };
+                let rank = self.ty(x).rank();
+                let mut perm: Vec<i64> = (0..rank as i64).collect();
+                for i in (1..rank).rev() {
+                    let j = self.below(i + 1);
+                    perm.swap(i, j);
+                }
+                let Some(t) = self.emit(OpKind::Transpose, &[x], &[("perm", Attr::Ints(perm))]) else { return };
+                if self.chance(0.4) {
+                    // Reshape the transposed value: needs a dense copy first.
+                    let Some(c) = self.dense_of(t) else { return };
+                    let shape = self.factor_shape(numel(self.ty(c)));
+                    self.emit(OpKind::Reshape, &[c], &[("shape", ints(&shape))]);
+                }
+            }
+            3 => {
+                let Some(x) = self.pick(|g, v| numel(g.ty(v)) <= MAX_OUT / 4) else { return };
+                let mut shape: Vec<u64> = self.ty(x).dims().to_vec();
+                for d in shape.iter_mut() {
+                    if *d == 1 && self.chance(0.7) {
+                        *d = 2 + self.below(3) as u64;
+                    }
+                }
+                for _ in 0..self.below(3) {
+                    shape.insert(0, 1 + self.below(3) as u64);
+                }
+                self.emit(OpKind::Expand, &[x], &[("shape", ints(&shape))]);
+            }
+            _ => {
+                let x = match self.pick(|g, v| !g.dense[v]) {
+                    Some(x) => x,
+                    None => match self.pick(|_, _| true) {
+                        Some(x) => x,
+                        None => return,
+                    },
+                };
+                self.emit(OpKind::Contiguous, &[x], &[]);
+            }
+        }
+    }
+
+    pub(super) fn cast(&mut self) {
+        // Back to a float from an integer or bool, sometimes.
+        if self.chance(0.3)
+            && let Some(x) = self.pick(|g, v| !g.ty(v).dtype.is_float())
+        {
+            let to = self.float_dtype();
+            self.emit(OpKind::Cast, &[x], &[("to", Attr::DType(to))]);
+            return;
+        }
+        let x = self.float_value(0, 4);
+        let from = self.ty(x).dtype;
+        let to = if self.chance(0.15) {
+            self.choose(&[DType::I32, DType::I64, DType::Bool])
+        } else {
+            let others: Vec<DType> = [DType::F32, DType::F16, DType::Bf16].into_iter().filter(|&d| d != from).collect();
+            self.choose(&others)
+        };
+        self.emit(OpKind::Cast, &[x], &[("to", Attr::DType(to))]);
+    }
+
+    pub(super) fn fill(&mut self) {
+        let shape = match self.pick(|_, _| true) {
+            Some(v) if self.chance(0.5) => self.ty(v).dims().to_vec(),
+            _ => {
+                let rank = self.below(4);
+                self.shape(rank)
+            }
+        };
+        let (dtype, value) = match self.below(10) {
+            0 => (DType::I32, self.choose(&[0.0, 3.0, -2.0])),
+            1 => (DType::Bool, self.choose(&[0.0, 1.0])),
+            _ => (self.float_dtype(), self.choose(&[0.0, 1.0, 0.5, -2.0, 0.015625])),
+        };
+        self.emit(OpKind::Fill, &[], &[("shape", ints(&shape)), ("dtype", Attr::DType(dtype)), ("value", Attr::Float(value))]);
+    }
+
+    pub(super) fn eps(&mut self) -> Vec<(&'static str, Attr)> {
+        if self.chance(0.3) { vec![("eps", Attr::Float(1e-6))] } else { vec![] }
+    }
+
+    pub(super) fn layer_norm(&mut self, x: usize) -> Option<usize> {
+        let t = self.ty(x).clone();
+        let p = TensorType::new(t.dtype, vec![*t.dims().last()?]);
+        let gamma = self.param(p.clone());
+        let beta = self.param(p);
+        let eps = self.eps();
+        self.emit_recorded(OpKind::LayerNorm, &[x, gamma, beta], &eps)
+    }
+
+    pub(super) fn batch_norm(&mut self, x: usize) -> Option<usize> {
+        let t = self.ty(x).clone();
+        let p = TensorType::new(t.dtype, vec![*t.dims().get(1)?]);
+        let gamma = self.param(p.clone());
+        let beta = self.param(p);
+        let eps = self.eps();
+        self.emit_recorded(OpKind::BatchNorm, &[x, gamma, beta], &eps)
+    }
+
+    /// A small float [N,C,H,W] value: from the pool or a new input.
+    pub(super) fn nchw(&mut self) -> usize {
+        if self.chance(0.5)
+            && let Some(x) = self.pick(|g, v| {
+                let t = g.ty(v);
+                t.dtype.is_float() && t.rank() == 4 && t.dims()[2] >= 2 && t.dims()[3] >= 2
+            })
+        {
+            return x;
+        }
+        let dims = vec![1 + self.below(2) as u64, 1 + self.below(3) as u64, 3 + self.below(4) as u64, 3 + self.below(4) as u64];
+        let dtype = self.float_dtype();
+        self.new_input(TensorType::new(dtype, dims))
+    }
+
+    /// conv2d, then maybe batch_norm, relu, max_pool2d.
+    pub(super) fn conv_block(&mut self) {
+        let x = self.nchw();
+        let t = self.ty(x).clone();
+        let (c, h, w) = (t.dims()[1], t.dims()[2], t.dims()[3]);
+        let k = 1 + self.below(4) as u64;
+        let r = (1 + self.below(3) as u64).min(h);
+        let s = (1 + self.below(3) as u64).min(w);
+        let weight = TensorType::new(t.dtype, vec![k, c, r, s]);
+        if numel(&weight) > MAX_NUMEL {
+            return;
+        }
+        let weight = self.param(weight);
+        let first_record = self.records.len();
+        let stride = [1 + self.below(2) as u64, 1 + self.below(2) as u64];
+        let padding = [self.below(2) as u64, self.below(2) as u64];
+        let Some(mut y) = self.emit_recorded(OpKind::Conv2d, &[x, weight], &[("stride", ints(&stride)), ("padding", ints(&padding))])
+        else {
+            return;
+        };
+        if self.chance(0.5)
+            && let Some(b) = self.batch_norm(y)
+        {
+            y = b;
+        }
+        if self.chance(0.6)
+            && let Some(r) = self.emit_recorded(OpKind::Relu, &[y], &[])
+        {
+            y = r;
+        }
+        if self.chance(0.4) {
+            self.pool_op(y);
+        }
+        if self.chance(0.4) {
+            self.backward_chain(first_record);
+        }
+    }
+
+    /// The backward ops of the records from `first` on, last first (as backprop runs).
+    pub(super) fn backward_chain(&mut self, first: usize) {
+        for i in (first..self.records.len()).rev() {
+            if self.record_usable(i) {
+                self.backward_of(i);
+            }
+        }
+    }
+
+    pub(super) fn pool_op(&mut self, x: usize) -> Option<usize> {
+        let kernel = [1 + self.below(3) as u64, 1 + self.below(3) as u64];
+        let stride = [1 + self.below(2) as u64, 1 + self.below(2) as u64];
+        let padding = [self.below(kernel[0] as usize / 2 + 1) as u64, self.below(kernel[1] as usize / 2 + 1) as u64];
+        self.emit_recorded(
+            OpKind::MaxPool2d,
+            &[x],
+            &[("kernel", ints(&kernel)), ("stride", ints(&stride)), ("padding", ints(&padding))],
+        )
+    }
+
+    pub(super) fn index_dtype(&mut self) -> DType {
+        if self.chance(0.5) { DType::I32 } else { DType::I64 }
+    }
+
+    pub(super) fn embedding(&mut self) {
+        let table = match self.pick(|g, v| {
+            let t = g.ty(v);
+            g.vals[v].def == Def::Arg(Role::Param) && t.rank() == 2 && t.dtype.is_float() && t.dims()[0] >= 1
+        }) {
+            Some(t) if self.chance(0.3) => t,
+            _ => {
+                let dims = vec![4 + self.below(7) as u64, self.choose(&[2, 4, 8])];
+                let dtype = self.float_dtype();
+                self.new_param(TensorType::new(dtype, dims))
+            }
+        };
+        let vocab = self.ty(table).dims()[0];
+        let reuse = self.ids.get(&vocab).cloned().unwrap_or_default();
+        let ids = if !reuse.is_empty() && self.chance(0.4) {
+            self.choose(&reuse)
+        } else {
+            let mut dims = vec![1 + self.below(4) as u64];
+            if self.chance(0.5) {
+                dims.push(2 + self.below(4) as u64);
+            }
+            let dtype = self.index_dtype();
+            let name = self.name("ids");
+            self.arg(name, TensorType::new(dtype, dims), Role::Input)
+        };
+        if self.emit_recorded(OpKind::Embedding, &[table, ids], &[]).is_some() && !reuse.contains(&ids) {
+            self.ids.entry(vocab).or_default().push(ids);
+        }
+    }
+}
