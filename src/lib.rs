@@ -22,6 +22,7 @@ pub mod ir;
 pub mod passes;
 pub mod plan;
 pub mod random_step;
+pub mod remat;
 pub mod report;
 
 pub use autodiff::{AutodiffError, expand};
