@@ -57,7 +57,7 @@ const NONE: u32 = u32::MAX;
 const PREORDERS: [[Key; 3]; 3] =
     [[Key::Width, Key::Area, Key::Total], [Key::Total, Key::Area, Key::Width], [Key::Total, Key::Width, Key::Area]];
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Key {
     /// Lifetime in time steps.
     Width,
@@ -89,6 +89,9 @@ pub fn exact(intervals: &[Live], capacity: u64, deadline: Instant) -> ExactResul
     let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
     loop {
         for (k, keys) in PREORDERS.iter().enumerate() {
+            if let Some(only) = std::env::var("EXACT_ONLY").ok().and_then(|v| v.parse::<usize>().ok()) {
+                if only != k { continue; }
+            }
             let instance = instances[k].get_or_insert_with(|| Instance::new(&base, keys));
             let mut search = Search::new(instance, capacity, deadline, limit);
             let outcome = search.run();
@@ -252,6 +255,9 @@ struct Instance {
     /// Buffers sorted by `lo`; `lo_start[s]` is the first position with `lo >= s`.
     by_lo: Vec<u32>,
     lo_start: Vec<usize>,
+    /// The order's keys, and each buffer's lifetime, for re-ranking parts.
+    keys: [Key; 3],
+    width: Vec<u64>,
 }
 
 impl Instance {
@@ -326,7 +332,23 @@ impl Instance {
                 fill[s] += 1;
             }
         }
-        Instance { orig, size, lo, hi, sections, twin_prev, nbr_start, nbrs, mem_start, members, by_lo, lo_start }
+        let width = perm.iter().map(|&k| base.width[k]).collect();
+        Instance {
+            orig,
+            size,
+            lo,
+            hi,
+            sections,
+            twin_prev,
+            nbr_start,
+            nbrs,
+            mem_start,
+            members,
+            by_lo,
+            lo_start,
+            keys: *keys,
+            width,
+        }
     }
 
     fn nbrs(&self, i: usize) -> &[u32] {
@@ -383,9 +405,12 @@ struct Undo {
     p: u32,
     trail_mark: usize,
     witness_mark: usize,
+    rank_mark: usize,
     agenda_len: usize,
     agenda_trail_mark: usize,
     agenda_changed: bool,
+    /// `p` had no unplaced neighbour: when its branch fails, the node fails.
+    hatless: bool,
 }
 
 struct Search<'a> {
@@ -406,6 +431,12 @@ struct Search<'a> {
     /// Old floors and witnesses, to undo.
     trail: Vec<(u32, u64)>,
     witness_trail: Vec<(u32, u32)>,
+    /// Rank of each buffer within its part (ties of equal offset go by rank), and old
+    /// ranks to undo.
+    rank: Vec<u32>,
+    rank_trail: Vec<(u32, u32)>,
+    /// Scratch for re-ranking.
+    scratch: Vec<(u128, u128, u128, u32)>,
     /// Parts still to solve; the last is the current one.
     agenda: Vec<Comp>,
     agenda_trail: Vec<Comp>,
@@ -414,6 +445,8 @@ struct Search<'a> {
     /// Scratch: prefix and suffix minima of the room over the current part's sections.
     pre: Vec<u64>,
     suf: Vec<u64>,
+    /// Scratch: how many candidates at the current offset cover each section (differences).
+    cover: Vec<i64>,
 }
 
 impl<'a> Search<'a> {
@@ -446,12 +479,16 @@ impl<'a> Search<'a> {
             cuts,
             trail: Vec::new(),
             witness_trail: Vec::new(),
+            rank: (0..n as u32).collect(),
+            rank_trail: Vec::new(),
+            scratch: Vec::new(),
             agenda: Vec::new(),
             agenda_trail: Vec::new(),
             frames: Vec::new(),
             cands: Vec::new(),
             pre: Vec::new(),
             suf: Vec::new(),
+            cover: Vec::new(),
         }
     }
 
@@ -468,6 +505,10 @@ impl<'a> Search<'a> {
         loop {
             let depth = self.frames.len() - 1;
             if let Some(undo) = self.frames[depth].child.take() {
+                if undo.hatless && std::env::var_os("EXACT_NOHAT").is_none() {
+                    let frame = &mut self.frames[depth];
+                    frame.cand_next = frame.cand_end;
+                }
                 self.undo(undo);
             }
             let frame = &mut self.frames[depth];
@@ -549,27 +590,58 @@ impl<'a> Search<'a> {
                     continue;
                 }
                 let f = self.floor[iu];
-                if f >= h || f < comp.min_off || (f == comp.min_off && i < comp.first_rank) {
+                if f >= h || f < comp.min_off || (f == comp.min_off && self.rank[iu] < comp.first_rank) {
                     continue;
                 }
                 let twin = inst.twin_prev[iu];
-                if twin != NONE && !self.placed[twin as usize] {
-                    continue;
-                }
-                // Once placed, f is the lowest offset left for every unplaced buffer of
-                // the part: each section must have room above it.
-                let (lo, hi) = (inst.lo[iu] as usize, inst.hi[iu] as usize);
-                if f > self.pre[lo - a] || f > self.suf[hi - a] {
-                    continue;
-                }
-                let need = f.saturating_sub(inst.size[iu]);
-                if self.sum[lo..hi].iter().any(|&sum| self.cap - sum < need) {
+                if twin != NONE && !self.placed[twin as usize] && std::env::var_os("EXACT_NOTWIN").is_none() {
                     continue;
                 }
                 self.cands.push(i);
             }
-            let floor = &self.floor;
-            self.cands[start..].sort_unstable_by_key(|&i| (floor[i as usize], i));
+            // A section whose unplaced buffers must exactly fill [min_off, capacity) is
+            // *full*: one of them goes at min_off, so it needs a candidate there (any other
+            // lands higher, leaving a gap).
+            let o = comp.min_off;
+            self.cover.clear();
+            self.cover.resize(b - a + 1, 0);
+            for &i in &self.cands[start..] {
+                if self.floor[i as usize] == o {
+                    self.cover[inst.lo[i as usize] as usize - a] += 1;
+                    self.cover[inst.hi[i as usize] as usize - a] -= 1;
+                }
+            }
+            let mut covered = 0i64;
+            for s in a..b {
+                covered += self.cover[s - a];
+                if covered == 0 && self.cap - self.sum[s] == o {
+                    self.cands.truncate(start);
+                    break;
+                }
+            }
+            let (floor, rank) = (&self.floor, &self.rank);
+            self.cands[start..].sort_unstable_by_key(|&i| (floor[i as usize], rank[i as usize]));
+            // Drop the candidates that fail the section bound once placed: f becomes the
+            // lowest offset left for every unplaced buffer of the part, so each section
+            // needs room above it. A failing candidate with no unplaced neighbour ends the
+            // list (see `hatless`).
+            let mut kept = start;
+            for k in start..self.cands.len() {
+                let i = self.cands[k] as usize;
+                let f = self.floor[i];
+                let (lo, hi) = (inst.lo[i] as usize, inst.hi[i] as usize);
+                let need = f.saturating_sub(inst.size[i]);
+                let fits = f <= self.pre[lo - a]
+                    && f <= self.suf[hi - a]
+                    && self.sum[lo..hi].iter().all(|&sum| self.cap - sum >= need);
+                if fits {
+                    self.cands[kept] = i as u32;
+                    kept += 1;
+                } else if self.hatless(i) {
+                    break;
+                }
+            }
+            self.cands.truncate(kept);
         }
         let end = self.cands.len();
         self.frames.push(Frame { cand_start: start, cand_next: start, cand_end: end, root_of_comp, child: None });
@@ -583,9 +655,11 @@ impl<'a> Search<'a> {
             p: p as u32,
             trail_mark: self.trail.len(),
             witness_mark: self.witness_trail.len(),
+            rank_mark: self.rank_trail.len(),
             agenda_len: self.agenda.len(),
             agenda_trail_mark: self.agenda_trail.len(),
             agenda_changed: false,
+            hatless: true,
         };
         let Some(&comp) = self.agenda.last() else { return (undo, false, false) };
         let o = self.floor[p];
@@ -602,6 +676,7 @@ impl<'a> Search<'a> {
         }
         for &u in inst.nbrs(p) {
             let u = u as usize;
+            undo.hatless &= self.placed[u];
             if !self.placed[u] && self.floor[u] < e {
                 self.trail.push((u as u32, self.floor[u]));
                 self.floor[u] = e;
@@ -629,8 +704,11 @@ impl<'a> Search<'a> {
         self.agenda.pop();
         self.agenda_trail.push(comp);
         undo.agenda_changed = true;
-        let next = Comp { min_off: o, first_rank: p as u32 + 1, ..comp };
-        let cut_points: Vec<u32> = (lo + 1..hi).filter(|&b| self.cuts[b] == 0).map(|b| b as u32).collect();
+        let next = Comp { min_off: o, first_rank: self.rank[p] + 1, ..comp };
+        let mut cut_points: Vec<u32> = (lo + 1..hi).filter(|&b| self.cuts[b] == 0).map(|b| b as u32).collect();
+        if std::env::var_os("EXACT_NOSPLIT").is_some() {
+            cut_points.clear();
+        }
         if cut_points.is_empty() {
             if self.sum[comp.a as usize] > 0 {
                 self.agenda.push(next);
@@ -638,14 +716,56 @@ impl<'a> Search<'a> {
             }
             return (undo, true, true);
         }
+        // New parts start a new canonical order (ties by a new ranking) above `o`.
         let mut end = comp.b;
         for &a in cut_points.iter().rev().chain(std::iter::once(&comp.a)) {
             if self.sum[a as usize] > 0 {
-                self.agenda.push(Comp { a, b: end, split_depth: depth as u32, ..next });
+                let min_off = if std::env::var_os("EXACT_RESET").is_some() { 0 } else { o };
+                self.agenda.push(Comp { a, b: end, split_depth: depth as u32, min_off, first_rank: 0 });
+                if std::env::var_os("EXACT_NORERANK").is_none() {
+                    self.rerank(a as usize, end as usize);
+                }
             }
             end = a;
         }
         (undo, true, true)
+    }
+
+    /// Ranks the unplaced buffers of sections `a..b` by the order's keys, with each
+    /// buffer's section total taken over the unplaced buffers only.
+    fn rerank(&mut self, a: usize, b: usize) {
+        let inst = self.inst;
+        self.scratch.clear();
+        for &i in &inst.by_lo[inst.lo_start[a]..inst.lo_start[b]] {
+            let iu = i as usize;
+            if self.placed[iu] {
+                continue;
+            }
+            let total = self.sum[inst.lo[iu] as usize..inst.hi[iu] as usize].iter().copied().max().unwrap_or(0);
+            let width = inst.width[iu] as u128;
+            let key = |k: Key| match k {
+                Key::Width => width,
+                Key::Area => width * inst.size[iu] as u128,
+                Key::Total => total as u128,
+            };
+            let [k0, k1, k2] = inst.keys;
+            self.scratch.push((key(k0), key(k1), key(k2), i));
+        }
+        let orig = &inst.orig;
+        self.scratch.sort_unstable_by(|x, y| {
+            (y.0, y.1, y.2).cmp(&(x.0, x.1, x.2)).then(orig[x.3 as usize].cmp(&orig[y.3 as usize]))
+        });
+        for (r, &(_, _, _, i)) in self.scratch.iter().enumerate() {
+            self.rank_trail.push((i, self.rank[i as usize]));
+            self.rank[i as usize] = r as u32;
+        }
+    }
+
+    /// No unplaced buffer overlaps `i`: in every tight completion it sits at its floor, so
+    /// it comes before every later candidate of the node (they sort after it). If placing
+    /// it first fails, so do they.
+    fn hatless(&self, i: usize) -> bool {
+        self.inst.nbrs(i).iter().all(|&u| self.placed[u as usize])
     }
 
     /// Finds the unplaced member of section `s` with the lowest floor; false if even that
@@ -676,6 +796,11 @@ impl<'a> Search<'a> {
         while self.trail.len() > undo.trail_mark {
             if let Some((u, f)) = self.trail.pop() {
                 self.floor[u as usize] = f;
+            }
+        }
+        while self.rank_trail.len() > undo.rank_mark {
+            if let Some((i, r)) = self.rank_trail.pop() {
+                self.rank[i as usize] = r;
             }
         }
         while self.witness_trail.len() > undo.witness_mark {
