@@ -426,6 +426,8 @@ struct Search<'a> {
     sum: Vec<u64>,
     /// Per section: an unplaced member whose floor + the section's unplaced total fits.
     witness: Vec<u32>,
+    /// Per buffer: how many sections it witnesses.
+    watch: Vec<u32>,
     /// Per boundary `b` (between sections b-1 and b): unplaced buffers crossing it.
     cuts: Vec<u32>,
     /// Old floors and witnesses, to undo.
@@ -464,7 +466,11 @@ impl<'a> Search<'a> {
             }
         }
         // Every section has a member (its own end); all floors are 0 <= room.
-        let witness = (0..inst.sections).map(|s| inst.members(s).first().copied().unwrap_or(0)).collect();
+        let witness: Vec<u32> = (0..inst.sections).map(|s| inst.members(s).first().copied().unwrap_or(0)).collect();
+        let mut watch = vec![0u32; n.max(1)];
+        for &w in &witness {
+            watch[w as usize] += 1;
+        }
         Search {
             inst,
             cap,
@@ -476,6 +482,7 @@ impl<'a> Search<'a> {
             floor: vec![0; n],
             sum,
             witness,
+            watch,
             cuts,
             trail: Vec::new(),
             witness_trail: Vec::new(),
@@ -685,16 +692,36 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        // Witnesses: p is gone, raised buffers may no longer fit under their sections.
+        // Witnesses. In p's sections every unplaced buffer now lies at e or higher, so e
+        // must leave room for them; the raised buffers (floor e) can witness there.
+        let p32 = p as u32;
         for s in lo..hi {
-            if self.witness[s] == p as u32 && self.sum[s] > 0 && !self.rewitness(s) {
+            if self.sum[s] > 0 && e > self.cap - self.sum[s] {
                 return (undo, false, false);
             }
         }
         for k in undo.trail_mark..self.trail.len() {
             let u = self.trail[k].0;
             let (ulo, uhi) = (inst.lo[u as usize] as usize, inst.hi[u as usize] as usize);
-            for s in ulo..uhi {
+            for s in ulo.max(lo)..uhi.min(hi) {
+                if self.witness[s] == p32 {
+                    self.set_witness(s, u);
+                }
+            }
+        }
+        for s in lo..hi {
+            if self.witness[s] == p32 && self.sum[s] > 0 && !self.rewitness(s) {
+                return (undo, false, false);
+            }
+        }
+        // Outside p's sections, a raised witness may no longer fit.
+        for k in undo.trail_mark..self.trail.len() {
+            let u = self.trail[k].0;
+            if self.watch[u as usize] == 0 {
+                continue;
+            }
+            let (ulo, uhi) = (inst.lo[u as usize] as usize, inst.hi[u as usize] as usize);
+            for s in (ulo..lo.min(uhi)).chain(hi.max(ulo)..uhi) {
                 if self.witness[s] == u && e > self.cap - self.sum[s] && !self.rewitness(s) {
                     return (undo, false, false);
                 }
@@ -781,9 +808,16 @@ impl<'a> Search<'a> {
         if best.1 == NONE || best.0 > self.cap - self.sum[s] {
             return false;
         }
-        self.witness_trail.push((s as u32, self.witness[s]));
-        self.witness[s] = best.1;
+        self.set_witness(s, best.1);
         true
+    }
+
+    fn set_witness(&mut self, s: usize, u: u32) {
+        let old = self.witness[s];
+        self.witness_trail.push((s as u32, old));
+        self.watch[old as usize] -= 1;
+        self.watch[u as usize] += 1;
+        self.witness[s] = u;
     }
 
     fn undo(&mut self, undo: Undo) {
@@ -805,6 +839,8 @@ impl<'a> Search<'a> {
         }
         while self.witness_trail.len() > undo.witness_mark {
             if let Some((s, w)) = self.witness_trail.pop() {
+                self.watch[self.witness[s as usize] as usize] -= 1;
+                self.watch[w as usize] += 1;
                 self.witness[s as usize] = w;
             }
         }
