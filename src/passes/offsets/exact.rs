@@ -70,98 +70,140 @@ enum Key {
 /// Finds offsets for `intervals` within `capacity`, or proves there are none, by the
 /// deadline. Zero-size buffers go at offset 0.
 pub fn exact(intervals: &[Live], capacity: u64, deadline: Instant) -> ExactResult {
-    let Some(base) = Base::new(intervals) else {
-        return ExactResult::Infeasible; // some section's total overflows u64
-    };
-    if base.max_total > capacity {
-        return ExactResult::Infeasible;
-    }
-    if base.size.is_empty() {
-        return ExactResult::Found(vec![0; intervals.len()]);
-    }
-    if base.size.len() >= NONE as usize - 1 {
-        return ExactResult::TimedOut; // beyond u32 indices: too large to search
-    }
-    // Every tight offset is a sum of sizes, hence a multiple of their gcd.
-    let g = base.size.iter().fold(0u64, |g, &s| gcd(g, s));
-    let capacity = capacity - capacity % g.max(1);
-    let mut instances: Vec<Option<Instance>> = PREORDERS.iter().map(|_| None).collect();
-    let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
-    loop {
-        for (k, keys) in PREORDERS.iter().enumerate() {
-            if let Some(only) = std::env::var("EXACT_ONLY").ok().and_then(|v| v.parse::<usize>().ok()) {
-                if only != k { continue; }
-            }
-            let instance = instances[k].get_or_insert_with(|| Instance::new(&base, keys));
-            let mut search = Search::new(instance, capacity, deadline, limit);
-            let outcome = search.run();
-            if std::env::var_os("EXACT_DEBUG").is_some() {
-                eprintln!("  preorder {k} limit {limit} nodes {}", search.nodes);
-            }
-            match outcome {
-                Outcome::Found => {
-                    let mut offsets = vec![0u64; intervals.len()];
-                    for (i, &o) in search.off.iter().enumerate() {
-                        offsets[instance.orig[i]] = o;
-                    }
-                    return ExactResult::Found(offsets);
-                }
-                Outcome::Infeasible => return ExactResult::Infeasible,
-                Outcome::TimedOut => return ExactResult::TimedOut,
-                Outcome::NodeLimit => {}
-            }
-        }
-        limit = limit.saturating_mul(2);
-    }
+    Prepared::new(intervals).solve(capacity, deadline)
 }
 
 /// Tightens `start` (a valid placement of `intervals`) towards `lower_bound` until the
-/// deadline: bisection between the proved bound and the best arena, each probe an
-/// [`exact`] search with part of the remaining time. Sets `proved_optimal` when the best
-/// arena is shown minimal.
+/// deadline, and sets `proved_optimal` when the best arena is shown minimal.
+///
+/// Searches at one capacity take very different times (a slightly smaller capacity can
+/// be much easier), so this runs rounds of short [`exact`] probes: at the proved bound,
+/// just below the best arena, and at points spread between them, highest first. A probe
+/// that finds a placement or a proof starts a new round; a round with neither doubles the
+/// time each probe gets.
 pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, deadline: Instant) -> Solution {
     let mut best = start;
-    let mut proved = lower_bound; // no arena below this exists
-    let mut unknown = proved; // below this: proved or timed out
+    let mut prepared = Prepared::new(intervals);
+    // Tight placements only have arenas that are multiples of the sizes' gcd.
+    let g = prepared.granularity();
+    let mut proved = lower_bound.div_ceil(g).checked_mul(g).unwrap_or(lower_bound);
+    let mut budget = Duration::from_millis(10);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     loop {
         if best.arena <= proved {
             best.proved_optimal = true;
             return best;
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return best;
+        let top = (best.arena - 1) / g * g;
+        // The bound, just below the best, and random capacities between them, more of
+        // them near the top (where placements exist).
+        let mut caps = vec![proved, top];
+        for _ in 0..8 {
+            let u = rng.next_fraction();
+            let below = ((top - proved) as f64 * u * u) as u64;
+            caps.push((top - below.min(top - proved)) / g * g);
         }
-        let remaining = deadline - now;
-        let top = best.arena - 1;
-        let (capacity, budget) = if unknown > top {
-            (top, remaining)
-        } else if unknown == proved {
-            // First probe at the bound itself: often reachable, and cheap to refute.
-            (unknown, remaining / 4)
-        } else {
-            (unknown + (top - unknown) / 2, remaining / 3)
+        caps.retain(|&c| c >= proved && c <= top);
+        let mut progress = false;
+        for capacity in caps {
+            let now = Instant::now();
+            if now >= deadline {
+                return best;
+            }
+            // The bound gets more time: reaching it ends the search.
+            let share = if capacity == proved { budget.saturating_mul(4) } else { budget };
+            let probe_deadline = now.checked_add(share).map_or(deadline, |d| d.min(deadline));
+            match prepared.solve(capacity, probe_deadline) {
+                ExactResult::Found(offsets) => {
+                    if let Some(arena) = arena_of(intervals, &offsets).filter(|&a| a < best.arena) {
+                        best = Solution { offsets, arena, proved_optimal: false };
+                        progress = true;
+                        break;
+                    }
+                }
+                ExactResult::Infeasible => {
+                    proved = proved.max(capacity.saturating_add(g));
+                    progress = true;
+                    break;
+                }
+                ExactResult::TimedOut => {}
+            }
+        }
+        if !progress {
+            budget = budget.saturating_mul(2);
+        }
+    }
+}
+
+/// An instance prepared once for searches at any capacity.
+struct Prepared {
+    len: usize,
+    /// `None` when a section total overflows u64 (no capacity fits).
+    base: Option<Base>,
+    instances: Vec<Option<Instance>>,
+}
+
+impl Prepared {
+    fn new(intervals: &[Live]) -> Prepared {
+        Prepared { len: intervals.len(), base: Base::new(intervals), instances: PREORDERS.iter().map(|_| None).collect() }
+    }
+
+    /// The gcd of the sizes (at least 1): every tight offset is a multiple of it.
+    fn granularity(&self) -> u64 {
+        self.base.as_ref().map_or(1, |b| b.size.iter().fold(0u64, |g, &s| gcd(g, s))).max(1)
+    }
+
+    fn solve(&mut self, capacity: u64, deadline: Instant) -> ExactResult {
+        let g = self.granularity();
+        let Some(base) = &self.base else {
+            return ExactResult::Infeasible; // some section's total overflows u64
         };
-        let probe_deadline = now.checked_add(budget.max(Duration::from_millis(1))).unwrap_or(deadline).min(deadline);
-        match exact(intervals, capacity, probe_deadline) {
-            ExactResult::Found(offsets) => {
-                if let Some(arena) = arena_of(intervals, &offsets).filter(|&a| a < best.arena) {
-                    best = Solution { offsets, arena, proved_optimal: false };
-                } else {
-                    return best; // cannot happen: a found placement fits the capacity
-                }
-            }
-            ExactResult::Infeasible => {
-                proved = proved.max(capacity.saturating_add(1));
-                unknown = unknown.max(proved);
-            }
-            ExactResult::TimedOut => {
-                if unknown > top {
-                    return best;
-                }
-                unknown = capacity.saturating_add(1);
-            }
+        if base.max_total > capacity {
+            return ExactResult::Infeasible;
         }
+        if base.size.is_empty() {
+            return ExactResult::Found(vec![0; self.len]);
+        }
+        if base.size.len() >= NONE as usize - 1 {
+            return ExactResult::TimedOut; // beyond u32 indices: too large to search
+        }
+        let capacity = capacity - capacity % g;
+        let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
+        loop {
+            for (k, keys) in PREORDERS.iter().enumerate() {
+                if Instant::now() >= deadline {
+                    return ExactResult::TimedOut;
+                }
+                let instance = self.instances[k].get_or_insert_with(|| Instance::new(base, keys));
+                let mut search = Search::new(instance, capacity, deadline, limit);
+                match search.run() {
+                    Outcome::Found => {
+                        let mut offsets = vec![0u64; self.len];
+                        for (i, &o) in search.off.iter().enumerate() {
+                            offsets[instance.orig[i]] = o;
+                        }
+                        return ExactResult::Found(offsets);
+                    }
+                    Outcome::Infeasible => return ExactResult::Infeasible,
+                    Outcome::TimedOut => return ExactResult::TimedOut,
+                    Outcome::NodeLimit => {}
+                }
+            }
+            limit = limit.saturating_mul(2);
+        }
+    }
+}
+
+/// xorshift64*, for reproducible probe capacities.
+struct Rng(u64);
+
+impl Rng {
+    /// Uniform in [0, 1).
+    fn next_fraction(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -292,10 +334,8 @@ impl Instance {
 
         let mut by_lo: Vec<u32> = (0..n as u32).collect();
         by_lo.sort_by_key(|&i| (lo[i as usize], i));
-        let mut lo_start = vec![0usize; sections + 1];
-        for s in 0..=sections {
-            lo_start[s] = by_lo.partition_point(|&i| (lo[i as usize] as usize) < s);
-        }
+        let lo_start: Vec<usize> =
+            (0..=sections).map(|s| by_lo.partition_point(|&i| (lo[i as usize] as usize) < s)).collect();
 
         // Overlapping pairs: j after i in `by_lo` overlaps i iff lo[j] < hi[i].
         let mut degree = vec![0usize; n];
@@ -512,7 +552,7 @@ impl<'a> Search<'a> {
         loop {
             let depth = self.frames.len() - 1;
             if let Some(undo) = self.frames[depth].child.take() {
-                if undo.hatless && std::env::var_os("EXACT_NOHAT").is_none() {
+                if undo.hatless {
                     let frame = &mut self.frames[depth];
                     frame.cand_next = frame.cand_end;
                 }
@@ -532,7 +572,7 @@ impl<'a> Search<'a> {
                     if self.nodes > self.node_limit {
                         return Outcome::NodeLimit;
                     }
-                    if self.nodes % 1024 == 0 && Instant::now() >= self.deadline {
+                    if self.nodes.is_multiple_of(64) && Instant::now() >= self.deadline {
                         return Outcome::TimedOut;
                     }
                     self.open_frame(root);
@@ -601,7 +641,7 @@ impl<'a> Search<'a> {
                     continue;
                 }
                 let twin = inst.twin_prev[iu];
-                if twin != NONE && !self.placed[twin as usize] && std::env::var_os("EXACT_NOTWIN").is_none() {
+                if twin != NONE && !self.placed[twin as usize] {
                     continue;
                 }
                 self.cands.push(i);
@@ -732,10 +772,7 @@ impl<'a> Search<'a> {
         self.agenda_trail.push(comp);
         undo.agenda_changed = true;
         let next = Comp { min_off: o, first_rank: self.rank[p] + 1, ..comp };
-        let mut cut_points: Vec<u32> = (lo + 1..hi).filter(|&b| self.cuts[b] == 0).map(|b| b as u32).collect();
-        if std::env::var_os("EXACT_NOSPLIT").is_some() {
-            cut_points.clear();
-        }
+        let cut_points: Vec<u32> = (lo + 1..hi).filter(|&b| self.cuts[b] == 0).map(|b| b as u32).collect();
         if cut_points.is_empty() {
             if self.sum[comp.a as usize] > 0 {
                 self.agenda.push(next);
@@ -747,11 +784,8 @@ impl<'a> Search<'a> {
         let mut end = comp.b;
         for &a in cut_points.iter().rev().chain(std::iter::once(&comp.a)) {
             if self.sum[a as usize] > 0 {
-                let min_off = if std::env::var_os("EXACT_RESET").is_some() { 0 } else { o };
-                self.agenda.push(Comp { a, b: end, split_depth: depth as u32, min_off, first_rank: 0 });
-                if std::env::var_os("EXACT_NORERANK").is_none() {
-                    self.rerank(a as usize, end as usize);
-                }
+                self.agenda.push(Comp { a, b: end, split_depth: depth as u32, min_off: o, first_rank: 0 });
+                self.rerank(a as usize, end as usize);
             }
             end = a;
         }
