@@ -356,6 +356,10 @@ impl Instance {
                 fill[j as usize] += 1;
             }
         }
+        // Each list in order of `lo` (`place` relies on it).
+        for i in 0..n {
+            nbrs[nbr_start[i]..nbr_start[i + 1]].sort_unstable_by_key(|&j| (lo[j as usize], j));
+        }
 
         let mut count = vec![0usize; sections];
         for i in 0..n {
@@ -680,7 +684,7 @@ impl<'a> Search<'a> {
                 let need = f.saturating_sub(inst.size[i]);
                 let fits = f <= self.pre[lo - a]
                     && f <= self.suf[hi - a]
-                    && self.sum[lo..hi].iter().all(|&sum| self.cap - sum >= need);
+                    && (need <= self.pre[b - a] || self.sum[lo..hi].iter().all(|&sum| self.cap - sum >= need));
                 if fits {
                     self.cands[kept] = i as u32;
                     kept += 1;
@@ -740,13 +744,24 @@ impl<'a> Search<'a> {
                 return (undo, false, false);
             }
         }
-        for k in undo.trail_mark..self.trail.len() {
-            let u = self.trail[k].0;
-            let (ulo, uhi) = (inst.lo[u as usize] as usize, inst.hi[u as usize] as usize);
-            for s in ulo.max(lo)..uhi.min(hi) {
-                if self.witness[s] == p32 {
-                    self.set_witness(s, u);
+        // The raised buffers come in order of `lo` (neighbour lists are sorted): sweep p's
+        // sections keeping the one reaching furthest.
+        let (mut k, mut reach, mut latest) = (undo.trail_mark, (0usize, NONE), (0usize, NONE));
+        for s in lo..hi {
+            while k < self.trail.len() && inst.lo[self.trail[k].0 as usize] as usize <= s {
+                let u = self.trail[k].0;
+                let uhi = inst.hi[u as usize] as usize;
+                if uhi > reach.0 {
+                    reach = (uhi, u);
                 }
+                if uhi > s {
+                    latest = (uhi, u);
+                }
+                k += 1;
+            }
+            if self.witness[s] == p32 && reach.0 > s {
+                let w = if latest.0 > s { latest.1 } else { reach.1 };
+                self.set_witness(s, w);
             }
         }
         for s in lo..hi {
@@ -833,16 +848,17 @@ impl<'a> Search<'a> {
     /// one cannot hold the section's unplaced total below the capacity.
     fn rewitness(&mut self, s: usize) -> bool {
         let inst = self.inst;
-        let mut best = (u64::MAX, NONE);
+        let mut best = (u64::MAX, 0u32, NONE);
         for &u in inst.members(s) {
-            if !self.placed[u as usize] && self.floor[u as usize] < best.0 {
-                best = (self.floor[u as usize], u);
+            let key = (self.floor[u as usize], inst.nbrs(u as usize).len() as u32);
+            if !self.placed[u as usize] && key < (best.0, best.1) {
+                best = (key.0, key.1, u);
             }
         }
-        if best.1 == NONE || best.0 > self.cap - self.sum[s] {
+        if best.2 == NONE || best.0 > self.cap - self.sum[s] {
             return false;
         }
-        self.set_witness(s, best.1);
+        self.set_witness(s, best.2);
         true
     }
 
