@@ -147,7 +147,7 @@ fn filled_instance(rng: &mut Rng, n: usize, times: u64, sizes: u64, maxlen: u64)
             l(a, a + rng.below(maxlen + 1) as usize, 1 + rng.below(sizes))
         })
         .collect();
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         intervals.push(intervals[0]); // identical buffers
     }
     let lower = lower_bound(&intervals).unwrap();
@@ -304,4 +304,42 @@ fn agrees_with_brute_force_where_the_lower_bound_is_unreachable() {
         }
     }
     println!("{count} instances, {gaps} above the lower bound");
+}
+
+/// Cuts the rectangle time `t0..t1` × bytes `m0..m1` in two, again and again (bytes in
+/// units of 64): the pieces are buffers that fit exactly in the rectangle's height, with
+/// every time step full.
+fn tile(rng: &mut Rng, (t0, t1): (usize, usize), (m0, m1): (u64, u64), depth: u32, out: &mut Vec<Live>) {
+    let units = (m1 - m0) / 64;
+    if depth == 0 || (t1 - t0 < 2 && units < 2) || rng.below(8) == 0 {
+        out.push(l(t0, t1 - 1, m1 - m0));
+    } else if (rng.below(2) == 0 && t1 - t0 >= 2) || units < 2 {
+        let t = t0 + 1 + rng.below((t1 - t0 - 1) as u64) as usize;
+        tile(rng, (t0, t), (m0, m1), depth - 1, out);
+        tile(rng, (t, t1), (m0, m1), depth - 1, out);
+    } else {
+        let m = m0 + 64 * (1 + rng.below(units - 1));
+        tile(rng, (t0, t1), (m0, m), depth - 1, out);
+        tile(rng, (t0, t1), (m, m1), depth - 1, out);
+    }
+}
+
+#[test]
+fn finds_perfect_packings_of_tiled_rectangles() {
+    // Dozens of buffers, every time step exactly full: only a perfect packing fits, and
+    // the search must split into parts, re-rank them and backtrack across them.
+    let mut rng = Rng(2024);
+    let mut sizes = 0;
+    for k in 0..100 {
+        let mut intervals = Vec::new();
+        tile(&mut rng, (0, 32), (0, 64 * 40), 5 + k % 4, &mut intervals);
+        let lower = lower_bound(&intervals).unwrap();
+        assert_eq!(lower, 64 * 40);
+        match exact(&intervals, lower, far()) {
+            ExactResult::Found(offsets) => assert!(valid(&intervals, &offsets, lower), "{intervals:?}"),
+            other => panic!("{other:?} on {intervals:?}"),
+        }
+        sizes += intervals.len();
+    }
+    assert!(sizes > 100 * 20, "instances too small: {sizes} buffers in all");
 }
