@@ -53,8 +53,10 @@
 //! looks at all pairs. A hostile plan can have quadratically many overlapping pairs; each
 //! sweep lists at most [`MAX_PAIRS`] of them and then says that it stopped.
 
+mod offsets;
 mod violation;
 
+pub use offsets::check_offsets;
 pub use violation::{Need, Violation, Violations};
 
 use std::cmp::Reverse;

@@ -20,6 +20,7 @@ pub mod offsets;
 pub mod schedule;
 
 use std::fmt;
+use std::time::Duration;
 
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
@@ -63,13 +64,21 @@ pub struct PlanOptions {
     /// Offset alignment in bytes (a power of two).
     pub alignment: u64,
     pub solver: Solver,
+    /// How long the offset solver may search (`Solver::Auto` gives what the heuristics
+    /// leave to the exact solver).
+    pub time_limit: Duration,
     /// Stop after this pass (`run` only; `plan` always runs every pass).
     pub stop_after: Option<Pass>,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { alignment: DEFAULT_ALIGNMENT, solver: Solver::default(), stop_after: None }
+        PlanOptions {
+            alignment: DEFAULT_ALIGNMENT,
+            solver: Solver::default(),
+            time_limit: Duration::from_millis(200),
+            stop_after: None,
+        }
     }
 }
 
@@ -181,7 +190,7 @@ fn assign_offsets(graph: &Graph, schedule: &[OpId], buffers: &Buffers, options: 
         .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, options.alignment)? }))
         .collect::<Option<Vec<_>>>()
         .ok_or(PlanError::ArenaOverflow)?;
-    let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
+    let solve_options = offsets::SolveOptions { solver: options.solver, capacity: None, time_limit: options.time_limit };
     let solution = offsets::solve(&intervals, &solve_options).map_err(|_| PlanError::ArenaOverflow)?;
     let (offsets, arena_bytes) = (solution.offsets, solution.arena);
     let lower_bound = offsets::lower_bound(&intervals).ok_or(PlanError::ArenaOverflow)?;

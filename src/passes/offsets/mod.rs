@@ -8,19 +8,32 @@
 //!
 //! Every solver returns a [`Solution`]; `proved_optimal` is set when the arena equals the
 //! lower bound or an exact search finished without finding a smaller arena.
+//!
+//! Heuristics (`greedy.rs`, `bestfit.rs`) share an index of busy bytes over time
+//! (`busy.rs`), so they never scan all pairs of buffers: 200000 buffers place in well under
+//! a second. [`Solver::Auto`] (the default) runs them all, keeps the smallest arena, and
+//! hands the remaining time to the exact solver at one marked call site ([`exact_step`]).
 
 pub mod bestfit;
+mod busy;
+pub mod greedy;
+pub mod synthetic;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::analysis::liveness::{Live, max_live};
 
 /// The offset solvers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum Solver {
-    /// Best-fit by decreasing size (XLA's heap simulator idea).
-    #[default]
+    /// Greedy by size with first fit (TVM/TFLite's family): `greedy.rs`.
+    Greedy,
+    /// Best-fit in XLA's two orders, keeping the better: `bestfit.rs`.
     BestFit,
+    /// Every heuristic, keeping the best; then, while the arena is above the lower bound,
+    /// the rest of the time limit goes to the exact solver (wired in at its merge).
+    #[default]
+    Auto,
 }
 
 /// What a solver is asked.
@@ -59,16 +72,87 @@ pub enum SolveError {
     OverCapacity { capacity: u64, best: Option<Solution>, proved_infeasible: bool },
 }
 
+/// One algorithm run inside [`solve_logged`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Method {
+    Greedy,
+    BestFitSpatial,
+    BestFitTemporal,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Greedy => "greedy (first fit by size)",
+            Method::BestFitSpatial => "best-fit (spatial order)",
+            Method::BestFitTemporal => "best-fit (temporal order)",
+        }
+    }
+}
+
+/// What one algorithm produced, and whether its offsets are the ones returned.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Attempt {
+    pub method: Method,
+    pub arena: u64,
+    pub elapsed: Duration,
+    pub chosen: bool,
+}
+
 /// Places `intervals` with the chosen solver.
 pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, SolveError> {
+    solve_logged(intervals, options, &mut Vec::new())
+}
+
+/// [`solve`], recording every algorithm it ran (in run order) in `log`.
+pub fn solve_logged(intervals: &[Live], options: &SolveOptions, log: &mut Vec<Attempt>) -> Result<Solution, SolveError> {
+    let started = Instant::now();
     let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
-    let offsets = match options.solver {
-        Solver::BestFit => bestfit::best_fit(intervals).ok_or(SolveError::Overflow)?,
+    let methods: &[Method] = match options.solver {
+        Solver::Greedy => &[Method::Greedy],
+        Solver::BestFit => &[Method::BestFitSpatial, Method::BestFitTemporal],
+        // Spatial first: on ties the earlier method wins, and spatial best-fit is what
+        // memplan used alone before, so plans only change where they get smaller.
+        Solver::Auto => &[Method::BestFitSpatial, Method::BestFitTemporal, Method::Greedy],
     };
-    let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
-    let solution = Solution { offsets, arena, proved_optimal: arena == lower };
+    let mut best: Option<(usize, Vec<u64>, u64)> = None; // (log index, offsets, arena)
+    let mut keep = |method: Method, offsets: Option<Vec<u64>>, elapsed: Duration| -> Result<bool, SolveError> {
+        let offsets = offsets.ok_or(SolveError::Overflow)?;
+        let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
+        log.push(Attempt { method, arena, elapsed, chosen: false });
+        if best.as_ref().is_none_or(|b| arena < b.2) {
+            best = Some((log.len() - 1, offsets, arena));
+        }
+        Ok(arena == lower)
+    };
+    if methods.len() > 1 && intervals.len() >= PARALLEL_FROM {
+        // Independent runs: one thread each (results are kept in method order, so the
+        // choice is the same as run one after the other).
+        for (method, (offsets, elapsed)) in methods.iter().zip(run_parallel(intervals, methods)) {
+            keep(*method, offsets, elapsed)?;
+        }
+    } else {
+        for &method in methods {
+            let (offsets, elapsed) = run_method(intervals, method);
+            if keep(method, offsets, elapsed)? {
+                break; // at the lower bound: nothing can beat it
+            }
+        }
+    }
+    let Some((chosen, offsets, arena)) = best else { return Err(SolveError::Overflow) };
+    if let Some(a) = log.get_mut(chosen) {
+        a.chosen = true;
+    }
+    let mut solution = Solution { offsets, arena, proved_optimal: arena == lower };
+    if options.solver == Solver::Auto {
+        let remaining = options.time_limit.saturating_sub(started.elapsed());
+        let wanted = options.capacity.map_or(lower, |c| c.max(lower));
+        if solution.arena > wanted && !remaining.is_zero() {
+            solution = exact_step(intervals, lower, solution, options.capacity, remaining);
+        }
+    }
     match options.capacity {
-        Some(capacity) if arena > capacity => Err(SolveError::OverCapacity {
+        Some(capacity) if solution.arena > capacity => Err(SolveError::OverCapacity {
             capacity,
             proved_infeasible: lower > capacity,
             best: Some(solution),
@@ -76,6 +160,48 @@ pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, Sol
         _ => Ok(solution),
     }
 }
+
+/// From this many buffers on, `solve` runs several heuristics on threads of their own.
+const PARALLEL_FROM: usize = 20_000;
+
+/// Runs one heuristic: its offsets (`None` on overflow) and how long it took.
+fn run_method(intervals: &[Live], method: Method) -> (Option<Vec<u64>>, Duration) {
+    let t = Instant::now();
+    let offsets = match method {
+        Method::Greedy => greedy::greedy_by_size(intervals),
+        Method::BestFitSpatial => bestfit::best_fit_in(intervals, bestfit::Order::Spatial),
+        Method::BestFitTemporal => bestfit::best_fit_in(intervals, bestfit::Order::Temporal),
+    };
+    (offsets, t.elapsed())
+}
+
+/// [`run_method`] for each of `methods` on its own scoped thread (in this thread when one
+/// cannot be started), results in method order.
+fn run_parallel(intervals: &[Live], methods: &[Method]) -> Vec<(Option<Vec<u64>>, Duration)> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = methods
+            .iter()
+            .map(|&method| std::thread::Builder::new().spawn_scoped(scope, move || run_method(intervals, method)).ok())
+            .collect();
+        handles
+            .into_iter()
+            .zip(methods)
+            .map(|(handle, &method)| handle.and_then(|h| h.join().ok()).unwrap_or_else(|| run_method(intervals, method)))
+            .collect()
+    })
+}
+
+// ─── EXACT STEP ───────────────────────────────────────────────────────────────────────
+/// The single place where `Solver::Auto` hands the rest of its time limit to the exact
+/// solver, starting from the best heuristic solution (`best`, above the lower bound or
+/// above `capacity`). The exact solver lives on another branch; until it is merged this
+/// returns `best` unchanged. At the merge, replace the body with the call, e.g.
+/// `exact::minimize(intervals, &SolveOptions { capacity, time_limit: remaining, .. }, best)`,
+/// keeping whichever solution is smaller and setting `proved_optimal` from its proof.
+fn exact_step(_intervals: &[Live], _lower: u64, best: Solution, _capacity: Option<u64>, _remaining: Duration) -> Solution {
+    best
+}
+// ──────────────────────────────────────────────────────────────────────────────────────
 
 /// max(offset + size) over the intervals, `None` on overflow.
 pub fn arena_of(intervals: &[Live], offsets: &[u64]) -> Option<u64> {
