@@ -4,11 +4,13 @@
 //!
 //! Sets: minimalloc's challenging suite at its capacity (1048576; arenas over it are marked
 //! "over") and minimising; idealloc's real lists minimising (with the file's own placement
-//! where it has one); the synthetic list (heuristics only). Every solution is checked with
+//! where it has one); two synthetic 200000-buffer lists (heuristics only): ten rounds of a
+//! 20000-buffer training step one after the other, and one 200000-buffer step whose live
+//! set grows with it (see `passes::offsets::synthetic`). Every solution is checked with
 //! the independent `check_offsets`; a violation aborts the run.
 //!
 //! Time per search-based run (auto, exact): `--quick` gives 100 ms, else
-//! `MEMPLAN_BENCH_LIMIT_MS` or 10 s. Heuristic timings are means over repeated runs (at
+//! `MEMPLAN_BENCH_LIMIT_MS` or 5 s. Heuristic timings are means over repeated runs (at
 //! least 200 ms in all, or one run).
 
 use std::path::{Path, PathBuf};
@@ -44,7 +46,7 @@ fn main() {
     let limit_ms = if quick {
         100
     } else {
-        std::env::var("MEMPLAN_BENCH_LIMIT_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000)
+        std::env::var("MEMPLAN_BENCH_LIMIT_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(5_000)
     };
     let limit = Duration::from_millis(limit_ms);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/data");
@@ -73,22 +75,22 @@ fn main() {
         .collect();
     table("idealloc, minimising", &idealloc, true);
 
-    let n = 200_000;
-    let intervals = synthetic::training_like(n, 1);
-    let listed: Vec<ListedBuffer> = intervals
-        .iter()
-        .enumerate()
-        .map(|(i, l)| ListedBuffer {
-            id: i.to_string(),
-            lower: l.first as u64,
-            upper: l.last as u64 + 1,
-            size: l.size,
-            offset: None,
-        })
-        .collect();
     let heuristics = [SOLVERS[0], SOLVERS[1], SOLVERS[2]];
-    let synthetic_row = row("training_like(200000, seed 1)", &listed, &heuristics, None, limit);
-    table("synthetic", &[synthetic_row], false);
+    let synthetic_rows: Vec<Row> = [
+        ("rounds(200000, 20000, seed 1)", synthetic::rounds(200_000, 20_000, 1)),
+        ("training_like(200000, seed 1)", synthetic::training_like(200_000, 1)),
+    ]
+    .into_iter()
+    .map(|(name, intervals)| {
+        let listed: Vec<ListedBuffer> = intervals
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ListedBuffer { id: i.to_string(), lower: l.first as u64, upper: l.last as u64 + 1, size: l.size, offset: None })
+            .collect();
+        row(name, &listed, &heuristics, None, limit)
+    })
+    .collect();
+    table("synthetic, 200000 buffers (heuristics only)", &synthetic_rows, false);
 }
 
 fn csv_files(dir: &Path) -> Vec<PathBuf> {
@@ -139,7 +141,7 @@ fn row(name: &str, list: &[ListedBuffer], solvers: &[(&str, Option<Solver>)], ca
                 let mut log: Vec<Attempt> = Vec::new();
                 let result = offsets::solve_logged(&intervals, &options, &mut log);
                 runs += 1;
-                if started.elapsed() >= Duration::from_millis(200) || solver == Solver::Auto && runs >= 3 {
+                if started.elapsed() >= Duration::from_millis(200) || runs >= 50 {
                     break (result, log);
                 }
             };

@@ -109,8 +109,8 @@ pub(super) enum Walk {
     Stop,
 }
 
-/// Unions with at most this many segments are merged into one before a walk; bigger ones
-/// are searched where needed.
+/// Unions with at most this many segments are merged into one once a walk has looked into
+/// [`MERGE_AFTER`] pivot gaps; bigger ones keep their own cursor.
 const SMALL: usize = 64;
 
 /// Unions of buffers meeting a node (above the block level) or strictly inside its

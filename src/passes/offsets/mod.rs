@@ -21,7 +21,8 @@ pub mod synthetic;
 
 use std::time::{Duration, Instant};
 
-use crate::analysis::liveness::{Live, max_live};
+pub use crate::analysis::liveness::Live;
+use crate::analysis::liveness::max_live;
 
 /// The offset solvers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -125,7 +126,7 @@ pub fn solve_logged(intervals: &[Live], options: &SolveOptions, log: &mut Vec<At
         }
         Ok(arena == lower)
     };
-    if methods.len() > 1 && intervals.len() >= PARALLEL_FROM {
+    if methods.len() > 1 && intervals.len() >= PARALLEL_FROM && spare_cores() {
         // Independent runs: one thread each (results are kept in method order, so the
         // choice is the same as run one after the other).
         for (method, (offsets, elapsed)) in methods.iter().zip(run_parallel(intervals, methods)) {
@@ -161,8 +162,15 @@ pub fn solve_logged(intervals: &[Live], options: &SolveOptions, log: &mut Vec<At
     }
 }
 
-/// From this many buffers on, `solve` runs several heuristics on threads of their own.
+/// From this many buffers on, `solve` runs several heuristics on threads of their own
+/// (where [`spare_cores`] says the machine has room for them).
 const PARALLEL_FROM: usize = 20_000;
+
+/// Whether the machine has at least 4 hardware threads: with fewer, threads of memory-bound
+/// heuristics mostly fight each other and whatever else runs (measured on 2 cores).
+fn spare_cores() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4)
+}
 
 /// Runs one heuristic: its offsets (`None` on overflow) and how long it took.
 fn run_method(intervals: &[Live], method: Method) -> (Option<Vec<u64>>, Duration) {
