@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use memplan::analysis::liveness::Live;
-use memplan::passes::offsets::exact::{ExactResult, exact, minimize};
+use memplan::passes::offsets::exact::{ExactResult, Limits, exact, minimize};
 use memplan::passes::offsets::{SolveError, SolveOptions, Solution, Solver, lower_bound, solve};
 
 /// xorshift64*: deterministic, no dependencies.
@@ -30,8 +30,8 @@ fn l(first: usize, last: usize, size: u64) -> Live {
     Live { first, last, size }
 }
 
-fn far() -> Instant {
-    Instant::now() + Duration::from_secs(60)
+fn far() -> Limits {
+    Limits::until(Instant::now() + Duration::from_secs(60))
 }
 
 fn overlaps_in_time(a: &Live, b: &Live) -> bool {
@@ -260,7 +260,7 @@ fn edge_cases() {
     let mut rng = Rng(3);
     let big = random_instance(&mut rng, 60, 20, 50, false);
     let lower = lower_bound(&big).unwrap();
-    let r = exact(&big, lower, Instant::now());
+    let r = exact(&big, lower, Limits::until(Instant::now()));
     assert!(r == ExactResult::TimedOut || matches!(r, ExactResult::Found(_)) || r == ExactResult::Infeasible);
 }
 
@@ -268,7 +268,7 @@ fn edge_cases() {
 fn solve_with_the_exact_solver() {
     let intervals = [l(0, 1, 2), l(1, 2, 1), l(2, 3, 2), l(0, 0, 1), l(3, 3, 1), l(0, 3, 3)];
     let optimum = brute_optimum(&intervals);
-    let options = SolveOptions { solver: Solver::Exact, capacity: None, time_limit: Duration::from_secs(10) };
+    let options = SolveOptions { solver: Solver::Exact, capacity: None, time_limit: Duration::from_secs(10), search_nodes: u64::MAX };
     let solution = solve(&intervals, &options).unwrap();
     assert_eq!(solution.arena, optimum);
     assert!(solution.proved_optimal);
@@ -342,4 +342,36 @@ fn finds_perfect_packings_of_tiled_rectangles() {
         sizes += intervals.len();
     }
     assert!(sizes > 100 * 20, "instances too small: {sizes} buffers in all");
+}
+
+#[test]
+fn a_node_budget_gives_the_same_answer_whatever_the_clock() {
+    // Tiled instances need search; with a node budget and a far deadline the answer
+    // depends only on the budget: repeated runs agree, and a zero budget searches nothing.
+    let mut rng = Rng(77);
+    for k in 0..20 {
+        let mut intervals = Vec::new();
+        tile(&mut rng, (0, 32), (0, 64 * 40), 6 + k % 3, &mut intervals);
+        let lower = lower_bound(&intervals).unwrap();
+        let budget = Limits { deadline: Instant::now() + Duration::from_secs(60), nodes: 50 };
+        let first = exact(&intervals, lower, budget);
+        assert_eq!(first, exact(&intervals, lower, budget), "{intervals:?}");
+        if let ExactResult::Found(offsets) = &first {
+            assert!(valid(&intervals, offsets, lower));
+        }
+        let none = Limits { nodes: 0, ..budget };
+        assert_eq!(exact(&intervals, lower, none), ExactResult::TimedOut);
+        // minimize from everything stacked, twice, with the same small budget.
+        let mut offsets = Vec::new();
+        let mut top = 0;
+        for b in &intervals {
+            offsets.push(top);
+            top += b.size;
+        }
+        let start = Solution { offsets, arena: top, proved_optimal: false };
+        let a = minimize(&intervals, lower, start.clone(), Limits { nodes: 3000, ..budget });
+        let b = minimize(&intervals, lower, start, Limits { nodes: 3000, ..budget });
+        assert_eq!(a, b);
+        assert!(valid(&intervals, &a.offsets, a.arena) && a.arena <= top);
+    }
 }

@@ -2,8 +2,11 @@
 //!
 //! [`exact`] decides whether the buffers fit in a given capacity and returns a placement if
 //! they do; [`minimize`] tightens an arena towards the lower bound with repeated calls.
-//! Both stop at a deadline. Placements are valid by construction; a verdict of
-//! "infeasible" is a proof.
+//! Both stop at [`Limits`]: a deadline and a budget of search nodes. The search itself
+//! never looks at the clock to decide what to try (probe shares and restarts count nodes),
+//! so a run that ends by its node budget gives the same answer on every machine; only the
+//! deadline, a safety net, depends on the machine's speed. Placements are valid by
+//! construction; a verdict of "infeasible" is a proof.
 //!
 //! # The search
 //! - **Sections.** Time is compressed to *sections*: one per distinct end time, holding the
@@ -34,7 +37,7 @@
 //!
 //! Every size and offset stays at most the capacity, so sums never overflow.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Solution, arena_of};
 use crate::analysis::liveness::Live;
@@ -46,9 +49,28 @@ pub enum ExactResult {
     Found(Vec<u64>),
     /// No placement fits the capacity (a proof).
     Infeasible,
-    /// The deadline passed before either was shown.
+    /// The deadline passed or the node budget ran out before either was shown.
     TimedOut,
 }
+
+/// When a search must stop: at the deadline or after `nodes` search nodes, whichever
+/// comes first.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub deadline: Instant,
+    pub nodes: u64,
+}
+
+impl Limits {
+    /// Only a deadline (no node budget).
+    pub fn until(deadline: Instant) -> Limits {
+        Limits { deadline, nodes: u64::MAX }
+    }
+}
+
+/// Search nodes each of [`minimize`]'s probes may take in its first round (doubled each
+/// round without progress).
+const PROBE_NODES: u64 = 1_000;
 
 /// "None" for u32 indices.
 const NONE: u32 = u32::MAX;
@@ -69,25 +91,26 @@ enum Key {
 
 /// Finds offsets for `intervals` within `capacity`, or proves there are none, by the
 /// deadline. Zero-size buffers go at offset 0.
-pub fn exact(intervals: &[Live], capacity: u64, deadline: Instant) -> ExactResult {
-    Prepared::new(intervals).solve(capacity, deadline)
+pub fn exact(intervals: &[Live], capacity: u64, limits: Limits) -> ExactResult {
+    Prepared::new(intervals).solve(capacity, limits).0
 }
 
 /// Tightens `start` (a valid placement of `intervals`) towards `lower_bound` until the
-/// deadline, and sets `proved_optimal` when the best arena is shown minimal.
+/// limits, and sets `proved_optimal` when the best arena is shown minimal.
 ///
 /// Searches at one capacity take very different times (a slightly smaller capacity can
 /// be much easier), so this runs rounds of short [`exact`] probes: at the proved bound,
 /// just below the best arena, and at points spread between them, highest first. A probe
 /// that finds a placement or a proof starts a new round; a round with neither doubles the
-/// time each probe gets.
-pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, deadline: Instant) -> Solution {
+/// nodes each probe may search.
+pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits) -> Solution {
     let mut best = start;
     let mut prepared = Prepared::new(intervals);
     // Tight placements only have arenas that are multiples of the sizes' gcd.
     let g = prepared.granularity();
     let mut proved = lower_bound.div_ceil(g).checked_mul(g).unwrap_or(lower_bound);
-    let mut budget = Duration::from_millis(10);
+    let mut share = PROBE_NODES;
+    let mut spent: u64 = 0;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     loop {
         if best.arena <= proved {
@@ -106,14 +129,15 @@ pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, deadline:
         caps.retain(|&c| c >= proved && c <= top);
         let mut progress = false;
         for capacity in caps {
-            let now = Instant::now();
-            if now >= deadline {
+            let left = limits.nodes.saturating_sub(spent);
+            if Instant::now() >= limits.deadline || left == 0 {
                 return best;
             }
-            // The bound gets more time: reaching it ends the search.
-            let share = if capacity == proved { budget.saturating_mul(4) } else { budget };
-            let probe_deadline = now.checked_add(share).map_or(deadline, |d| d.min(deadline));
-            match prepared.solve(capacity, probe_deadline) {
+            // The bound gets more nodes: reaching it ends the search.
+            let nodes = if capacity == proved { share.saturating_mul(4) } else { share };
+            let (result, used) = prepared.solve(capacity, Limits { deadline: limits.deadline, nodes: nodes.min(left) });
+            spent = spent.saturating_add(used);
+            match result {
                 ExactResult::Found(offsets) => {
                     if let Some(arena) = arena_of(intervals, &offsets).filter(|&a| a < best.arena) {
                         best = Solution { offsets, arena, proved_optimal: false };
@@ -130,7 +154,7 @@ pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, deadline:
             }
         }
         if !progress {
-            budget = budget.saturating_mul(2);
+            share = share.saturating_mul(2);
         }
     }
 }
@@ -153,39 +177,45 @@ impl Prepared {
         self.base.as_ref().map_or(1, |b| b.size.iter().fold(0u64, |g, &s| gcd(g, s))).max(1)
     }
 
-    fn solve(&mut self, capacity: u64, deadline: Instant) -> ExactResult {
+    /// The verdict at `capacity` and the search nodes it took.
+    fn solve(&mut self, capacity: u64, limits: Limits) -> (ExactResult, u64) {
         let g = self.granularity();
         let Some(base) = &self.base else {
-            return ExactResult::Infeasible; // some section's total overflows u64
+            return (ExactResult::Infeasible, 0); // some section's total overflows u64
         };
         if base.max_total > capacity {
-            return ExactResult::Infeasible;
+            return (ExactResult::Infeasible, 0);
         }
         if base.size.is_empty() {
-            return ExactResult::Found(vec![0; self.len]);
+            return (ExactResult::Found(vec![0; self.len]), 0);
         }
         if base.size.len() >= NONE as usize - 1 {
-            return ExactResult::TimedOut; // beyond u32 indices: too large to search
+            return (ExactResult::TimedOut, 0); // beyond u32 indices: too large to search
         }
         let capacity = capacity - capacity % g;
         let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
+        let mut spent: u64 = 0;
         loop {
             for (k, keys) in PREORDERS.iter().enumerate() {
-                if Instant::now() >= deadline {
-                    return ExactResult::TimedOut;
+                let left = limits.nodes.saturating_sub(spent);
+                if Instant::now() >= limits.deadline || left == 0 {
+                    return (ExactResult::TimedOut, spent);
                 }
                 let instance = self.instances[k].get_or_insert_with(|| Instance::new(base, keys));
-                let mut search = Search::new(instance, capacity, deadline, limit);
-                match search.run() {
+                let mut search = Search::new(instance, capacity, limits.deadline, limit.min(left));
+                let outcome = search.run();
+                spent = spent.saturating_add(search.nodes);
+                match outcome {
                     Outcome::Found => {
                         let mut offsets = vec![0u64; self.len];
                         for (i, &o) in search.off.iter().enumerate() {
                             offsets[instance.orig[i]] = o;
                         }
-                        return ExactResult::Found(offsets);
+                        return (ExactResult::Found(offsets), spent);
                     }
-                    Outcome::Infeasible => return ExactResult::Infeasible,
-                    Outcome::TimedOut => return ExactResult::TimedOut,
+                    Outcome::Infeasible => return (ExactResult::Infeasible, spent),
+                    Outcome::TimedOut => return (ExactResult::TimedOut, spent),
+                    // The limit of this run, or the node budget: the loop head tells which.
                     Outcome::NodeLimit => {}
                 }
             }
