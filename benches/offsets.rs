@@ -21,9 +21,9 @@ use memplan::buffer_list::{ListedBuffer, parse_buffer_list};
 use memplan::checker::check_offsets;
 use memplan::passes::offsets::{self, Attempt, SolveError, SolveOptions, Solver, synthetic};
 
-/// The columns: a solver, or `None` for one not merged yet.
+/// The columns: a solver each (`None` would print a dash).
 const SOLVERS: [(&str, Option<Solver>); 4] =
-    [("greedy", Some(Solver::Greedy)), ("best-fit", Some(Solver::BestFit)), ("auto", Some(Solver::Auto)), ("exact", None)];
+    [("greedy", Some(Solver::Greedy)), ("best-fit", Some(Solver::BestFit)), ("auto", Some(Solver::Auto)), ("exact", Some(Solver::Exact))];
 
 struct Cell {
     arena: u64,
