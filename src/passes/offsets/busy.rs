@@ -122,6 +122,7 @@ pub(super) struct BusyIndex {
     pieces: Vec<(u64, u64)>,
     cursors: Vec<usize>,
     bounds: Vec<(u64, u64)>,
+    runs: (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
 }
 
 /// What a gap visitor tells the walk.
@@ -172,6 +173,7 @@ impl BusyIndex {
             pieces: Vec::new(),
             cursors: Vec::new(),
             bounds: Vec::new(),
+            runs: (Vec::new(), Vec::new(), Vec::new()),
         }
     }
 
@@ -339,7 +341,7 @@ impl BusyIndex {
             }
         }
         if thorough {
-            walk_all(pivot, &others, &mut self.bounds, &mut self.pieces, min_len, &mut visit);
+            walk_all(pivot, &others, &mut self.bounds, &mut self.runs, min_len, &mut visit);
             return;
         }
         let (cursors, pieces) = (&mut self.cursors, &mut self.pieces);
@@ -439,7 +441,7 @@ fn walk_all(
     pivot: &[(u64, u64)],
     others: &[&[(u64, u64)]],
     gaps: &mut Vec<(u64, u64)>,
-    pieces: &mut Vec<(u64, u64)>,
+    scratch: &mut (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
     min_len: u64,
     visit: &mut impl FnMut(u64, Option<u64>) -> Walk,
 ) {
@@ -454,9 +456,12 @@ fn walk_all(
         x = e;
     }
     gaps.push((x, u64::MAX));
+    // Each union's pieces come sorted; they are merged into `pieces` one union at a time.
+    let (pieces, run, tmp) = (&mut scratch.0, &mut scratch.1, &mut scratch.2);
     pieces.clear();
     for set in others {
         let mut c = 0usize;
+        run.clear();
         for &(s, e) in set.iter() {
             // The first listed gap that ends after s.
             c = gallop(gaps, c, |g| g.1 <= s);
@@ -464,11 +469,28 @@ fn walk_all(
                 if g0 >= e {
                     break;
                 }
-                pieces.push((s.max(g0), e.min(g1)));
+                run.push((s.max(g0), e.min(g1)));
             }
         }
+        if pieces.is_empty() {
+            std::mem::swap(pieces, run);
+        } else if !run.is_empty() {
+            tmp.clear();
+            let (mut a, mut b) = (pieces.iter().peekable(), run.iter().peekable());
+            while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
+                if x <= y {
+                    tmp.push(x);
+                    a.next();
+                } else {
+                    tmp.push(y);
+                    b.next();
+                }
+            }
+            tmp.extend(a);
+            tmp.extend(b);
+            std::mem::swap(pieces, tmp);
+        }
     }
-    pieces.sort_unstable();
     let mut p = 0usize;
     let last = gaps.len() - 1;
     for (i, &(g0, g1)) in gaps.iter().enumerate() {
