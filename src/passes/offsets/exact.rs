@@ -1,7 +1,8 @@
 //! Exact offset assignment (dynamic storage allocation) by branch and bound.
 //!
 //! [`exact`] decides whether the buffers fit in a given capacity and returns a placement if
-//! they do; [`minimize`] tightens an arena towards the lower bound with repeated calls.
+//! they do; [`minimize`] (`minimize.rs`) tightens an arena towards the lower bound with
+//! repeated searches.
 //! Both stop at [`Limits`]: a deadline and a budget of search nodes. The search itself
 //! never looks at the clock to decide what to try (probe shares and restarts count nodes),
 //! so a run that ends by its node budget gives the same answer on every machine; only the
@@ -39,7 +40,7 @@
 
 use std::time::Instant;
 
-use super::{Solution, arena_of};
+pub use super::minimize::minimize;
 use crate::analysis::liveness::Live;
 
 /// The verdict of [`exact`] at one capacity.
@@ -67,10 +68,6 @@ impl Limits {
         Limits { deadline, nodes: u64::MAX }
     }
 }
-
-/// Search nodes each of [`minimize`]'s probes may take in its first round (doubled each
-/// round without progress).
-const PROBE_NODES: u64 = 1_000;
 
 /// "None" for u32 indices.
 const NONE: u32 = u32::MAX;
@@ -102,93 +99,33 @@ pub fn searchable(intervals: &[Live]) -> bool {
     Base::new(intervals).is_some_and(|b| b.searchable())
 }
 
-/// Tightens `start` (a valid placement of `intervals`) towards `lower_bound` until the
-/// limits, and sets `proved_optimal` when the best arena is shown minimal.
-///
-/// Searches at one capacity take very different times (a slightly smaller capacity can
-/// be much easier), so this runs rounds of short [`exact`] probes: at the proved bound,
-/// just below the best arena, and at points spread between them, highest first. A probe
-/// that finds a placement or a proof starts a new round; a round with neither doubles the
-/// nodes each probe may search.
-pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits) -> Solution {
-    let mut best = start;
-    let mut prepared = Prepared::new(intervals);
-    if !prepared.base.as_ref().is_some_and(Base::searchable) {
-        return best;
-    }
-    // Tight placements only have arenas that are multiples of the sizes' gcd.
-    let g = prepared.granularity();
-    let mut proved = lower_bound.div_ceil(g).checked_mul(g).unwrap_or(lower_bound);
-    let mut share = PROBE_NODES;
-    let mut spent: u64 = 0;
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    loop {
-        if best.arena <= proved {
-            best.proved_optimal = true;
-            return best;
-        }
-        let top = (best.arena - 1) / g * g;
-        // The bound, just below the best, and random capacities between them, more of
-        // them near the top (where placements exist).
-        let mut caps = vec![proved, top];
-        for _ in 0..8 {
-            let u = rng.next_fraction();
-            let below = ((top - proved) as f64 * u * u) as u64;
-            caps.push((top - below.min(top - proved)) / g * g);
-        }
-        caps.retain(|&c| c >= proved && c <= top);
-        let mut progress = false;
-        for capacity in caps {
-            let left = limits.nodes.saturating_sub(spent);
-            if Instant::now() >= limits.deadline || left == 0 {
-                return best;
-            }
-            // The bound gets more nodes: reaching it ends the search.
-            let nodes = if capacity == proved { share.saturating_mul(4) } else { share };
-            let (result, used) = prepared.solve(capacity, Limits { deadline: limits.deadline, nodes: nodes.min(left) });
-            spent = spent.saturating_add(used);
-            match result {
-                ExactResult::Found(offsets) => {
-                    if let Some(arena) = arena_of(intervals, &offsets).filter(|&a| a < best.arena) {
-                        best = Solution { offsets, arena, proved_optimal: false };
-                        progress = true;
-                        break;
-                    }
-                }
-                ExactResult::Infeasible => {
-                    proved = proved.max(capacity.saturating_add(g));
-                    progress = true;
-                    break;
-                }
-                ExactResult::TimedOut => {}
-            }
-        }
-        if !progress {
-            share = share.saturating_mul(2);
-        }
-    }
-}
-
 /// An instance prepared once for searches at any capacity.
-struct Prepared {
+pub(super) struct Prepared {
     len: usize,
     /// `None` when a section total overflows u64 (no capacity fits).
-    base: Option<Base>,
+    pub(super) base: Option<Base>,
     instances: Vec<Option<Instance>>,
 }
 
 impl Prepared {
-    fn new(intervals: &[Live]) -> Prepared {
+    pub(super) fn new(intervals: &[Live]) -> Prepared {
         Prepared { len: intervals.len(), base: Base::new(intervals), instances: PREORDERS.iter().map(|_| None).collect() }
     }
 
     /// The gcd of the sizes (at least 1): every tight offset is a multiple of it.
-    fn granularity(&self) -> u64 {
+    pub(super) fn granularity(&self) -> u64 {
         self.base.as_ref().map_or(1, |b| b.size.iter().fold(0u64, |g, &s| gcd(g, s))).max(1)
     }
 
     /// The verdict at `capacity` and the search nodes it took.
     fn solve(&mut self, capacity: u64, limits: Limits) -> (ExactResult, u64) {
+        self.solve_from(capacity, limits, &mut Restart::default())
+    }
+
+    /// [`Prepared::solve`] that resumes the restarts where `from` says a search at this
+    /// capacity stopped (a run that ended by its own node limit is never repeated: it
+    /// would end the same way), and records where this one stops.
+    pub(super) fn solve_from(&mut self, capacity: u64, limits: Limits, from: &mut Restart) -> (ExactResult, u64) {
         let g = self.granularity();
         let Some(base) = &self.base else {
             return (ExactResult::Infeasible, 0); // some section's total overflows u64
@@ -203,16 +140,18 @@ impl Prepared {
             return (ExactResult::TimedOut, 0);
         }
         let capacity = capacity - capacity % g;
-        let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
+        if from.limit == 0 {
+            *from = Restart { limit: (base.size.len() as u64).saturating_mul(2).max(1000), order: 0 };
+        }
         let mut spent: u64 = 0;
         loop {
-            for (k, keys) in PREORDERS.iter().enumerate() {
+            while let Some(keys) = PREORDERS.get(from.order) {
                 let left = limits.nodes.saturating_sub(spent);
                 if Instant::now() >= limits.deadline || left == 0 {
                     return (ExactResult::TimedOut, spent);
                 }
-                let instance = self.instances[k].get_or_insert_with(|| Instance::new(base, keys));
-                let mut search = Search::new(instance, capacity, limits.deadline, limit.min(left));
+                let instance = self.instances[from.order].get_or_insert_with(|| Instance::new(base, keys));
+                let mut search = Search::new(instance, capacity, limits.deadline, from.limit.min(left));
                 let outcome = search.run();
                 spent = spent.saturating_add(search.nodes);
                 match outcome {
@@ -225,26 +164,22 @@ impl Prepared {
                     }
                     Outcome::Infeasible => return (ExactResult::Infeasible, spent),
                     Outcome::TimedOut => return (ExactResult::TimedOut, spent),
-                    // The limit of this run, or the node budget: the loop head tells which.
-                    Outcome::NodeLimit => {}
+                    // Cut short by the node budget: this run is redone next time.
+                    Outcome::NodeLimit if left < from.limit => return (ExactResult::TimedOut, spent),
+                    Outcome::NodeLimit => from.order += 1,
                 }
             }
-            limit = limit.saturating_mul(2);
+            *from = Restart { limit: from.limit.saturating_mul(2), order: 0 };
         }
     }
 }
 
-/// xorshift64*, for reproducible probe capacities.
-struct Rng(u64);
-
-impl Rng {
-    /// Uniform in [0, 1).
-    fn next_fraction(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
+/// Where a search at one capacity goes on: its restarts try each static order with a node
+/// limit that doubles after the last order (`limit == 0`: not started).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Restart {
+    limit: u64,
+    order: usize,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -257,7 +192,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 const MAX_ENTRIES: u64 = 40_000_000;
 
 /// The nonzero buffers in section terms, before any ordering.
-struct Base {
+pub(super) struct Base {
     /// Input index of each nonzero buffer.
     orig: Vec<usize>,
     size: Vec<u64>,
@@ -276,7 +211,7 @@ impl Base {
     /// Whether the search's tables fit [`MAX_ENTRIES`] and u32 indices. Counted in
     /// O(n log n) without building them: buffer k meets every other buffer except those
     /// ending at or before its start and those starting at or after its end.
-    fn searchable(&self) -> bool {
+    pub(super) fn searchable(&self) -> bool {
         let n = self.size.len();
         if n >= NONE as usize - 1 {
             return false;

@@ -21,6 +21,7 @@ pub mod bestfit;
 pub mod busy;
 pub mod exact;
 pub mod greedy;
+mod minimize;
 pub mod synthetic;
 
 use std::time::{Duration, Instant};
