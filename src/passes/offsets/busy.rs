@@ -72,24 +72,23 @@ impl Segments {
 /// One union a query reads.
 #[derive(Clone, Copy, Debug)]
 enum Set {
-    Cover(usize),
-    Below(usize),
     Block(usize),
     All(usize),
-    /// The rectangles of mini root `r` (index from 0) meeting local leaves `[lo, hi)`.
-    Rects(usize, u32, u32),
+    /// The rectangles of half block `r` (counted from 0) meeting its leaves `[lo, hi)`
+    /// (counted from its first).
+    Rects(usize, usize, usize),
     /// `scratch[from..to]`: a `Rects` set once materialised.
     Scratch(usize, usize),
 }
 
-/// A buffer's bytes during a range of leaves inside one mini root (leaves counted from the
-/// mini root's first, half-open).
+/// A buffer's bytes during a range of leaves inside one half block (leaves counted from
+/// the half block's first, half-open).
 #[derive(Clone, Copy, Debug)]
 struct Rect {
     start: u64,
     end: u64,
-    lo: u32,
-    hi: u32,
+    lo: usize,
+    hi: usize,
 }
 
 /// Which placed bytes are busy during a time range (see the module docs).
@@ -105,15 +104,8 @@ pub(super) struct BusyIndex {
     upper: Vec<Segments>,
     /// Per block node `b` (index `b - 2^block_level`): buffers covering it.
     blocks: Vec<Segments>,
-    /// Per node below the block level: buffers whose canonical node it is.
-    cover: Vec<Segments>,
-    /// Per inner node below the block level: buffers with a canonical node strictly inside
-    /// its subtree.
-    below: Vec<Segments>,
-    /// The level of the mini roots (below the block level).
-    mini_level: u32,
-    /// Per mini root: every buffer with a canonical node in its subtree, clipped to it,
-    /// sorted by start offset.
+    /// Per half block (a child of a block, index `v - 2^(block_level + 1)`): every buffer
+    /// meeting it that does not cover its block, clipped to it, sorted by start offset.
     rects: Vec<Vec<Rect>>,
     /// Scratch for queries.
     sets: Vec<Set>,
@@ -136,9 +128,8 @@ pub(super) enum Walk {
 /// [`MERGE_AFTER`] pivot gaps; bigger ones keep their own cursor.
 const SMALL: usize = 64;
 
-/// Unions of buffers meeting a node (above the block level) or strictly inside its
-/// subtree (below it) are kept at every `STRIDE`-th level; a query needing one at another
-/// level reads the children's instead.
+/// Unions of the buffers meeting a node (`upper`) are kept at every `STRIDE`-th level up
+/// from the block level; a query needing one at another level reads the children's.
 const STRIDE: u32 = 2;
 
 fn level(node: usize) -> u32 {
@@ -153,20 +144,17 @@ impl BusyIndex {
         times.dedup();
         let width = times.len().max(1).next_power_of_two();
         let depth = level(width);
-        let block_level = depth / 2 - depth / 2 % STRIDE;
-        let mini_level = depth.saturating_sub(MINI_BITS).max(block_level + 1);
+        // Blocks of about 2√width leaves, halves of blocks under them (measured best on the
+        // synthetic lists of benches/offsets.rs among levels one and two either side).
+        let block_level = depth.saturating_sub(2) / 2;
         let base = 1usize << block_level;
-        let minis = 1usize << mini_level;
         BusyIndex {
             times,
             width,
             block_level,
             upper: vec![Segments::default(); 2 * base],
             blocks: vec![Segments::default(); base],
-            cover: vec![Segments::default(); minis],
-            below: vec![Segments::default(); minis],
-            mini_level,
-            rects: vec![Vec::new(); minis],
+            rects: vec![Vec::new(); 2 * base],
             sets: Vec::new(),
             scratch: Vec::new(),
             merged: Vec::new(),
@@ -194,8 +182,8 @@ impl BusyIndex {
         self.insert_at(1, 0, self.width, lo, hi, start, end);
     }
 
-    /// Whether unions are kept at nodes of level `lv` (`upper` above the block level,
-    /// `below` under it): every `STRIDE`-th level, counting from the block level.
+    /// Whether `upper` is kept at nodes of level `lv`: every `STRIDE`-th level, counting up
+    /// from the block level.
     fn kept(&self, lv: u32) -> bool {
         lv % STRIDE == self.block_level % STRIDE
     }
@@ -207,40 +195,32 @@ impl BusyIndex {
         }
         let lv = level(node);
         let bl = self.block_level;
-        if lv == self.mini_level {
-            let rects = &mut self.rects[node - (1usize << lv)];
-            // Leaves within a mini root number at most 2^MINI_BITS: u32 holds them.
-            let rect = Rect { start, end, lo: (lo.max(l) - l) as u32, hi: (hi.min(h) - l) as u32 };
+        if lv > bl {
+            // A half block: its part of the range, kept in start order.
+            let rects = &mut self.rects[node - (2usize << bl)];
+            let rect = Rect { start, end, lo: lo.max(l) - l, hi: hi.min(h) - l };
             let at = rects.partition_point(|r| r.start <= start);
             rects.insert(at, rect);
             return;
         }
-        if lv <= bl && self.kept(lv) {
+        if self.kept(lv) {
             self.upper[node].insert(start, end);
         }
         if lo <= l && h <= hi {
-            if lv <= bl {
-                // Every node under it down to the block level meets it; every block under
-                // it is covered.
-                for d in 1..=bl - lv {
-                    if self.kept(lv + d) {
-                        for w in (node << d)..((node + 1) << d) {
-                            self.upper[w].insert(start, end);
-                        }
+            // Every node under it down to the block level meets it; every block under it
+            // is covered.
+            for d in 1..=bl - lv {
+                if self.kept(lv + d) {
+                    for w in (node << d)..((node + 1) << d) {
+                        self.upper[w].insert(start, end);
                     }
                 }
-                let base = 1usize << bl;
-                for b in (node << (bl - lv))..((node + 1) << (bl - lv)) {
-                    self.blocks[b - base].insert(start, end);
-                }
-            } else {
-                self.cover[node].insert(start, end);
+            }
+            let base = 1usize << bl;
+            for b in (node << (bl - lv))..((node + 1) << (bl - lv)) {
+                self.blocks[b - base].insert(start, end);
             }
             return;
-        }
-        // Partly covered: an inner node (a leaf is either covered or missed).
-        if lv > bl && self.kept(lv) {
-            self.below[node].insert(start, end);
         }
         let mid = l + (h - l) / 2;
         self.insert_at(2 * node, l, mid, lo, hi, start, end);
@@ -255,28 +235,17 @@ impl BusyIndex {
         }
         let lv = level(node);
         let bl = self.block_level;
-        let full = lo <= l && h <= hi;
-        if lv == self.mini_level {
-            self.sets.push(Set::Rects(node - (1usize << lv), (lo.max(l) - l) as u32, (hi.min(h) - l) as u32));
+        if lv > bl {
+            self.sets.push(Set::Rects(node - (2usize << bl), lo.max(l) - l, hi.min(h) - l));
             return;
         }
-        if full && lv <= bl && self.kept(lv) {
+        let full = lo <= l && h <= hi;
+        if full && self.kept(lv) {
             self.sets.push(Set::All(node));
             return;
         }
-        if full && lv > bl {
-            self.sets.push(Set::Cover(node));
-            if node >= self.width {
-                return;
-            }
-            if self.kept(lv) {
-                self.sets.push(Set::Below(node));
-                return;
-            }
-        } else if !full && lv == bl {
+        if !full && lv == bl {
             self.sets.push(Set::Block(node - (1usize << bl)));
-        } else if !full && lv > bl {
-            self.sets.push(Set::Cover(node));
         }
         // A node whose union is not kept, or one partly in the range: its children say.
         let mid = l + (h - l) / 2;
@@ -311,8 +280,6 @@ impl BusyIndex {
         }
         let slice = |set: Set| -> &[(u64, u64)] {
             match set {
-                Set::Cover(v) => &self.cover[v].0,
-                Set::Below(v) => &self.below[v].0,
                 Set::Block(b) => &self.blocks[b].0,
                 Set::All(v) => &self.upper[v].0,
                 Set::Scratch(from, to) => &self.scratch[from..to],
@@ -367,8 +334,6 @@ impl BusyIndex {
 /// How many pivot gaps a walk looks into before small unions are merged.
 const MERGE_AFTER: usize = 4;
 
-/// Mini roots sit this many levels above the leaves (or just below the block level).
-const MINI_BITS: u32 = 5;
 
 /// Walks the gaps of `pivot` from gap `from` (gap `i` ends where `pivot[i]` starts; the
 /// last is unbounded); inside each, the segments of `others` cut it into the gaps of the
