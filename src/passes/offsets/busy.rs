@@ -5,46 +5,51 @@
 //! live ranges meet its own. Scanning every placed buffer is O(n²); even enumerating only
 //! the buffers that meet it is quadratic on training steps, where thousands of activations
 //! are live at once. [`BusyIndex`] answers with the *union* of their byte ranges instead,
-//! which is what a gap search needs and is usually a handful of segments.
+//! which is what a gap search needs.
 //!
 //! # Design
 //!
 //! Time is compressed to the distinct `first` values (two inclusive ranges meet iff the
 //! later of their two `first`s lies in both, so a range becomes the leaves from its `first`
-//! to the last `first <= last`). A binary segment tree over those leaves (depth D) keeps
-//! insert-only unions of byte ranges ([`Segments`]: sorted, disjoint, merged on insert).
-//! The *block level* L is about D/2; nodes there are blocks of about √leaves leaves.
+//! to the last `first <= last`). A binary segment tree over those leaves keeps insert-only
+//! unions of byte ranges ([`Segments`]: sorted, disjoint, merged on insert) down to the
+//! *block level* (blocks of about 2√leaves leaves); a block's two children, the *half
+//! blocks*, are the bottom of the tree.
 //!
-//! - At and above the block level, `upper[v]` holds every buffer that MEETS `v`.
+//! - At and above the block level, `upper[v]` holds every buffer that MEETS `v` (at every
+//!   second level only, [`STRIDE`]; a query needing another level reads the children's).
 //! - At the block level, `blocks[b]` holds every buffer that COVERS block `b`.
-//! - Below it, `cover[v]` holds the buffers whose canonical node is `v` (the usual
-//!   segment-tree decomposition), and `below[v]` those with a canonical node strictly
-//!   inside `v`'s subtree.
+//! - A half block keeps the other buffers meeting it as rectangles (byte range, leaves
+//!   clipped to it) sorted by start offset: a query scans them, which is cheaper than the
+//!   dozen small unions a deeper tree would make it read.
 //!
-//! `upper` and `below` are kept at every second level only ([`STRIDE`]); a query that
-//! needs one at another level reads the children's. Placing a buffer inserts its bytes
-//! into the nodes its range meets on two root paths, into `cover` of its canonical nodes,
-//! and, for a canonical node above the block level, into `upper` of every kept node under
-//! it down to the blocks and into those blocks: O(log n) inserts for a short-lived buffer,
-//! up to O(2^L) = O(√n) for one that lives the whole step.
+//! Placing a buffer inserts its bytes into `upper` of the nodes its range meets on two
+//! root paths and, for a node it covers, into `upper` of every kept node under it and into
+//! `blocks` of every block under it (up to O(√n) inserts for a buffer that lives the whole
+//! step), or one rectangle into each half block it meets without covering its block.
 //!
 //! A query for a range Q reads exactly the buffers that meet Q: `upper` of each fully
-//! covered node at or above the block level (everything meeting it meets Q), `cover` and
-//! `below` of each fully covered node under it, `blocks` of a partly covered block and
-//! `cover` of the partly covered nodes under it (buffers covering an ancestor of a
-//! canonical node below the block level are in its block's `blocks`). That is at most
-//! O(log n) unions, whatever the number of live buffers.
+//! covered node at or above the block level, and for a partly covered block its `blocks`
+//! union plus the rectangles of its half blocks that meet Q (merged into a union).
 //!
-//! The gaps of their union are then walked around a *pivot*: the `upper` of the widest
-//! covered node (everything live in a long range: nearly gapless) or else the biggest
-//! union (for a short range, the buffers covering its block). Every gap of the union lies
-//! in a gap of the pivot, so pivot gaps shorter than the buffer being placed are skipped
-//! unseen, and inside each other pivot gap the other unions' segments (found by galloping
-//! cursors) cut out the true gaps. Once a walk has looked into a few pivot gaps (best-fit
-//! looks at all that are long enough) the other unions are merged into one sorted list.
-//! A query costs O(log n) plus the segments of the unions it reads, which grows with how
-//! fragmented memory is around that time, not with how many buffers live then; on real
-//! lists that is tens to hundreds of segments (benches/BENCHMARKS.md has the timings).
+//! The gaps of the union are found around a *pivot*: the `upper` of the widest covered
+//! node (everything live in a long range: nearly gapless) or else the biggest union (for a
+//! short range, the buffers covering its block). Every gap of the union lies in a gap of
+//! the pivot, so pivot gaps shorter than the buffer being placed are skipped.
+//!
+//! - First fit ([`walk`]) looks into the pivot gaps lowest first and stops at the first
+//!   that holds the buffer; inside each, the other unions' segments (found by galloping
+//!   cursors) cut out the true gaps, and after a few gaps the small unions are merged.
+//! - Best fit must see every gap ([`walk_all`]): each other union's segments are clipped
+//!   once to the pivot gaps they fall in (galloping over the list of gaps long enough),
+//!   the clipped pieces are merged in order, and one pass cuts every gap.
+//!
+//! Buffers only meet buffers of their own part of the schedule, so [`place`] first splits
+//! the schedule where no buffer spans a boundary and gives each part an index of its own
+//! (smaller, so faster; the placements are the same). A query costs O(log n) plus the
+//! segments of the unions it reads and the rectangles of at most two half blocks, which
+//! grows with how fragmented memory is around that time, not with how many buffers live
+//! then (benches/BENCHMARKS.md has the timings).
 
 use crate::analysis::liveness::Live;
 
@@ -74,10 +79,7 @@ impl Segments {
 enum Set {
     Block(usize),
     All(usize),
-    /// The rectangles of half block `r` (counted from 0) meeting its leaves `[lo, hi)`
-    /// (counted from its first).
-    Rects(usize, usize, usize),
-    /// `scratch[from..to]`: a `Rects` set once materialised.
+    /// `scratch[from..to]`: the rectangles of a half block that meet the range, merged.
     Scratch(usize, usize),
 }
 
@@ -236,7 +238,17 @@ impl BusyIndex {
         let lv = level(node);
         let bl = self.block_level;
         if lv > bl {
-            self.sets.push(Set::Rects(node - (2usize << bl), lo.max(l) - l, hi.min(h) - l));
+            // The half block's rectangles meeting the range, as a union.
+            let (qlo, qhi) = (lo.max(l) - l, hi.min(h) - l);
+            let from = self.scratch.len();
+            let scratch = &mut self.scratch;
+            for rect in self.rects[node - (2usize << bl)].iter().filter(|r| r.lo < qhi && qlo < r.hi) {
+                match scratch[from..].last_mut() {
+                    Some(last) if rect.start <= last.1 => last.1 = last.1.max(rect.end),
+                    _ => scratch.push((rect.start, rect.end)),
+                }
+            }
+            self.sets.push(Set::Scratch(from, self.scratch.len()));
             return;
         }
         let full = lo <= l && h <= hi;
@@ -259,31 +271,15 @@ impl BusyIndex {
     /// skipped. Stops early when `visit` says so.
     pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, thorough: bool, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
         self.sets.clear();
+        self.scratch.clear();
         if let Some((lo, hi)) = self.leaves(first, last) {
             self.collect(1, 0, self.width, lo, hi);
-        }
-        // Rectangles become unions in the scratch list.
-        self.scratch.clear();
-        for set in self.sets.iter_mut() {
-            if let Set::Rects(r, lo, hi) = *set {
-                let from = self.scratch.len();
-                for rect in self.rects[r].iter().filter(|x| x.lo < hi && lo < x.hi) {
-                    let n = self.scratch.len();
-                    if n > from && rect.start <= self.scratch[n - 1].1 {
-                        self.scratch[n - 1].1 = self.scratch[n - 1].1.max(rect.end);
-                    } else {
-                        self.scratch.push((rect.start, rect.end));
-                    }
-                }
-                *set = Set::Scratch(from, self.scratch.len());
-            }
         }
         let slice = |set: Set| -> &[(u64, u64)] {
             match set {
                 Set::Block(b) => &self.blocks[b].0,
                 Set::All(v) => &self.upper[v].0,
                 Set::Scratch(from, to) => &self.scratch[from..to],
-                Set::Rects(..) => &[],
             }
         };
         // The pivot: the union of everything meeting the widest node wholly inside the

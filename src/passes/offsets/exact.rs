@@ -93,7 +93,7 @@ pub fn exact(intervals: &[Live], capacity: u64, limits: Limits) -> ExactResult {
 }
 
 /// Whether the search is tried on `intervals` at all: its tables (section memberships and
-/// overlapping pairs) must fit [`MAX_ENTRIES`]; [`exact`] answers `TimedOut` and
+/// overlapping pairs) must fit 40 million entries; [`exact`] answers `TimedOut` and
 /// [`minimize`] returns its start at once otherwise.
 pub fn searchable(intervals: &[Live]) -> bool {
     Base::new(intervals).is_some_and(|b| b.searchable())

@@ -19,11 +19,6 @@ pub fn greedy_by_size(intervals: &[Live]) -> Option<Vec<u64>> {
     place(intervals, &order, Fit::First)
 }
 
-/// EXPERIMENT
-pub fn place_in(intervals: &[Live], order: &[usize], best: bool) -> Option<Vec<u64>> {
-    place(intervals, order, if best { Fit::Best } else { Fit::First })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

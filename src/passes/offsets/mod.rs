@@ -10,15 +10,17 @@
 //! lower bound or an exact search finished without finding a smaller arena.
 //!
 //! Heuristics (`greedy.rs`, `bestfit.rs`) share an index of busy bytes over time
-//! (`busy.rs`), so they never scan all pairs of buffers: 200000 buffers place in well under
-//! a second. The exact solver (`exact.rs`: branch and bound over tight placements, see
-//! docs/PLANNING.md) starts from the best heuristic solution. [`Solver::Auto`] (the default)
-//! runs every heuristic, keeps the smallest arena, and hands the rest of its time limit to
-//! the exact solver ([`exact_step`]) while the arena is above the lower bound (or above the
-//! capacity); [`Solver::Exact`] does the same after best-fit alone.
+//! (`busy.rs`), so they never scan all pairs of buffers (benches/BENCHMARKS.md times them
+//! on 200000 buffers). The exact solver (`exact.rs`: branch and bound over tight
+//! placements, see docs/PLANNING.md; `minimize.rs` drives it towards the smallest arena)
+//! starts from the best heuristic solution. [`Solver::Auto`] (the default) runs every
+//! heuristic, keeps the smallest arena, and hands the rest of its time limit to the exact
+//! solver (`exact_step`) while the arena is above the lower bound (or above the capacity);
+//! [`Solver::Exact`] does the same after best-fit alone. Lists too large for the search's
+//! tables ([`exact::searchable`]) keep the heuristics' answer.
 
 pub mod bestfit;
-pub mod busy;
+mod busy;
 pub mod exact;
 pub mod greedy;
 mod minimize;
