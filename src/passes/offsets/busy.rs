@@ -83,14 +83,15 @@ enum Set {
     Scratch(usize, usize),
 }
 
-/// A buffer's bytes during a range of leaves inside one half block (leaves counted from
-/// the half block's first, half-open).
+/// A buffer's bytes `[start, end)` during leaves `first..=last` of one half block (counted
+/// from the half block's first). A half block has at most 2^32 leaves (half the tree's
+/// levels lie below the block level, and a tree has at most 2^64 leaves): u32 holds them.
 #[derive(Clone, Copy, Debug)]
 struct Rect {
     start: u64,
     end: u64,
-    lo: usize,
-    hi: usize,
+    first: u32,
+    last: u32,
 }
 
 /// Which placed bytes are busy during a time range (see the module docs).
@@ -200,7 +201,7 @@ impl BusyIndex {
         if lv > bl {
             // A half block: its part of the range, kept in start order.
             let rects = &mut self.rects[node - (2usize << bl)];
-            let rect = Rect { start, end, lo: lo.max(l) - l, hi: hi.min(h) - l };
+            let rect = Rect { start, end, first: (lo.max(l) - l) as u32, last: (hi.min(h) - l - 1) as u32 };
             let at = rects.partition_point(|r| r.start <= start);
             rects.insert(at, rect);
             return;
@@ -239,10 +240,10 @@ impl BusyIndex {
         let bl = self.block_level;
         if lv > bl {
             // The half block's rectangles meeting the range, as a union.
-            let (qlo, qhi) = (lo.max(l) - l, hi.min(h) - l);
+            let (qfirst, qlast) = ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32);
             let from = self.scratch.len();
             let scratch = &mut self.scratch;
-            for rect in self.rects[node - (2usize << bl)].iter().filter(|r| r.lo < qhi && qlo < r.hi) {
+            for rect in self.rects[node - (2usize << bl)].iter().filter(|r| r.first <= qlast && qfirst <= r.last) {
                 match scratch[from..].last_mut() {
                     Some(last) if rect.start <= last.1 => last.1 = last.1.max(rect.end),
                     _ => scratch.push((rect.start, rect.end)),
