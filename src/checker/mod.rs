@@ -36,6 +36,12 @@
 //!   `align_up(size, alignment)` over buffers live there (live = hull of their root values'
 //!   `[def, last]`).
 //!
+//! - Recomputes (`recompute.rs`), for a plan made under a budget: each clone is the same op
+//!   as its original (kind, attributes) and reads values holding the same bits (the same
+//!   value or a recompute of it); the FLOPs claimed are the graph's; the arena meets the
+//!   budget. With the lifetime checks, that proves every recompute rewrites the original's
+//!   bits from intact inputs.
+//!
 //! Every violation is collected; nothing stops at the first. A structural problem that makes
 //! later checks meaningless is reported and those checks are skipped: a `value_buffer` of the
 //! wrong length skips every per-value check; a broken schedule (an id out of range, an op
@@ -53,6 +59,7 @@
 //! looks at all pairs. A hostile plan can have quadratically many overlapping pairs; each
 //! sweep lists at most [`MAX_PAIRS`] of them and then says that it stopped.
 
+mod recompute;
 mod violation;
 
 pub use violation::{Need, Violation, Violations};
@@ -67,7 +74,8 @@ use crate::plan::{Plan, SCHEMA_VERSION};
 /// The most overlapping pairs one sweep reports before it stops listing them.
 pub const MAX_PAIRS: usize = 1000;
 
-/// Checks `plan` against `graph` (which must be verified); `Err` lists every violation.
+/// Checks `plan` against `graph` (which must be verified; for a plan that recomputes ops,
+/// the rewritten graph the planner returned); `Err` lists every violation.
 pub fn check(graph: &Graph, plan: &Plan) -> Result<(), Violations> {
     let mut c = Checker::new(graph, plan);
     c.header();
@@ -75,6 +83,7 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<(), Violations> {
     c.mapping();
     c.buffers();
     c.lists();
+    c.recomputes();
     if let Some(positions) = positions
         && c.mapped.is_some()
     {
