@@ -317,16 +317,15 @@ fn run_with(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Res
         _ => Some(remat_pass(graph, &mut pipeline, options, sequence)?),
     };
     if remat.is_some() {
-        let g = pipeline.graph(graph);
-        after_pass(Pass::Remat, g, &pipeline.schedule)?;
-        if stop(Pass::Remat) {
-            return Ok(pipeline);
-        }
-        if pipeline.graph.is_some() {
-            buffers = buffers::assign_buffers(g, &pipeline.schedule, pipeline.reuse.as_ref().expect("set by remat"))?;
-        }
+        after_pass(Pass::Remat, pipeline.graph(graph), &pipeline.schedule)?;
+    }
+    if stop(Pass::Remat) {
+        return Ok(pipeline);
     }
     let g = pipeline.graph(graph);
+    if pipeline.graph.is_some() {
+        buffers = buffers::assign_buffers(g, &pipeline.schedule, pipeline.reuse.as_ref().expect("set by remat"))?;
+    }
     after_pass(Pass::Buffers, g, &pipeline.schedule)?;
     if stop(Pass::Buffers) {
         pipeline.buffers = Some(buffers);
