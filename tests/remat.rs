@@ -316,12 +316,14 @@ fn strategy_none_meets_only_budgets_at_or_above_the_arena() {
 }
 
 #[test]
-fn stop_after_remat_returns_the_rewritten_step() {
+fn stop_after_remat_stops_there() {
     let graph = load("ir/models/mlp.step");
     let options = PlanOptions { stop_after: Some(Pass::Remat), budget: Some(Budget::Fraction(2.0)), ..PlanOptions::default() };
     let pipeline = run(&graph, &options).unwrap();
     assert!(pipeline.graph.is_none() && pipeline.buffers.is_none() && pipeline.plan.is_none(), "a budget met as is rewrites nothing");
     assert_eq!(pipeline.schedule.len(), graph.ops.len());
+    let without = run(&graph, &PlanOptions { stop_after: Some(Pass::Remat), ..PlanOptions::default() }).unwrap();
+    assert!(without.reuse.is_some() && without.buffers.is_none(), "no budget: the pipeline still stops after remat");
     assert_eq!(Pass::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(), ["schedule", "inplace", "remat", "buffers", "offsets"]);
 }
 

@@ -6,11 +6,12 @@
 //!
 //! The checker is the referee of every planner pass and every offset solver, so it must not
 //! share their mistakes. It uses nothing from `analysis` or `passes`: it reads only the IR
-//! (values, ops, updates, returns), the op table's memory facts (`view_of`, `inplace`) and
-//! the [`Plan`] types, and recomputes roots of views, lifetimes and the lower bound with its
+//! (values, ops with their kinds and attributes, updates, returns), the op table's memory
+//! facts (`view_of`, `inplace`) and FLOPs (`flops`), and the [`Plan`] types, and recomputes
+//! roots of views, lifetimes, the lower bound and the origin of recomputed values with its
 //! own code, following the memory/time model of docs/PLANNING.md. The planner's claims
-//! (`first`, `last`, `values`, `lower_bound`) are compared against the re-derived facts,
-//! never trusted.
+//! (`first`, `last`, `values`, `lower_bound`, recomputes and their FLOPs) are compared
+//! against the re-derived facts, never trusted.
 //!
 //! # What is checked
 //!

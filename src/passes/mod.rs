@@ -38,11 +38,12 @@ use crate::analysis::liveness::Live;
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
-use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, Remat, SCHEMA_VERSION, Savings, align_up};
+use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, Savings, align_up};
 use crate::remat::{Node, Strategy};
 use buffers::Buffers;
 use inplace::Reuse;
 use offsets::Solver;
+use remat::Sequence;
 pub use remat::{ApplyError, Budget, BudgetError};
 pub use schedule::ScheduleKind;
 
@@ -208,15 +209,6 @@ impl Pipeline {
     }
 }
 
-/// Where the remat pass gets its sequence.
-#[derive(Clone, Copy)]
-enum Sequence<'a> {
-    /// From a strategy, under `PlanOptions::budget` (the pass runs only with one).
-    Solve { strategy: &'a str, solver: &'a remat::Solver<'a> },
-    /// Given by the caller.
-    Given(&'a [Node]),
-}
-
 /// Plans `graph` with every pass; `Err(PlanError::Rewritten)` if the plan recomputes ops
 /// (use [`plan_step`], which returns the graph too).
 pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
@@ -231,9 +223,8 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 /// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
 /// unless the remat pass rewrote it) and the plan.
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
-    let strategy = options.checkpoint;
-    let solver = move |problem: &crate::remat::Problem, budget: u64| crate::remat::solve(problem, budget, strategy);
-    full(graph, options, Sequence::Solve { strategy: strategy.name(), solver: &solver })
+    let solver = remat::solver(options.checkpoint);
+    full(graph, options, Sequence::Solve { strategy: options.checkpoint.name(), solver: &solver })
 }
 
 /// [`plan_step`] with the caller's strategy (named `strategy` in the plan and errors).
@@ -262,9 +253,8 @@ fn full(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Result<
 
 /// Runs the passes up to `options.stop_after`.
 pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> {
-    let strategy = options.checkpoint;
-    let solver = move |problem: &crate::remat::Problem, budget: u64| crate::remat::solve(problem, budget, strategy);
-    run_with(graph, options, Sequence::Solve { strategy: strategy.name(), solver: &solver })
+    let solver = remat::solver(options.checkpoint);
+    run_with(graph, options, Sequence::Solve { strategy: options.checkpoint.name(), solver: &solver })
 }
 
 fn run_with(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Result<Pipeline, PlanError> {
@@ -314,7 +304,7 @@ fn run_with(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Res
 
     let remat = match sequence {
         Sequence::Solve { .. } if options.budget.is_none() => None,
-        _ => Some(remat_pass(graph, &mut pipeline, options, sequence)?),
+        _ => Some(remat::pass(graph, &mut pipeline, options, sequence)?),
     };
     if remat.is_some() {
         after_pass(Pass::Remat, pipeline.graph(graph), &pipeline.schedule)?;
@@ -348,60 +338,6 @@ fn run_with(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Res
     pipeline.buffers = Some(buffers);
     pipeline.plan = Some(plan);
     Ok(pipeline)
-}
-
-/// What the remat pass leaves for the rest of the pipeline.
-struct RematDone {
-    /// The schedule before the pass (savings are figures of the step before recomputation).
-    schedule: Vec<OpId>,
-    record: Remat,
-}
-
-/// The remat pass: sets the pipeline's graph, schedule and in-place pairs when it rewrites
-/// the step.
-fn remat_pass(graph: &Graph, pipeline: &mut Pipeline, options: &PlanOptions, sequence: Sequence<'_>) -> Result<RematDone, PlanError> {
-    let before = pipeline.schedule.clone();
-    let measure = |g: &Graph, order: &[OpId]| arena_of(g, order, options);
-    let (rewritten, budget, arena_without, strategy) = match sequence {
-        Sequence::Given(seq) => {
-            let rewritten = remat::apply_sequence(graph, &before, options.alignment, seq)?;
-            (Some(rewritten), None, measure(graph, &before)?, "given")
-        }
-        Sequence::Solve { strategy, solver } => {
-            let budget = options.budget.expect("the pass runs under a budget");
-            let outcome = remat::remat(graph, &before, budget, options.alignment, strategy, solver, &measure)?;
-            (outcome.rewritten, Some(outcome.budget), outcome.arena_without, strategy)
-        }
-    };
-    let recomputes = match rewritten {
-        Some(r) => {
-            pipeline.reuse = Some(if options.inplace { inplace::inplace(&r.graph, &r.schedule) } else { inplace::no_reuse(&r.graph) });
-            pipeline.schedule = r.schedule;
-            pipeline.graph = Some(r.graph);
-            r.recomputes
-        }
-        None => Vec::new(),
-    };
-    let g = pipeline.graph(graph);
-    let flops = |ops: &mut dyn Iterator<Item = OpId>| ops.map(|op| remat::problem::op_flops(g, op)).fold(0u64, u64::saturating_add);
-    let clones: std::collections::HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
-    let record = Remat {
-        budget,
-        strategy: strategy.to_string(),
-        arena_without,
-        base_flops: flops(&mut g.ops.indices().filter(|op| !clones.contains(op))),
-        flops: flops(&mut g.ops.indices()),
-        recomputes,
-    };
-    Ok(RematDone { schedule: before, record })
-}
-
-/// The arena of `graph` run in `order`: in-place reuse (if on), buffers, offsets.
-fn arena_of(graph: &Graph, order: &[OpId], options: &PlanOptions) -> Result<u64, PlanError> {
-    let reuse = if options.inplace { inplace::inplace(graph, order) } else { inplace::no_reuse(graph) };
-    let buffers = buffers::assign_buffers(graph, order, &reuse)?;
-    let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
-    offsets::solve(&intervals(&buffers, options.alignment)?, &solve_options).map(|s| s.arena).map_err(|_| PlanError::ArenaOverflow)
 }
 
 /// The buffers' live ranges, sizes rounded up to `alignment`.

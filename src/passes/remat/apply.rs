@@ -212,3 +212,36 @@ impl<'a> Applier<'a> {
         if offenders.is_empty() { Ok(()) } else { Err(ApplyError::ReadsUpdated(offenders)) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::passes::remat::step_problem;
+
+    #[test]
+    fn clone_names_skip_names_taken() {
+        let graph = crate::parse(
+            "step @s(%x: f32[8] input) {
+  %a = relu(%x)
+  %a.remat1 = relu(%x)
+  %b = add(%a, %a.remat1)
+  %c = mul(%b, %a)
+  return %c
+}",
+        )
+        .unwrap();
+        crate::verify(&graph).unwrap();
+        let schedule: Vec<OpId> = graph.ops.indices().collect();
+        let step = step_problem(&graph, &schedule, 256).unwrap();
+        // a, a.remat1, b, a again (twice), c.
+        let rewritten = apply(&graph, &step, &[0, 1, 2, 0, 0, 3]).unwrap();
+        let names: Vec<&str> = rewritten.graph.values.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["x", "a", "a.remat1", "b", "a.remat2", "a.remat3", "c"]);
+        // %c reads the latest run of %a; the recomputes name the first run.
+        assert_eq!(rewritten.graph.describe_op(OpId(5)), "%c = mul(%b, %a.remat3)");
+        assert_eq!(rewritten.recomputes, vec![Recompute { clone: OpId(3), of: OpId(0) }, Recompute { clone: OpId(4), of: OpId(0) }]);
+        assert_eq!(rewritten.schedule, (0..6).map(OpId).collect::<Vec<_>>());
+        // An invalid sequence is named.
+        assert!(matches!(apply(&graph, &step, &[0, 2, 1, 3]), Err(ApplyError::Invalid(_))));
+    }
+}

@@ -7,6 +7,7 @@
 //! (`Gb` would read as gigabits to many people; it is refused with a hint). A fraction is a
 //! positive finite number followed by `x`. Arithmetic is exact (integers in `u128`), so
 //! `0.1GB` is 100000000 bytes, and a size past 2^64 - 1 bytes is refused, not wrapped.
+//! [`parse_flags`] reads `--budget` and `--checkpoint` for the command line.
 
 use std::fmt;
 use std::str::FromStr;

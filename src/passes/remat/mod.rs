@@ -57,10 +57,13 @@ pub mod apply;
 pub mod budget;
 pub mod problem;
 
+use std::collections::HashSet;
+
 use crate::index::OpId;
 use crate::ir::graph::Graph;
-use crate::passes::PlanError;
-use crate::remat::{Node, Problem, RematError, Solution, evaluate};
+use crate::passes::{PlanError, PlanOptions, Pipeline, buffers, inplace, intervals, offsets};
+use crate::plan::Remat;
+use crate::remat::{Node, Problem, RematError, Solution, Strategy, evaluate};
 pub use apply::{ApplyError, Rewritten};
 pub use budget::{Budget, BudgetError};
 pub use problem::{StepProblem, step_problem};
@@ -73,6 +76,76 @@ pub type Solver<'a> = dyn Fn(&Problem, u64) -> Result<Solution, RematError> + 'a
 
 /// The arena a step gets in an order (in-place reuse, buffers, offsets).
 pub type Measure<'a> = dyn Fn(&Graph, &[OpId]) -> Result<u64, PlanError> + 'a;
+
+/// A `--checkpoint` strategy as a [`Solver`].
+pub fn solver(strategy: Strategy) -> impl Fn(&Problem, u64) -> Result<Solution, RematError> {
+    move |problem, budget| crate::remat::solve(problem, budget, strategy)
+}
+
+/// Where the pass gets its sequence.
+#[derive(Clone, Copy)]
+pub(super) enum Sequence<'a> {
+    /// From a strategy, under `PlanOptions::budget` (the pass runs only with one).
+    Solve { strategy: &'a str, solver: &'a Solver<'a> },
+    /// Given by the caller.
+    Given(&'a [Node]),
+}
+
+/// What the pass leaves for the rest of the pipeline.
+pub(super) struct Done {
+    /// The schedule before the pass (savings are figures of the step before recomputation).
+    pub(super) schedule: Vec<OpId>,
+    pub(super) record: Remat,
+}
+
+/// The pass in the pipeline: sets the pipeline's graph, schedule and in-place pairs when it
+/// rewrites the step, and returns the plan's record.
+pub(super) fn pass(graph: &Graph, pipeline: &mut Pipeline, options: &PlanOptions, sequence: Sequence<'_>) -> Result<Done, PlanError> {
+    let before = pipeline.schedule.clone();
+    let measure = |g: &Graph, order: &[OpId]| arena_of(g, order, options);
+    let (rewritten, budget, arena_without, strategy) = match sequence {
+        Sequence::Given(seq) => {
+            let rewritten = apply_sequence(graph, &before, options.alignment, seq)?;
+            (Some(rewritten), None, measure(graph, &before)?, "given")
+        }
+        Sequence::Solve { strategy, solver } => {
+            let budget = options.budget.expect("the pass runs under a budget");
+            let outcome = remat(graph, &before, budget, options.alignment, strategy, solver, &measure)?;
+            (outcome.rewritten, Some(outcome.budget), outcome.arena_without, strategy)
+        }
+    };
+    let recomputes = match rewritten {
+        Some(r) => {
+            let reuse = if options.inplace { inplace::inplace(&r.graph, &r.schedule) } else { inplace::no_reuse(&r.graph) };
+            pipeline.reuse = Some(reuse);
+            pipeline.schedule = r.schedule;
+            pipeline.graph = Some(r.graph);
+            r.recomputes
+        }
+        None => Vec::new(),
+    };
+    let g = pipeline.graph(graph);
+    let clones: HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
+    let flops = |op: OpId| problem::op_flops(g, op);
+    let record = Remat {
+        budget,
+        strategy: strategy.to_string(),
+        arena_without,
+        base_flops: g.ops.indices().filter(|op| !clones.contains(op)).map(flops).fold(0, u64::saturating_add),
+        flops: g.ops.indices().map(flops).fold(0, u64::saturating_add),
+        recomputes,
+    };
+    Ok(Done { schedule: before, record })
+}
+
+/// The arena of `graph` run in `order`: in-place reuse (if on), buffers, offsets.
+fn arena_of(graph: &Graph, order: &[OpId], options: &PlanOptions) -> Result<u64, PlanError> {
+    let reuse = if options.inplace { inplace::inplace(graph, order) } else { inplace::no_reuse(graph) };
+    let buffers = buffers::assign_buffers(graph, order, &reuse)?;
+    let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
+    let intervals = intervals(&buffers, options.alignment)?;
+    offsets::solve(&intervals, &solve_options).map(|s| s.arena).map_err(|_| PlanError::ArenaOverflow)
+}
 
 /// What the pass decided.
 #[derive(Clone, Debug)]
