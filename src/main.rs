@@ -5,10 +5,11 @@
 //!
 //! Exit status: 0 success; 1 bad input (unreadable file, parse or verify errors, a step
 //! that cannot be differentiated or planned, a malformed buffer list, an output file that
-//! exists); 2 `alloc --capacity N` found no placement within N bytes in the time limit;
-//! 3 the checker rejected a plan or placement memplan made, or an expanded step does not
-//! verify (always a memplan bug: please report it). Errors go to stderr with
-//! file:line:col, a label and a hint.
+//! exists); 2 a capacity or budget that cannot be met (`alloc --capacity N` found no
+//! placement within N bytes in the time limit; a `--budget` that no recomputation meets:
+//! the message says the smallest budget that works); 3 the checker rejected a plan or
+//! placement memplan made, or an expanded step does not verify (always a memplan bug:
+//! please report it). Errors go to stderr with file:line:col, a label and a hint.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -132,7 +133,7 @@ enum Command {
 }
 
 /// The flags that switch passes.
-#[derive(clap::Args, Clone, Copy)]
+#[derive(clap::Args, Clone)]
 struct PassFlags {
     /// The op order: as written, or memory-aware (never worse than as written).
     #[arg(long, value_enum, default_value_t = ScheduleArg::Memory)]
@@ -149,6 +150,12 @@ struct PassFlags {
     /// Nodes the exact offset search may visit (auto, exact); within it the plan is the same on every machine.
     #[arg(long = "search-nodes", value_name = "N", default_value_t = memplan::passes::DEFAULT_SEARCH_NODES)]
     search_nodes: u64,
+    /// Fit the arena in this budget by recomputing forward values: bytes (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x).
+    #[arg(long, value_name = "SIZE|FRACTIONx")]
+    budget: Option<String>,
+    /// How to choose what to recompute under --budget.
+    #[arg(long, value_name = "STRATEGY")]
+    checkpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -160,20 +167,26 @@ enum ScheduleArg {
 }
 
 impl PassFlags {
-    fn options(self, alignment: u64) -> PlanOptions {
+    fn options(&self, alignment: u64) -> Result<PlanOptions, Failure> {
         let schedule = match self.schedule {
             ScheduleArg::Program => ScheduleKind::Program,
             ScheduleArg::Memory => ScheduleKind::Memory,
         };
-        PlanOptions {
+        let (budget, checkpoint) = memplan::passes::remat::budget::parse_flags(self.budget.as_deref(), self.checkpoint.as_deref())
+            .map_err(|message| Failure { message, code: 1 })?;
+        let defaults = PlanOptions::default();
+        let checkpoint = checkpoint.unwrap_or(defaults.checkpoint);
+        Ok(PlanOptions {
             alignment,
             schedule,
             inplace: !self.no_inplace,
             solver: self.solver.solver(),
             time_limit: self.time_limit,
             search_nodes: self.search_nodes,
-            ..PlanOptions::default()
-        }
+            budget,
+            checkpoint,
+            ..defaults
+        })
     }
 }
 
@@ -302,17 +315,21 @@ impl Source {
         Ok(expanded)
     }
 
-    /// Plans `graph` and checks the plan independently.
-    fn plan(&self, graph: &Graph, options: &PlanOptions) -> Result<Plan, Failure> {
-        let plan = memplan::plan(graph, options).map_err(|e| self.failure(&e, 1))?;
-        memplan::check(graph, &plan).map_err(|violations| Failure {
+    /// Plans `graph` and checks the plan independently; returns the graph the plan refers
+    /// to (rewritten when ops are recomputed under a budget). Exit 2: a budget not met.
+    fn plan(&self, graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), Failure> {
+        let (graph, plan) = memplan::passes::plan_step(graph, options).map_err(|e| {
+            let code = if matches!(e, memplan::PlanError::BudgetUnmet { .. }) { 2 } else { 1 };
+            self.failure(&e, code)
+        })?;
+        memplan::check(&graph, &plan).map_err(|violations| Failure {
             message: format!(
                 "internal error: the checker rejected the plan of {} (a memplan bug; please report it):\n{violations}\n",
                 self.file
             ),
             code: 3,
         })?;
-        Ok(plan)
+        Ok((graph, plan))
     }
 }
 
@@ -320,8 +337,7 @@ fn run(command: Command) -> Result<(), Failure> {
     match command {
         Command::Check { file, passes } => {
             let source = Source::read(&file)?;
-            let graph = source.graph()?;
-            let plan = source.plan(&graph, &passes.options(DEFAULT_ALIGNMENT))?;
+            let (graph, plan) = source.plan(&source.graph()?, &passes.options(DEFAULT_ALIGNMENT)?)?;
             outln!(
                 "ok: {}: step @{} ({} args, {} ops) is valid; its plan ({}) passes the checker",
                 source.file,
@@ -334,8 +350,8 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Plan { file, format, alignment, top, passes } => {
             let source = Source::read(&file)?;
             let graph = source.graph()?;
-            let options = passes.options(alignment);
-            let plan = source.plan(&graph, &options)?;
+            let options = passes.options(alignment)?;
+            let (graph, plan) = source.plan(&graph, &options)?;
             let report = Report::new(&graph, &plan);
             match format {
                 Format::Text => out!("{}", report::text::render(&report, top)),
@@ -350,9 +366,10 @@ fn run(command: Command) -> Result<(), Failure> {
                 });
             }
             let source = Source::read(&file)?;
-            let graph = source.graph()?;
-            let plan = source.plan(&graph, &passes.options(DEFAULT_ALIGNMENT))?;
-            run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare_unplanned)?;
+            let original = source.graph()?;
+            let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
+            let compare = compare_unplanned.then_some(&original);
+            run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare)?;
         }
         Command::Schedule { file, output } => schedule_graph(&file, output.as_deref())?,
         Command::Alloc { file, capacity, solver, time_limit, output } => {
@@ -567,7 +584,8 @@ fn exec_failure(error: memplan::exec::ExecError) -> Failure {
     Failure { message: format!("error: {error}\n"), code: 1 }
 }
 
-/// `memplan run`: trains for `steps` steps in the planned arena, printing each loss.
+/// `memplan run`: trains for `steps` steps in the planned arena, printing each loss;
+/// `compare_unplanned`: the step as written, run unplanned beside each planned step.
 fn run_steps(
     graph: &Graph,
     plan: &Plan,
@@ -575,7 +593,7 @@ fn run_steps(
     seed: u64,
     weights: Option<&Path>,
     save: Option<&Path>,
-    compare_unplanned: bool,
+    compare_unplanned: Option<&Graph>,
 ) -> Result<(), Failure> {
     use memplan::exec::cpu::{Placement, advance, run_step};
     use memplan::exec::data::{init_args, load_safetensors, save_safetensors};
@@ -608,8 +626,8 @@ fn run_steps(
             Some(loss) => outln!("step {step}: loss {loss:.6}"),
             None => outln!("step {step}: done (no scalar loss returned)"),
         }
-        if compare_unplanned {
-            let reference = run_step(graph, Placement::Unplanned, &args).map_err(exec_failure)?;
+        if let Some(original) = compare_unplanned {
+            let reference = run_step(original, Placement::Unplanned, &args).map_err(exec_failure)?;
             let differences = result.differences(&reference);
             if !differences.is_empty() {
                 return Err(Failure {
@@ -623,7 +641,7 @@ fn run_steps(
         }
         args = advance(&args, &result);
     }
-    if compare_unplanned {
+    if compare_unplanned.is_some() {
         outln!(
             "planned and unplanned runs agree bit for bit: {} returned value(s) and {} updated param/state tensor(s) in each of {steps} step(s)",
             graph.returns.len(),

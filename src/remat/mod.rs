@@ -177,6 +177,22 @@ pub enum Strategy {
     None,
 }
 
+impl Strategy {
+    /// Every strategy, in the order `--help` lists them.
+    pub const ALL: &[Strategy] = &[Strategy::None];
+
+    /// The spelling of `--checkpoint`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Strategy::ALL.iter().copied().find(|s| s.name() == name)
+    }
+}
+
 /// A strategy's sequence and what it costs.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Solution {

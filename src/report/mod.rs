@@ -19,7 +19,7 @@ use crate::ir::graph::Graph;
 use crate::plan::{Plan, Savings, align_up};
 
 /// Version of the JSON report; bumped on incompatible changes.
-pub const REPORT_SCHEMA_VERSION: u32 = 2;
+pub const REPORT_SCHEMA_VERSION: u32 = 3;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -35,6 +35,8 @@ pub struct Report {
     /// What each pass saved (schema 2): the lower bound in program order, after the schedule,
     /// after in-place reuse, and the arena after offsets.
     pub savings: Savings,
+    /// Recomputation under a budget (schema 3); `None` without a budget.
+    pub remat: Option<RematReport>,
     pub peak: Peak,
     /// Bytes per class, in `Class::ALL` order.
     pub classes: Vec<ClassBytes>,
@@ -43,6 +45,34 @@ pub struct Report {
     pub plan: Plan,
     /// The name of every value, by id.
     pub value_names: Vec<String>,
+}
+
+/// What recomputation did: the budget and whether it is met, the ops recomputed, the cost.
+#[derive(Clone, Debug, Serialize)]
+pub struct RematReport {
+    pub strategy: String,
+    /// The budget in bytes; `None` when the caller gave the sequence.
+    pub budget: Option<u64>,
+    /// The arena without recomputation.
+    pub arena_without: u64,
+    /// The arena with it (= `arena_bytes`).
+    pub arena: u64,
+    /// How many ops are recomputations.
+    pub count: usize,
+    /// Each recomputing op as IR text, in schedule order, with the op it repeats:
+    /// `{"op": "%h.remat1 = matmul(%x, %w1)", "of": "%h = matmul(%x, %w1)"}`.
+    pub recomputed: Vec<RecomputedOp>,
+    /// FLOPs of one step without recomputation, and the extra FLOPs recomputation adds.
+    pub base_flops: u64,
+    pub extra_flops: u64,
+    /// The extra FLOPs in % of one step.
+    pub overhead_percent: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RecomputedOp {
+    pub op: String,
+    pub of: String,
 }
 
 /// The schedule position where the most bytes are live.
@@ -165,6 +195,22 @@ impl Report {
             lower_bound: plan.lower_bound,
             ratio: plan.ratio(),
             savings: plan.savings,
+            remat: plan.remat.as_ref().map(|r| RematReport {
+                strategy: r.strategy.clone(),
+                budget: r.budget,
+                arena_without: r.arena_without,
+                arena: plan.arena_bytes,
+                count: r.recomputes.len(),
+                recomputed: r
+                    .recomputes
+                    .iter()
+                    .filter(|x| x.clone.0 < graph.ops.len() as u32 && x.of.0 < graph.ops.len() as u32)
+                    .map(|x| RecomputedOp { op: graph.describe_op(x.clone), of: graph.describe_op(x.of) })
+                    .collect(),
+                base_flops: r.base_flops,
+                extra_flops: r.flops.saturating_sub(r.base_flops),
+                overhead_percent: r.overhead_percent(),
+            }),
             peak,
             classes: class_bytes,
             buffers,
