@@ -30,7 +30,7 @@ fn plan_json_has_a_schema_version_and_the_plan() {
     let out = memplan(&["plan", "ir/models/mlp.step", "--format", "json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
-    assert_eq!(json["schema_version"], 2);
+    assert_eq!(json["schema_version"], 3);
     let savings = &json["savings"];
     for key in ["program_order", "after_schedule", "after_inplace", "arena"] {
         assert!(savings[key].is_u64(), "savings.{key} in {savings}");

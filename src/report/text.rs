@@ -97,7 +97,7 @@ fn savings(w: &mut String, s: &Savings) {
 }
 
 /// `-1234 B (-5.67%)`, `+0 B` or `+12 B (+0.10%)`: the change from `before` to `after`.
-fn change(before: u64, after: u64) -> String {
+pub(crate) fn change(before: u64, after: u64) -> String {
     let delta = i128::from(after) - i128::from(before);
     if delta == 0 || before == 0 {
         return format!("{delta:+} B");

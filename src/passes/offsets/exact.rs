@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use super::{Solution, arena_of};
 use crate::analysis::liveness::Live;
+use crate::progress::{Progress, Silent};
 
 /// The verdict of [`exact`] at one capacity.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -117,10 +118,42 @@ pub fn exact(intervals: &[Live], capacity: u64, deadline: Instant) -> ExactResul
 /// [`exact`] search with part of the remaining time. Sets `proved_optimal` when the best
 /// arena is shown minimal.
 pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, deadline: Instant) -> Solution {
+    minimize_reporting(intervals, lower_bound, start, deadline, &Silent)
+}
+
+/// [`minimize`], reporting to `progress` after each probe: the milliseconds spent of
+/// those until the deadline, the best arena and the bound proved so far.
+pub fn minimize_reporting(
+    intervals: &[Live],
+    lower_bound: u64,
+    start: Solution,
+    deadline: Instant,
+    progress: &dyn Progress,
+) -> Solution {
+    let began = Instant::now();
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    progress.start("exact offsets", millis(deadline.saturating_duration_since(began)));
+    let best = minimize_loop(intervals, lower_bound, start, deadline, &|best: &Solution, proved: u64| {
+        progress.update(millis(began.elapsed()), &format!("best arena {} B, none below {proved} B", best.arena));
+    });
+    progress.finish();
+    best
+}
+
+/// The search of [`minimize`]; `probed` hears the best solution and the proved bound after
+/// each probe.
+fn minimize_loop(
+    intervals: &[Live],
+    lower_bound: u64,
+    start: Solution,
+    deadline: Instant,
+    probed: &dyn Fn(&Solution, u64),
+) -> Solution {
     let mut best = start;
     let mut proved = lower_bound; // no arena below this exists
     let mut unknown = proved; // below this: proved or timed out
     loop {
+        probed(&best, proved);
         if best.arena <= proved {
             best.proved_optimal = true;
             return best;

@@ -65,6 +65,15 @@ pub enum SolveError {
 
 /// Places `intervals` with the chosen solver.
 pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, SolveError> {
+    solve_reporting(intervals, options, &crate::progress::Silent)
+}
+
+/// [`solve`], reporting the exact search's progress to `progress`.
+pub fn solve_reporting(
+    intervals: &[Live],
+    options: &SolveOptions,
+    progress: &dyn crate::progress::Progress,
+) -> Result<Solution, SolveError> {
     let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
     let offsets = bestfit::best_fit(intervals).ok_or(SolveError::Overflow)?;
     let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
@@ -73,7 +82,7 @@ pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, Sol
         let now = Instant::now();
         let deadline = now.checked_add(options.time_limit).unwrap_or(now);
         match options.capacity {
-            None => return Ok(exact::minimize(intervals, lower, solution, deadline)),
+            None => return Ok(exact::minimize_reporting(intervals, lower, solution, deadline, progress)),
             Some(capacity) if arena > capacity => {
                 let proved_infeasible = match exact::exact(intervals, capacity, deadline) {
                     exact::ExactResult::Found(offsets) => {
