@@ -7,7 +7,7 @@
 //! order) with its hover text in `<title>` (values, ops, bytes, offset, live range, source
 //! line), and a rectangle thinner than the minimum drawn size gets that size so it stays
 //! visible. The live bytes at each step (whose top is the lower bound) are drawn as a line
-//! over the buffers, the peak step as a dashed line with its label, and a legend names the
+//! over the buffers (with more steps than pixel columns, the most in each column), the peak step as a dashed line with its label, and a legend names the
 //! classes with their bytes. Output is deterministic: coordinates have two decimals and
 //! everything is in buffer, class or step order.
 
@@ -99,16 +99,20 @@ pub fn render(subject: &Subject, report: &Report) -> String {
     }
     out.push_str("</g>\n");
 
-    // Live bytes per step: a step line whose top is the lower bound.
+    // Live bytes per step: a step line whose top is the lower bound. With more steps than
+    // pixels, each pixel column shows the most bytes live in its steps.
     let live = live_bytes(plan);
+    let columns = (width as usize).min(live.len());
     let mut points = String::new();
     let mut last = None;
-    for (t, &bytes) in live.iter().enumerate() {
+    for c in 0..columns {
+        let (t0, t1) = (c * live.len() / columns, (c + 1) * live.len() / columns);
+        let bytes = live[t0..t1].iter().copied().max().unwrap_or(0);
         if last != Some(bytes) {
             if let Some(previous) = last {
-                let _ = write!(points, "{:.2},{:.2} ", x(t), y(previous));
+                let _ = write!(points, "{:.2},{:.2} ", x(t0), y(previous));
             }
-            let _ = write!(points, "{:.2},{:.2} ", x(t), y(bytes));
+            let _ = write!(points, "{:.2},{:.2} ", x(t0), y(bytes));
             last = Some(bytes);
         }
     }
@@ -117,8 +121,10 @@ pub fn render(subject: &Subject, report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        r##"<polyline id="live" points="{}" fill="none" stroke="#000" stroke-width="1.2"><title>bytes live at each step (aligned); the highest is the lower bound</title></polyline>"##,
-        points.trim_end()
+        r##"<polyline id="live" points="{}" fill="none" stroke="#000" stroke-width="{}"><title>bytes live at each step (aligned); the highest is the lower bound</title></polyline>"##,
+        points.trim_end(),
+        // Thinner where steps are packed tighter than 2 px, so a busy line stays a line.
+        if live.len() as f64 > width / 2.0 { "0.6" } else { "1.2" }
     );
 
     if let Some(t) = report.peak.position {
