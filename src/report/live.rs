@@ -198,7 +198,8 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
     table(w, [title, "values", "bytes", "share", "cumulative", "cum."], &[false, true, true, true, true, true], &rows);
     if groups.len() > top {
         let rest: u64 = groups[top..].iter().map(|g| g.bytes).fold(0, u64::saturating_add);
-        let _ = writeln!(w, "... and {} more groups, {}", groups.len() - top, format_bytes(rest));
+        let more = groups.len() - top;
+        let _ = writeln!(w, "... and {more} more {}, {}", if more == 1 { "group" } else { "groups" }, format_bytes(rest));
     }
 
     let mut cumulative = 0u64;
@@ -228,7 +229,8 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
     );
     if set.values.len() > top {
         let rest: u64 = set.values[top..].iter().map(|v| v.bytes).fold(0, u64::saturating_add);
-        let _ = writeln!(w, "... and {} more values, {}", set.values.len() - top, format_bytes(rest));
+        let more = set.values.len() - top;
+        let _ = writeln!(w, "... and {more} more {}, {}", if more == 1 { "value" } else { "values" }, format_bytes(rest));
     }
     out
 }

@@ -292,10 +292,10 @@ fn hover(subject: &Subject, row: &crate::report::BufferRow, buffer: &crate::plan
     for &v in buffer.values.iter().take(HOVER_VALUES) {
         let value = &graph.values[v];
         let made_by = match value.def {
-            ValueDef::Arg(role) => format!("{} argument", role.name()),
-            ValueDef::Op { op, .. } => graph.describe_op(op),
+            ValueDef::Arg(role) => format!("a {} argument", role.name()),
+            ValueDef::Op { op, .. } => format!("written by {}", graph.describe_op(op)),
         };
-        let _ = write!(text, "\n{}: {} = {made_by}", graph.value_name(v), value.ty);
+        let _ = write!(text, "\n{}: {}, {made_by}", graph.value_name(v), value.ty);
         if let Some(loc) = subject.locs.value(v) {
             let _ = write!(text, " at {loc}");
         }
