@@ -197,11 +197,12 @@ fn a_tampered_plan_file_is_refused_with_the_reason() {
     let mut value: serde_json::Value = serde_json::from_str(&good).unwrap();
     // Two buffers at one offset: the checker must say so.
     value["plan"]["buffers"][1]["offset"] = value["plan"]["buffers"][0]["offset"].clone();
-    let err = json::load(&value.to_string()).err().expect("an overlap is refused");
+    let err = json::load(&value.to_string()).expect_err("an overlap is refused");
     assert_eq!(err.exit_code(), 3, "{err}");
     assert!(err.to_string().contains("does not pass the checker"), "{err}");
 
-    let cases: [(&dyn Fn(&mut serde_json::Value), &str); 5] = [
+    type Tamper<'a> = &'a dyn Fn(&mut serde_json::Value);
+    let cases: [(Tamper, &str); 5] = [
         (&|v| v["schema_version"] = 2.into(), "schema_version 2"),
         (&|v| v["ir"] = "step @s( {".into(), "is not a valid step"),
         (&|v| v["value_locs"] = serde_json::json!([]), "`value_locs` has 0 entries"),
@@ -211,10 +212,10 @@ fn a_tampered_plan_file_is_refused_with_the_reason() {
     for (tamper, needle) in cases {
         let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
         tamper(&mut v);
-        let err = json::load(&v.to_string()).err().expect("refused");
+        let err = json::load(&v.to_string()).expect_err("refused");
         assert!(err.to_string().contains(needle), "expected {needle:?} in: {err}");
     }
-    assert!(json::load("not json").err().unwrap().to_string().contains("line 1"));
+    assert!(json::load("not json").expect_err("not JSON").to_string().contains("line 1"));
 }
 
 /// A chain of 10000 adds, each reading a value from up to 60 steps back: 10000 buffers
