@@ -23,6 +23,7 @@ pub mod passes;
 pub mod plan;
 pub mod progress;
 pub mod random_step;
+pub mod remat;
 pub mod report;
 
 pub use autodiff::{AutodiffError, expand};

@@ -4,18 +4,23 @@
 //! autodiff → verify → passes).
 //!
 //! Exit status: 0 success; 1 bad input (unreadable file, parse or verify errors, a step
-//! that cannot be differentiated or planned); 3 the checker rejected a plan memplan made,
-//! or an expanded step does not verify (always a memplan bug: please report it). Errors go to stderr with file:line:col, a label and a hint.
+//! that cannot be differentiated or planned, a malformed buffer list, an output file that
+//! exists); 2 `alloc --capacity N` found no placement within N bytes in the time limit;
+//! 3 the checker rejected a plan or placement memplan made, or an expanded step does not
+//! verify (always a memplan bug: please report it). Errors go to stderr with
+//! file:line:col, a label and a hint.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use memplan::diagnostics;
 use memplan::ir::graph::Graph;
-use memplan::progress::Progress;
+use memplan::passes::offsets::{self, Solver};
 use memplan::passes::{Pass, PlanOptions, ScheduleKind};
+use memplan::progress::Progress;
 use memplan::plan::{DEFAULT_ALIGNMENT, Plan};
 use memplan::report::emit::Emit;
 use memplan::report::live::{At, GroupBy};
@@ -108,6 +113,29 @@ enum Command {
         #[command(flatten)]
         passes: PassFlags,
     },
+    /// Place a bare buffer list (minimalloc's CSV: `id,lower,upper,size`, live on [lower, upper)) in one arena.
+    ///
+    /// Solves, checks the placement independently, prints the lower bound, arena, ratio,
+    /// time and solver, and writes the list with an `offset` column to a NEW file (-o).
+    /// An `offset` column in the input (IREE's lists have one) is ignored for solving and
+    /// reported as "file's own placement". Exit 2 when no placement within --capacity was
+    /// found in the time limit.
+    Alloc {
+        /// The CSV file.
+        file: PathBuf,
+        /// The arena must fit in N bytes (exit 2 if no such placement is found).
+        #[arg(long, value_name = "N")]
+        capacity: Option<u64>,
+        /// Offset solver.
+        #[arg(long, value_enum, default_value_t = SolverArg::Auto)]
+        solver: SolverArg,
+        /// Seconds the search may take (auto, exact; the heuristics take what they need).
+        #[arg(long = "time-limit", value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+        time_limit: Duration,
+        /// Write the list with an `offset` column to this new file (never overwritten; not the input).
+        #[arg(short = 'o', long = "output", value_name = "OUT.csv")]
+        output: Option<PathBuf>,
+    },
     /// Run a step on real numbers inside its planned arena, for one or more training steps.
     Run {
         /// The .step file.
@@ -162,6 +190,15 @@ struct PassFlags {
     /// Skip in-place reuse (ops writing their output over an input that dies there).
     #[arg(long)]
     no_inplace: bool,
+    /// Offset solver (see `memplan alloc --help`).
+    #[arg(long, value_enum, default_value_t = SolverArg::Auto)]
+    solver: SolverArg,
+    /// Seconds the offset solver may search (auto, exact): a safety net; --search-nodes decides.
+    #[arg(long = "time-limit", value_name = "SECS", default_value = "2", value_parser = parse_seconds)]
+    time_limit: Duration,
+    /// Nodes the exact offset search may visit (auto, exact); within it the plan is the same on every machine.
+    #[arg(long = "search-nodes", value_name = "N", default_value_t = memplan::passes::DEFAULT_SEARCH_NODES)]
+    search_nodes: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -178,7 +215,15 @@ impl PassFlags {
             ScheduleArg::Program => ScheduleKind::Program,
             ScheduleArg::Memory => ScheduleKind::Memory,
         };
-        PlanOptions { alignment, schedule, inplace: !self.no_inplace, ..PlanOptions::default() }
+        PlanOptions {
+            alignment,
+            schedule,
+            inplace: !self.no_inplace,
+            solver: self.solver.solver(),
+            time_limit: self.time_limit,
+            search_nodes: self.search_nodes,
+            ..PlanOptions::default()
+        }
     }
 }
 
@@ -188,6 +233,37 @@ enum Device {
     Cpu,
     /// An NVIDIA GPU through CUDA.
     Cuda,
+}
+
+/// The offset solvers, as the command line names them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+enum SolverArg {
+    /// Greedy by size, first fit (TVM/TFLite's family).
+    Greedy,
+    /// Best-fit in XLA's spatial and temporal orders, the better of the two.
+    #[value(name = "bestfit")]
+    BestFit,
+    /// Branch and bound from best-fit's placement: within --capacity, or the smallest arena it can prove, in the time limit.
+    Exact,
+    /// Every heuristic, keeping the best; then the exact solver for the rest of the time limit.
+    Auto,
+}
+
+impl SolverArg {
+    fn solver(self) -> Solver {
+        match self {
+            SolverArg::Greedy => Solver::Greedy,
+            SolverArg::BestFit => Solver::BestFit,
+            SolverArg::Exact => Solver::Exact,
+            SolverArg::Auto => Solver::Auto,
+        }
+    }
+}
+
+/// A number of seconds (`0.5`, `10`), not negative.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}` is not a non-negative number of seconds"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -236,7 +312,14 @@ macro_rules! outln {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A usage error is bad input (exit 1): clap's own status 2 means "capacity not met" here.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+        }
+    };
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
@@ -409,6 +492,9 @@ fn run(command: Command) -> Result<(), Failure> {
             run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare_unplanned)?;
         }
         Command::Schedule { file, output } => schedule_graph(&file, output.as_deref())?,
+        Command::Alloc { file, capacity, solver, time_limit, output } => {
+            alloc(&file, capacity, solver, time_limit, output.as_deref())?;
+        }
         Command::Expand { file } => {
             let source = Source::read(&file)?;
             out!("{}", memplan::print(&source.graph()?));
@@ -474,6 +560,122 @@ fn schedule_graph(path: &Path, output: Option<&Path>) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `memplan alloc`: place a buffer list, check it, report, write the offsets.
+fn alloc(path: &Path, capacity: Option<u64>, solver: SolverArg, time_limit: Duration, output: Option<&Path>) -> Result<(), Failure> {
+    use memplan::buffer_list::{parse_buffer_list, write_buffer_list};
+    let bad = |message: String| Failure { message: format!("error: {message}\n"), code: 1 };
+    // The output is refused before any work: never the input, never an existing file.
+    if let Some(out) = output {
+        let same = std::fs::canonicalize(out).ok().is_some_and(|o| std::fs::canonicalize(path).ok() == Some(o));
+        if same {
+            return Err(bad(format!("refusing to write the output over the input file {}", path.display())));
+        }
+        if out.exists() {
+            return Err(bad(format!("{} exists; memplan never overwrites a file (choose another -o)", out.display())));
+        }
+    }
+    let source = Source::read(path)?;
+    let list = parse_buffer_list(&source.text).map_err(|e| source.failure(&e, 1))?;
+    let mut intervals = Vec::with_capacity(list.len());
+    for b in &list {
+        let (Ok(first), Ok(last)) = (usize::try_from(b.lower), usize::try_from(b.upper - 1)) else {
+            return Err(bad(format!("{}: buffer {}: time steps beyond this machine's word size", source.file, b.id)));
+        };
+        intervals.push(offsets::Live { first, last, size: b.size });
+    }
+    let triples: Vec<(usize, usize, u64)> = intervals.iter().map(|l| (l.first, l.last, l.size)).collect();
+    let options = offsets::SolveOptions { solver: solver.solver(), capacity, time_limit, search_nodes: u64::MAX };
+    let mut log = Vec::new();
+    let started = Instant::now();
+    let result = offsets::solve_reporting(&intervals, &options, &mut log, &Bar::new());
+    let elapsed = started.elapsed();
+    let lower = offsets::lower_bound(&intervals).unwrap_or(u64::MAX);
+    let (solution, fits) = match result {
+        Ok(solution) => (solution, true),
+        Err(offsets::SolveError::OverCapacity { best: Some(best), .. }) => (best, false),
+        Err(offsets::SolveError::OverCapacity { best: None, .. } | offsets::SolveError::Overflow) => {
+            return Err(bad(format!("{}: the sizes or offsets overflow 2^64 - 1 bytes", source.file)));
+        }
+    };
+    if let Err(violations) = memplan::checker::check_offsets(&triples, &solution.offsets, None) {
+        let lines: Vec<String> = violations.0.iter().map(|v| name_buffers(&v.to_string(), &list)).collect();
+        return Err(Failure {
+            message: format!(
+                "internal error: the checker rejected the placement of {} (a memplan bug; please report it):\n{}\n",
+                source.file,
+                lines.join("\n")
+            ),
+            code: 3,
+        });
+    }
+    let ratio = |arena: u64| if lower == 0 { 1.0 } else { arena as f64 / lower as f64 };
+    outln!("{}: {} buffers", source.file, list.len());
+    outln!("lower bound: {}", report::format_bytes(lower));
+    outln!("arena:       {}  ratio {:.4}", report::format_bytes(solution.arena), ratio(solution.arena));
+    let chosen = log.iter().find(|a| a.chosen).map_or("-", |a| a.method.name());
+    let label = match solver {
+        SolverArg::Exact => "exact",
+        SolverArg::Auto => "auto",
+        SolverArg::Greedy => "greedy",
+        SolverArg::BestFit => "bestfit",
+    };
+    outln!("solver:      {label}: {chosen}");
+    for a in &log {
+        outln!(
+            "  {:<28} arena {:>14}  ratio {:.4}  {:.1} ms{}",
+            a.method.name(),
+            a.arena,
+            ratio(a.arena),
+            a.elapsed.as_secs_f64() * 1000.0,
+            if a.chosen { "  (kept)" } else { "" }
+        );
+    }
+    outln!(
+        "optimal:     {}",
+        if solution.proved_optimal { "proved (arena = lower bound)" } else { "not proved (arena above the lower bound)" }
+    );
+    outln!("time:        {:.1} ms", elapsed.as_secs_f64() * 1000.0);
+    if let Some(own) = list.iter().map(|b| b.offset).collect::<Option<Vec<u64>>>() {
+        match memplan::checker::check_offsets(&triples, &own, None) {
+            Ok(()) => {
+                let arena = offsets::arena_of(&intervals, &own).unwrap_or(u64::MAX);
+                outln!("file's own placement: {}  ratio {:.4}", report::format_bytes(arena), ratio(arena));
+            }
+            Err(v) => outln!("file's own placement: invalid ({} violations, e.g. {})", v.0.len(), name_buffers(&v.0[0].to_string(), &list)),
+        }
+    }
+    if let Some(capacity) = capacity {
+        if !fits {
+            return Err(Failure {
+                message: format!(
+                    "error: no placement within the capacity of {} was found in {:.1} ms (time limit {:.1} s); the best arena is {}{}\n",
+                    report::format_bytes(capacity),
+                    elapsed.as_secs_f64() * 1000.0,
+                    time_limit.as_secs_f64(),
+                    report::format_bytes(solution.arena),
+                    if lower > capacity { " (none exists: the lower bound is above the capacity)" } else { "" }
+                ),
+                code: 2,
+            });
+        }
+        outln!("capacity:    {}: fits", report::format_bytes(capacity));
+    }
+    if let Some(out) = output {
+        use std::io::Write;
+        let text = write_buffer_list(&list, &solution.offsets);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(out)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        if let Err(e) = written {
+            return Err(bad(format!("cannot write {}: {e} (memplan never overwrites a file)", out.display())));
+        }
+        outln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to a file that must not exist yet.
 fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -523,6 +725,24 @@ impl Drop for Bar {
     fn drop(&mut self) {
         self.bar.finish_and_clear();
     }
+}
+
+/// `text` (a check_offsets violation) with each `#i` followed by buffer i's id in the file.
+fn name_buffers(text: &str, list: &[memplan::buffer_list::ListedBuffer]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('#') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        out.push_str(&rest[..digits]);
+        if let Some(b) = rest[..digits].parse::<usize>().ok().and_then(|i| list.get(i)) {
+            out.push_str(&format!(" (id `{}`)", b.id));
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn exec_failure(error: memplan::exec::ExecError) -> Failure {

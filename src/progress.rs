@@ -60,8 +60,8 @@ mod tests {
         let lower = crate::passes::offsets::lower_bound(&intervals).unwrap();
         let start = Solution { offsets, arena, proved_optimal: arena == lower };
         let record = Record::default();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let found = exact::minimize_reporting(&intervals, lower, start, deadline, &record);
+        let limits = exact::Limits::until(Instant::now() + Duration::from_secs(5));
+        let found = exact::minimize_reporting(&intervals, lower, start, limits, &record);
         assert!(found.proved_optimal && found.arena == lower, "{found:?}");
         let log = record.0.into_inner();
         assert_eq!(log.first().map(String::as_str), Some("start exact offsets true"));

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use memplan::analysis::liveness::Live;
-use memplan::passes::offsets::exact::{ExactResult, exact, minimize};
+use memplan::passes::offsets::exact::{ExactResult, Limits, exact, minimize};
 use memplan::passes::offsets::{SolveError, SolveOptions, Solution, Solver, lower_bound, solve};
 
 /// xorshift64*: deterministic, no dependencies.
@@ -30,8 +30,8 @@ fn l(first: usize, last: usize, size: u64) -> Live {
     Live { first, last, size }
 }
 
-fn far() -> Instant {
-    Instant::now() + Duration::from_secs(60)
+fn far() -> Limits {
+    Limits::until(Instant::now() + Duration::from_secs(60))
 }
 
 fn overlaps_in_time(a: &Live, b: &Live) -> bool {
@@ -147,7 +147,7 @@ fn filled_instance(rng: &mut Rng, n: usize, times: u64, sizes: u64, maxlen: u64)
             l(a, a + rng.below(maxlen + 1) as usize, 1 + rng.below(sizes))
         })
         .collect();
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         intervals.push(intervals[0]); // identical buffers
     }
     let lower = lower_bound(&intervals).unwrap();
@@ -260,7 +260,7 @@ fn edge_cases() {
     let mut rng = Rng(3);
     let big = random_instance(&mut rng, 60, 20, 50, false);
     let lower = lower_bound(&big).unwrap();
-    let r = exact(&big, lower, Instant::now());
+    let r = exact(&big, lower, Limits::until(Instant::now()));
     assert!(r == ExactResult::TimedOut || matches!(r, ExactResult::Found(_)) || r == ExactResult::Infeasible);
 }
 
@@ -268,7 +268,7 @@ fn edge_cases() {
 fn solve_with_the_exact_solver() {
     let intervals = [l(0, 1, 2), l(1, 2, 1), l(2, 3, 2), l(0, 0, 1), l(3, 3, 1), l(0, 3, 3)];
     let optimum = brute_optimum(&intervals);
-    let options = SolveOptions { solver: Solver::Exact, capacity: None, time_limit: Duration::from_secs(10) };
+    let options = SolveOptions { solver: Solver::Exact, capacity: None, time_limit: Duration::from_secs(10), search_nodes: u64::MAX };
     let solution = solve(&intervals, &options).unwrap();
     assert_eq!(solution.arena, optimum);
     assert!(solution.proved_optimal);
@@ -304,4 +304,74 @@ fn agrees_with_brute_force_where_the_lower_bound_is_unreachable() {
         }
     }
     println!("{count} instances, {gaps} above the lower bound");
+}
+
+/// Cuts the rectangle time `t0..t1` × bytes `m0..m1` in two, again and again (bytes in
+/// units of 64): the pieces are buffers that fit exactly in the rectangle's height, with
+/// every time step full.
+fn tile(rng: &mut Rng, (t0, t1): (usize, usize), (m0, m1): (u64, u64), depth: u32, out: &mut Vec<Live>) {
+    let units = (m1 - m0) / 64;
+    if depth == 0 || (t1 - t0 < 2 && units < 2) || rng.below(8) == 0 {
+        out.push(l(t0, t1 - 1, m1 - m0));
+    } else if (rng.below(2) == 0 && t1 - t0 >= 2) || units < 2 {
+        let t = t0 + 1 + rng.below((t1 - t0 - 1) as u64) as usize;
+        tile(rng, (t0, t), (m0, m1), depth - 1, out);
+        tile(rng, (t, t1), (m0, m1), depth - 1, out);
+    } else {
+        let m = m0 + 64 * (1 + rng.below(units - 1));
+        tile(rng, (t0, t1), (m0, m), depth - 1, out);
+        tile(rng, (t0, t1), (m, m1), depth - 1, out);
+    }
+}
+
+#[test]
+fn finds_perfect_packings_of_tiled_rectangles() {
+    // Dozens of buffers, every time step exactly full: only a perfect packing fits, and
+    // the search must split into parts, re-rank them and backtrack across them.
+    let mut rng = Rng(2024);
+    let mut sizes = 0;
+    for k in 0..100 {
+        let mut intervals = Vec::new();
+        tile(&mut rng, (0, 32), (0, 64 * 40), 5 + k % 4, &mut intervals);
+        let lower = lower_bound(&intervals).unwrap();
+        assert_eq!(lower, 64 * 40);
+        match exact(&intervals, lower, far()) {
+            ExactResult::Found(offsets) => assert!(valid(&intervals, &offsets, lower), "{intervals:?}"),
+            other => panic!("{other:?} on {intervals:?}"),
+        }
+        sizes += intervals.len();
+    }
+    assert!(sizes > 100 * 20, "instances too small: {sizes} buffers in all");
+}
+
+#[test]
+fn a_node_budget_gives_the_same_answer_whatever_the_clock() {
+    // Tiled instances need search; with a node budget and a far deadline the answer
+    // depends only on the budget: repeated runs agree, and a zero budget searches nothing.
+    let mut rng = Rng(77);
+    for k in 0..20 {
+        let mut intervals = Vec::new();
+        tile(&mut rng, (0, 32), (0, 64 * 40), 6 + k % 3, &mut intervals);
+        let lower = lower_bound(&intervals).unwrap();
+        let budget = Limits { deadline: Instant::now() + Duration::from_secs(60), nodes: 50 };
+        let first = exact(&intervals, lower, budget);
+        assert_eq!(first, exact(&intervals, lower, budget), "{intervals:?}");
+        if let ExactResult::Found(offsets) = &first {
+            assert!(valid(&intervals, offsets, lower));
+        }
+        let none = Limits { nodes: 0, ..budget };
+        assert_eq!(exact(&intervals, lower, none), ExactResult::TimedOut);
+        // minimize from everything stacked, twice, with the same small budget.
+        let mut offsets = Vec::new();
+        let mut top = 0;
+        for b in &intervals {
+            offsets.push(top);
+            top += b.size;
+        }
+        let start = Solution { offsets, arena: top, proved_optimal: false };
+        let a = minimize(&intervals, lower, start.clone(), Limits { nodes: 3000, ..budget });
+        let b = minimize(&intervals, lower, start, Limits { nodes: 3000, ..budget });
+        assert_eq!(a, b);
+        assert!(valid(&intervals, &a.offsets, a.arena) && a.arena <= top);
+    }
 }

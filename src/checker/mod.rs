@@ -36,6 +36,9 @@
 //!   `align_up(size, alignment)` over buffers live there (live = hull of their root values'
 //!   `[def, last]`).
 //!
+//! Bare buffer lists (no graph) are checked by [`check_offsets`] (`offsets.rs`): overlaps,
+//! capacity and overflow, with the same sweep.
+//!
 //! Every violation is collected; nothing stops at the first. A structural problem that makes
 //! later checks meaningless is reported and those checks are skipped: a `value_buffer` of the
 //! wrong length skips every per-value check; a broken schedule (an id out of range, an op
@@ -53,8 +56,10 @@
 //! looks at all pairs. A hostile plan can have quadratically many overlapping pairs; each
 //! sweep lists at most [`MAX_PAIRS`] of them and then says that it stopped.
 
+mod offsets;
 mod violation;
 
+pub use offsets::check_offsets;
 pub use violation::{Need, Violation, Violations};
 
 use std::cmp::Reverse;

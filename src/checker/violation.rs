@@ -209,6 +209,29 @@ pub enum Violation {
     #[error("plan claims a lower bound of {claimed} bytes, but it is {recomputed}")]
     LowerBound { claimed: u64, recomputed: u128 },
 
+    /// [`check_offsets`](super::check_offsets): the list has `buffers` buffers but
+    /// `offsets` offsets. Nothing else is checked.
+    #[error("{buffers} buffers but {offsets} offsets")]
+    ListLength { buffers: usize, offsets: usize },
+
+    /// [`check_offsets`](super::check_offsets): buffer `buffer` (its index in the list) has
+    /// `first > last`; it is left out of the overlap sweep.
+    #[error("buffer #{buffer} has an empty live range [{first}, {last}]")]
+    ListRangeInverted { buffer: usize, first: usize, last: usize },
+
+    /// [`check_offsets`](super::check_offsets): `offset + size` does not fit in 64 bits.
+    #[error("buffer #{buffer} at offset {offset} with {size} bytes ends past 2^64 - 1")]
+    ListOverflow { buffer: usize, offset: u64, size: u64 },
+
+    /// [`check_offsets`](super::check_offsets): a buffer ends past the capacity.
+    #[error("buffer #{buffer} spans [{offset}, {end}), past the capacity of {capacity} bytes")]
+    ListPastCapacity { buffer: usize, offset: u64, end: u128, capacity: u64 },
+
+    /// [`check_offsets`](super::check_offsets): two buffers live at the same time share
+    /// bytes (`a < b`, indices in the list).
+    #[error("buffers #{a} (live [{a_first}, {a_last}]) and #{b} (live [{b_first}, {b_last}]) share bytes [{start}, {end}) while both live")]
+    ListOverlap { a: usize, a_first: usize, a_last: usize, b: usize, b_first: usize, b_last: usize, start: u128, end: u128 },
+
     /// A sweep found more than [`MAX_PAIRS`](super::MAX_PAIRS) overlapping pairs and
     /// stopped listing them (a planner bug, or a hostile plan).
     #[error("more than {shown} {what}; the rest are not listed")]

@@ -25,6 +25,7 @@ pub mod offsets;
 pub mod schedule;
 
 use std::fmt;
+use std::time::Duration;
 
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
@@ -79,6 +80,10 @@ impl std::str::FromStr for Pass {
     }
 }
 
+/// The exact offset search's default node budget in `plan`: at most a few tenths of a second on
+/// one core of a 2-core machine (release build), and the same plan on every machine.
+pub const DEFAULT_SEARCH_NODES: u64 = 20_000;
+
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
     /// Offset alignment in bytes (a power of two).
@@ -88,6 +93,12 @@ pub struct PlanOptions {
     pub solver: Solver,
     /// Whether ops may write outputs over inputs that die there (the in-place pass).
     pub inplace: bool,
+    /// How long the offset solver may search (`Solver::Auto` gives what the heuristics
+    /// leave to the exact solver).
+    pub time_limit: Duration,
+    /// How many nodes the exact offset search may visit: within it the plan does not
+    /// depend on the machine's speed (the time limit is a safety net for huge steps).
+    pub search_nodes: u64,
     /// Stop after this pass (`run` only; `plan` always runs every pass).
     pub stop_after: Option<Pass>,
 }
@@ -99,6 +110,8 @@ impl Default for PlanOptions {
             schedule: ScheduleKind::default(),
             inplace: true,
             solver: Solver::default(),
+            time_limit: Duration::from_secs(2),
+            search_nodes: DEFAULT_SEARCH_NODES,
             stop_after: None,
         }
     }
@@ -266,7 +279,12 @@ fn assign_offsets(
     savings: Savings,
 ) -> Result<Plan, PlanError> {
     let intervals = intervals(buffers, options.alignment)?;
-    let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
+    let solve_options = offsets::SolveOptions {
+        solver: options.solver,
+        capacity: None,
+        time_limit: options.time_limit,
+        search_nodes: options.search_nodes,
+    };
     let solution = offsets::solve(&intervals, &solve_options).map_err(|_| PlanError::ArenaOverflow)?;
     let (offsets, arena_bytes) = (solution.offsets, solution.arena);
     let lower_bound = offsets::lower_bound(&intervals).ok_or(PlanError::ArenaOverflow)?;

@@ -2,8 +2,11 @@
 //!
 //! [`exact`] decides whether the buffers fit in a given capacity and returns a placement if
 //! they do; [`minimize`] tightens an arena towards the lower bound with repeated calls.
-//! Both stop at a deadline. Placements are valid by construction; a verdict of
-//! "infeasible" is a proof.
+//! Both stop at [`Limits`]: a deadline and a budget of search nodes. The search itself
+//! never looks at the clock to decide what to try (probe shares and restarts count nodes),
+//! so a run that ends by its node budget gives the same answer on every machine; only the
+//! deadline, a safety net, depends on the machine's speed. Placements are valid by
+//! construction; a verdict of "infeasible" is a proof.
 //!
 //! # The search
 //! - **Sections.** Time is compressed to *sections*: one per distinct end time, holding the
@@ -34,7 +37,7 @@
 //!
 //! Every size and offset stays at most the capacity, so sums never overflow.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Solution, arena_of};
 use crate::analysis::liveness::Live;
@@ -47,9 +50,28 @@ pub enum ExactResult {
     Found(Vec<u64>),
     /// No placement fits the capacity (a proof).
     Infeasible,
-    /// The deadline passed before either was shown.
+    /// The deadline passed or the node budget ran out before either was shown.
     TimedOut,
 }
+
+/// When a search must stop: at the deadline or after `nodes` search nodes, whichever
+/// comes first.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub deadline: Instant,
+    pub nodes: u64,
+}
+
+impl Limits {
+    /// Only a deadline (no node budget).
+    pub fn until(deadline: Instant) -> Limits {
+        Limits { deadline, nodes: u64::MAX }
+    }
+}
+
+/// Search nodes each of [`minimize`]'s probes may take in its first round (doubled each
+/// round without progress).
+const PROBE_NODES: u64 = 1_000;
 
 /// "None" for u32 indices.
 const NONE: u32 = u32::MAX;
@@ -58,7 +80,7 @@ const NONE: u32 = u32::MAX;
 const PREORDERS: [[Key; 3]; 3] =
     [[Key::Width, Key::Area, Key::Total], [Key::Total, Key::Area, Key::Width], [Key::Total, Key::Width, Key::Area]];
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Key {
     /// Lifetime in time steps.
     Width,
@@ -70,128 +92,181 @@ enum Key {
 
 /// Finds offsets for `intervals` within `capacity`, or proves there are none, by the
 /// deadline. Zero-size buffers go at offset 0.
-pub fn exact(intervals: &[Live], capacity: u64, deadline: Instant) -> ExactResult {
-    let Some(base) = Base::new(intervals) else {
-        return ExactResult::Infeasible; // some section's total overflows u64
-    };
-    if base.max_total > capacity {
-        return ExactResult::Infeasible;
-    }
-    if base.size.is_empty() {
-        return ExactResult::Found(vec![0; intervals.len()]);
-    }
-    if base.size.len() >= NONE as usize - 1 {
-        return ExactResult::TimedOut; // beyond u32 indices: too large to search
-    }
-    // Every tight offset is a sum of sizes, hence a multiple of their gcd.
-    let g = base.size.iter().fold(0u64, |g, &s| gcd(g, s));
-    let capacity = capacity - capacity % g.max(1);
-    let mut instances: Vec<Option<Instance>> = PREORDERS.iter().map(|_| None).collect();
-    let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
-    loop {
-        for (k, keys) in PREORDERS.iter().enumerate() {
-            let instance = instances[k].get_or_insert_with(|| Instance::new(&base, keys));
-            let mut search = Search::new(instance, capacity, deadline, limit);
-            let outcome = search.run();
-            if std::env::var_os("EXACT_DEBUG").is_some() {
-                eprintln!("  preorder {k} limit {limit} nodes {}", search.nodes);
-            }
-            match outcome {
-                Outcome::Found => {
-                    let mut offsets = vec![0u64; intervals.len()];
-                    for (i, &o) in search.off.iter().enumerate() {
-                        offsets[instance.orig[i]] = o;
-                    }
-                    return ExactResult::Found(offsets);
-                }
-                Outcome::Infeasible => return ExactResult::Infeasible,
-                Outcome::TimedOut => return ExactResult::TimedOut,
-                Outcome::NodeLimit => {}
-            }
-        }
-        limit = limit.saturating_mul(2);
-    }
+pub fn exact(intervals: &[Live], capacity: u64, limits: Limits) -> ExactResult {
+    Prepared::new(intervals).solve(capacity, limits).0
 }
 
 /// Tightens `start` (a valid placement of `intervals`) towards `lower_bound` until the
-/// deadline: bisection between the proved bound and the best arena, each probe an
-/// [`exact`] search with part of the remaining time. Sets `proved_optimal` when the best
-/// arena is shown minimal.
-pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, deadline: Instant) -> Solution {
-    minimize_reporting(intervals, lower_bound, start, deadline, &Silent)
+/// limits, and sets `proved_optimal` when the best arena is shown minimal.
+///
+/// Searches at one capacity take very different times (a slightly smaller capacity can
+/// be much easier), so this runs rounds of short [`exact`] probes: at the proved bound,
+/// just below the best arena, and at points spread between them, highest first. A probe
+/// that finds a placement or a proof starts a new round; a round with neither doubles the
+/// nodes each probe may search.
+pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits) -> Solution {
+    minimize_reporting(intervals, lower_bound, start, limits, &Silent)
 }
 
-/// [`minimize`], reporting to `progress` after each probe: the milliseconds spent of
-/// those until the deadline, the best arena and the bound proved so far.
+/// [`minimize`], reporting to `progress` before each round of probes: the milliseconds
+/// spent of those until the deadline, the best arena and the bound proved so far.
 pub fn minimize_reporting(
     intervals: &[Live],
     lower_bound: u64,
     start: Solution,
-    deadline: Instant,
+    limits: Limits,
     progress: &dyn Progress,
 ) -> Solution {
     let began = Instant::now();
-    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    progress.start("exact offsets", millis(deadline.saturating_duration_since(began)));
-    let best = minimize_loop(intervals, lower_bound, start, deadline, &|best: &Solution, proved: u64| {
+    let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    progress.start("exact offsets", millis(limits.deadline.saturating_duration_since(began)));
+    let best = minimize_rounds(intervals, lower_bound, start, limits, &|best: &Solution, proved: u64| {
         progress.update(millis(began.elapsed()), &format!("best arena {} B, none below {proved} B", best.arena));
     });
     progress.finish();
     best
 }
 
-/// The search of [`minimize`]; `probed` hears the best solution and the proved bound after
-/// each probe.
-fn minimize_loop(
+/// The search of [`minimize`]; `round` hears the best solution and the proved bound before
+/// each round.
+fn minimize_rounds(
     intervals: &[Live],
     lower_bound: u64,
     start: Solution,
-    deadline: Instant,
-    probed: &dyn Fn(&Solution, u64),
+    limits: Limits,
+    round: &dyn Fn(&Solution, u64),
 ) -> Solution {
     let mut best = start;
-    let mut proved = lower_bound; // no arena below this exists
-    let mut unknown = proved; // below this: proved or timed out
+    let mut prepared = Prepared::new(intervals);
+    // Tight placements only have arenas that are multiples of the sizes' gcd.
+    let g = prepared.granularity();
+    let mut proved = lower_bound.div_ceil(g).checked_mul(g).unwrap_or(lower_bound);
+    let mut share = PROBE_NODES;
+    let mut spent: u64 = 0;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     loop {
-        probed(&best, proved);
+        round(&best, proved);
         if best.arena <= proved {
             best.proved_optimal = true;
             return best;
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return best;
+        let top = (best.arena - 1) / g * g;
+        // The bound, just below the best, and random capacities between them, more of
+        // them near the top (where placements exist).
+        let mut caps = vec![proved, top];
+        for _ in 0..8 {
+            let u = rng.next_fraction();
+            let below = ((top - proved) as f64 * u * u) as u64;
+            caps.push((top - below.min(top - proved)) / g * g);
         }
-        let remaining = deadline - now;
-        let top = best.arena - 1;
-        let (capacity, budget) = if unknown > top {
-            (top, remaining)
-        } else if unknown == proved {
-            // First probe at the bound itself: often reachable, and cheap to refute.
-            (unknown, remaining / 4)
-        } else {
-            (unknown + (top - unknown) / 2, remaining / 3)
+        caps.retain(|&c| c >= proved && c <= top);
+        let mut progress = false;
+        for capacity in caps {
+            let left = limits.nodes.saturating_sub(spent);
+            if Instant::now() >= limits.deadline || left == 0 {
+                return best;
+            }
+            // The bound gets more nodes: reaching it ends the search.
+            let nodes = if capacity == proved { share.saturating_mul(4) } else { share };
+            let (result, used) = prepared.solve(capacity, Limits { deadline: limits.deadline, nodes: nodes.min(left) });
+            spent = spent.saturating_add(used);
+            match result {
+                ExactResult::Found(offsets) => {
+                    if let Some(arena) = arena_of(intervals, &offsets).filter(|&a| a < best.arena) {
+                        best = Solution { offsets, arena, proved_optimal: false };
+                        progress = true;
+                        break;
+                    }
+                }
+                ExactResult::Infeasible => {
+                    proved = proved.max(capacity.saturating_add(g));
+                    progress = true;
+                    break;
+                }
+                ExactResult::TimedOut => {}
+            }
+        }
+        if !progress {
+            share = share.saturating_mul(2);
+        }
+    }
+}
+
+/// An instance prepared once for searches at any capacity.
+struct Prepared {
+    len: usize,
+    /// `None` when a section total overflows u64 (no capacity fits).
+    base: Option<Base>,
+    instances: Vec<Option<Instance>>,
+}
+
+impl Prepared {
+    fn new(intervals: &[Live]) -> Prepared {
+        Prepared { len: intervals.len(), base: Base::new(intervals), instances: PREORDERS.iter().map(|_| None).collect() }
+    }
+
+    /// The gcd of the sizes (at least 1): every tight offset is a multiple of it.
+    fn granularity(&self) -> u64 {
+        self.base.as_ref().map_or(1, |b| b.size.iter().fold(0u64, |g, &s| gcd(g, s))).max(1)
+    }
+
+    /// The verdict at `capacity` and the search nodes it took.
+    fn solve(&mut self, capacity: u64, limits: Limits) -> (ExactResult, u64) {
+        let g = self.granularity();
+        let Some(base) = &self.base else {
+            return (ExactResult::Infeasible, 0); // some section's total overflows u64
         };
-        let probe_deadline = now.checked_add(budget.max(Duration::from_millis(1))).unwrap_or(deadline).min(deadline);
-        match exact(intervals, capacity, probe_deadline) {
-            ExactResult::Found(offsets) => {
-                if let Some(arena) = arena_of(intervals, &offsets).filter(|&a| a < best.arena) {
-                    best = Solution { offsets, arena, proved_optimal: false };
-                } else {
-                    return best; // cannot happen: a found placement fits the capacity
-                }
-            }
-            ExactResult::Infeasible => {
-                proved = proved.max(capacity.saturating_add(1));
-                unknown = unknown.max(proved);
-            }
-            ExactResult::TimedOut => {
-                if unknown > top {
-                    return best;
-                }
-                unknown = capacity.saturating_add(1);
-            }
+        if base.max_total > capacity {
+            return (ExactResult::Infeasible, 0);
         }
+        if base.size.is_empty() {
+            return (ExactResult::Found(vec![0; self.len]), 0);
+        }
+        if base.size.len() >= NONE as usize - 1 {
+            return (ExactResult::TimedOut, 0); // beyond u32 indices: too large to search
+        }
+        let capacity = capacity - capacity % g;
+        let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
+        let mut spent: u64 = 0;
+        loop {
+            for (k, keys) in PREORDERS.iter().enumerate() {
+                let left = limits.nodes.saturating_sub(spent);
+                if Instant::now() >= limits.deadline || left == 0 {
+                    return (ExactResult::TimedOut, spent);
+                }
+                let instance = self.instances[k].get_or_insert_with(|| Instance::new(base, keys));
+                let mut search = Search::new(instance, capacity, limits.deadline, limit.min(left));
+                let outcome = search.run();
+                spent = spent.saturating_add(search.nodes);
+                match outcome {
+                    Outcome::Found => {
+                        let mut offsets = vec![0u64; self.len];
+                        for (i, &o) in search.off.iter().enumerate() {
+                            offsets[instance.orig[i]] = o;
+                        }
+                        return (ExactResult::Found(offsets), spent);
+                    }
+                    Outcome::Infeasible => return (ExactResult::Infeasible, spent),
+                    Outcome::TimedOut => return (ExactResult::TimedOut, spent),
+                    // The limit of this run, or the node budget: the loop head tells which.
+                    Outcome::NodeLimit => {}
+                }
+            }
+            limit = limit.saturating_mul(2);
+        }
+    }
+}
+
+/// xorshift64*, for reproducible probe capacities.
+struct Rng(u64);
+
+impl Rng {
+    /// Uniform in [0, 1).
+    fn next_fraction(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -285,6 +360,9 @@ struct Instance {
     /// Buffers sorted by `lo`; `lo_start[s]` is the first position with `lo >= s`.
     by_lo: Vec<u32>,
     lo_start: Vec<usize>,
+    /// The order's keys, and each buffer's lifetime, for re-ranking parts.
+    keys: [Key; 3],
+    width: Vec<u64>,
 }
 
 impl Instance {
@@ -319,10 +397,8 @@ impl Instance {
 
         let mut by_lo: Vec<u32> = (0..n as u32).collect();
         by_lo.sort_by_key(|&i| (lo[i as usize], i));
-        let mut lo_start = vec![0usize; sections + 1];
-        for s in 0..=sections {
-            lo_start[s] = by_lo.partition_point(|&i| (lo[i as usize] as usize) < s);
-        }
+        let lo_start: Vec<usize> =
+            (0..=sections).map(|s| by_lo.partition_point(|&i| (lo[i as usize] as usize) < s)).collect();
 
         // Overlapping pairs: j after i in `by_lo` overlaps i iff lo[j] < hi[i].
         let mut degree = vec![0usize; n];
@@ -343,6 +419,10 @@ impl Instance {
                 fill[j as usize] += 1;
             }
         }
+        // Each list in order of `lo` (`place` relies on it).
+        for i in 0..n {
+            nbrs[nbr_start[i]..nbr_start[i + 1]].sort_unstable_by_key(|&j| (lo[j as usize], j));
+        }
 
         let mut count = vec![0usize; sections];
         for i in 0..n {
@@ -359,7 +439,23 @@ impl Instance {
                 fill[s] += 1;
             }
         }
-        Instance { orig, size, lo, hi, sections, twin_prev, nbr_start, nbrs, mem_start, members, by_lo, lo_start }
+        let width = perm.iter().map(|&k| base.width[k]).collect();
+        Instance {
+            orig,
+            size,
+            lo,
+            hi,
+            sections,
+            twin_prev,
+            nbr_start,
+            nbrs,
+            mem_start,
+            members,
+            by_lo,
+            lo_start,
+            keys: *keys,
+            width,
+        }
     }
 
     fn nbrs(&self, i: usize) -> &[u32] {
@@ -416,9 +512,12 @@ struct Undo {
     p: u32,
     trail_mark: usize,
     witness_mark: usize,
+    rank_mark: usize,
     agenda_len: usize,
     agenda_trail_mark: usize,
     agenda_changed: bool,
+    /// `p` had no unplaced neighbour: when its branch fails, the node fails.
+    hatless: bool,
 }
 
 struct Search<'a> {
@@ -434,11 +533,19 @@ struct Search<'a> {
     sum: Vec<u64>,
     /// Per section: an unplaced member whose floor + the section's unplaced total fits.
     witness: Vec<u32>,
+    /// Per buffer: how many sections it witnesses.
+    watch: Vec<u32>,
     /// Per boundary `b` (between sections b-1 and b): unplaced buffers crossing it.
     cuts: Vec<u32>,
     /// Old floors and witnesses, to undo.
     trail: Vec<(u32, u64)>,
     witness_trail: Vec<(u32, u32)>,
+    /// Rank of each buffer within its part (ties of equal offset go by rank), and old
+    /// ranks to undo.
+    rank: Vec<u32>,
+    rank_trail: Vec<(u32, u32)>,
+    /// Scratch for re-ranking.
+    scratch: Vec<(u128, u128, u128, u32)>,
     /// Parts still to solve; the last is the current one.
     agenda: Vec<Comp>,
     agenda_trail: Vec<Comp>,
@@ -447,6 +554,8 @@ struct Search<'a> {
     /// Scratch: prefix and suffix minima of the room over the current part's sections.
     pre: Vec<u64>,
     suf: Vec<u64>,
+    /// Scratch: how many candidates at the current offset cover each section (differences).
+    cover: Vec<i64>,
 }
 
 impl<'a> Search<'a> {
@@ -464,7 +573,11 @@ impl<'a> Search<'a> {
             }
         }
         // Every section has a member (its own end); all floors are 0 <= room.
-        let witness = (0..inst.sections).map(|s| inst.members(s).first().copied().unwrap_or(0)).collect();
+        let witness: Vec<u32> = (0..inst.sections).map(|s| inst.members(s).first().copied().unwrap_or(0)).collect();
+        let mut watch = vec![0u32; n.max(1)];
+        for &w in &witness {
+            watch[w as usize] += 1;
+        }
         Search {
             inst,
             cap,
@@ -476,15 +589,20 @@ impl<'a> Search<'a> {
             floor: vec![0; n],
             sum,
             witness,
+            watch,
             cuts,
             trail: Vec::new(),
             witness_trail: Vec::new(),
+            rank: (0..n as u32).collect(),
+            rank_trail: Vec::new(),
+            scratch: Vec::new(),
             agenda: Vec::new(),
             agenda_trail: Vec::new(),
             frames: Vec::new(),
             cands: Vec::new(),
             pre: Vec::new(),
             suf: Vec::new(),
+            cover: Vec::new(),
         }
     }
 
@@ -501,6 +619,10 @@ impl<'a> Search<'a> {
         loop {
             let depth = self.frames.len() - 1;
             if let Some(undo) = self.frames[depth].child.take() {
+                if undo.hatless {
+                    let frame = &mut self.frames[depth];
+                    frame.cand_next = frame.cand_end;
+                }
                 self.undo(undo);
             }
             let frame = &mut self.frames[depth];
@@ -517,7 +639,7 @@ impl<'a> Search<'a> {
                     if self.nodes > self.node_limit {
                         return Outcome::NodeLimit;
                     }
-                    if self.nodes % 1024 == 0 && Instant::now() >= self.deadline {
+                    if self.nodes.is_multiple_of(64) && Instant::now() >= self.deadline {
                         return Outcome::TimedOut;
                     }
                     self.open_frame(root);
@@ -582,27 +704,58 @@ impl<'a> Search<'a> {
                     continue;
                 }
                 let f = self.floor[iu];
-                if f >= h || f < comp.min_off || (f == comp.min_off && i < comp.first_rank) {
+                if f >= h || f < comp.min_off || (f == comp.min_off && self.rank[iu] < comp.first_rank) {
                     continue;
                 }
                 let twin = inst.twin_prev[iu];
                 if twin != NONE && !self.placed[twin as usize] {
                     continue;
                 }
-                // Once placed, f is the lowest offset left for every unplaced buffer of
-                // the part: each section must have room above it.
-                let (lo, hi) = (inst.lo[iu] as usize, inst.hi[iu] as usize);
-                if f > self.pre[lo - a] || f > self.suf[hi - a] {
-                    continue;
-                }
-                let need = f.saturating_sub(inst.size[iu]);
-                if self.sum[lo..hi].iter().any(|&sum| self.cap - sum < need) {
-                    continue;
-                }
                 self.cands.push(i);
             }
-            let floor = &self.floor;
-            self.cands[start..].sort_unstable_by_key(|&i| (floor[i as usize], i));
+            // A section whose unplaced buffers must exactly fill [min_off, capacity) is
+            // *full*: one of them goes at min_off, so it needs a candidate there (any other
+            // lands higher, leaving a gap).
+            let o = comp.min_off;
+            self.cover.clear();
+            self.cover.resize(b - a + 1, 0);
+            for &i in &self.cands[start..] {
+                if self.floor[i as usize] == o {
+                    self.cover[inst.lo[i as usize] as usize - a] += 1;
+                    self.cover[inst.hi[i as usize] as usize - a] -= 1;
+                }
+            }
+            let mut covered = 0i64;
+            for s in a..b {
+                covered += self.cover[s - a];
+                if covered == 0 && self.cap - self.sum[s] == o {
+                    self.cands.truncate(start);
+                    break;
+                }
+            }
+            let (floor, rank) = (&self.floor, &self.rank);
+            self.cands[start..].sort_unstable_by_key(|&i| (floor[i as usize], rank[i as usize]));
+            // Drop the candidates that fail the section bound once placed: f becomes the
+            // lowest offset left for every unplaced buffer of the part, so each section
+            // needs room above it. A failing candidate with no unplaced neighbour ends the
+            // list (see `hatless`).
+            let mut kept = start;
+            for k in start..self.cands.len() {
+                let i = self.cands[k] as usize;
+                let f = self.floor[i];
+                let (lo, hi) = (inst.lo[i] as usize, inst.hi[i] as usize);
+                let need = f.saturating_sub(inst.size[i]);
+                let fits = f <= self.pre[lo - a]
+                    && f <= self.suf[hi - a]
+                    && (need <= self.pre[b - a] || self.sum[lo..hi].iter().all(|&sum| self.cap - sum >= need));
+                if fits {
+                    self.cands[kept] = i as u32;
+                    kept += 1;
+                } else if self.hatless(i) {
+                    break;
+                }
+            }
+            self.cands.truncate(kept);
         }
         let end = self.cands.len();
         self.frames.push(Frame { cand_start: start, cand_next: start, cand_end: end, root_of_comp, child: None });
@@ -616,9 +769,11 @@ impl<'a> Search<'a> {
             p: p as u32,
             trail_mark: self.trail.len(),
             witness_mark: self.witness_trail.len(),
+            rank_mark: self.rank_trail.len(),
             agenda_len: self.agenda.len(),
             agenda_trail_mark: self.agenda_trail.len(),
             agenda_changed: false,
+            hatless: true,
         };
         let Some(&comp) = self.agenda.last() else { return (undo, false, false) };
         let o = self.floor[p];
@@ -635,6 +790,7 @@ impl<'a> Search<'a> {
         }
         for &u in inst.nbrs(p) {
             let u = u as usize;
+            undo.hatless &= self.placed[u];
             if !self.placed[u] && self.floor[u] < e {
                 self.trail.push((u as u32, self.floor[u]));
                 self.floor[u] = e;
@@ -643,16 +799,47 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        // Witnesses: p is gone, raised buffers may no longer fit under their sections.
+        // Witnesses. In p's sections every unplaced buffer now lies at e or higher, so e
+        // must leave room for them; the raised buffers (floor e) can witness there.
+        let p32 = p as u32;
         for s in lo..hi {
-            if self.witness[s] == p as u32 && self.sum[s] > 0 && !self.rewitness(s) {
+            if self.sum[s] > 0 && e > self.cap - self.sum[s] {
                 return (undo, false, false);
             }
         }
+        // The raised buffers come in order of `lo` (neighbour lists are sorted): sweep p's
+        // sections keeping the one reaching furthest.
+        let (mut k, mut reach, mut latest) = (undo.trail_mark, (0usize, NONE), (0usize, NONE));
+        for s in lo..hi {
+            while k < self.trail.len() && inst.lo[self.trail[k].0 as usize] as usize <= s {
+                let u = self.trail[k].0;
+                let uhi = inst.hi[u as usize] as usize;
+                if uhi > reach.0 {
+                    reach = (uhi, u);
+                }
+                if uhi > s {
+                    latest = (uhi, u);
+                }
+                k += 1;
+            }
+            if self.witness[s] == p32 && reach.0 > s {
+                let w = if latest.0 > s { latest.1 } else { reach.1 };
+                self.set_witness(s, w);
+            }
+        }
+        for s in lo..hi {
+            if self.witness[s] == p32 && self.sum[s] > 0 && !self.rewitness(s) {
+                return (undo, false, false);
+            }
+        }
+        // Outside p's sections, a raised witness may no longer fit.
         for k in undo.trail_mark..self.trail.len() {
             let u = self.trail[k].0;
+            if self.watch[u as usize] == 0 {
+                continue;
+            }
             let (ulo, uhi) = (inst.lo[u as usize] as usize, inst.hi[u as usize] as usize);
-            for s in ulo..uhi {
+            for s in (ulo..lo.min(uhi)).chain(hi.max(ulo)..uhi) {
                 if self.witness[s] == u && e > self.cap - self.sum[s] && !self.rewitness(s) {
                     return (undo, false, false);
                 }
@@ -662,7 +849,7 @@ impl<'a> Search<'a> {
         self.agenda.pop();
         self.agenda_trail.push(comp);
         undo.agenda_changed = true;
-        let next = Comp { min_off: o, first_rank: p as u32 + 1, ..comp };
+        let next = Comp { min_off: o, first_rank: self.rank[p] + 1, ..comp };
         let cut_points: Vec<u32> = (lo + 1..hi).filter(|&b| self.cuts[b] == 0).map(|b| b as u32).collect();
         if cut_points.is_empty() {
             if self.sum[comp.a as usize] > 0 {
@@ -671,32 +858,79 @@ impl<'a> Search<'a> {
             }
             return (undo, true, true);
         }
+        // New parts start a new canonical order (ties by a new ranking) above `o`.
         let mut end = comp.b;
         for &a in cut_points.iter().rev().chain(std::iter::once(&comp.a)) {
             if self.sum[a as usize] > 0 {
-                self.agenda.push(Comp { a, b: end, split_depth: depth as u32, ..next });
+                self.agenda.push(Comp { a, b: end, split_depth: depth as u32, min_off: o, first_rank: 0 });
+                self.rerank(a as usize, end as usize);
             }
             end = a;
         }
         (undo, true, true)
     }
 
+    /// Ranks the unplaced buffers of sections `a..b` by the order's keys, with each
+    /// buffer's section total taken over the unplaced buffers only.
+    fn rerank(&mut self, a: usize, b: usize) {
+        let inst = self.inst;
+        self.scratch.clear();
+        for &i in &inst.by_lo[inst.lo_start[a]..inst.lo_start[b]] {
+            let iu = i as usize;
+            if self.placed[iu] {
+                continue;
+            }
+            let total = self.sum[inst.lo[iu] as usize..inst.hi[iu] as usize].iter().copied().max().unwrap_or(0);
+            let width = inst.width[iu] as u128;
+            let key = |k: Key| match k {
+                Key::Width => width,
+                Key::Area => width * inst.size[iu] as u128,
+                Key::Total => total as u128,
+            };
+            let [k0, k1, k2] = inst.keys;
+            self.scratch.push((key(k0), key(k1), key(k2), i));
+        }
+        let orig = &inst.orig;
+        self.scratch.sort_unstable_by(|x, y| {
+            (y.0, y.1, y.2).cmp(&(x.0, x.1, x.2)).then(orig[x.3 as usize].cmp(&orig[y.3 as usize]))
+        });
+        for (r, &(_, _, _, i)) in self.scratch.iter().enumerate() {
+            self.rank_trail.push((i, self.rank[i as usize]));
+            self.rank[i as usize] = r as u32;
+        }
+    }
+
+    /// No unplaced buffer overlaps `i`: in every tight completion it sits at its floor, so
+    /// it comes before every later candidate of the node (they sort after it). If placing
+    /// it first fails, so do they.
+    fn hatless(&self, i: usize) -> bool {
+        self.inst.nbrs(i).iter().all(|&u| self.placed[u as usize])
+    }
+
     /// Finds the unplaced member of section `s` with the lowest floor; false if even that
     /// one cannot hold the section's unplaced total below the capacity.
     fn rewitness(&mut self, s: usize) -> bool {
         let inst = self.inst;
-        let mut best = (u64::MAX, NONE);
+        let mut best = (u64::MAX, 0u32, NONE);
         for &u in inst.members(s) {
-            if !self.placed[u as usize] && self.floor[u as usize] < best.0 {
-                best = (self.floor[u as usize], u);
+            let key = (self.floor[u as usize], inst.nbrs(u as usize).len() as u32);
+            if !self.placed[u as usize] && key < (best.0, best.1) {
+                best = (key.0, key.1, u);
             }
         }
-        if best.1 == NONE || best.0 > self.cap - self.sum[s] {
+        if best.2 == NONE || best.0 > self.cap - self.sum[s] {
             return false;
         }
-        self.witness_trail.push((s as u32, self.witness[s]));
-        self.witness[s] = best.1;
+        self.set_witness(s, best.2);
         true
+    }
+
+    fn set_witness(&mut self, s: usize, u: u32) {
+        let old = self.witness[s];
+        self.witness_trail.push((s as u32, old));
+        self.watch[old as usize] -= 1;
+        self.watch[u as usize] += 1;
+        self.witness[s] = u;
     }
 
     fn undo(&mut self, undo: Undo) {
@@ -711,8 +945,15 @@ impl<'a> Search<'a> {
                 self.floor[u as usize] = f;
             }
         }
+        while self.rank_trail.len() > undo.rank_mark {
+            if let Some((i, r)) = self.rank_trail.pop() {
+                self.rank[i as usize] = r;
+            }
+        }
         while self.witness_trail.len() > undo.witness_mark {
             if let Some((s, w)) = self.witness_trail.pop() {
+                self.watch[self.witness[s as usize] as usize] -= 1;
+                self.watch[w as usize] += 1;
                 self.witness[s as usize] = w;
             }
         }

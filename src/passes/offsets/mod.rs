@@ -8,23 +8,40 @@
 //!
 //! Every solver returns a [`Solution`]; `proved_optimal` is set when the arena equals the
 //! lower bound or an exact search finished without finding a smaller arena.
+//!
+//! Heuristics (`greedy.rs`, `bestfit.rs`) share an index of busy bytes over time
+//! (`busy.rs`), so they never scan all pairs of buffers: 200000 buffers place in well under
+//! a second. The exact solver (`exact.rs`: branch and bound over tight placements, see
+//! docs/PLANNING.md) starts from the best heuristic solution. [`Solver::Auto`] (the default)
+//! runs every heuristic, keeps the smallest arena, and hands the rest of its time limit to
+//! the exact solver ([`exact_step`]) while the arena is above the lower bound (or above the
+//! capacity); [`Solver::Exact`] does the same after best-fit alone.
 
 pub mod bestfit;
+mod busy;
 pub mod exact;
+pub mod greedy;
+pub mod synthetic;
 
 use std::time::{Duration, Instant};
 
-use crate::analysis::liveness::{Live, max_live};
+pub use crate::analysis::liveness::Live;
+use crate::analysis::liveness::max_live;
 
 /// The offset solvers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum Solver {
-    /// Best-fit by decreasing size (XLA's heap simulator idea).
-    #[default]
+    /// Greedy by size with first fit (TVM/TFLite's family): `greedy.rs`.
+    Greedy,
+    /// Best-fit in XLA's two orders, keeping the better: `bestfit.rs`.
     BestFit,
-    /// Branch and bound (`exact.rs`): within `capacity` if given, else the smallest arena
-    /// it can find from best-fit's, both within `time_limit`.
+    /// Branch and bound (`exact.rs`) from best-fit's solution: within the capacity if one
+    /// is given, else the smallest arena it can find, both within the time limit.
     Exact,
+    /// Every heuristic, keeping the best; then the rest of the time limit goes to the exact
+    /// solver while the arena is above the lower bound (or the capacity).
+    #[default]
+    Auto,
 }
 
 /// What a solver is asked.
@@ -35,11 +52,14 @@ pub struct SolveOptions {
     pub capacity: Option<u64>,
     /// How long a search may run (heuristics ignore it).
     pub time_limit: Duration,
+    /// How many nodes the exact search may visit (`u64::MAX`: no limit but the time).
+    /// Within this budget the search's answer does not depend on the machine's speed.
+    pub search_nodes: u64,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { solver: Solver::default(), capacity: None, time_limit: Duration::from_millis(200) }
+        SolveOptions { solver: Solver::default(), capacity: None, time_limit: Duration::from_millis(200), search_nodes: u64::MAX }
     }
 }
 
@@ -63,47 +83,192 @@ pub enum SolveError {
     OverCapacity { capacity: u64, best: Option<Solution>, proved_infeasible: bool },
 }
 
-/// Places `intervals` with the chosen solver.
-pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, SolveError> {
-    solve_reporting(intervals, options, &crate::progress::Silent)
+/// One heuristic.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Heuristic {
+    Greedy,
+    BestFitSpatial,
+    BestFitTemporal,
 }
 
-/// [`solve`], reporting the exact search's progress to `progress`.
+/// One algorithm run inside [`solve_logged`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Method {
+    Heuristic(Heuristic),
+    /// The exact solver, started from the best heuristic solution.
+    Exact,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Heuristic(Heuristic::Greedy) => "greedy (first fit by size)",
+            Method::Heuristic(Heuristic::BestFitSpatial) => "best-fit (spatial order)",
+            Method::Heuristic(Heuristic::BestFitTemporal) => "best-fit (temporal order)",
+            Method::Exact => "exact (branch and bound)",
+        }
+    }
+}
+
+/// What one algorithm produced, and whether its offsets are the ones returned.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Attempt {
+    pub method: Method,
+    pub arena: u64,
+    pub elapsed: Duration,
+    pub chosen: bool,
+}
+
+/// Places `intervals` with the chosen solver.
+pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, SolveError> {
+    solve_logged(intervals, options, &mut Vec::new())
+}
+
+/// [`solve`], recording every algorithm it ran (in run order) in `log`.
+pub fn solve_logged(intervals: &[Live], options: &SolveOptions, log: &mut Vec<Attempt>) -> Result<Solution, SolveError> {
+    solve_reporting(intervals, options, log, &crate::progress::Silent)
+}
+
+/// [`solve_logged`], reporting the exact search's progress to `progress`.
 pub fn solve_reporting(
     intervals: &[Live],
     options: &SolveOptions,
+    log: &mut Vec<Attempt>,
     progress: &dyn crate::progress::Progress,
 ) -> Result<Solution, SolveError> {
+    let started = Instant::now();
     let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
-    let offsets = bestfit::best_fit(intervals).ok_or(SolveError::Overflow)?;
-    let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
-    let solution = Solution { offsets, arena, proved_optimal: arena == lower };
-    if options.solver == Solver::Exact && !solution.proved_optimal {
-        let now = Instant::now();
-        let deadline = now.checked_add(options.time_limit).unwrap_or(now);
-        match options.capacity {
-            None => return Ok(exact::minimize_reporting(intervals, lower, solution, deadline, progress)),
-            Some(capacity) if arena > capacity => {
-                let proved_infeasible = match exact::exact(intervals, capacity, deadline) {
-                    exact::ExactResult::Found(offsets) => {
-                        let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
-                        return Ok(Solution { offsets, arena, proved_optimal: arena == lower });
-                    }
-                    exact::ExactResult::Infeasible => true,
-                    exact::ExactResult::TimedOut => false,
-                };
-                return Err(SolveError::OverCapacity { capacity, best: Some(solution), proved_infeasible });
+    use Heuristic::*;
+    let methods: &[Heuristic] = match options.solver {
+        Solver::Greedy => &[Greedy],
+        Solver::BestFit | Solver::Exact => &[BestFitSpatial, BestFitTemporal],
+        // Spatial first: on ties the earlier method wins, and spatial best-fit is what
+        // memplan used alone before, so plans only change where they get smaller.
+        Solver::Auto => &[BestFitSpatial, BestFitTemporal, Greedy],
+    };
+    let mut best: Option<(usize, Vec<u64>, u64)> = None; // (log index, offsets, arena)
+    let mut keep = |method: Heuristic, offsets: Option<Vec<u64>>, elapsed: Duration| -> Result<bool, SolveError> {
+        let offsets = offsets.ok_or(SolveError::Overflow)?;
+        let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
+        log.push(Attempt { method: Method::Heuristic(method), arena, elapsed, chosen: false });
+        if best.as_ref().is_none_or(|b| arena < b.2) {
+            best = Some((log.len() - 1, offsets, arena));
+        }
+        Ok(arena == lower)
+    };
+    if methods.len() > 1 && intervals.len() >= PARALLEL_FROM && spare_cores() {
+        // Independent runs: one thread each (results are kept in method order, so the
+        // choice is the same as run one after the other).
+        for (method, (offsets, elapsed)) in methods.iter().zip(run_parallel(intervals, methods)) {
+            keep(*method, offsets, elapsed)?;
+        }
+    } else {
+        for &method in methods {
+            let (offsets, elapsed) = run_method(intervals, method);
+            if keep(method, offsets, elapsed)? {
+                break; // at the lower bound: nothing can beat it
             }
-            Some(_) => {}
+        }
+    }
+    let Some((chosen, offsets, arena)) = best else { return Err(SolveError::Overflow) };
+    if let Some(a) = log.get_mut(chosen) {
+        a.chosen = true;
+    }
+    let mut solution = Solution { offsets, arena, proved_optimal: arena == lower };
+    if matches!(options.solver, Solver::Auto | Solver::Exact) {
+        let remaining = options.time_limit.saturating_sub(started.elapsed());
+        let wanted = options.capacity.map_or(lower, |c| c.max(lower));
+        if solution.arena > wanted && !remaining.is_zero() {
+            let t = Instant::now();
+            let limits = exact::Limits { deadline: Instant::now().checked_add(remaining).unwrap_or_else(Instant::now), nodes: options.search_nodes };
+            let (found, proved_infeasible) = exact_step(intervals, lower, solution.clone(), options.capacity, limits, progress)?;
+            let improved = found.arena < solution.arena;
+            log.push(Attempt { method: Method::Exact, arena: found.arena, elapsed: t.elapsed(), chosen: improved });
+            if improved {
+                for a in log.iter_mut().filter(|a| a.method != Method::Exact) {
+                    a.chosen = false;
+                }
+            }
+            if improved || found.proved_optimal {
+                solution = found;
+            }
+            if proved_infeasible {
+                if let Some(capacity) = options.capacity {
+                    return Err(SolveError::OverCapacity { capacity, best: Some(solution), proved_infeasible: true });
+                }
+            }
         }
     }
     match options.capacity {
-        Some(capacity) if arena > capacity => Err(SolveError::OverCapacity {
+        Some(capacity) if solution.arena > capacity => Err(SolveError::OverCapacity {
             capacity,
             proved_infeasible: lower > capacity,
             best: Some(solution),
         }),
         _ => Ok(solution),
+    }
+}
+
+/// From this many buffers on, `solve` runs several heuristics on threads of their own
+/// (where [`spare_cores`] says the machine has room for them).
+const PARALLEL_FROM: usize = 20_000;
+
+/// Whether the machine has at least 4 hardware threads: with fewer, threads of memory-bound
+/// heuristics mostly fight each other and whatever else runs (measured on 2 cores).
+fn spare_cores() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4)
+}
+
+/// Runs one heuristic: its offsets (`None` on overflow) and how long it took.
+fn run_method(intervals: &[Live], method: Heuristic) -> (Option<Vec<u64>>, Duration) {
+    let t = Instant::now();
+    let offsets = match method {
+        Heuristic::Greedy => greedy::greedy_by_size(intervals),
+        Heuristic::BestFitSpatial => bestfit::best_fit_in(intervals, bestfit::Order::Spatial),
+        Heuristic::BestFitTemporal => bestfit::best_fit_in(intervals, bestfit::Order::Temporal),
+    };
+    (offsets, t.elapsed())
+}
+
+/// [`run_method`] for each of `methods` on its own scoped thread (in this thread when one
+/// cannot be started), results in method order.
+fn run_parallel(intervals: &[Live], methods: &[Heuristic]) -> Vec<(Option<Vec<u64>>, Duration)> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = methods
+            .iter()
+            .map(|&method| std::thread::Builder::new().spawn_scoped(scope, move || run_method(intervals, method)).ok())
+            .collect();
+        handles
+            .into_iter()
+            .zip(methods)
+            .map(|(handle, &method)| handle.and_then(|h| h.join().ok()).unwrap_or_else(|| run_method(intervals, method)))
+            .collect()
+    })
+}
+
+/// Hands the rest of the time to the exact solver, starting from the best heuristic
+/// solution `best` (above the lower bound, or above `capacity`). With a capacity it looks
+/// for a placement within it; without one it minimises the arena. Returns the solution
+/// (`best` itself when nothing better was found in time) and whether the search proved that
+/// nothing fits the capacity.
+fn exact_step(
+    intervals: &[Live],
+    lower: u64,
+    best: Solution,
+    capacity: Option<u64>,
+    limits: exact::Limits,
+    progress: &dyn crate::progress::Progress,
+) -> Result<(Solution, bool), SolveError> {
+    match capacity {
+        None => Ok((exact::minimize_reporting(intervals, lower, best, limits, progress), false)),
+        Some(capacity) => match exact::exact(intervals, capacity, limits) {
+            exact::ExactResult::Found(offsets) => {
+                let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
+                Ok((Solution { offsets, arena, proved_optimal: arena == lower }, false))
+            }
+            exact::ExactResult::Infeasible => Ok((best, true)),
+            exact::ExactResult::TimedOut => Ok((best, false)),
+        },
     }
 }
 

@@ -1,0 +1,521 @@
+//! The index behind the fast heuristics: which bytes are busy during a range of time.
+//!
+//! Greedy and best-fit place buffers one at a time in an order that is not time order, and
+//! for each one must find the gaps in the offsets taken by already placed buffers whose
+//! live ranges meet its own. Scanning every placed buffer is O(n²); even enumerating only
+//! the buffers that meet it is quadratic on training steps, where thousands of activations
+//! are live at once. [`BusyIndex`] answers with the *union* of their byte ranges instead,
+//! which is what a gap search needs and is usually a handful of segments.
+//!
+//! # Design
+//!
+//! Time is compressed to the distinct `first` values (two inclusive ranges meet iff the
+//! later of their two `first`s lies in both, so a range becomes the leaves from its `first`
+//! to the last `first <= last`). A binary segment tree over those leaves (depth D) keeps
+//! insert-only unions of byte ranges ([`Segments`]: sorted, disjoint, merged on insert).
+//! The *block level* L is about D/2; nodes there are blocks of about √leaves leaves.
+//!
+//! - At and above the block level, `upper[v]` holds every buffer that MEETS `v`.
+//! - At the block level, `blocks[b]` holds every buffer that COVERS block `b`.
+//! - Below it, `cover[v]` holds the buffers whose canonical node is `v` (the usual
+//!   segment-tree decomposition), and `below[v]` those with a canonical node strictly
+//!   inside `v`'s subtree.
+//!
+//! `upper` and `below` are kept at every second level only ([`STRIDE`]); a query that
+//! needs one at another level reads the children's. Placing a buffer inserts its bytes
+//! into the nodes its range meets on two root paths, into `cover` of its canonical nodes,
+//! and, for a canonical node above the block level, into `upper` of every kept node under
+//! it down to the blocks and into those blocks: O(log n) inserts for a short-lived buffer,
+//! up to O(2^L) = O(√n) for one that lives the whole step.
+//!
+//! A query for a range Q reads exactly the buffers that meet Q: `upper` of each fully
+//! covered node at or above the block level (everything meeting it meets Q), `cover` and
+//! `below` of each fully covered node under it, `blocks` of a partly covered block and
+//! `cover` of the partly covered nodes under it (buffers covering an ancestor of a
+//! canonical node below the block level are in its block's `blocks`). That is at most
+//! O(log n) unions, whatever the number of live buffers.
+//!
+//! The gaps of their union are then walked around a *pivot*: the `upper` of the widest
+//! covered node (everything live in a long range: nearly gapless) or else the biggest
+//! union (for a short range, the buffers covering its block). Every gap of the union lies
+//! in a gap of the pivot, so pivot gaps shorter than the buffer being placed are skipped
+//! unseen, and inside each other pivot gap the other unions' segments (found by galloping
+//! cursors) cut out the true gaps. Once a walk has looked into a few pivot gaps (best-fit
+//! looks at all that are long enough) the other unions are merged into one sorted list.
+//! A query costs O(log n) plus the segments of the unions it reads, which grows with how
+//! fragmented memory is around that time, not with how many buffers live then; on real
+//! lists that is tens to hundreds of segments (benches/BENCHMARKS.md has the timings).
+
+use crate::analysis::liveness::Live;
+
+/// An insert-only union of half-open byte ranges: sorted, disjoint, never touching.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Segments(Vec<(u64, u64)>);
+
+impl Segments {
+    /// Adds `[start, end)` (`start < end`), merging with every segment it meets or touches.
+    fn insert(&mut self, start: u64, end: u64) {
+        let v = &mut self.0;
+        let i = v.partition_point(|s| s.1 < start);
+        let j = v.partition_point(|s| s.0 <= end);
+        if i == j {
+            v.insert(i, (start, end));
+        } else {
+            let merged = (v[i].0.min(start), v[j - 1].1.max(end));
+            v[i] = merged;
+            v.drain(i + 1..j);
+        }
+    }
+}
+
+/// One union a query reads.
+#[derive(Clone, Copy, Debug)]
+enum Set {
+    Cover(usize),
+    Below(usize),
+    Block(usize),
+    All(usize),
+}
+
+/// Which placed bytes are busy during a time range (see the module docs).
+pub(super) struct BusyIndex {
+    /// Distinct `first` values, sorted: the leaves.
+    times: Vec<usize>,
+    /// Leaves rounded up to a power of two; node `v` has children `2v`, `2v+1`, the root
+    /// is node 1 at level 0 and the leaves are at level `log2(width)`.
+    width: usize,
+    /// The level of the block nodes.
+    block_level: u32,
+    /// Per node at or above the block level: every buffer meeting it.
+    upper: Vec<Segments>,
+    /// Per block node `b` (index `b - 2^block_level`): buffers covering it.
+    blocks: Vec<Segments>,
+    /// Per node below the block level: buffers whose canonical node it is.
+    cover: Vec<Segments>,
+    /// Per inner node below the block level: buffers with a canonical node strictly inside
+    /// its subtree.
+    below: Vec<Segments>,
+    /// Scratch for queries.
+    sets: Vec<Set>,
+    merged: Vec<(u64, u64)>,
+    pieces: Vec<(u64, u64)>,
+    cursors: Vec<usize>,
+}
+
+/// What a gap visitor tells the walk.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Walk {
+    Continue,
+    Stop,
+}
+
+/// Unions with at most this many segments are merged into one once a walk has looked into
+/// [`MERGE_AFTER`] pivot gaps; bigger ones keep their own cursor.
+const SMALL: usize = 64;
+
+/// Unions of buffers meeting a node (above the block level) or strictly inside its
+/// subtree (below it) are kept at every `STRIDE`-th level; a query needing one at another
+/// level reads the children's instead.
+const STRIDE: u32 = 2;
+
+fn level(node: usize) -> u32 {
+    usize::BITS - 1 - node.leading_zeros()
+}
+
+impl BusyIndex {
+    /// An empty index for buffers whose ranges start at the given `firsts`.
+    pub(super) fn new(firsts: impl Iterator<Item = usize>) -> BusyIndex {
+        let mut times: Vec<usize> = firsts.collect();
+        times.sort_unstable();
+        times.dedup();
+        let width = times.len().max(1).next_power_of_two();
+        let depth = level(width);
+        let block_level = depth / 2 - depth / 2 % STRIDE;
+        let base = 1usize << block_level;
+        BusyIndex {
+            times,
+            width,
+            block_level,
+            upper: vec![Segments::default(); 2 * base],
+            blocks: vec![Segments::default(); base],
+            cover: vec![Segments::default(); 2 * width],
+            below: vec![Segments::default(); width],
+            sets: Vec::new(),
+            merged: Vec::new(),
+            pieces: Vec::new(),
+            cursors: Vec::new(),
+        }
+    }
+
+    /// The leaves of `[first, last]`, half-open; `None` if no leaf lies in it.
+    fn leaves(&self, first: usize, last: usize) -> Option<(usize, usize)> {
+        let lo = self.times.partition_point(|&t| t < first);
+        let hi = self.times.partition_point(|&t| t <= last);
+        (lo < hi).then_some((lo, hi))
+    }
+
+    /// Marks `[start, end)` busy during `[first, last]` (`first` must be one of the firsts
+    /// the index was built with; an empty byte range is ignored).
+    pub(super) fn insert(&mut self, first: usize, last: usize, start: u64, end: u64) {
+        let Some((lo, hi)) = self.leaves(first, last) else { return };
+        if start >= end {
+            return;
+        }
+        self.insert_at(1, 0, self.width, lo, hi, start, end);
+    }
+
+    /// Whether unions are kept at nodes of level `lv` (`upper` above the block level,
+    /// `below` under it): every `STRIDE`-th level, counting from the block level.
+    fn kept(&self, lv: u32) -> bool {
+        lv % STRIDE == self.block_level % STRIDE
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_at(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize, start: u64, end: u64) {
+        if hi <= l || h <= lo {
+            return;
+        }
+        let lv = level(node);
+        let bl = self.block_level;
+        if lv <= bl && self.kept(lv) {
+            self.upper[node].insert(start, end);
+        }
+        if lo <= l && h <= hi {
+            if lv <= bl {
+                // Every node under it down to the block level meets it; every block under
+                // it is covered.
+                for d in 1..=bl - lv {
+                    if self.kept(lv + d) {
+                        for w in (node << d)..((node + 1) << d) {
+                            self.upper[w].insert(start, end);
+                        }
+                    }
+                }
+                let base = 1usize << bl;
+                for b in (node << (bl - lv))..((node + 1) << (bl - lv)) {
+                    self.blocks[b - base].insert(start, end);
+                }
+            } else {
+                self.cover[node].insert(start, end);
+            }
+            return;
+        }
+        // Partly covered: an inner node (a leaf is either covered or missed).
+        if lv > bl && self.kept(lv) {
+            self.below[node].insert(start, end);
+        }
+        let mid = l + (h - l) / 2;
+        self.insert_at(2 * node, l, mid, lo, hi, start, end);
+        self.insert_at(2 * node + 1, mid, h, lo, hi, start, end);
+    }
+
+    /// Pushes the unions that hold exactly the buffers meeting leaves `[lo, hi)` within
+    /// node `node` (covering `[l, h)`), given that its ancestors' are pushed.
+    fn collect(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize) {
+        if hi <= l || h <= lo {
+            return;
+        }
+        let lv = level(node);
+        let bl = self.block_level;
+        let full = lo <= l && h <= hi;
+        if full && lv <= bl && self.kept(lv) {
+            self.sets.push(Set::All(node));
+            return;
+        }
+        if full && lv > bl {
+            self.sets.push(Set::Cover(node));
+            if node >= self.width {
+                return;
+            }
+            if self.kept(lv) {
+                self.sets.push(Set::Below(node));
+                return;
+            }
+        } else if !full && lv == bl {
+            self.sets.push(Set::Block(node - (1usize << bl)));
+        } else if !full && lv > bl {
+            self.sets.push(Set::Cover(node));
+        }
+        // A node whose union is not kept, or one partly in the range: its children say.
+        let mid = l + (h - l) / 2;
+        self.collect(2 * node, l, mid, lo, hi);
+        self.collect(2 * node + 1, mid, h, lo, hi);
+    }
+
+    /// Calls `visit(start, end)` for every maximal gap of bytes that no buffer live during
+    /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
+    /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
+    /// skipped. Stops early when `visit` says so.
+    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+        self.sets.clear();
+        if let Some((lo, hi)) = self.leaves(first, last) {
+            self.collect(1, 0, self.width, lo, hi);
+        }
+        let slice = |set: Set| -> &[(u64, u64)] {
+            match set {
+                Set::Cover(v) => &self.cover[v].0,
+                Set::Below(v) => &self.below[v].0,
+                Set::Block(b) => &self.blocks[b].0,
+                Set::All(v) => &self.upper[v].0,
+            }
+        };
+        // The pivot: the union of everything meeting the widest node wholly inside the
+        // range (nearly gapless), else the biggest union.
+        let pivot_at = self
+            .sets
+            .iter()
+            .enumerate()
+            .max_by_key(|&(_, &set)| match set {
+                Set::All(v) => (1u8, std::cmp::Reverse(level(v)), usize::MAX - slice(set).len()),
+                _ => (0, std::cmp::Reverse(0), slice(set).len()),
+            })
+            .map(|(i, _)| i);
+        let pivot: &[(u64, u64)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
+        // The others are searched inside each pivot gap. Many small ones cost a search
+        // each per gap: once a walk has looked into a few gaps, they are merged into one.
+        let mut others: Vec<&[(u64, u64)]> = Vec::with_capacity(self.sets.len());
+        for (i, &set) in self.sets.iter().enumerate() {
+            let segments = slice(set);
+            if Some(i) != pivot_at && !segments.is_empty() {
+                others.push(segments);
+            }
+        }
+        let (cursors, pieces) = (&mut self.cursors, &mut self.pieces);
+        cursors.clear();
+        cursors.resize(others.len(), 0);
+        let small = others.iter().filter(|s| s.len() <= SMALL).count();
+        let limit = if small > 1 { MERGE_AFTER } else { usize::MAX };
+        let Some(resume) = walk(pivot, 0, &others, cursors, pieces, min_len, limit, &mut visit) else { return };
+        let merged = &mut self.merged;
+        merged.clear();
+        for set in others.iter().filter(|s| s.len() <= SMALL) {
+            merged.extend_from_slice(set);
+        }
+        coalesce(merged);
+        others.retain(|s| s.len() > SMALL);
+        others.push(merged);
+        cursors.clear();
+        cursors.resize(others.len(), 0);
+        walk(pivot, resume, &others, cursors, pieces, min_len, usize::MAX, &mut visit);
+    }
+}
+
+/// How many pivot gaps a walk looks into before small unions are merged.
+const MERGE_AFTER: usize = 4;
+
+/// Walks the gaps of `pivot` from gap `from` (gap `i` ends where `pivot[i]` starts; the
+/// last is unbounded); inside each, the segments of `others` cut it into the gaps of the
+/// whole union, which go to `visit`. Gaps shorter than `min_len` are skipped. Returns the
+/// gap to resume from after looking into `limit` gaps, `None` when done or stopped.
+#[allow(clippy::too_many_arguments)]
+fn walk(
+    pivot: &[(u64, u64)],
+    from: usize,
+    others: &[&[(u64, u64)]],
+    cursors: &mut [usize],
+    pieces: &mut Vec<(u64, u64)>,
+    min_len: u64,
+    limit: usize,
+    visit: &mut impl FnMut(u64, Option<u64>) -> Walk,
+) -> Option<usize> {
+    let mut looked = 0usize;
+    for i in from..=pivot.len() {
+        let g0 = if i == 0 { 0 } else { pivot[i - 1].1 };
+        let g1 = pivot.get(i).map(|s| s.0);
+        // Gaps inside a pivot gap are no longer than it.
+        if g1.is_some_and(|g1| g1 <= g0 || g1 - g0 < min_len) {
+            continue;
+        }
+        if looked == limit {
+            return Some(i);
+        }
+        looked += 1;
+        pieces.clear();
+        for (set, c) in others.iter().zip(cursors.iter_mut()) {
+            *c = skip_ended(set, *c, g0);
+            for &(s, e) in &set[*c..] {
+                if g1.is_some_and(|g1| s >= g1) {
+                    break;
+                }
+                pieces.push((s.max(g0), g1.map_or(e, |g1| e.min(g1))));
+            }
+        }
+        if !pieces.is_sorted() {
+            pieces.sort_unstable();
+        }
+        let mut x = g0;
+        for &(s, e) in pieces.iter() {
+            if s > x && visit(x, Some(s)) == Walk::Stop {
+                return None;
+            }
+            x = x.max(e);
+        }
+        match g1 {
+            Some(g1) => {
+                if x < g1 && visit(x, Some(g1)) == Walk::Stop {
+                    return None;
+                }
+            }
+            None => {
+                visit(x, None);
+                return None;
+            }
+        }
+    }
+    None
+}
+
+/// Sorts `segments` and merges those that meet or touch, in place.
+fn coalesce(segments: &mut Vec<(u64, u64)>) {
+    segments.sort_unstable();
+    let mut kept = 0usize;
+    for i in 0..segments.len() {
+        let (s, e) = segments[i];
+        if kept > 0 && s <= segments[kept - 1].1 {
+            let last = &mut segments[kept - 1];
+            last.1 = last.1.max(e);
+        } else {
+            segments[kept] = (s, e);
+            kept += 1;
+        }
+    }
+    segments.truncate(kept);
+}
+
+/// The first index at or after `from` whose segment ends after `x` (galloping: cursors
+/// mostly move a step or two).
+fn skip_ended(set: &[(u64, u64)], from: usize, x: u64) -> usize {
+    let (mut lo, mut step) = (from, 1usize);
+    // Invariant: every segment before lo ends at or before x.
+    while let Some(&(_, e)) = set.get(lo + step - 1) {
+        if e > x {
+            break;
+        }
+        lo += step;
+        step *= 2;
+    }
+    let hi = (lo + step).min(set.len());
+    lo + set[lo..hi].partition_point(|s| s.1 <= x)
+}
+
+/// Where a buffer goes among the gaps of the buffers it meets.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Fit {
+    /// The lowest gap that holds it.
+    First,
+    /// The smallest gap that holds it (the lowest among equals).
+    Best,
+}
+
+/// Places the buffers of `intervals` one by one in `order` (every index once), each in a gap
+/// among the already placed buffers it meets in time chosen by `fit`, or on top of them if
+/// no gap holds it. Zero-size buffers take no bytes and get offset 0. `None` if an offset
+/// would overflow `u64`.
+pub(super) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec<u64>> {
+    let mut offsets = vec![0u64; intervals.len()];
+    let mut index = BusyIndex::new(intervals.iter().map(|l| l.first));
+    for &i in order {
+        let live = *intervals.get(i)?;
+        if live.size == 0 {
+            continue;
+        }
+        let size = live.size;
+        let mut best: Option<(u64, u64)> = None; // (gap length, offset)
+        let mut top = None;
+        index.gaps(live.first, live.last, size, |start, end| match end {
+            Some(end) => {
+                let gap = end.saturating_sub(start);
+                if gap >= size && best.is_none_or(|(g, _)| gap < g) {
+                    best = Some((gap, start));
+                    if fit == Fit::First || gap == size {
+                        return Walk::Stop;
+                    }
+                }
+                Walk::Continue
+            }
+            None => {
+                top = Some(start);
+                Walk::Stop
+            }
+        });
+        let offset = match (best, top) {
+            (Some((_, offset)), _) => offset,
+            (None, Some(top)) => top,
+            (None, None) => return None,
+        };
+        let end = offset.checked_add(size)?;
+        index.insert(live.first, live.last, offset, end);
+        offsets[i] = offset;
+    }
+    Some(offsets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gaps by brute force over explicit placements (first, last, start, end).
+    fn brute_gaps(placed: &[(usize, usize, u64, u64)], first: usize, last: usize) -> Vec<(u64, Option<u64>)> {
+        let mut busy: Vec<(u64, u64)> =
+            placed.iter().filter(|p| p.0 <= last && first <= p.1 && p.2 < p.3).map(|p| (p.2, p.3)).collect();
+        busy.sort_unstable();
+        let (mut gaps, mut cursor) = (Vec::new(), 0u64);
+        for (s, e) in busy {
+            if s > cursor {
+                gaps.push((cursor, Some(s)));
+            }
+            cursor = cursor.max(e);
+        }
+        gaps.push((cursor, None));
+        gaps
+    }
+
+    #[test]
+    fn segments_merge_on_insert() {
+        let mut s = Segments::default();
+        s.insert(10, 20);
+        s.insert(30, 40);
+        s.insert(0, 5);
+        assert_eq!(s.0, [(0, 5), (10, 20), (30, 40)]);
+        s.insert(20, 30);
+        assert_eq!(s.0, [(0, 5), (10, 40)]);
+        s.insert(3, 12);
+        assert_eq!(s.0, [(0, 40)]);
+        s.insert(50, 60);
+        s.insert(45, 70);
+        assert_eq!(s.0, [(0, 40), (45, 70)]);
+    }
+
+    #[test]
+    fn gaps_match_brute_force() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..200 {
+            let n = 1 + next(30) as usize;
+            let ranges: Vec<(usize, usize)> = (0..n)
+                .map(|_| {
+                    let f = next(25) as usize;
+                    (f, f + next(8) as usize)
+                })
+                .collect();
+            let mut index = BusyIndex::new(ranges.iter().map(|r| r.0));
+            let mut placed = Vec::new();
+            for &(f, l) in &ranges {
+                let start = next(200);
+                let end = start + next(40);
+                index.insert(f, l, start, end);
+                placed.push((f, l, start, end));
+                let (qf, ql) = ranges[next(n as u64) as usize];
+                let mut got = Vec::new();
+                index.gaps(qf, ql, 0, |s, e| {
+                    got.push((s, e));
+                    Walk::Continue
+                });
+                assert_eq!(got, brute_gaps(&placed, qf, ql), "query [{qf}, {ql}] after {placed:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Rematerialisation (activation checkpointing) as a problem on a plain DAG.
+//!
+//! The core knows nothing of the IR, like the scheduling core (`passes::schedule::dag`).
+//! A [`Problem`] has nodes `0..n` in a topological order (index order is a valid order; it
+//! is the order the caller plans to run) and values. Each node has a compute cost and may
+//! or may not be recomputed; each value has a size, the node that writes it (or none: it
+//! exists before the first node), the nodes that read it, and whether it must survive to
+//! the end.
+//!
+//! A **strategy** is an execution sequence of nodes in which a node may appear more than
+//! once: every later appearance is a recompute, which writes the node's values again.
+//!
+//! **The evaluation rule** (Checkmate's and Moccasin's, extended to several values per node,
+//! values that exist before the first node, and values that must survive): every read
+//! binds to the latest earlier execution of the value's writer; an execution's values are
+//! live from its own position to the last read bound to them, inclusive (only at its own
+//! position if none is); a value with no writer is live from position 0 to its last read;
+//! a value that must survive stays live to the last position from its last execution on.
+//! The peak is the most bytes live at one position. The cost is the sum of the nodes' costs
+//! over the sequence; the overhead is cost / (sum of every node's cost once) − 1.
+//! [`evaluate`] applies the rule exactly; strategies are judged only by it.
+//!
+//! A valid sequence runs every node at least once, recomputes only recomputable nodes, and
+//! runs every reader after some execution of each value it reads.
+
+use thiserror::Error;
+
+/// A node: an index in `0..n`.
+pub type Node = u32;
+
+/// One node of the problem.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct NodeInfo {
+    /// What running it once costs (the op table's cost model, or the file's `cost_cpu`).
+    pub cost: u64,
+    /// It may run more than once (a forward op without effects).
+    pub recomputable: bool,
+}
+
+/// A value written by at most one node and read by any number.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Value {
+    /// Bytes it occupies while live.
+    pub size: u64,
+    /// The node that writes it; `None`: it exists before the first node.
+    pub def: Option<Node>,
+    /// The nodes that read it (any order; repeats are ignored).
+    pub readers: Vec<Node>,
+    /// It must survive to the last position.
+    pub to_end: bool,
+}
+
+/// A rematerialisation problem: nodes in a topological order and the values between them.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Problem {
+    pub nodes: Vec<NodeInfo>,
+    pub values: Vec<Value>,
+}
+
+/// What a sequence costs under the evaluation rule.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Eval {
+    /// The most bytes live at one position.
+    pub peak: u64,
+    /// The sum of the costs of the nodes in the sequence.
+    pub cost: u64,
+    /// The sum of every node's cost, once each.
+    pub base_cost: u64,
+}
+
+impl Eval {
+    /// Extra compute as a fraction of one plain step (0.05 = 5%).
+    pub fn overhead(&self) -> f64 {
+        if self.base_cost == 0 { 0.0 } else { self.cost as f64 / self.base_cost as f64 - 1.0 }
+    }
+}
+
+/// Why a sequence is not a valid strategy for a problem.
+#[derive(Clone, PartialEq, Eq, Debug, Error)]
+pub enum SequenceError {
+    /// The sequence names a node the problem does not have.
+    #[error("position {position}: node {node} does not exist (the problem has {nodes} nodes)")]
+    NodeOutOfRange { position: usize, node: Node, nodes: usize },
+    /// A node never runs.
+    #[error("node {0} never runs")]
+    NeverRuns(Node),
+    /// A node that may not run twice runs twice.
+    #[error("position {position}: node {node} runs again but cannot be recomputed")]
+    NotRecomputable { position: usize, node: Node },
+    /// A node runs before some value it reads was ever written.
+    #[error("position {position}: node {node} reads a value of node {writer}, which has not run yet")]
+    ReadBeforeWrite { position: usize, node: Node, writer: Node },
+}
+
+/// Applies the evaluation rule (see the module doc) to `sequence`.
+pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceError> {
+    let n = problem.nodes.len();
+    let mut runs = vec![0u32; n];
+    // For each value, the bytes live per position: add at the start, remove after the end.
+    let mut delta = vec![0i128; sequence.len() + 1];
+    // Each value's current interval: (start, last read), open until its writer runs again.
+    let mut open: Vec<Option<(usize, usize)>> = problem
+        .values
+        .iter()
+        .map(|v| if v.def.is_none() { Some((0, 0)) } else { None })
+        .collect();
+    let mut written_by: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut read_by: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (v, value) in problem.values.iter().enumerate() {
+        if let Some(d) = value.def {
+            written_by[d as usize].push(v);
+        }
+        let mut readers = value.readers.clone();
+        readers.sort_unstable();
+        readers.dedup();
+        for r in readers {
+            read_by[r as usize].push(v);
+        }
+    }
+    let close = |interval: (usize, usize), size: u64, delta: &mut Vec<i128>| {
+        delta[interval.0] += size as i128;
+        delta[interval.1 + 1] -= size as i128;
+    };
+    let mut cost: u64 = 0;
+    for (position, &node) in sequence.iter().enumerate() {
+        let k = node as usize;
+        if k >= n {
+            return Err(SequenceError::NodeOutOfRange { position, node, nodes: n });
+        }
+        if runs[k] > 0 && !problem.nodes[k].recomputable {
+            return Err(SequenceError::NotRecomputable { position, node });
+        }
+        for &v in &read_by[k] {
+            match (problem.values[v].def, open[v].as_mut()) {
+                (_, Some(interval)) => interval.1 = position,
+                (Some(writer), None) => return Err(SequenceError::ReadBeforeWrite { position, node, writer }),
+                (None, None) => unreachable!("values without a writer are open from the start"),
+            }
+        }
+        for &v in &written_by[k] {
+            if let Some(interval) = open[v].take() {
+                close(interval, problem.values[v].size, &mut delta);
+            }
+            open[v] = Some((position, position));
+        }
+        runs[k] += 1;
+        cost = cost.saturating_add(problem.nodes[k].cost);
+    }
+    if let Some(k) = runs.iter().position(|&r| r == 0) {
+        return Err(SequenceError::NeverRuns(k as Node));
+    }
+    let last = sequence.len().saturating_sub(1);
+    for (v, interval) in open.iter().enumerate() {
+        if let Some(mut interval) = *interval {
+            if problem.values[v].to_end {
+                interval.1 = last;
+            }
+            if !sequence.is_empty() {
+                close(interval, problem.values[v].size, &mut delta);
+            }
+        }
+    }
+    let mut live: i128 = 0;
+    let mut peak: i128 = 0;
+    for d in &delta[..sequence.len()] {
+        live += d;
+        peak = peak.max(live);
+    }
+    let base_cost = problem.nodes.iter().fold(0u64, |acc, node| acc.saturating_add(node.cost));
+    Ok(Eval { peak: peak as u64, cost, base_cost })
+}
+
+/// How to choose what to recompute.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Strategy {
+    /// Recompute nothing: the problem's own order.
+    None,
+}
+
+/// A strategy's sequence and what it costs.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Solution {
+    pub sequence: Vec<Node>,
+    pub eval: Eval,
+}
+
+/// Why no sequence fits a budget.
+#[derive(Clone, PartialEq, Eq, Debug, Error)]
+pub enum RematError {
+    /// No sequence found fits the budget; `smallest` is the smallest peak found that does.
+    #[error("no schedule fits {budget} bytes; the smallest peak found is {smallest} bytes")]
+    Infeasible { budget: u64, smallest: u64 },
+    /// The problem itself is malformed (its own order is not a valid sequence): always a
+    /// bug in whoever built it.
+    #[error("the problem's own order is invalid: {0}")]
+    BadProblem(SequenceError),
+}
+
+/// Finds a sequence whose peak is at most `budget`, at the least cost the strategy can.
+pub fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> Result<Solution, RematError> {
+    match strategy {
+        Strategy::None => {
+            let sequence: Vec<Node> = (0..problem.nodes.len() as Node).collect();
+            let eval = evaluate(problem, &sequence).map_err(RematError::BadProblem)?;
+            if eval.peak > budget {
+                return Err(RematError::Infeasible { budget, smallest: eval.peak });
+            }
+            Ok(Solution { sequence, eval })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// a → b → c, and a → c: a chain with a skip.
+    fn chain() -> Problem {
+        let node = |cost| NodeInfo { cost, recomputable: true };
+        let value = |size, def, readers: &[Node]| Value { size, def: Some(def), readers: readers.to_vec(), to_end: false };
+        Problem { nodes: vec![node(1), node(2), node(3)], values: vec![value(10, 0, &[1, 2]), value(5, 1, &[2]), value(1, 2, &[])] }
+    }
+
+    #[test]
+    fn the_rule_on_a_small_chain() {
+        let p = chain();
+        // 0: a=10; 1: a+b=15; 2: a+b+c=16.
+        assert_eq!(evaluate(&p, &[0, 1, 2]), Ok(Eval { peak: 16, cost: 6, base_cost: 6 }));
+    }
+
+    #[test]
+    fn a_recompute_splits_a_lifetime() {
+        let mut p = chain();
+        p.values[0].size = 100;
+        p.values[1].readers.push(2);
+        // Without recomputing, a lives 0..=2: 100+5+1 at position 2.
+        assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 106);
+        // a, b, a again, c: the first a dies at b (position 1), the second lives 2..=3.
+        let e = evaluate(&p, &[0, 1, 0, 2]).unwrap();
+        assert_eq!((e.peak, e.cost), (106, 7));
+        assert!((e.overhead() - 1.0 / 6.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn invalid_sequences_are_named() {
+        let mut p = chain();
+        assert_eq!(evaluate(&p, &[0, 2, 1]), Err(SequenceError::ReadBeforeWrite { position: 1, node: 2, writer: 1 }));
+        assert_eq!(evaluate(&p, &[0, 1]), Err(SequenceError::NeverRuns(2)));
+        assert_eq!(evaluate(&p, &[0, 3]), Err(SequenceError::NodeOutOfRange { position: 1, node: 3, nodes: 3 }));
+        p.nodes[0].recomputable = false;
+        assert_eq!(evaluate(&p, &[0, 1, 0, 2]), Err(SequenceError::NotRecomputable { position: 2, node: 0 }));
+    }
+
+    #[test]
+    fn survivors_and_values_from_before() {
+        let mut p = chain();
+        p.values.push(Value { size: 7, def: None, readers: vec![1], to_end: false });
+        p.values[2].to_end = true;
+        // 0: 10+7; 1: 10+5+7; 2: 10+5+1.
+        assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 22);
+    }
+}

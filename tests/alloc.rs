@@ -1,0 +1,127 @@
+//! `memplan alloc`: exit statuses 0/1/2, located CSV errors, never overwriting a file, and
+//! an output that re-reads and passes the independent check.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use memplan::buffer_list::parse_buffer_list;
+use memplan::checker::check_offsets;
+
+fn memplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the memplan binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("alloc-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn places_checks_and_writes_a_list_that_re_reads() {
+    let dir = scratch("writes");
+    let out = dir.join("placed.csv");
+    let input = "benches/data/minimalloc/challenging/C.1048576.csv";
+    let before = std::fs::read(input).unwrap();
+    let run = memplan(&["alloc", input, "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let stdout = text(&run.stdout);
+    for needle in ["203 buffers", "lower bound: 1039360", "arena:", "ratio", "solver:", "optimal:", "time:", "wrote"] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    assert_eq!(std::fs::read(input).unwrap(), before, "the input is never touched");
+    let placed = parse_buffer_list(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(placed.len(), 203);
+    let triples: Vec<_> = placed.iter().map(|b| (b.lower as usize, (b.upper - 1) as usize, b.size)).collect();
+    let offsets: Vec<u64> = placed.iter().map(|b| b.offset.unwrap()).collect();
+    check_offsets(&triples, &offsets, None).unwrap();
+    let arena = placed.iter().map(|b| b.offset.unwrap() + b.size).max().unwrap();
+    assert!(stdout.contains(&format!("arena:       {arena} B")), "{stdout}");
+}
+
+#[test]
+fn every_solver_runs_and_plan_takes_one_too() {
+    for solver in ["greedy", "bestfit", "exact", "auto"] {
+        let run = memplan(&["alloc", "benches/data/idealloc/iree_mobilenet.csv", "--solver", solver, "--time-limit", "0.5"]);
+        assert_eq!(run.status.code(), Some(0), "{solver}: {}", text(&run.stderr));
+        let stdout = text(&run.stdout);
+        assert!(stdout.contains("file's own placement: 7311744 B"), "{stdout}");
+        assert!(stdout.contains("ratio 1.0000"), "{stdout}");
+        let plan = memplan(&["plan", "ir/models/mlp.step", "--solver", solver, "--time-limit", "0.1"]);
+        assert_eq!(plan.status.code(), Some(0), "{solver}: {}", text(&plan.stderr));
+    }
+    let run = memplan(&["alloc", "benches/data/minimalloc/input.12.csv", "--time-limit=-1"]);
+    assert_eq!(run.status.code(), Some(1), "a bad option value is bad input");
+    assert!(text(&run.stderr).contains("not a non-negative number of seconds"));
+}
+
+#[test]
+fn a_capacity_that_is_not_met_exits_2_with_the_best_arena() {
+    let run = memplan(&["alloc", "benches/data/minimalloc/challenging/A.1048576.csv", "--capacity", "1048576", "--time-limit", "0.2"]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run.stdout));
+    let stderr = text(&run.stderr);
+    assert!(stderr.contains("no placement within the capacity of 1048576 B"), "{stderr}");
+    assert!(stderr.contains("the best arena is"), "{stderr}");
+    // Below the lower bound nothing fits, and it says so.
+    let run = memplan(&["alloc", "benches/data/minimalloc/input.12.csv", "--capacity", "11"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(text(&run.stderr).contains("none exists"), "{}", text(&run.stderr));
+    // A capacity that is met exits 0.
+    let run = memplan(&["alloc", "benches/data/minimalloc/input.12.csv", "--capacity", "12"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert!(text(&run.stdout).contains("fits"));
+}
+
+#[test]
+fn a_malformed_list_exits_1_with_a_located_error() {
+    let dir = scratch("malformed");
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "id,lower,upper,size\nb0,0,3,16\nb1,4,x,16\n").unwrap();
+    let run = memplan(&["alloc", bad.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = text(&run.stderr);
+    assert!(stderr.contains("`x` is not a valid upper"), "{stderr}");
+    assert!(stderr.contains("bad.csv:3:"), "no file:line:col in\n{stderr}");
+    assert!(!stderr.contains("panicked"));
+    let run = memplan(&["alloc", "no/such/list.csv"]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(text(&run.stderr).contains("cannot read no/such/list.csv"));
+}
+
+#[test]
+fn never_overwrites_a_file_nor_the_input() {
+    let dir = scratch("overwrite");
+    let input = dir.join("in.csv");
+    let original = "id,lower,upper,size\na,0,2,8\nb,1,3,8\n";
+    std::fs::write(&input, original).unwrap();
+    let existing = dir.join("exists.csv");
+    std::fs::write(&existing, "keep me").unwrap();
+
+    let run = memplan(&["alloc", input.to_str().unwrap(), "-o", existing.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(text(&run.stderr).contains("never overwrites"), "{}", text(&run.stderr));
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+
+    let run = memplan(&["alloc", input.to_str().unwrap(), "-o", input.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(text(&run.stderr).contains("over the input"), "{}", text(&run.stderr));
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), original);
+
+    let out = dir.join("out.csv");
+    let run = memplan(&["alloc", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "id,lower,upper,size,offset\na,0,2,8,0\nb,1,3,8,8\n");
+    // A second run does not replace it.
+    let run = memplan(&["alloc", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1));
+}
