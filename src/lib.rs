@@ -22,6 +22,7 @@ pub mod index;
 pub mod ir;
 pub mod passes;
 pub mod plan;
+pub mod progress;
 pub mod random_step;
 pub mod remat;
 pub mod report;

@@ -20,9 +20,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use memplan::diagnostics;
 use memplan::ir::graph::Graph;
 use memplan::passes::offsets::{self, Solver};
-use memplan::passes::{PlanOptions, ScheduleKind};
+use memplan::passes::{Pass, PlanOptions, ScheduleKind};
+use memplan::progress::Progress;
 use memplan::plan::{DEFAULT_ALIGNMENT, Plan};
-use memplan::report::{self, Report};
+use memplan::report::emit::Emit;
+use memplan::report::live::{At, GroupBy};
+use memplan::report::locs::Locs;
+use memplan::report::{self, Report, Subject};
 use miette::Diagnostic;
 
 #[derive(Parser)]
@@ -52,8 +56,8 @@ enum Command {
     Plan {
         /// The .step file.
         file: PathBuf,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
+        /// Output format (of stdout; see --emit for files).
+        #[arg(long, value_enum, default_value_t = Format::Text, conflicts_with = "emit")]
         format: Format,
         /// Offset alignment in bytes (a power of two).
         #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
@@ -61,6 +65,52 @@ enum Command {
         /// How many live values to list at the peak (text format).
         #[arg(long, default_value_t = 20, value_name = "N")]
         top: usize,
+        /// Write these report files into DIR (comma-separated: text, json, svg, trace, csv); see docs/REPORTS.md.
+        #[arg(long, value_delimiter = ',', value_name = "FORMATS")]
+        emit: Vec<Emit>,
+        /// The directory --emit writes to (created if missing; only memplan's own file names are written).
+        #[arg(short = 'o', long = "output", default_value = "memplan-out", value_name = "DIR", requires = "emit")]
+        output: PathBuf,
+        /// Print the step as IR after this pass to stderr, annotated (schedule, inplace, buffers, offsets; repeatable).
+        #[arg(long, value_name = "PASS")]
+        print_ir_after: Vec<Pass>,
+        /// Print the step as IR after every pass to stderr.
+        #[arg(long)]
+        print_ir_after_all: bool,
+        #[command(flatten)]
+        passes: PassFlags,
+    },
+    /// What is live at one step (the peak by default), grouped by class, op or source line, with cumulative bytes.
+    Report {
+        /// A .step file, or a plan JSON written by `plan --emit json`.
+        file: PathBuf,
+        /// The step to look at: `peak` or a schedule position.
+        #[arg(long, default_value = "peak", value_parser = parse_at, value_name = "peak|STEP")]
+        at: At,
+        /// How many groups and values to list.
+        #[arg(long, default_value_t = 20, value_name = "N")]
+        top: usize,
+        /// How to group the live values.
+        #[arg(long, value_enum, default_value_t = ByArg::Class)]
+        by: ByArg,
+        /// Offset alignment in bytes for a .step file (a power of two).
+        #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
+        alignment: u64,
+        #[command(flatten)]
+        passes: PassFlags,
+    },
+    /// Compare two plans (two .step files, two plan JSONs, or one of each): figures, classes, values that changed most.
+    Diff {
+        /// The first (A): a .step file or a plan JSON.
+        a: PathBuf,
+        /// The second (B).
+        b: PathBuf,
+        /// How many values to list per kind of change.
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        top: usize,
+        /// Offset alignment in bytes for .step files (a power of two).
+        #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
+        alignment: u64,
         #[command(flatten)]
         passes: PassFlags,
     },
@@ -235,6 +285,24 @@ enum Format {
     Json,
 }
 
+/// `memplan report --by`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ByArg {
+    /// param, input, state, grad, activation, temp.
+    Class,
+    /// The kind of op that writes each value.
+    Op,
+    /// The source line of each value: its op's loc(...), else its place in the .step file.
+    Loc,
+}
+
+fn parse_at(s: &str) -> Result<At, String> {
+    match s {
+        "peak" => Ok(At::Peak),
+        _ => s.parse().map(At::Step).map_err(|_| format!("`{s}` is neither `peak` nor a schedule step (0, 1, ...)")),
+    }
+}
+
 /// Writes to stdout. A reader that went away (`memplan plan big.step | head`) is not an
 /// error worth a panic: stop quietly, as other command-line tools do.
 fn write_stdout(text: std::fmt::Arguments<'_>) {
@@ -331,6 +399,40 @@ impl Source {
         })?;
         Ok((graph, plan))
     }
+
+    /// `graph` (parsed from this source) and its plan, with source locations.
+    fn subject(self, graph: Graph, plan: Plan) -> Subject {
+        let locs = Locs::from_source(&graph, &self.file, &self.text);
+        Subject { source: self.file, graph, plan, locs }
+    }
+}
+
+/// A plan to report on, from a .step file (planned with `options`) or a plan JSON (read
+/// back and checked), and the name it goes by in reports.
+fn load_subject(path: &Path, options: &PlanOptions) -> Result<(String, Subject), Failure> {
+    let source = Source::read(path)?;
+    if path.extension().is_some_and(|e| e == "json") || source.text.trim_start().starts_with('{') {
+        let subject = report::json::load(&source.text)
+            .map_err(|e| Failure { message: format!("error: {}: {e}
+", source.file), code: e.exit_code() })?;
+        let name = format!("{} (@{}, planned from {})", source.file, subject.graph.name, subject.source);
+        return Ok((name, subject));
+    }
+    let graph = source.graph()?;
+    let (graph, plan) = source.plan(&graph, options)?;
+    let name = format!("{} (@{})", source.file, graph.name);
+    Ok((name, source.subject(graph, plan)))
+}
+
+/// `--print-ir-after`: the step after each of `passes`, annotated, on stderr.
+fn dump_ir_after(source: &Source, graph: &Graph, options: &PlanOptions, passes: &[Pass]) -> Result<(), Failure> {
+    use std::io::Write;
+    for &pass in passes {
+        let options = PlanOptions { stop_after: Some(pass), ..options.clone() };
+        let pipeline = memplan::passes::run(graph, &options).map_err(|e| source.failure(&e, 1))?;
+        let _ = std::io::stderr().write_all(memplan::passes::dump::dump(graph, pass, &pipeline).as_bytes());
+    }
+    Ok(())
 }
 
 fn run(command: Command) -> Result<(), Failure> {
@@ -347,16 +449,51 @@ fn run(command: Command) -> Result<(), Failure> {
                 report::format_bytes(plan.arena_bytes)
             );
         }
-        Command::Plan { file, format, alignment, top, passes } => {
+        Command::Plan { file, format, alignment, top, mut emit, output, mut print_ir_after, print_ir_after_all, passes } => {
             let source = Source::read(&file)?;
             let graph = source.graph()?;
             let options = passes.options(alignment)?;
-            let (graph, plan) = source.plan(&graph, &options)?;
-            let report = Report::new(&graph, &plan);
-            match format {
-                Format::Text => out!("{}", report::text::render(&report, top)),
-                Format::Json => out!("{}", report::json::render(&report)),
+            if print_ir_after_all {
+                print_ir_after = Pass::ALL.to_vec();
             }
+            print_ir_after.sort();
+            print_ir_after.dedup();
+            dump_ir_after(&source, &graph, &options, &print_ir_after)?;
+            let (graph, plan) = source.plan(&graph, &options)?;
+            let subject = source.subject(graph, plan);
+            let report = Report::new(&subject.graph, &subject.plan);
+            emit.sort();
+            emit.dedup();
+            if emit.is_empty() {
+                match format {
+                    Format::Text => out!("{}", report::text::render(&report, top)),
+                    Format::Json => out!("{}", report::json::render(&subject, &report)),
+                }
+            } else {
+                let outputs: Vec<(Emit, String)> = emit.iter().map(|&e| (e, e.render(&subject, &report, top))).collect();
+                let written = report::emit::write(&output, &outputs)
+                    .map_err(|e| Failure { message: format!("error: {e}\n"), code: 1 })?;
+                for path in written {
+                    outln!("wrote {}", path.display());
+                }
+            }
+        }
+        Command::Report { file, at, top, by, alignment, passes } => {
+            let (name, subject) = load_subject(&file, &passes.options(alignment)?)?;
+            let set = report::live::live_set(&subject, at)
+                .map_err(|e| Failure { message: format!("error: {name}: {e}\n"), code: 1 })?;
+            let by = match by {
+                ByArg::Class => GroupBy::Class,
+                ByArg::Op => GroupBy::Op,
+                ByArg::Loc => GroupBy::Loc,
+            };
+            out!("{}", report::live::render(&set, &name, by, top));
+        }
+        Command::Diff { a, b, top, alignment, passes } => {
+            let options = passes.options(alignment)?;
+            let (name_a, a) = load_subject(&a, &options)?;
+            let (name_b, b) = load_subject(&b, &options)?;
+            out!("{}", report::diff::render(&a, &b, (&name_a, &name_b), top));
         }
         Command::Run { file, device, steps, seed, weights, save, compare_unplanned, passes } => {
             if device == Device::Cuda {
@@ -467,7 +604,7 @@ fn alloc(path: &Path, capacity: Option<u64>, solver: SolverArg, time_limit: Dura
     let options = offsets::SolveOptions { solver: solver.solver(), capacity, time_limit, search_nodes: u64::MAX };
     let mut log = Vec::new();
     let started = Instant::now();
-    let result = offsets::solve_logged(&intervals, &options, &mut log);
+    let result = offsets::solve_reporting(&intervals, &options, &mut log, &Bar::new());
     let elapsed = started.elapsed();
     let lower = offsets::lower_bound(&intervals).unwrap_or(u64::MAX);
     let (solution, fits) = match result {
@@ -562,6 +699,51 @@ fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::OpenOptions::new().write(true).create_new(true).open(path)?.write_all(bytes)
 }
 
+/// A progress bar on stderr for work that may take more than a second: it appears at the
+/// first report after one second, and only when stderr is a terminal (never in pipes,
+/// files or tests). Dropping it clears it.
+struct Bar {
+    bar: indicatif::ProgressBar,
+    started: std::time::Instant,
+    shown: std::cell::Cell<bool>,
+}
+
+impl Bar {
+    fn new() -> Bar {
+        Bar { bar: indicatif::ProgressBar::hidden(), started: std::time::Instant::now(), shown: false.into() }
+    }
+}
+
+impl memplan::progress::Progress for Bar {
+    fn start(&self, what: &str, total: u64) {
+        self.bar.set_length(total);
+        self.bar.set_position(0);
+        self.bar.set_prefix(what.to_string());
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {wide_msg} {elapsed}") {
+            self.bar.set_style(style.progress_chars("=> "));
+        }
+    }
+
+    fn update(&self, done: u64, note: &str) {
+        if !self.shown.get() && self.started.elapsed().as_secs() >= 1 && std::io::stderr().is_terminal() {
+            self.bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            self.shown.set(true);
+        }
+        self.bar.set_position(done);
+        self.bar.set_message(note.to_string());
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 /// `text` (a check_offsets violation) with each `#i` followed by buffer i's id in the file.
 fn name_buffers(text: &str, list: &[memplan::buffer_list::ListedBuffer]) -> String {
     let mut out = String::with_capacity(text.len());
@@ -620,12 +802,16 @@ fn run_steps(
         report::format_bytes(plan.arena_bytes),
         steps
     );
+    let bar = Bar::new();
+    bar.start("training steps", u64::from(steps));
     for step in 1..=steps {
         let result = run_step(graph, Placement::Planned(plan), &args).map_err(exec_failure)?;
-        match result.loss() {
-            Some(loss) => outln!("step {step}: loss {loss:.6}"),
-            None => outln!("step {step}: done (no scalar loss returned)"),
-        }
+        let line = match result.loss() {
+            Some(loss) => format!("step {step}: loss {loss:.6}"),
+            None => format!("step {step}: done (no scalar loss returned)"),
+        };
+        bar.bar.suspend(|| outln!("{line}"));
+        bar.update(u64::from(step), &line);
         if let Some(original) = compare_unplanned {
             let reference = run_step(original, Placement::Unplanned, &args).map_err(exec_failure)?;
             let differences = result.differences(&reference);
@@ -641,6 +827,7 @@ fn run_steps(
         }
         args = advance(&args, &result);
     }
+    bar.finish();
     if compare_unplanned.is_some() {
         outln!(
             "planned and unplanned runs agree bit for bit: {} returned value(s) and {} updated param/state tensor(s) in each of {steps} step(s)",

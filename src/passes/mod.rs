@@ -24,6 +24,7 @@
 //! arena after offsets.
 
 pub mod buffers;
+pub mod dump;
 pub mod inplace;
 pub mod offsets;
 pub mod remat;
@@ -75,6 +76,18 @@ impl Pass {
 impl fmt::Display for Pass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Pass {
+    type Err = String;
+
+    /// A pass by its name (`Pass::ALL`), e.g. for `--print-ir-after=inplace`.
+    fn from_str(s: &str) -> Result<Pass, String> {
+        Pass::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Pass::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown pass `{s}`; the passes are {}", names.join(", "))
+        })
     }
 }
 

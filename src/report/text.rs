@@ -136,7 +136,7 @@ fn recomputation(w: &mut String, r: &RematReport, top: usize) {
 }
 
 /// `-1234 B (-5.67%)`, `+0 B` or `+12 B (+0.10%)`: the change from `before` to `after`.
-fn change(before: u64, after: u64) -> String {
+pub(crate) fn change(before: u64, after: u64) -> String {
     let delta = i128::from(after) - i128::from(before);
     if delta == 0 || before == 0 {
         return format!("{delta:+} B");

@@ -41,6 +41,7 @@ use std::time::Instant;
 
 use super::{Solution, arena_of};
 use crate::analysis::liveness::Live;
+use crate::progress::{Progress, Silent};
 
 /// The verdict of [`exact`] at one capacity.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -104,6 +105,37 @@ pub fn exact(intervals: &[Live], capacity: u64, limits: Limits) -> ExactResult {
 /// that finds a placement or a proof starts a new round; a round with neither doubles the
 /// nodes each probe may search.
 pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits) -> Solution {
+    minimize_reporting(intervals, lower_bound, start, limits, &Silent)
+}
+
+/// [`minimize`], reporting to `progress` before each round of probes: the milliseconds
+/// spent of those until the deadline, the best arena and the bound proved so far.
+pub fn minimize_reporting(
+    intervals: &[Live],
+    lower_bound: u64,
+    start: Solution,
+    limits: Limits,
+    progress: &dyn Progress,
+) -> Solution {
+    let began = Instant::now();
+    let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    progress.start("exact offsets", millis(limits.deadline.saturating_duration_since(began)));
+    let best = minimize_rounds(intervals, lower_bound, start, limits, &|best: &Solution, proved: u64| {
+        progress.update(millis(began.elapsed()), &format!("best arena {} B, none below {proved} B", best.arena));
+    });
+    progress.finish();
+    best
+}
+
+/// The search of [`minimize`]; `round` hears the best solution and the proved bound before
+/// each round.
+fn minimize_rounds(
+    intervals: &[Live],
+    lower_bound: u64,
+    start: Solution,
+    limits: Limits,
+    round: &dyn Fn(&Solution, u64),
+) -> Solution {
     let mut best = start;
     let mut prepared = Prepared::new(intervals);
     // Tight placements only have arenas that are multiples of the sizes' gcd.
@@ -113,6 +145,7 @@ pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, limits: L
     let mut spent: u64 = 0;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     loop {
+        round(&best, proved);
         if best.arena <= proved {
             best.proved_optimal = true;
             return best;
