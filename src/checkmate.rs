@@ -9,6 +9,12 @@
 //! Nothing survives to the end and nothing exists before the first node, so the DAG's peak
 //! is exactly the files' evaluation rule: an execution's output is live from its own step
 //! to its last reader, inclusive.
+//!
+//! [`parse`] reads a file as a scheduling DAG (sizes only); [`parse_remat`] as a
+//! rematerialisation problem (sizes, compute costs, forward or backward) in the files'
+//! plain order: ids ascending for the training graphs (forward, `Loss`, backward in
+//! reverse; the README's budgets are fractions of its peak), `graph.order` for the random
+//! layered graphs (whose ids ascending are not a topological order).
 
 use std::collections::BTreeMap;
 
@@ -16,6 +22,7 @@ use serde_json::Value as Json;
 use thiserror::Error;
 
 use crate::passes::schedule::dag::{Dag, DagError, Node, Value};
+use crate::remat::{NodeInfo, Problem, Value as RematValue};
 
 /// A graph read from a file.
 #[derive(Clone, Debug)]
@@ -33,12 +40,29 @@ pub struct BenchGraph {
 /// Why a file cannot be read as a graph.
 #[derive(Clone, PartialEq, Eq, Debug, Error)]
 pub enum ReadError {
-    #[error("not valid JSON: {0}")]
-    Json(String),
+    /// The text is not JSON; `line` and `column` (from 1) locate the problem.
+    #[error("not valid JSON: {message}")]
+    Json { message: String, line: usize, column: usize },
+    /// The JSON is not a node-link graph of either kind (names the offending field).
     #[error("{0}")]
     Shape(String),
+    /// The links do not make a DAG.
     #[error("{0}")]
     Graph(#[from] DagError),
+}
+
+impl ReadError {
+    /// Line and column (from 1) of a JSON syntax error.
+    pub fn location(&self) -> Option<(usize, usize)> {
+        match self {
+            ReadError::Json { line, column, .. } => Some((*line, *column)),
+            _ => None,
+        }
+    }
+}
+
+fn json(text: &str) -> Result<Json, ReadError> {
+    serde_json::from_str(text).map_err(|e| ReadError::Json { message: e.to_string(), line: e.line(), column: e.column() })
 }
 
 fn shape(message: impl Into<String>) -> ReadError {
@@ -56,7 +80,7 @@ fn integer(object: &Json, keys: &[&str], what: &str) -> Result<u64, ReadError> {
 
 /// Reads a node-link JSON graph of either kind.
 pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
-    let json: Json = serde_json::from_str(text).map_err(|e| ReadError::Json(e.to_string()))?;
+    let json = json(text)?;
     let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
     let links = json.get("links").and_then(Json::as_array).ok_or_else(|| shape("no `links` array"))?;
     let mut by_id: BTreeMap<u64, u64> = BTreeMap::new();
@@ -100,6 +124,66 @@ pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
     };
     let dag = Dag::new(ids.len(), [], values)?;
     Ok(BenchGraph { name, ids, links: links.len(), dag, reference })
+}
+
+/// A graph read as a rematerialisation problem.
+#[derive(Clone, Debug)]
+pub struct RematGraph {
+    /// `graph.name`, if the file has one.
+    pub name: Option<String>,
+    /// The file's id of each problem node (problem nodes are in the plain order).
+    pub ids: Vec<u64>,
+    pub links: usize,
+    pub problem: Problem,
+}
+
+/// Reads a node-link JSON graph of either kind as a [`Problem`]: one node per file node in
+/// the plain order (see the module doc), costing `cost_cpu` (training graphs) or `duration`
+/// (random layered graphs), forward unless `backward` is true, and writing one value of
+/// `cost_ram` / `out_cost` bytes read by its links' targets. Every node may be recomputed,
+/// as in Checkmate's MILP (the evaluation rule forbids nothing; the optimum it reports is
+/// over that space).
+pub fn parse_remat(text: &str) -> Result<RematGraph, ReadError> {
+    let graph = parse(text)?;
+    let json = json(text)?;
+    let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
+    let mut by_id: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let what = format!("nodes[{i}]");
+        let id = integer(node, &["id", "name"], &what)?;
+        let cost = integer(node, &["cost_cpu", "duration"], &what)?;
+        let backward = match node.get("backward") {
+            None => false,
+            Some(b) => b.as_bool().ok_or_else(|| shape(format!("{what}: `backward` is {b}, not true or false")))?,
+        };
+        by_id.insert(id, (cost, backward));
+    }
+    let dag = &graph.dag;
+    let ascending: Vec<Node> = (0..dag.nodes() as Node).collect();
+    let order = match &graph.reference {
+        _ if dag.peak(&ascending).is_ok() => ascending,
+        Some(order) if dag.peak(order).is_ok() => order.clone(),
+        _ => dag.smallest_first(),
+    };
+    let mut rank = vec![0 as Node; order.len()];
+    for (position, &node) in order.iter().enumerate() {
+        rank[node as usize] = position as Node;
+    }
+    let ids: Vec<u64> = order.iter().map(|&k| graph.ids[k as usize]).collect();
+    let problem_nodes = ids
+        .iter()
+        .map(|id| {
+            let (cost, backward) = by_id[id];
+            NodeInfo { cost, recomputable: true, forward: !backward }
+        })
+        .collect();
+    let mut values: Vec<RematValue> = vec![RematValue { size: 0, def: None, readers: Vec::new(), to_end: false }; order.len()];
+    for value in dag.values() {
+        let def = value.def.map(|d| rank[d as usize]).expect("every file value has a writer");
+        let readers = value.readers.iter().map(|&r| rank[r as usize]).collect();
+        values[def as usize] = RematValue { size: value.size, def: Some(def), readers, to_end: false };
+    }
+    Ok(RematGraph { name: graph.name, ids, links: graph.links, problem: Problem { nodes: problem_nodes, values } })
 }
 
 #[cfg(test)]
