@@ -35,6 +35,8 @@ pub mod cli;
 pub mod search;
 pub mod stages;
 #[cfg(test)]
+mod random_tests;
+#[cfg(test)]
 mod testing;
 
 use std::time::{Duration, Instant};
@@ -302,7 +304,10 @@ pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit
     }
     let Some((_, i)) = best else {
         return Err(match search::near_optimal(problem, budget, &seeds, deadline) {
-            Ok(_) => RematError::StrategyCannot { strategy, budget, reached, smallest: search::smallest_peak(problem, &seeds, deadline) },
+            Ok(plan) => {
+                let smallest = search::smallest_peak(problem, &seeds, deadline).min(sim.score(&plan, budget).peak);
+                RematError::StrategyCannot { strategy, budget, reached, smallest }
+            }
             Err(smallest) => RematError::Infeasible { budget, smallest },
         });
     };

@@ -47,6 +47,9 @@ const EXACT_PER_STEP: usize = 12;
 /// The most recomputes one move may add (larger closures are not considered).
 const CLOSURE_LIMIT: usize = 32;
 
+/// How many first and second moves [`Search::two_moves`] combines.
+const LOOKAHEAD: usize = 6;
+
 /// How many possible finishers (see [`Search::repair`]) are evaluated exactly in each step.
 const FINISHERS: usize = 4;
 
@@ -199,9 +202,16 @@ impl<'p> Search<'p> {
             if !problem.nodes[w as usize].recomputable {
                 continue;
             }
+            // Gaps end at each read, and for a value that must survive, at the last
+            // position: recomputing it in the last stage makes it born late.
+            let last = sim.sequence.len() as u32 - 1;
+            let tail = (value.to_end && interval.end == last && sim.stage_of[last as usize] > w).then_some(last);
             let mut previous = interval.start;
-            for &q in sim.reads_of(i) {
+            for q in sim.reads_of(i).iter().copied().chain(tail) {
                 let stage = sim.stage_of[q as usize];
+                if q == previous {
+                    continue;
+                }
                 if self.over_between(previous, q) > 0 && sim.stage_of[previous as usize] != stage && !plan.has(stage, w) {
                     let gain = self.gain(previous, q, value.size);
                     let finisher = self.over_between(previous, q) == all_over && value.size >= largest_excess;
@@ -323,8 +333,14 @@ impl<'p> Search<'p> {
                     best = Some((ratio, i));
                 }
             }
-            let Some((_, i)) = best else { break false };
-            for &(s, v) in &candidates[i].pairs {
+            let chosen = match best {
+                Some((_, i)) => std::mem::take(&mut candidates[i].pairs),
+                None => match self.two_moves(plan, &candidates, score.excess) {
+                    Some(pairs) => pairs,
+                    None => break false,
+                },
+            };
+            for (s, v) in chosen {
                 if plan.insert(s, v) {
                     added.push((s, v));
                 }
@@ -341,6 +357,36 @@ impl<'p> Search<'p> {
             plan.insert(s, v);
         }
         true
+    }
+
+    /// When no single move lowers the excess area (a plateau: fixing one position moves the
+    /// peak to another), the pair of moves — one of the best few by estimate, then one of
+    /// the best few after it — that lowers it the most per unit of cost, if any does.
+    fn two_moves(&mut self, plan: &mut Plan, firsts: &[Candidate], excess: u128) -> Option<Vec<(Node, Node)>> {
+        let mut best: Option<(f64, Vec<(Node, Node)>)> = None;
+        for first in firsts.iter().take(LOOKAHEAD) {
+            let inserted: Vec<(Node, Node)> = first.pairs.iter().copied().filter(|&(s, v)| plan.insert(s, v)).collect();
+            self.sim.detail(plan, self.budget);
+            let mut seconds = self.candidates(plan);
+            seconds.sort_by(|a, b| b.estimate.total_cmp(&a.estimate));
+            for second in seconds.iter().take(LOOKAHEAD) {
+                let more: Vec<(Node, Node)> = second.pairs.iter().copied().filter(|&(s, v)| plan.insert(s, v)).collect();
+                let after = self.sim.score(plan, self.budget);
+                if after.excess < excess {
+                    let ratio = (excess - after.excess) as f64 / ((first.cost + second.cost) as f64 + self.epsilon);
+                    if best.as_ref().is_none_or(|(r, _)| ratio > *r) {
+                        best = Some((ratio, inserted.iter().chain(&more).copied().collect()));
+                    }
+                }
+                for (s, v) in more {
+                    plan.remove(s, v);
+                }
+            }
+            for (s, v) in inserted {
+                plan.remove(s, v);
+            }
+        }
+        best.map(|(_, pairs)| pairs)
     }
 
     /// Removes recomputes whose values nothing reads (and so on, transitively).

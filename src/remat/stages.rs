@@ -353,7 +353,8 @@ mod tests {
     fn the_simulator_agrees_with_the_rule() {
         for seed in 0..300 {
             let mut rng = Rng::new(seed);
-            let problem = random_problem(&mut rng, 2 + rng.below(12) as usize);
+            let n = 2 + rng.below(12) as usize;
+            let problem = random_problem(&mut rng, n);
             let mut sim = Sim::new(&problem);
             for _ in 0..5 {
                 let plan = random_plan(&problem, &mut rng);
