@@ -47,7 +47,20 @@ fn topological_peak(problem: &Problem) -> u64 {
     evaluate(problem, &order).unwrap().peak
 }
 
-/// Overhead in % (or "over" with the peak), and the seconds taken.
+/// The model graphs of the Pareto sweep.
+const GRAPHS: &[(&str, &str)] = &[
+    ("VGG16_256_train.json", "VGG16"),
+    ("VGG19_256_train.json", "VGG19"),
+    ("fcn_8_vgg_32_train.json", "FCN8"),
+    ("segnet_32_train.json", "SegNet"),
+    ("vgg_unet_32_train.json", "U-Net"),
+    ("MobileNet_512_train.json", "MobileNet"),
+    ("ResNet50_256_train.json", "ResNet-50"),
+];
+
+const SWEEP: &[f64] = &[0.9, 0.8, 0.7, 0.6, 0.5, 0.4];
+
+/// Overhead in % (None if it does not fit), and the seconds taken.
 fn run(problem: &Problem, budget: u64, strategy: Strategy) -> (Option<f64>, f64) {
     let started = Instant::now();
     let result = solve_with(problem, budget, strategy, LIMIT);
@@ -96,5 +109,38 @@ fn main() {
             percent(greedy),
             percent(sqrt)
         );
+    }
+    println!();
+    println!("Pareto sweep: overhead of near-optimal · chen-greedy at each budget (fraction of the topological peak).");
+    println!();
+    print!("| graph |");
+    for f in SWEEP {
+        print!(" {f} |");
+    }
+    println!(" smallest budget found: fraction → overhead | bound on the smallest | slowest |");
+    println!("|---|{}---|---|---|", "---|".repeat(SWEEP.len()));
+    for &(file, label) in GRAPHS {
+        let problem = load(&dir, file);
+        let peak = topological_peak(&problem);
+        let mut slowest: f64 = 0.0;
+        print!("| {label} |");
+        for &fraction in SWEEP {
+            let budget = (peak as f64 * fraction) as u64;
+            let (ours, seconds) = run(&problem, budget, Strategy::NearOptimal);
+            let (greedy, _) = run(&problem, budget, Strategy::ChenGreedy);
+            slowest = slowest.max(seconds);
+            let short = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.3}"));
+            print!(" {} · {} |", short(ours), short(greedy));
+        }
+        let started = Instant::now();
+        let smallest = match solve_with(&problem, 0, Strategy::NearOptimal, LIMIT) {
+            Err(RematError::Infeasible { smallest, .. }) => smallest,
+            other => panic!("a budget of 0 fits: {other:?}"),
+        };
+        slowest = slowest.max(started.elapsed().as_secs_f64());
+        let (at_smallest, seconds) = run(&problem, smallest, Strategy::NearOptimal);
+        slowest = slowest.max(seconds);
+        let bound = lower_bound(&problem, smallest).peak as f64 / peak as f64;
+        println!(" {:.4} → {} | {bound:.4} | {slowest:.3} s |", smallest as f64 / peak as f64, percent(at_smallest));
     }
 }

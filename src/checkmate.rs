@@ -211,6 +211,41 @@ mod tests {
     }
 
     #[test]
+    fn both_kinds_are_read_as_remat_problems() {
+        let model = r#"{"directed": true, "graph": {"name": "m"},
+            "nodes": [{"id": 0, "name": "a", "backward": false, "cost_cpu": 5, "cost_ram": 100},
+                      {"id": 1, "name": "Loss", "backward": true, "cost_cpu": 1, "cost_ram": 4},
+                      {"id": 2, "name": "a_backward", "backward": true, "cost_cpu": 7, "cost_ram": 100}],
+            "links": [{"source": 0, "target": 1}, {"source": 0, "target": 2}, {"source": 1, "target": 2}]}"#;
+        let g = parse_remat(model).unwrap();
+        assert_eq!((g.ids.clone(), g.links, g.name.as_deref()), (vec![0, 1, 2], 3, Some("m")));
+        let nodes: Vec<(u64, bool, bool)> = g.problem.nodes.iter().map(|n| (n.cost, n.recomputable, n.forward)).collect();
+        assert_eq!(nodes, vec![(5, true, true), (1, true, false), (7, true, false)]);
+        assert_eq!(g.problem.values[0], RematValue { size: 100, def: Some(0), readers: vec![1, 2], to_end: false });
+        // 0: 100; 1: 100 + 4; 2: 100 + 4 + 100.
+        assert_eq!(crate::remat::evaluate(&g.problem, &[0, 1, 2]).unwrap().peak, 204);
+
+        // Ids ascending is not an order here (1 is the sink): the problem follows graph.order.
+        let layered = r#"{"graph": {"order": [0, 2, 1]},
+            "nodes": [{"out_cost": 5, "duration": 3, "name": 0}, {"out_cost": 1, "duration": 0, "name": 1},
+                      {"out_cost": 7, "duration": 2, "name": 2}],
+            "links": [{"0": 0, "1": 2}, {"0": 2, "1": 1}, {"0": 0, "1": 1}]}"#;
+        let g = parse_remat(layered).unwrap();
+        assert_eq!(g.ids, vec![0, 2, 1]);
+        assert_eq!(g.problem.nodes.iter().map(|n| n.cost).collect::<Vec<_>>(), vec![3, 2, 0]);
+        assert_eq!(g.problem.values[1], RematValue { size: 7, def: Some(1), readers: vec![2], to_end: false });
+        assert!(g.problem.nodes.iter().all(|n| n.forward && n.recomputable));
+
+        let err = |text: &str| parse_remat(text).unwrap_err().to_string();
+        assert_eq!(err(r#"{"nodes": [{"id": 0, "cost_ram": 1}], "links": []}"#), "nodes[0] has no `cost_cpu` or `duration`");
+        assert_eq!(
+            err(r#"{"nodes": [{"id": 0, "cost_ram": 1, "cost_cpu": 1, "backward": 2}], "links": []}"#),
+            "nodes[0]: `backward` is 2, not true or false"
+        );
+        assert_eq!(parse_remat("{\n  \"nodes\": [,]}").unwrap_err().location(), Some((2, 13)));
+    }
+
+    #[test]
     fn malformed_files_are_clear_errors() {
         let err = |text: &str| parse(text).unwrap_err().to_string();
         assert!(err("{").starts_with("not valid JSON"));
