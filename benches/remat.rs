@@ -62,6 +62,12 @@ const SWEEP: &[f64] = &[0.9, 0.8, 0.7, 0.6, 0.5, 0.4];
 
 /// Overhead in % (None if it does not fit), and the seconds taken.
 fn run(problem: &Problem, budget: u64, strategy: Strategy) -> (Option<f64>, f64) {
+    let (found, seconds) = solve(problem, budget, strategy);
+    (found.map(|(overhead, _)| overhead), seconds)
+}
+
+/// Overhead in % and extra cost (None if it does not fit), and the seconds taken.
+fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> (Option<(f64, u64)>, f64) {
     let started = Instant::now();
     let result = solve_with(problem, budget, strategy, LIMIT);
     let seconds = started.elapsed().as_secs_f64();
@@ -69,7 +75,7 @@ fn run(problem: &Problem, budget: u64, strategy: Strategy) -> (Option<f64>, f64)
         Ok(solution) => {
             let eval = evaluate(problem, &solution.sequence).expect("a valid sequence");
             assert!(eval.peak <= budget, "over budget");
-            (Some(eval.overhead() * 100.0), seconds)
+            (Some((eval.overhead() * 100.0, eval.cost - eval.base_cost)), seconds)
         }
         Err(RematError::Infeasible { .. } | RematError::StrategyCannot { .. }) => (None, seconds),
         Err(e) => panic!("{e}"),
@@ -90,7 +96,8 @@ fn main() {
     for &(file, label, fraction, optimum) in ROWS {
         let problem = load(&dir, file);
         let budget = (topological_peak(&problem) as f64 * fraction) as u64;
-        let (ours, seconds) = run(&problem, budget, Strategy::NearOptimal);
+        let (found, seconds) = solve(&problem, budget, Strategy::NearOptimal);
+        let ours = found.map(|(overhead, _)| overhead);
         let (greedy, _) = run(&problem, budget, Strategy::ChenGreedy);
         let (sqrt, _) = run(&problem, budget, Strategy::ChenSqrt);
         let reference: Option<f64> = optimum.trim_start_matches("≤ ").trim_start_matches("bound ").parse().ok();
@@ -98,14 +105,19 @@ fn main() {
             (Some(o), Some(r)) => format!("{:+.3}", o - r),
             _ => "-".into(),
         };
-        let bound = lower_bound(&problem, budget);
+        let bound = lower_bound(&problem, budget).extra;
         let base: u64 = problem.nodes.iter().map(|n| n.cost).sum();
-        let bound = bound.extra.map(|e| e as f64 / base as f64 * 100.0);
+        let gap = match (found, bound) {
+            (Some((_, extra)), Some(b)) if extra == b => " (= ours: optimal)".to_string(),
+            (Some((_, extra)), Some(b)) => format!(" (gap {:.4} pp)", (extra - b) as f64 / base as f64 * 100.0),
+            _ => String::new(),
+        };
+        let bound = format!("{}{gap}", percent(bound.map(|e| e as f64 / base as f64 * 100.0)));
         println!(
             "| {label} | {} | {fraction} | {optimum} | {} | {delta} | {} | {} | {} | {seconds:.3} s |",
             problem.nodes.len(),
             percent(ours),
-            percent(bound),
+            bound,
             percent(greedy),
             percent(sqrt)
         );
@@ -142,5 +154,21 @@ fn main() {
         slowest = slowest.max(seconds);
         let bound = lower_bound(&problem, smallest).peak as f64 / peak as f64;
         println!(" {:.4} → {} | {bound:.4} | {slowest:.3} s |", smallest as f64 / peak as f64, percent(at_smallest));
+    }
+    println!();
+    println!("Random layered graphs (forward only; plain order = graph.order):");
+    println!();
+    println!("| graph | nodes | budget | ours (near-optimal) | lower bound | time |");
+    println!("|---|---|---|---|---|---|");
+    for n in [100, 250, 500, 1000] {
+        let problem = load(&dir, &format!("random_layered_n{n}.json"));
+        let peak = topological_peak(&problem);
+        let base: u64 = problem.nodes.iter().map(|n| n.cost).sum();
+        for fraction in [0.9, 0.8] {
+            let budget = (peak as f64 * fraction) as u64;
+            let (ours, seconds) = run(&problem, budget, Strategy::NearOptimal);
+            let bound = lower_bound(&problem, budget).extra.map(|e| e as f64 / base as f64 * 100.0);
+            println!("| n{n} | {n} | {fraction} | {} | {} | {seconds:.3} s |", percent(ours), percent(bound));
+        }
     }
 }
