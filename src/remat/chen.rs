@@ -57,8 +57,7 @@ pub fn articulation_points(problem: &Problem) -> Vec<Node> {
 pub fn plan_for(sim: &Sim, checkpoint: &[bool]) -> Plan {
     let problem = sim.problem();
     let n = problem.nodes.len();
-    let dropped: Vec<bool> =
-        (0..n).map(|k| problem.nodes[k].forward && problem.nodes[k].recomputable && !checkpoint[k]).collect();
+    let dropped: Vec<bool> = (0..n).map(|k| problem.nodes[k].forward && problem.nodes[k].recomputable && !checkpoint[k]).collect();
     let mut plan = Plan::empty(n);
     // The last stage at which each node's latest execution was written or read, and
     // whether that execution is a recompute (kept to its last use).

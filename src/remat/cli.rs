@@ -128,9 +128,11 @@ pub fn run(path: &Path, fraction: f64, strategy: Strategy, time_limit: Duration,
     let _ = writeln!(report, "{file}{name}: {} nodes, {} links", problem.nodes.len(), graph.links);
     let _ = writeln!(report, "  topological peak  {topological} bytes");
     let _ = writeln!(report, "  budget            {budget} bytes ({fraction} of the topological peak)");
-    let _ = writeln!(report, "  peak reached      {} bytes ({:.4} of the topological peak)", eval.peak, eval.peak as f64 / topological as f64);
+    let _ =
+        writeln!(report, "  peak reached      {} bytes ({:.4} of the topological peak)", eval.peak, eval.peak as f64 / topological as f64);
     let lower = bound.extra.map(|e| percent(e as f64 / eval.base_cost.max(1) as f64)).unwrap_or_else(|| "-".into());
-    let _ = writeln!(report, "  overhead          {} ({recomputes} recomputes; no plan can do better than {lower})", percent(eval.overhead()));
+    let _ =
+        writeln!(report, "  overhead          {} ({recomputes} recomputes; no plan can do better than {lower})", percent(eval.overhead()));
     let _ = writeln!(report, "  strategy          {} (asked: {})", solution.strategy.name(), strategy.name());
     let _ = writeln!(report, "  time              {seconds:.3} s");
     if let Some(out) = output {

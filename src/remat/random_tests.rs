@@ -18,10 +18,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// peak of any plan, over every set of recompute pairs.
 fn exhaustive(problem: &Problem, budget: u64) -> (Option<u64>, u64) {
     let n = problem.nodes.len();
-    let pairs: Vec<(Node, Node)> = (1..n)
-        .flat_map(|t| (0..t).map(move |v| (t as Node, v as Node)))
-        .filter(|&(_, v)| problem.nodes[v as usize].recomputable)
-        .collect();
+    let pairs: Vec<(Node, Node)> =
+        (1..n).flat_map(|t| (0..t).map(move |v| (t as Node, v as Node))).filter(|&(_, v)| problem.nodes[v as usize].recomputable).collect();
     assert!(pairs.len() <= 16, "too many pairs for an exhaustive search");
     let mut sim = Sim::new(problem);
     let mut best: Option<u64> = None;

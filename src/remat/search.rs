@@ -234,7 +234,15 @@ impl<'p> Search<'p> {
 
     /// The recomputes of `w` in `stage` (for the read at position `q`) with its closure,
     /// their cost, and an estimate of the area the inputs' extensions add.
-    fn closure(&self, plan: &Plan, stage: Node, w: Node, q: u32, closure: Closure, mark: &mut Marks) -> Option<(Vec<(Node, Node)>, u64, f64)> {
+    fn closure(
+        &self,
+        plan: &Plan,
+        stage: Node,
+        w: Node,
+        q: u32,
+        closure: Closure,
+        mark: &mut Marks,
+    ) -> Option<(Vec<(Node, Node)>, u64, f64)> {
         let sim = &self.sim;
         let problem = self.problem;
         mark.clear();

@@ -11,9 +11,7 @@ use crate::exec::data::Rng;
 /// A random problem of `n ≥ 2` nodes.
 pub fn random_problem(rng: &mut Rng, n: usize) -> Problem {
     let forward = (n / 2).max(1);
-    let nodes = (0..n)
-        .map(|k| NodeInfo { cost: rng.below(10), recomputable: rng.below(8) != 0, forward: k < forward })
-        .collect();
+    let nodes = (0..n).map(|k| NodeInfo { cost: rng.below(10), recomputable: rng.below(8) != 0, forward: k < forward }).collect();
     let mut values = Vec::new();
     for k in 0..n {
         let outputs = match rng.below(10) {
