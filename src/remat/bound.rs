@@ -47,8 +47,8 @@ pub fn lower_bound(problem: &Problem, budget: u64) -> Bound {
     let mut peak = 0u64;
     let mut extra = Some(0u64);
     let mut reads_t = vec![false; problem.values.len()];
-    for t in 0..n {
-        for &v in &read_by[t] {
+    for (t, reads) in read_by.iter().enumerate() {
+        for &v in reads {
             reads_t[v] = true;
         }
         let mut forced: u64 = 0;
@@ -68,7 +68,7 @@ pub fn lower_bound(problem: &Problem, budget: u64) -> Bound {
                 _ => forced = forced.saturating_add(value.size),
             }
         }
-        for &v in &read_by[t] {
+        for &v in reads {
             reads_t[v] = false;
         }
         peak = peak.max(forced);

@@ -67,6 +67,9 @@ enum Closure {
     Full,
 }
 
+/// A move's recomputes, their cost, and the estimated area its extensions add.
+type Closed = (Vec<(Node, Node)>, u64, f64);
+
 /// A move: recomputes to add.
 struct Candidate {
     pairs: Vec<(Node, Node)>,
@@ -242,7 +245,7 @@ impl<'p> Search<'p> {
         q: u32,
         closure: Closure,
         mark: &mut Marks,
-    ) -> Option<(Vec<(Node, Node)>, u64, f64)> {
+    ) -> Option<Closed> {
         let sim = &self.sim;
         let problem = self.problem;
         mark.clear();
