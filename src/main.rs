@@ -170,6 +170,23 @@ enum Command {
         #[arg(short = 'o', long = "output", value_name = "ORDER.json")]
         output: Option<PathBuf>,
     },
+    /// Choose what to recompute in a Checkmate/Moccasin graph so that its peak fits a budget, at the least extra compute.
+    Remat {
+        /// The graph (.json, as in ../shared/bench/checkmate).
+        file: PathBuf,
+        /// The budget, as a fraction of the peak of the graph's plain topological order.
+        #[arg(long, value_name = "FRACTION")]
+        budget: f64,
+        /// How to choose what to recompute.
+        #[arg(long, value_enum, default_value_t = memplan::remat::Strategy::Auto, value_name = "STRATEGY")]
+        checkpoint: memplan::remat::Strategy,
+        /// Time limit of the search in seconds.
+        #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+        time_limit: f64,
+        /// Write the execution sequence (node ids, repeats are recomputes) to this new file (never overwritten).
+        #[arg(short = 'o', long = "output", value_name = "OUT.json")]
+        output: Option<PathBuf>,
+    },
     /// Expand a forward-only step (`backward %loss with ...`) and print the full step in canonical form.
     Expand {
         /// The .step file.
@@ -511,6 +528,13 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Schedule { file, output } => schedule_graph(&file, output.as_deref())?,
         Command::Alloc { file, capacity, solver, time_limit, output } => {
             alloc(&file, capacity, solver, time_limit, output.as_deref())?;
+        }
+        Command::Remat { file, budget, checkpoint, time_limit, output } => {
+            let limit = std::time::Duration::try_from_secs_f64(time_limit)
+                .map_err(|_| Failure { message: format!("error: --time-limit {time_limit}: expected seconds, a number ≥ 0\n"), code: 1 })?;
+            let report = memplan::remat::cli::run(&file, budget, checkpoint, limit, output.as_deref())
+                .map_err(|e| Failure { message: format!("error: {e}\n"), code: e.exit_code() })?;
+            out!("{report}");
         }
         Command::Expand { file } => {
             let source = Source::read(&file)?;

@@ -216,7 +216,7 @@ fn clones_after_an_update_are_forbidden_and_the_strategy_asked_again() {
             }
         })
         .expect("some recompute lands after an update");
-    let first = Solution { eval: evaluate(&step.problem, &first).unwrap(), sequence: first };
+    let first = Solution { eval: evaluate(&step.problem, &first).unwrap(), sequence: first, strategy: Strategy::None };
     assert!(matches!(plan_sequence(&graph, &options, &first.sequence), Err(PlanError::BadSequence(ApplyError::ReadsUpdated(_)))));
     let forbidden_ops: Vec<String> = forbidden.iter().map(|&n| graph.describe_op(step.ops[n as usize])).collect();
     assert!(forbidden_ops.iter().all(|op| op.contains("layer_norm")), "{forbidden_ops:?}");
@@ -312,7 +312,12 @@ fn strategy_none_meets_only_budgets_at_or_above_the_arena() {
     let options = PlanOptions { budget: Some(Budget::Fraction(0.95)), ..PlanOptions::default() };
     let (rewritten, _) = plan_with_solver(&graph, &options, "t", &drop_and_recompute).unwrap();
     assert_ne!(rewritten, graph);
-    assert!(matches!(memplan::plan(&graph, &options), Err(PlanError::BudgetUnmet { .. })), "strategy none cannot");
+    let none = PlanOptions { checkpoint: Strategy::None, ..options.clone() };
+    assert!(matches!(memplan::plan(&graph, &none), Err(PlanError::BudgetUnmet { .. })), "strategy none cannot");
+    // The default strategy (auto) recomputes: `plan` refuses, since the plan is of a
+    // rewritten step the caller does not have (plan_step returns both).
+    assert!(matches!(memplan::plan(&graph, &options), Err(PlanError::Rewritten { .. })), "auto recomputes");
+    assert!(plan_step(&graph, &options).is_ok());
 }
 
 #[test]

@@ -129,7 +129,7 @@ impl Default for PlanOptions {
             search_nodes: DEFAULT_SEARCH_NODES,
             stop_after: None,
             budget: None,
-            checkpoint: Strategy::None,
+            checkpoint: Strategy::Auto,
         }
     }
 }

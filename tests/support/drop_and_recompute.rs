@@ -4,7 +4,7 @@
 //! exercises the remat pass (applying sequences, the arena loop, the checker, executors) on
 //! real steps. Included with `#[path]` by tests/remat.rs and the example.
 
-use memplan::remat::{Node, Problem, RematError, Solution, evaluate};
+use memplan::remat::{Node, Problem, RematError, Solution, Strategy, evaluate};
 
 /// The strategy (not a good one: it ignores cost): choose forward nodes to *drop*,
 /// greedily, largest values first, keeping a choice when it does not raise the peak (so
@@ -60,7 +60,7 @@ pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Solution, Re
         }
     }
     if best.peak <= budget {
-        Ok(Solution { sequence: best_sequence, eval: best })
+        Ok(Solution { sequence: best_sequence, eval: best, strategy: Strategy::None }) // a test strategy: not one of the enum's
     } else {
         Err(RematError::Infeasible { budget, smallest: best.peak })
     }

@@ -228,7 +228,10 @@ fn solve(graph: &Graph, step: &mut StepProblem, target: u64, solver: &Solver<'_>
         let solution = match solver(&step.problem, target) {
             Ok(solution) => solution,
             Err(RematError::Infeasible { smallest, .. }) => return Ok(Err(smallest)),
-            Err(e @ RematError::BadProblem(_)) => return Err(bug(e.to_string())),
+            // The strategy asked for cannot go lower than `reached` (another might): the
+            // smallest budget that works with it.
+            Err(RematError::StrategyCannot { reached, .. }) => return Ok(Err(reached)),
+            Err(e @ (RematError::BadProblem(_) | RematError::OverBudget { .. })) => return Err(bug(e.to_string())),
         };
         match apply::apply(graph, step, &solution.sequence) {
             Ok(rewritten) => return Ok(Ok(rewritten)),

@@ -106,10 +106,11 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64) -> Option<
         .map(|&op_id| {
             let op = &graph.ops[op_id];
             let row = op.kind.def();
-            let recomputable = row.class == OpClass::Forward
-                && row.view_of.is_none()
-                && op.outputs.iter().all(|&o| classes[o] != Class::Grad && !survives[o]);
-            NodeInfo { cost: op_flops(graph, op_id).max(1), recomputable }
+            // The forward pass: forward-class ops whose outputs are not gradients (the
+            // backward pass reuses forward ops such as matmul to compute gradients).
+            let forward = row.class == OpClass::Forward && op.outputs.iter().all(|&o| classes[o] != Class::Grad);
+            let recomputable = forward && row.view_of.is_none() && op.outputs.iter().all(|&o| !survives[o]);
+            NodeInfo { cost: op_flops(graph, op_id).max(1), recomputable, forward }
         })
         .collect();
     Some(StepProblem { problem: Problem { nodes, values }, ops: schedule.to_vec() })
