@@ -258,7 +258,7 @@ pub fn split_k(m: u64, n: u64, k: u64, batches: u64) -> (u64, u64) {
     }
     let want = 512u64.div_ceil(tiles.max(1));
     let by_depth = (k / (TILE_K * 8)).max(1);
-    let by_budget = (SPLIT_BUDGET / (m * n * 4).max(1)).max(1);
+    let by_budget = (SPLIT_BUDGET / (m * n * 8).max(1)).max(1);
     let splits = want.min(by_depth).min(by_budget).min(MAX_GRID_YZ).max(1);
     if splits == 1 {
         return (1, k);
@@ -284,7 +284,7 @@ pub fn igemm(
         return Vec::new();
     }
     let (splits, chunk) = split_k(m, n, k, batches);
-    let partials = if splits > 1 { Arg::Ptr(scratch.alloc(splits * m * n * 4)) } else { Arg::Null };
+    let partials = if splits > 1 { Arg::Ptr(scratch.alloc(splits * m * n * 8)) } else { Arg::Null };
     let grid = [n.div_ceil(TILE) as u32, m.div_ceil(TILE).min(MAX_GRID_YZ) as u32, (batches * splits).min(MAX_GRID_YZ) as u32];
     let to_i64 = |x: u64| x as i64;
     let mut commands = vec![Command::Launch(Launch {
@@ -517,7 +517,7 @@ mod tests {
         assert_eq!(commands.len(), 2);
         let Command::Launch(first) = &commands[0] else { panic!() };
         let Arg::I64(splits) = first.args[9] else { panic!() };
-        assert_eq!(scratch.used(), splits as u64 * 64 * 147 * 4);
+        assert_eq!(scratch.used(), splits as u64 * 64 * 147 * 8);
         assert_eq!(first.grid[2] as i64, splits);
         let Command::Launch(finish) = &commands[1] else { panic!() };
         assert_eq!(finish.kernel, IGEMM_FINISH);

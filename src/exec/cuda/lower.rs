@@ -218,9 +218,10 @@ fn layer_norm_backward([dx, dgamma, dbeta]: [&View; 3], dy: &View, x: &View, gam
     if d == 0 {
         return Vec::new();
     }
-    let (groups, chunk) = row_groups(d.div_ceil(32), rows, 64, d * 8);
-    let stats = if rows > 0 { Arg::Ptr(scratch.alloc(rows * 8)) } else { Arg::Null };
-    let partials = Arg::Ptr(scratch.alloc(groups * d * 8));
+    let (groups, chunk) = row_groups(d.div_ceil(32), rows, 64, d * 16);
+    // Two doubles per row (mean, rstd) and per (group, column) (Σ dy·x̂, Σ dy).
+    let stats = if rows > 0 { Arg::Ptr(scratch.alloc(rows * 16)) } else { Arg::Null };
+    let partials = Arg::Ptr(scratch.alloc(groups * d * 16));
     let (blocks, threads) = ([line_blocks(rows), 1, 1], [line_threads(d), 1, 1]);
     let mut commands = Vec::new();
     if rows > 0 {
@@ -244,13 +245,13 @@ fn channels_of(x: &View) -> (u64, u64, u64) {
     (c, inner, x.shape[0] * inner)
 }
 
-/// Per-channel mean and rstd of `x` into a fresh stats region (2 floats per channel):
+/// Per-channel mean and rstd of `x` into a fresh stats region (2 doubles per channel):
 /// partial sums and a finish pass for the mean, then again for the variance.
 fn channel_stats(x: &View, eps: f64, scratch: &mut Scratch) -> (Arg, Vec<Command>) {
     let (c, inner, m) = channels_of(x);
-    let (groups, chunk) = row_groups(c, m, 1024, c * 8);
-    let stats = Arg::Ptr(scratch.alloc(c * 8));
-    let partials = Arg::Ptr(scratch.alloc(c * groups * 8));
+    let (groups, chunk) = row_groups(c, m, 1024, c * 16);
+    let stats = Arg::Ptr(scratch.alloc(c * 16));
+    let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
     let mut commands = Vec::new();
     for mode in [BN_MEAN, BN_VAR] {
         let args = vec![Arg::I32(mode), partials.clone(), t(x), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
@@ -278,9 +279,9 @@ fn batch_norm_backward([dx, dgamma, dbeta]: [&View; 3], dy: &View, x: &View, gam
         return Vec::new();
     }
     let (stats, mut commands) = channel_stats(x, eps, scratch);
-    let (groups, chunk) = row_groups(c, m, 1024, c * 8);
-    let partials = Arg::Ptr(scratch.alloc(c * groups * 8));
-    let sums = Arg::Ptr(scratch.alloc(c * 8));
+    let (groups, chunk) = row_groups(c, m, 1024, c * 16);
+    let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
+    let sums = Arg::Ptr(scratch.alloc(c * 16));
     let args = vec![Arg::I32(BN_GRADS), partials.clone(), t(dy), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
     commands.push(launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args));
     let args = vec![Arg::I32(BN_GRADS), sums.clone(), partials, t(dbeta), t(dgamma), int(c), int(groups), int(m), Arg::F64(eps)];

@@ -239,6 +239,23 @@ __device__ float block_sum(float v) {
     return warp_sum(lane < warps ? red[lane] : 0.0f);
 }
 
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ double block_sum_d(double v) {
+    __shared__ double red[32];
+    v = warp_sum_d(v);
+    const int warps = blockDim.x >> 5;
+    if (warps == 1) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    return warp_sum_d(lane < warps ? red[lane] : 0.0);
+}
+
 __device__ float block_max(float v) {
     __shared__ float red[32];
     v = warp_max(v);

@@ -2,14 +2,19 @@
 // and their gradients, and embeddings.
 //
 // A line is one block (the host picks blockDim.x, a multiple of 32, to cover it; blocks loop
-// over lines). Its reductions are block reductions in float, so the whole block has read
+// over lines). Its reductions are block reductions, so the whole block has read
 // the line before any thread writes: an output over its input's bytes (softmax,
 // softmax_backward, layer_norm_backward's dx, cross_entropy_backward) is safe, every
 // element being read and then written by the same thread.
 //
 // Cross-row sums (layer_norm's dgamma/dbeta, the mean of cross-entropy) go through scratch
 // in the workspace: per-row statistics, then partial sums per group of rows, then a final
-// pass adding the partials in a fixed order (deterministic; no atomics).
+// pass adding the partials in a fixed order (deterministic, with no atomic operations).
+//
+// Softmax and cross-entropy compute in float. Layer norm computes in double: its gradient
+// subtracts nearly equal terms (dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) cancels almost
+// entirely when a row's variance is small against eps), so float statistics would leave
+// errors of float's epsilon times var/eps there.
 
 // Softmax of x viewed as [lines / inner, n, inner] along the middle axis: line l covers
 // elements (l / inner)·n·inner + l % inner + i·inner, i < n.
@@ -47,39 +52,39 @@ extern "C" __global__ void softmax_backward(Tensor dx, Tensor dy, Tensor y, i64 
 }
 
 // Mean and 1/√(biased variance + eps) of row `row` (D elements) of x, two passes.
-__device__ void row_moments(const Tensor& x, i64 row, i64 d, float eps, float* mean, float* rstd) {
+__device__ void row_moments(const Tensor& x, i64 row, i64 d, double eps, double* mean, double* rstd) {
     const i64 base = row * d;
-    float s = 0.0f;
-    for (i64 i = threadIdx.x; i < d; i += blockDim.x) s += load_f(x, base + i);
-    const float mu = block_sum(s) / (float)d;
-    float v = 0.0f;
+    double s = 0.0;
+    for (i64 i = threadIdx.x; i < d; i += blockDim.x) s += load_d(x, base + i);
+    const double mu = block_sum_d(s) / (double)d;
+    double v = 0.0;
     for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-        const float c = load_f(x, base + i) - mu;
+        const double c = load_d(x, base + i) - mu;
         v += c * c;
     }
-    const float var = block_sum(v) / (float)d;
+    const double var = block_sum_d(v) / (double)d;
     *mean = mu;
-    *rstd = 1.0f / sqrtf(var + eps);
+    *rstd = 1.0 / sqrt(var + eps);
 }
 
 // y = (x − mean)·rstd·gamma + beta over the last dimension D.
 extern "C" __global__ void layer_norm(Tensor y, Tensor x, Tensor gamma, Tensor beta, i64 rows, i64 d, double eps) {
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        float mean, rstd;
-        row_moments(x, row, d, (float)eps, &mean, &rstd);
+        double mean, rstd;
+        row_moments(x, row, d, eps, &mean, &rstd);
         for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
             const i64 k = row * d + i;
-            store_f(y, k, (load_f(x, k) - mean) * rstd * load_f(gamma, i) + load_f(beta, i));
+            store_d(y, k, (load_d(x, k) - mean) * rstd * load_d(gamma, i) + load_d(beta, i));
         }
     }
 }
 
-// stats[2·row] = mean, stats[2·row + 1] = rstd of every row of x.
+// stats[2·row] = mean, stats[2·row + 1] = rstd (doubles) of every row of x.
 extern "C" __global__ void ln_stats(u64 stats, Tensor x, i64 rows, i64 d, double eps) {
-    float* out = (float*)stats;
+    double* out = (double*)stats;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        float mean, rstd;
-        row_moments(x, row, d, (float)eps, &mean, &rstd);
+        double mean, rstd;
+        row_moments(x, row, d, eps, &mean, &rstd);
         if (threadIdx.x == 0) {
             out[2 * row] = mean;
             out[2 * row + 1] = rstd;
@@ -91,16 +96,16 @@ extern "C" __global__ void ln_stats(u64 stats, Tensor x, i64 rows, i64 d, double
 // rows, shared by the 8 threads of a column. partials[(g·D + col)·2 + {0, 1}] =
 // (Σ dy·x̂, Σ dy) over chunk g.
 extern "C" __global__ void ln_grad_params(u64 partials, Tensor dy, Tensor x, u64 stats, i64 rows, i64 d, i64 chunk) {
-    __shared__ float part[2][8][33];
-    const float* st = (const float*)stats;
+    __shared__ double part[2][8][33];
+    const double* st = (const double*)stats;
     const i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
     const i64 r0 = (i64)blockIdx.y * chunk, r1 = imin(rows, r0 + chunk);
-    float sg = 0.0f, sb = 0.0f;
+    double sg = 0.0, sb = 0.0;
     if (col < d) {
         for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
             const i64 k = r * d + col;
-            const float g = load_f(dy, k);
-            sg += g * (load_f(x, k) - st[2 * r]) * st[2 * r + 1];
+            const double g = load_d(dy, k);
+            sg += g * (load_d(x, k) - st[2 * r]) * st[2 * r + 1];
             sb += g;
         }
     }
@@ -108,12 +113,12 @@ extern "C" __global__ void ln_grad_params(u64 partials, Tensor dy, Tensor x, u64
     part[1][threadIdx.y][threadIdx.x] = sb;
     __syncthreads();
     if (threadIdx.y == 0 && col < d) {
-        float tg = 0.0f, tb = 0.0f;
+        double tg = 0.0, tb = 0.0;
         for (int j = 0; j < 8; ++j) {
             tg += part[0][j][threadIdx.x];
             tb += part[1][j][threadIdx.x];
         }
-        float* out = (float*)partials;
+        double* out = (double*)partials;
         out[((i64)blockIdx.y * d + col) * 2] = tg;
         out[((i64)blockIdx.y * d + col) * 2 + 1] = tb;
     }
@@ -121,38 +126,38 @@ extern "C" __global__ void ln_grad_params(u64 partials, Tensor dy, Tensor x, u64
 
 // dgamma, dbeta = the partials of `groups` chunks added in order.
 extern "C" __global__ void ln_grad_params_finish(Tensor dgamma, Tensor dbeta, u64 partials, i64 d, i64 groups) {
-    const float* p = (const float*)partials;
+    const double* p = (const double*)partials;
     GRID_STRIDE(col, d) {
-        float tg = 0.0f, tb = 0.0f;
+        double tg = 0.0, tb = 0.0;
         for (i64 g = 0; g < groups; ++g) {
             tg += p[(g * d + col) * 2];
             tb += p[(g * d + col) * 2 + 1];
         }
-        store_f(dgamma, col, tg);
-        store_f(dbeta, col, tb);
+        store_d(dgamma, col, tg);
+        store_d(dbeta, col, tb);
     }
 }
 
 // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·gamma (stats from ln_stats).
 extern "C" __global__ void layer_norm_backward_dx(Tensor dx, Tensor dy, Tensor x, Tensor gamma, u64 stats, i64 rows,
                                                   i64 d) {
-    const float* st = (const float*)stats;
+    const double* st = (const double*)stats;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const float mean = st[2 * row], rstd = st[2 * row + 1];
-        float sg = 0.0f, sgx = 0.0f;
+        const double mean = st[2 * row], rstd = st[2 * row + 1];
+        double sg = 0.0, sgx = 0.0;
         for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
             const i64 k = row * d + i;
-            const float g = load_f(dy, k) * load_f(gamma, i);
+            const double g = load_d(dy, k) * load_d(gamma, i);
             sg += g;
-            sgx += g * (load_f(x, k) - mean) * rstd;
+            sgx += g * (load_d(x, k) - mean) * rstd;
         }
-        const float mean_g = block_sum(sg) / (float)d;
-        const float mean_gx = block_sum(sgx) / (float)d;
+        const double mean_g = block_sum_d(sg) / (double)d;
+        const double mean_gx = block_sum_d(sgx) / (double)d;
         for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
             const i64 k = row * d + i;
-            const float g = load_f(dy, k) * load_f(gamma, i);
-            const float xhat = (load_f(x, k) - mean) * rstd;
-            store_f(dx, k, rstd * (g - mean_g - xhat * mean_gx));
+            const double g = load_d(dy, k) * load_d(gamma, i);
+            const double xhat = (load_d(x, k) - mean) * rstd;
+            store_d(dx, k, rstd * (g - mean_g - xhat * mean_gx));
         }
     }
 }
