@@ -48,7 +48,12 @@ struct Noise {
 /// Runs `steps` training steps on the emulated GPU and holds each to the CPU reference
 /// (`check_step`, from the same arguments); the emulated results feed the next step.
 /// Returns the kernels launched and the rounding noise left out.
-fn emulated_matches_reference(graph: &Graph, plan: &Plan, steps: u32, seed: u64) -> Result<(Vec<&'static str>, Noise), String> {
+fn emulated_matches_reference(
+    graph: &Graph,
+    plan: &Plan,
+    steps: u32,
+    seed: u64,
+) -> Result<(Vec<&'static str>, Noise), String> {
     let emu = emulator().expect("checked by the caller");
     let program = Program::new(graph, plan).map_err(|e| format!("lowering: {e}"))?;
     let backend = EmuBackend::new(emu, program.arena_bytes, program.scratch_bytes.max(1));
@@ -57,7 +62,8 @@ fn emulated_matches_reference(graph: &Graph, plan: &Plan, steps: u32, seed: u64)
     let mut args = init_args(graph, seed);
     let mut noise = Noise::default();
     for step in 0..steps {
-        exec.upload(&args, if step == 0 { Upload::All } else { Upload::Inputs }).map_err(|e| format!("step {step}: upload: {e}"))?;
+        exec.upload(&args, if step == 0 { Upload::All } else { Upload::Inputs })
+            .map_err(|e| format!("step {step}: upload: {e}"))?;
         exec.run().map_err(|e| format!("step {step}: {e}"))?;
         let got = exec.result().map_err(|e| e.to_string())?;
         let check = check_step(graph, plan, &args, &got).map_err(|e| format!("step {step}: CPU reference: {e}"))?;
@@ -65,7 +71,11 @@ fn emulated_matches_reference(graph: &Graph, plan: &Plan, steps: u32, seed: u64)
             return Err(format!("step {step}:\n  {}", check.failures.join("\n  ")));
         }
         for c in &check.checks {
-            let n = got.returns.get(&c.name).or(got.updated.get(&c.name)).map_or(0, |t| t.ty.shape.numel().unwrap_or(0) as usize);
+            let n = got
+                .returns
+                .get(&c.name)
+                .or(got.updated.get(&c.name))
+                .map_or(0, |t| t.ty.shape.numel().unwrap_or(0) as usize);
             noise.total += n;
             if !c.name.contains(".attn.k.bias") {
                 noise.elements += c.noise;
@@ -82,7 +92,9 @@ fn step_files() -> Vec<String> {
     let mut files: Vec<String> = ["ir/models", "ir/features"]
         .iter()
         .flat_map(|dir| {
-            std::fs::read_dir(root.join(dir)).unwrap().map(move |e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy()))
+            std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .map(move |e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy()))
         })
         .filter(|f| f.ends_with(".step"))
         .collect();
@@ -101,13 +113,20 @@ fn small_models_and_features_match_the_cpu_reference() {
         if plan.arena_bytes > SMALL {
             continue;
         }
-        let (launches, noise) = emulated_matches_reference(&graph, &plan, 2, 7).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let (launches, noise) =
+            emulated_matches_reference(&graph, &plan, 2, 7).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(!launches.is_empty() || graph.ops.iter().all(|op| op.kind.def().view_of.is_some()), "{file}");
         // In the real models rounding noise is rare (Adam steps on gradients that cancel to
         // about its eps) apart from GPT-2's key biases. Focused steps may have more
         // (embedding.step returns the mean of a layer norm: 0 up to rounding).
         if file.starts_with("ir/models") {
-            assert!(noise.elements * 1000 <= noise.total, "{file}: {} of {} elements are noise: {:?}", noise.elements, noise.total, noise.lines);
+            assert!(
+                noise.elements * 1000 <= noise.total,
+                "{file}: {} of {} elements are noise: {:?}",
+                noise.elements,
+                noise.total,
+                noise.lines
+            );
         }
         ran.push(file);
     }
@@ -165,7 +184,12 @@ fn cast_f32(values: &[f32], to: DType) -> Vec<u8> {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     backend.upload(0, &bytes).unwrap();
     let (grid, block) = grid_1d(n);
-    let launch = Launch { kernel: UNARY, grid, block, args: vec![Arg::I32(OP_COPY), Arg::Tensor(output.clone()), Arg::Tensor(input), Arg::F64(0.0)] };
+    let launch = Launch {
+        kernel: UNARY,
+        grid,
+        block,
+        args: vec![Arg::I32(OP_COPY), Arg::Tensor(output.clone()), Arg::Tensor(input), Arg::F64(0.0)],
+    };
     let args = launch.resolve(backend.bases()).unwrap();
     backend.launch(&launch, &args).unwrap();
     let mut out = vec![0u8; (n * to.size()) as usize];
@@ -176,9 +200,21 @@ fn cast_f32(values: &[f32], to: DType) -> Vec<u8> {
 /// Values around every rounding boundary of f16 and bf16: specials, the normal and
 /// subnormal ranges, ties, and overflow.
 fn edge_values() -> Vec<f32> {
-    let mut values = vec![0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE, f32::MAX, -f32::MAX];
+    let mut values =
+        vec![0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE, f32::MAX, -f32::MAX];
     values.extend([65504.0, 65519.99, 65520.0, 65536.0, 6.1035156e-5, 5.9604645e-8, 2.9802322e-8, 2.9802326e-8, 1e-10]);
-    for bits in [0x3380_0000u32, 0x3300_0000, 0x3300_0001, 0x387f_e000, 0x3880_1000, 0x3f80_1000, 0x3f80_3000, 0x3f80_8000, 0x3f81_8000, 0x4780_0000] {
+    for bits in [
+        0x3380_0000u32,
+        0x3300_0000,
+        0x3300_0001,
+        0x387f_e000,
+        0x3880_1000,
+        0x3f80_1000,
+        0x3f80_3000,
+        0x3f80_8000,
+        0x3f81_8000,
+        0x4780_0000,
+    ] {
         values.push(f32::from_bits(bits));
         values.push(f32::from_bits(bits + 1));
         values.push(f32::from_bits(bits - 1));
@@ -230,7 +266,12 @@ fn every_f16_and_bf16_loads_exactly() {
         let bits: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
         backend.upload(0, &bits).unwrap();
         let (grid, block) = grid_1d(n);
-        let launch = Launch { kernel: UNARY, grid, block, args: vec![Arg::I32(OP_COPY), Arg::Tensor(output.clone()), Arg::Tensor(input), Arg::F64(0.0)] };
+        let launch = Launch {
+            kernel: UNARY,
+            grid,
+            block,
+            args: vec![Arg::I32(OP_COPY), Arg::Tensor(output.clone()), Arg::Tensor(input), Arg::F64(0.0)],
+        };
         let args = launch.resolve(backend.bases()).unwrap();
         backend.launch(&launch, &args).unwrap();
         let mut out = vec![0u8; (n * 4) as usize];
@@ -238,7 +279,10 @@ fn every_f16_and_bf16_loads_exactly() {
         for b in 0..=u16::MAX {
             let got = f32::from_le_bytes(out[4 * b as usize..4 * b as usize + 4].try_into().unwrap());
             let want = if dtype == DType::F16 { f16::from_bits(b).to_f32() } else { bf16::from_bits(b).to_f32() };
-            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{dtype} {b:#06x}: got {got:e}, want {want:e}");
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{dtype} {b:#06x}: got {got:e}, want {want:e}"
+            );
         }
     }
 }

@@ -110,7 +110,13 @@ fn rms(values: impl Iterator<Item = f64>) -> f64 {
 
 /// One tensor against its reference, leaving out the elements `probe` (when given) moves
 /// beyond their tolerance: rounding noise.
-fn compare_masked(what: &'static str, name: &str, got: &HostTensor, want: &HostTensor, probe: Option<&[f64]>) -> TensorCheck {
+fn compare_masked(
+    what: &'static str,
+    name: &str,
+    got: &HostTensor,
+    want: &HostTensor,
+    probe: Option<&[f64]>,
+) -> TensorCheck {
     let mut check = TensorCheck {
         what,
         name: name.to_string(),
@@ -202,7 +208,8 @@ pub fn check_step(graph: &Graph, plan: &Plan, args: &Tensors, got: &StepResult) 
     if checks.iter().any(|c| !c.passed()) {
         let probe = nudged_results(graph, args)?;
         for check in checks.iter_mut().filter(|c| !c.passed()) {
-            let (g, w) = if check.what == "return" { (&got.returns, &want.returns) } else { (&got.updated, &want.updated) };
+            let (g, w) =
+                if check.what == "return" { (&got.returns, &want.returns) } else { (&got.updated, &want.updated) };
             let p = probe.get(&(check.what, check.name.clone()));
             if let (Some(g), Some(w), Some(p)) = (g.get(&check.name), w.get(&check.name), p) {
                 *check = compare_masked(check.what, &check.name, g, w, Some(p));
@@ -249,7 +256,8 @@ fn nudged_results(graph: &Graph, args: &Tensors) -> Result<IndexMap<(&'static st
         values[arg] = Some(dense);
     }
     for op in &graph.ops {
-        let inputs: Vec<Dense> = op.inputs.iter().map(|&v| values[v].clone().expect("a verified graph defines before use")).collect();
+        let inputs: Vec<Dense> =
+            op.inputs.iter().map(|&v| values[v].clone().expect("a verified graph defines before use")).collect();
         let types: Vec<_> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
         let results = kernels::eval(op.kind, &op.attrs, &inputs, &types)?;
         for ((&out, mut result), ty) in op.outputs.iter().zip(results).zip(&types) {
@@ -319,7 +327,7 @@ mod tests {
         assert!(!bad.passed());
         assert_eq!(bad.worst, Some(1));
         assert!((bad.error - 2e-4).abs() < 1e-6, "{}", bad.error);
-        assert_eq!(failures(&[bad.clone()]).len(), 1);
+        assert_eq!(failures(std::slice::from_ref(&bad)).len(), 1);
         assert!(failures(&[bad])[0].contains("element 1"));
     }
 

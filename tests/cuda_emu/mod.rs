@@ -19,7 +19,8 @@ use memplan::exec::cuda::source::{KERNELS, program};
 use memplan::exec::cuda::view::{Addr, Bases, Launch, ResolvedArg, Space};
 use memplan::exec::data::{decode, encode};
 
-type LaunchFn = unsafe extern "C" fn(*const c_char, *const u32, *const u32, *mut *mut c_void, *mut c_char, c_int) -> c_int;
+type LaunchFn =
+    unsafe extern "C" fn(*const c_char, *const u32, *const u32, *mut *mut c_void, *mut c_char, c_int) -> c_int;
 
 /// The loaded emulator. It keeps its GPU state in globals, so launches take turns.
 pub struct Emulator {
@@ -67,7 +68,8 @@ fn build() -> Option<Emulator> {
     // loading runs no initialisers beyond its own globals.
     let lib_handle = unsafe { libloading::Library::new(&lib) }.expect("the emulator loads");
     // SAFETY: `memplan_emu_launch` has exactly the signature `LaunchFn` (emu.cpp).
-    let launch = unsafe { *lib_handle.get::<LaunchFn>(b"memplan_emu_launch\0").expect("the emulator exports its launch") };
+    let launch =
+        unsafe { *lib_handle.get::<LaunchFn>(b"memplan_emu_launch\0").expect("the emulator exports its launch") };
     std::fs::remove_file(&lib).ok();
     Some(Emulator { _lib: lib_handle, launch, turn: Mutex::new(()) })
 }
@@ -109,7 +111,12 @@ pub struct EmuBackend {
 
 impl EmuBackend {
     pub fn new(emu: &'static Emulator, arena_bytes: u64, workspace_bytes: u64) -> EmuBackend {
-        EmuBackend { emu, arena: Memory::new(arena_bytes), workspace: Memory::new(workspace_bytes), launches: Vec::new() }
+        EmuBackend {
+            emu,
+            arena: Memory::new(arena_bytes),
+            workspace: Memory::new(workspace_bytes),
+            launches: Vec::new(),
+        }
     }
 
     fn space(&mut self, space: Space) -> &mut [u8] {
@@ -151,7 +158,14 @@ impl Backend for EmuBackend {
         // order (the program tests check arguments against the kernels' signatures); every
         // tensor lies in `arena` or `workspace` (Program::new validated the spans).
         let status = unsafe {
-            (self.emu.launch)(name.as_ptr(), launch.grid.as_ptr(), launch.block.as_ptr(), params.as_mut_ptr(), err.as_mut_ptr(), 512)
+            (self.emu.launch)(
+                name.as_ptr(),
+                launch.grid.as_ptr(),
+                launch.block.as_ptr(),
+                params.as_mut_ptr(),
+                err.as_mut_ptr(),
+                512,
+            )
         };
         self.launches.push(launch.kernel);
         if status == 0 {

@@ -83,8 +83,12 @@ impl<B: Backend> Executor<B> {
         for check in &self.program.index_checks {
             let values = args[&check.arg].to_f64();
             if let Some(&bad) = values.iter().find(|&&x| !(x >= 0.0 && x < check.bound as f64)) {
-                return Err(ExecError::IndexOutOfRange { op: check.op.to_string(), index: bad as i64, bound: check.bound as usize }
-                    .into());
+                return Err(ExecError::IndexOutOfRange {
+                    op: check.op.to_string(),
+                    index: bad as i64,
+                    bound: check.bound as usize,
+                }
+                .into());
             }
         }
         for slot in &self.program.args {
@@ -120,17 +124,23 @@ impl<B: Backend> Executor<B> {
     /// The returned values and the new values of updated params and state (by target
     /// name), read back from the arena.
     pub fn result(&mut self) -> Result<StepResult, CudaError> {
-        self.backend.synchronize()?;
-        let mut read = |list: &[(String, View)]| -> Result<Tensors, CudaError> {
-            let mut out = Tensors::new();
-            for (name, view) in list {
-                out.insert(name.clone(), read_view(&mut self.backend, view)?);
-            }
-            Ok(out)
-        };
-        let returns = read(&self.program.returns.clone())?;
-        let updated = read(&self.program.updates.clone())?;
+        let returns = self.returns()?;
+        let updated = self.read(&self.program.updates.clone())?;
         Ok(StepResult { returns, updated })
+    }
+
+    /// Only the returned values (a loss, say), without the updated params and state.
+    pub fn returns(&mut self) -> Result<Tensors, CudaError> {
+        self.read(&self.program.returns.clone())
+    }
+
+    fn read(&mut self, list: &[(String, View)]) -> Result<Tensors, CudaError> {
+        self.backend.synchronize()?;
+        let mut out = Tensors::new();
+        for (name, view) in list {
+            out.insert(name.clone(), read_view(&mut self.backend, view)?);
+        }
+        Ok(out)
     }
 
     /// The current params and state (what the arena holds after the last step).

@@ -149,7 +149,14 @@ impl Batch {
 const MAX_CALLS: u64 = 4096;
 
 /// The commands of `out = a @ b` (`a`, `b` stored transposed when the flags say so).
-pub fn matmul(a: &View, b: &View, transpose_a: bool, transpose_b: bool, out: &View, scratch: &mut Scratch) -> Vec<Command> {
+pub fn matmul(
+    a: &View,
+    b: &View,
+    transpose_a: bool,
+    transpose_b: bool,
+    out: &View,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
     let rank = out.rank();
     let batch_shape = &out.shape[..rank - 2];
     let (m, n) = (out.shape[rank - 2], out.shape[rank - 1]);
@@ -171,13 +178,19 @@ pub fn matmul(a: &View, b: &View, transpose_a: bool, transpose_b: bool, out: &Vi
     }
     if k == 0 {
         let (grid, block) = grid_1d(out.numel());
-        return vec![Command::Launch(Launch { kernel: FILL, grid, block, args: vec![Arg::Tensor(out.clone()), Arg::F64(0.0)] })];
+        return vec![Command::Launch(Launch {
+            kernel: FILL,
+            grid,
+            block,
+            args: vec![Arg::Tensor(out.clone()), Arg::F64(0.0)],
+        })];
     }
     match cublas_calls(&a_full, &b_full, out) {
         Some(calls) => calls.into_iter().map(Command::Gemm).collect(),
         None => {
             let batches = batch_shape.iter().product();
-            igemm(MODE_MATMUL, out, &a_full, &b_full, Geom::default(), [m, n, k], batches, scratch)
+            let what = Igemm { mode: MODE_MATMUL, geom: Geom::default(), size: [m, n, k], batches };
+            igemm(what, out, &a_full, &b_full, scratch)
         }
     }
 }
@@ -259,7 +272,7 @@ pub fn split_k(m: u64, n: u64, k: u64, batches: u64) -> (u64, u64) {
     let want = 512u64.div_ceil(tiles.max(1));
     let by_depth = (k / (TILE_K * 8)).max(1);
     let by_budget = (SPLIT_BUDGET / (m * n * 8).max(1)).max(1);
-    let splits = want.min(by_depth).min(by_budget).min(MAX_GRID_YZ).max(1);
+    let splits = want.min(by_depth).min(by_budget).clamp(1, MAX_GRID_YZ);
     if splits == 1 {
         return (1, k);
     }
@@ -267,25 +280,27 @@ pub fn split_k(m: u64, n: u64, k: u64, batches: u64) -> (u64, u64) {
     (k.div_ceil(chunk), chunk)
 }
 
-/// The launches of one implicit GEMM (`mode`: conv forward, backward data or weight, or a
-/// matmul with `batches` batches) of `m × n` outputs and depth `k`, with split-K partials
-/// in the workspace when [`split_k`] asks for them.
-pub fn igemm(
-    mode: i32,
-    out: &View,
-    a: &View,
-    b: &View,
-    geom: Geom,
-    [m, n, k]: [u64; 3],
-    batches: u64,
-    scratch: &mut Scratch,
-) -> Vec<Command> {
+/// What one implicit GEMM computes: `mode` (conv forward, backward data or weight, or a
+/// matmul of `batches` batches), the conv's geometry, and `m × n` outputs of depth `k`.
+#[derive(Clone, Copy, Debug)]
+pub struct Igemm {
+    pub mode: i32,
+    pub geom: Geom,
+    pub size: [u64; 3],
+    pub batches: u64,
+}
+
+/// The launches of one implicit GEMM `what` into `out` from operands `a` and `b`, with
+/// split-K partials in the workspace when [`split_k`] asks for them.
+pub fn igemm(what: Igemm, out: &View, a: &View, b: &View, scratch: &mut Scratch) -> Vec<Command> {
+    let Igemm { mode, geom, size: [m, n, k], batches } = what;
     if m == 0 || n == 0 || batches == 0 {
         return Vec::new();
     }
     let (splits, chunk) = split_k(m, n, k, batches);
     let partials = if splits > 1 { Arg::Ptr(scratch.alloc(splits * m * n * 8)) } else { Arg::Null };
-    let grid = [n.div_ceil(TILE) as u32, m.div_ceil(TILE).min(MAX_GRID_YZ) as u32, (batches * splits).min(MAX_GRID_YZ) as u32];
+    let grid =
+        [n.div_ceil(TILE) as u32, m.div_ceil(TILE).min(MAX_GRID_YZ) as u32, (batches * splits).min(MAX_GRID_YZ) as u32];
     let to_i64 = |x: u64| x as i64;
     let mut commands = vec![Command::Launch(Launch {
         kernel: IGEMM,
@@ -330,8 +345,8 @@ pub fn igemm(
 mod tests {
     use super::*;
     use crate::exec::Dense;
-    use crate::exec::kernels::eval;
     use crate::exec::cuda::view::Space;
+    use crate::exec::kernels::eval;
     use crate::ir::ops::{Attr, Attrs, OpKind};
     use crate::ir::types::TensorType;
 
@@ -427,8 +442,8 @@ mod tests {
         arena.store(&root_a, &Dense::new(ra.iter().map(|&d| d as usize).collect(), values(na, 1)));
         arena.store(&root_b, &Dense::new(rb.iter().map(|&d| d as usize).collect(), values(nb, 5)));
         let (da, db) = (arena.read_view(&a), arena.read_view(&b));
-        let attrs = Attrs::for_op(OpKind::Matmul, &[("transpose_a", Attr::Bool(ta)), ("transpose_b", Attr::Bool(tb))])
-            .unwrap();
+        let attrs =
+            Attrs::for_op(OpKind::Matmul, &[("transpose_a", Attr::Bool(ta)), ("transpose_b", Attr::Bool(tb))]).unwrap();
         let types = [&a, &b].map(|v| TensorType::new(DType::F32, v.shape.clone()));
         let out_ty = (OpKind::Matmul.def().infer)(&[&types[0], &types[1]], &attrs).unwrap().remove(0);
         let want = eval(OpKind::Matmul, &attrs, &[da, db], std::slice::from_ref(&out_ty)).unwrap().remove(0);
@@ -438,7 +453,11 @@ mod tests {
         for command in &commands {
             let Command::Gemm(call) = command else { panic!("expected cuBLAS calls, got {command:?}") };
             let (sa, sb, sc) = call.spans();
-            assert!(call.a.offset + sa <= 3 * 4096 * 4 && call.b.offset + sb <= 3 * 4096 * 4 && call.c.offset + sc <= 3 * 4096 * 4);
+            assert!(
+                call.a.offset + sa <= 3 * 4096 * 4
+                    && call.b.offset + sb <= 3 * 4096 * 4
+                    && call.c.offset + sc <= 3 * 4096 * 4
+            );
             let snapshot = arena.bytes.clone();
             let read = |addr: Addr| {
                 assert_eq!(addr.space, Space::Arena);
@@ -513,7 +532,8 @@ mod tests {
     fn split_k_uses_the_workspace_and_a_finish_pass() {
         let v = |shape: &[u64]| View::dense(Addr::arena(0), DType::F32, shape);
         let mut scratch = Scratch::default();
-        let commands = igemm(0, &v(&[64, 3, 7, 7]), &v(&[64, 3, 7, 7]), &v(&[32, 3, 224, 224]), Geom::default(), [64, 147, 401_408], 1, &mut scratch);
+        let what = Igemm { mode: 0, geom: Geom::default(), size: [64, 147, 401_408], batches: 1 };
+        let commands = igemm(what, &v(&[64, 3, 7, 7]), &v(&[64, 3, 7, 7]), &v(&[32, 3, 224, 224]), &mut scratch);
         assert_eq!(commands.len(), 2);
         let Command::Launch(first) = &commands[0] else { panic!() };
         let Arg::I64(splits) = first.args[9] else { panic!() };

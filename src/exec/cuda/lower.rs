@@ -13,9 +13,11 @@
 //! [`Scratch`] in the workspace, always added in a fixed order.
 
 use crate::exec::cuda::CudaError;
-use crate::exec::cuda::gemm::{self, SPLIT_BUDGET};
+use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
 use crate::exec::cuda::source::*;
-use crate::exec::cuda::view::{Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, View, grid_1d, line_blocks, line_threads};
+use crate::exec::cuda::view::{
+    Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, View, grid_1d, line_blocks, line_threads,
+};
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::OpKind;
@@ -54,7 +56,7 @@ pub fn row_groups(col_blocks: u64, rows: u64, min_rows: u64, bytes_per_group: u6
     let want = 1024u64.div_ceil(col_blocks.max(1));
     let by_rows = rows.div_ceil(min_rows.max(1));
     let by_budget = (SPLIT_BUDGET / bytes_per_group.max(1)).max(1);
-    let groups = want.min(by_rows).min(by_budget).min(MAX_GRID_YZ).max(1);
+    let groups = want.min(by_rows).min(by_budget).clamp(1, MAX_GRID_YZ);
     let chunk = rows.div_ceil(groups);
     (rows.div_ceil(chunk), chunk)
 }
@@ -127,7 +129,13 @@ pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch)
         Conv2d => {
             let g = conv_geom(x(0), x(1), y(0), attrs.ints("stride"), attrs.ints("padding"))?;
             let (k, crs, npq) = conv_sizes(&g);
-            gemm::igemm(MODE_CONV_FWD, y(0), x(1), x(0), g, [k, npq, crs], 1, scratch)
+            gemm::igemm(
+                Igemm { mode: MODE_CONV_FWD, geom: g, size: [k, npq, crs], batches: 1 },
+                y(0),
+                x(1),
+                x(0),
+                scratch,
+            )
         }
         Conv2dBackward => {
             let (dy, xv, w) = (x(0), x(1), x(2));
@@ -135,8 +143,10 @@ pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch)
             let (k, crs, npq) = conv_sizes(&g);
             let (c, nhw) = (g.c as u64, g.n as u64 * g.h as u64 * g.w as u64);
             let krs = k * g.r as u64 * g.s as u64;
-            let mut commands = gemm::igemm(MODE_CONV_BWD_DATA, y(0), w, dy, g, [c, nhw, krs], 1, scratch);
-            commands.extend(gemm::igemm(MODE_CONV_BWD_WEIGHT, y(1), dy, xv, g, [k, crs, npq], 1, scratch));
+            let data = Igemm { mode: MODE_CONV_BWD_DATA, geom: g, size: [c, nhw, krs], batches: 1 };
+            let weight = Igemm { mode: MODE_CONV_BWD_WEIGHT, geom: g, size: [k, crs, npq], batches: 1 };
+            let mut commands = gemm::igemm(data, y(0), w, dy, scratch);
+            commands.extend(gemm::igemm(weight, y(1), dy, xv, scratch));
             commands
         }
         MaxPool2d => {
@@ -158,8 +168,15 @@ pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch)
             }
         }
         SgdMomentum => {
-            let args =
-                vec![t(y(0)), t(y(1)), t(x(0)), t(x(1)), t(x(2)), Arg::F64(attrs.float("lr")), Arg::F64(attrs.float("momentum"))];
+            let args = vec![
+                t(y(0)),
+                t(y(1)),
+                t(x(0)),
+                t(x(1)),
+                t(x(2)),
+                Arg::F64(attrs.float("lr")),
+                Arg::F64(attrs.float("momentum")),
+            ];
             elementwise(SGD_MOMENTUM, y(0).numel(), args)
         }
         Adam | Adamw => {
@@ -173,7 +190,8 @@ pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch)
 }
 
 fn binary(code: i32, out: &View, a: &View, b: &View, s: f64) -> Vec<Command> {
-    let args = vec![Arg::I32(code), t(out), t(&a.broadcast_to(&out.shape)), t(&b.broadcast_to(&out.shape)), Arg::F64(s)];
+    let args =
+        vec![Arg::I32(code), t(out), t(&a.broadcast_to(&out.shape)), t(&b.broadcast_to(&out.shape)), Arg::F64(s)];
     elementwise(BINARY, out.numel(), args)
 }
 
@@ -213,7 +231,14 @@ fn layer_norm(y: &View, x: &View, gamma: &View, beta: &View, eps: f64) -> Vec<Co
     vec![launch(LAYER_NORM, [line_blocks(rows), 1, 1], [line_threads(d), 1, 1], args)]
 }
 
-fn layer_norm_backward([dx, dgamma, dbeta]: [&View; 3], dy: &View, x: &View, gamma: &View, eps: f64, scratch: &mut Scratch) -> Vec<Command> {
+fn layer_norm_backward(
+    [dx, dgamma, dbeta]: [&View; 3],
+    dy: &View,
+    x: &View,
+    gamma: &View,
+    eps: f64,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
     let (rows, d) = rows_of(x);
     if d == 0 {
         return Vec::new();
@@ -254,10 +279,20 @@ fn channel_stats(x: &View, eps: f64, scratch: &mut Scratch) -> (Arg, Vec<Command
     let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
     let mut commands = Vec::new();
     for mode in [BN_MEAN, BN_VAR] {
-        let args = vec![Arg::I32(mode), partials.clone(), t(x), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
-        commands.push(launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args));
         let args =
-            vec![Arg::I32(mode), stats.clone(), partials.clone(), t(x), t(x), int(c), int(groups), int(m), Arg::F64(eps)];
+            vec![Arg::I32(mode), partials.clone(), t(x), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
+        commands.push(launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args));
+        let args = vec![
+            Arg::I32(mode),
+            stats.clone(),
+            partials.clone(),
+            t(x),
+            t(x),
+            int(c),
+            int(groups),
+            int(m),
+            Arg::F64(eps),
+        ];
         commands.extend(elementwise(BN_FINISH, c, args));
     }
     (stats, commands)
@@ -273,7 +308,14 @@ fn batch_norm(y: &View, x: &View, gamma: &View, beta: &View, eps: f64, scratch: 
     commands
 }
 
-fn batch_norm_backward([dx, dgamma, dbeta]: [&View; 3], dy: &View, x: &View, gamma: &View, eps: f64, scratch: &mut Scratch) -> Vec<Command> {
+fn batch_norm_backward(
+    [dx, dgamma, dbeta]: [&View; 3],
+    dy: &View,
+    x: &View,
+    gamma: &View,
+    eps: f64,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
     let (c, inner, m) = channels_of(x);
     if c == 0 {
         return Vec::new();
@@ -282,9 +324,20 @@ fn batch_norm_backward([dx, dgamma, dbeta]: [&View; 3], dy: &View, x: &View, gam
     let (groups, chunk) = row_groups(c, m, 1024, c * 16);
     let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
     let sums = Arg::Ptr(scratch.alloc(c * 16));
-    let args = vec![Arg::I32(BN_GRADS), partials.clone(), t(dy), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
+    let args =
+        vec![Arg::I32(BN_GRADS), partials.clone(), t(dy), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
     commands.push(launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args));
-    let args = vec![Arg::I32(BN_GRADS), sums.clone(), partials, t(dbeta), t(dgamma), int(c), int(groups), int(m), Arg::F64(eps)];
+    let args = vec![
+        Arg::I32(BN_GRADS),
+        sums.clone(),
+        partials,
+        t(dbeta),
+        t(dgamma),
+        int(c),
+        int(groups),
+        int(m),
+        Arg::F64(eps),
+    ];
     commands.extend(elementwise(BN_FINISH, c, args));
     let args = vec![t(dx), t(dy), t(x), t(gamma), stats, sums, int(c), int(inner), int(m)];
     commands.extend(elementwise(BN_BACKWARD_DX, dx.numel(), args));
@@ -380,7 +433,11 @@ fn reduce(out: &View, x: &View, axes: &[i64], mean: bool, scratch: &mut Scratch)
     let partials = Arg::Ptr(scratch.alloc(groups * outs * 8));
     let args = vec![t(out), t(&xp), int(outs), int(count), int(chunk), Arg::F64(divisor), partials.clone()];
     let mut commands = vec![launch(REDUCE_PARTIAL, grid, [32, 8, 1], args)];
-    commands.extend(elementwise(REDUCE_FINISH, outs, vec![t(out), partials, int(outs), int(groups), Arg::F64(divisor)]));
+    commands.extend(elementwise(
+        REDUCE_FINISH,
+        outs,
+        vec![t(out), partials, int(outs), int(groups), Arg::F64(divisor)],
+    ));
     commands
 }
 

@@ -46,7 +46,9 @@ pub enum CudaError {
     NoDevice(String),
 
     /// A CUDA library the executor needs (NVRTC, cuBLAS) could not be loaded.
-    #[error("the CUDA library {library} could not be loaded; install the CUDA toolkit (or its pip wheels) and add its lib directory to LD_LIBRARY_PATH")]
+    #[error(
+        "the CUDA library {library} could not be loaded; install the CUDA toolkit (or its pip wheels) and add its lib directory to LD_LIBRARY_PATH"
+    )]
     MissingLibrary { library: &'static str },
 
     /// A CUDA driver call failed.

@@ -91,7 +91,11 @@ impl Program {
             args,
             ops,
             returns: graph.returns.iter().map(|r| named(r.value)).collect(),
-            updates: graph.updates.iter().map(|u| (graph.values[u.target].name.clone(), views[u.value].clone())).collect(),
+            updates: graph
+                .updates
+                .iter()
+                .map(|u| (graph.values[u.target].name.clone(), views[u.value].clone()))
+                .collect(),
             index_checks: index_checks(graph, &views),
         };
         program.validate()?;
@@ -135,7 +139,9 @@ impl Program {
                     let [gx, gy, gz] = launch.grid;
                     let [bx, by, bz] = launch.block;
                     let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
-                    let grid_ok = gx >= 1 && (1..=MAX_GRID_YZ).contains(&u64::from(gy)) && (1..=MAX_GRID_YZ).contains(&u64::from(gz));
+                    let grid_ok = gx >= 1
+                        && (1..=MAX_GRID_YZ).contains(&u64::from(gy))
+                        && (1..=MAX_GRID_YZ).contains(&u64::from(gz));
                     if !grid_ok || threads == 0 || threads > 1024 || bz > 64 {
                         return Err(CudaError::Unsupported(format!(
                             "{what}: {} launch grid {:?} block {:?} is outside CUDA's limits",
