@@ -139,9 +139,12 @@ extern "C" __global__ void igemm(int mode, Tensor out, Tensor a, Tensor b, Geom 
         for (i64 tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
             const i64 m0 = tile * TILE_M;
             acc_t acc[4][4];
+#pragma unroll
             for (int i = 0; i < 4; ++i)
+#pragma unroll
                 for (int j = 0; j < 4; ++j) acc[i][j] = 0;
             for (i64 k0 = k_begin; k0 < k_end; k0 += TILE_K) {
+#pragma unroll
                 for (int l = 0; l < 4; ++l) {
                     const int e = tid + 256 * l;
                     const int am = e / TILE_K, ak = e % TILE_K;
@@ -152,16 +155,23 @@ extern "C" __global__ void igemm(int mode, Tensor out, Tensor a, Tensor b, Geom 
                     bs[bk][bn] = (n < cols && kb < k_end) ? igemm_b(mode, b, g, mb, kb, n) : (acc_t)0;
                 }
                 __syncthreads();
+#pragma unroll
                 for (int kk = 0; kk < TILE_K; ++kk) {
                     acc_t av[4], bv[4];
+#pragma unroll
                     for (int i = 0; i < 4; ++i) av[i] = as[kk][ty + 16 * i];
+#pragma unroll
                     for (int j = 0; j < 4; ++j) bv[j] = bs[kk][tx + 16 * j];
+#pragma unroll
                     for (int i = 0; i < 4; ++i)
+#pragma unroll
                         for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
                 }
                 __syncthreads();
             }
+#pragma unroll
             for (int i = 0; i < 4; ++i) {
+#pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const i64 m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
                     if (m >= rows || n >= cols) continue;

@@ -52,7 +52,7 @@ extern "C" __global__ void softmax_backward(Tensor dx, Tensor dy, Tensor y, i64 
 }
 
 // Mean and 1/√(biased variance + eps) of row `row` (D elements) of x, two passes.
-__device__ void row_moments(const Tensor& x, i64 row, i64 d, double eps, double* mean, double* rstd) {
+__device__ __forceinline__ void row_moments(const Tensor& x, i64 row, i64 d, double eps, double* mean, double* rstd) {
     const i64 base = row * d;
     double s = 0.0;
     for (i64 i = threadIdx.x; i < d; i += blockDim.x) s += load_d(x, base + i);
