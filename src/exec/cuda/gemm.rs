@@ -24,7 +24,7 @@
 //! `i32`) run on `igemm`, which reads any strides. A product with k = 0 is a `fill` of zeros.
 
 use crate::exec::cuda::lower::Scratch;
-use crate::exec::cuda::source::{FILL, IGEMM, IGEMM_FINISH, MODE_MATMUL};
+use crate::exec::cuda::source::{FILL, IGEMM, IGEMM_F32, IGEMM_FINISH, MODE_MATMUL};
 use crate::exec::cuda::view::{Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, View, grid_1d};
 use crate::ir::types::DType;
 
@@ -148,13 +148,15 @@ impl Batch {
 /// The most cuBLAS calls one matmul is split into before the kernel takes over.
 const MAX_CALLS: u64 = 4096;
 
-/// The commands of `out = a @ b` (`a`, `b` stored transposed when the flags say so).
+/// The commands of `out = a @ b` (`a`, `b` stored transposed when the flags say so);
+/// `f32`: a product cuBLAS cannot take accumulates in float.
 pub fn matmul(
     a: &View,
     b: &View,
     transpose_a: bool,
     transpose_b: bool,
     out: &View,
+    f32: bool,
     scratch: &mut Scratch,
 ) -> Vec<Command> {
     let rank = out.rank();
@@ -189,7 +191,7 @@ pub fn matmul(
         Some(calls) => calls.into_iter().map(Command::Gemm).collect(),
         None => {
             let batches = batch_shape.iter().product();
-            let what = Igemm { mode: MODE_MATMUL, geom: Geom::default(), size: [m, n, k], batches };
+            let what = Igemm { mode: MODE_MATMUL, geom: Geom::default(), size: [m, n, k], batches, f32 };
             igemm(what, out, &a_full, &b_full, scratch)
         }
     }
@@ -281,19 +283,21 @@ pub fn split_k(m: u64, n: u64, k: u64, batches: u64) -> (u64, u64) {
 }
 
 /// What one implicit GEMM computes: `mode` (conv forward, backward data or weight, or a
-/// matmul of `batches` batches), the conv's geometry, and `m × n` outputs of depth `k`.
+/// matmul of `batches` batches), the conv's geometry, and `m × n` outputs of depth `k`;
+/// `f32` picks the kernel that accumulates in float (`igemm_f32`) over double (`igemm`).
 #[derive(Clone, Copy, Debug)]
 pub struct Igemm {
     pub mode: i32,
     pub geom: Geom,
     pub size: [u64; 3],
     pub batches: u64,
+    pub f32: bool,
 }
 
 /// The launches of one implicit GEMM `what` into `out` from operands `a` and `b`, with
 /// split-K partials in the workspace when [`split_k`] asks for them.
 pub fn igemm(what: Igemm, out: &View, a: &View, b: &View, scratch: &mut Scratch) -> Vec<Command> {
-    let Igemm { mode, geom, size: [m, n, k], batches } = what;
+    let Igemm { mode, geom, size: [m, n, k], batches, f32 } = what;
     if m == 0 || n == 0 || batches == 0 {
         return Vec::new();
     }
@@ -303,7 +307,7 @@ pub fn igemm(what: Igemm, out: &View, a: &View, b: &View, scratch: &mut Scratch)
         [n.div_ceil(TILE) as u32, m.div_ceil(TILE).min(MAX_GRID_YZ) as u32, (batches * splits).min(MAX_GRID_YZ) as u32];
     let to_i64 = |x: u64| x as i64;
     let mut commands = vec![Command::Launch(Launch {
-        kernel: IGEMM,
+        kernel: if f32 { IGEMM_F32 } else { IGEMM },
         grid,
         block: [256, 1, 1],
         args: vec![
@@ -448,7 +452,7 @@ mod tests {
         let out_ty = (OpKind::Matmul.def().infer)(&[&types[0], &types[1]], &attrs).unwrap().remove(0);
         let want = eval(OpKind::Matmul, &attrs, &[da, db], std::slice::from_ref(&out_ty)).unwrap().remove(0);
         let out = View::dense(Addr::arena(2 * 4096 * 4), DType::F32, out_ty.dims());
-        let commands = matmul(&a, &b, ta, tb, &out, &mut Scratch::default());
+        let commands = matmul(&a, &b, ta, tb, &out, false, &mut Scratch::default());
         assert!(!commands.is_empty());
         for command in &commands {
             let Command::Gemm(call) = command else { panic!("expected cuBLAS calls, got {command:?}") };
@@ -503,7 +507,7 @@ mod tests {
         check(&[8, 15], &heads, &[8, 15], &heads, false, true);
         let q = heads(View::dense(Addr::arena(0), DType::F32, &[8, 15]));
         let out = View::dense(Addr::arena(8192), DType::F32, &[2, 3, 4, 4]);
-        let commands = matmul(&q, &q, false, true, &out, &mut Scratch::default());
+        let commands = matmul(&q, &q, false, true, &out, false, &mut Scratch::default());
         assert_eq!(commands.len(), 2);
         let Command::Gemm(call) = &commands[1] else { panic!() };
         assert_eq!((call.batch, call.stride_a, call.stride_c), (3, 5, 16));
@@ -516,14 +520,14 @@ mod tests {
         let a = View::dense(Addr::arena(0), DType::F32, &[3, 5]);
         let b = View { addr: Addr::arena(1024), dtype: DType::F32, shape: vec![5, 4], strides: vec![0, 1] };
         let out = View::dense(Addr::arena(2048), DType::F32, &[3, 4]);
-        let commands = matmul(&a, &b, false, false, &out, &mut Scratch::default());
+        let commands = matmul(&a, &b, false, false, &out, false, &mut Scratch::default());
         let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
         assert_eq!(launch.kernel, IGEMM);
         assert_eq!(launch.args[0], Arg::I32(MODE_MATMUL));
         // k = 0: zeros.
         let a = View::dense(Addr::arena(0), DType::F32, &[3, 0]);
         let b = View::dense(Addr::arena(0), DType::F32, &[0, 4]);
-        let commands = matmul(&a, &b, false, false, &out, &mut Scratch::default());
+        let commands = matmul(&a, &b, false, false, &out, false, &mut Scratch::default());
         let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
         assert_eq!(launch.kernel, FILL);
     }
@@ -532,7 +536,7 @@ mod tests {
     fn split_k_uses_the_workspace_and_a_finish_pass() {
         let v = |shape: &[u64]| View::dense(Addr::arena(0), DType::F32, shape);
         let mut scratch = Scratch::default();
-        let what = Igemm { mode: 0, geom: Geom::default(), size: [64, 147, 401_408], batches: 1 };
+        let what = Igemm { mode: 0, geom: Geom::default(), size: [64, 147, 401_408], batches: 1, f32: false };
         let commands = igemm(what, &v(&[64, 3, 7, 7]), &v(&[64, 3, 7, 7]), &v(&[32, 3, 224, 224]), &mut scratch);
         assert_eq!(commands.len(), 2);
         let Command::Launch(first) = &commands[0] else { panic!() };

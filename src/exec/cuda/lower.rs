@@ -22,6 +22,14 @@ use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::OpKind;
 
+/// Choices the lowering leaves to its caller.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct LowerOptions {
+    /// Convolutions (and matmuls cuBLAS cannot take) accumulate in float (`igemm_f32`)
+    /// rather than double (`igemm`): faster, further from the CPU reference (kernels/conv.cu).
+    pub conv_f32: bool,
+}
+
 /// Alignment of scratch regions in the workspace.
 pub const SCRATCH_ALIGN: u64 = 256;
 
@@ -88,7 +96,12 @@ fn i32_of(x: u64, what: &str) -> Result<i32, CudaError> {
 }
 
 /// The commands of `op`; `views` holds every value's view; scratch comes from `scratch`.
-pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch) -> Result<Vec<Command>, CudaError> {
+pub fn lower_op(
+    op: &Op,
+    views: &IndexVec<ValueId, View>,
+    options: LowerOptions,
+    scratch: &mut Scratch,
+) -> Result<Vec<Command>, CudaError> {
     use OpKind::*;
     let x = |i: usize| &views[op.inputs[i]];
     let y = |i: usize| &views[op.outputs[i]];
@@ -113,7 +126,10 @@ pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch)
         }
         Softmax => lines(SOFTMAX, y(0), &[x(0)], attrs.int("axis")),
         SoftmaxBackward => lines(SOFTMAX_BACKWARD, y(0), &[x(0), x(1)], attrs.int("axis")),
-        Matmul => gemm::matmul(x(0), x(1), attrs.bool("transpose_a"), attrs.bool("transpose_b"), y(0), scratch),
+        Matmul => {
+            let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
+            gemm::matmul(x(0), x(1), ta, tb, y(0), options.conv_f32, scratch)
+        }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
         Reshape | Transpose | Expand => Vec::new(),
@@ -129,13 +145,8 @@ pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch)
         Conv2d => {
             let g = conv_geom(x(0), x(1), y(0), attrs.ints("stride"), attrs.ints("padding"))?;
             let (k, crs, npq) = conv_sizes(&g);
-            gemm::igemm(
-                Igemm { mode: MODE_CONV_FWD, geom: g, size: [k, npq, crs], batches: 1 },
-                y(0),
-                x(1),
-                x(0),
-                scratch,
-            )
+            let fwd = Igemm { mode: MODE_CONV_FWD, geom: g, size: [k, npq, crs], batches: 1, f32: options.conv_f32 };
+            gemm::igemm(fwd, y(0), x(1), x(0), scratch)
         }
         Conv2dBackward => {
             let (dy, xv, w) = (x(0), x(1), x(2));
@@ -143,8 +154,9 @@ pub fn lower_op(op: &Op, views: &IndexVec<ValueId, View>, scratch: &mut Scratch)
             let (k, crs, npq) = conv_sizes(&g);
             let (c, nhw) = (g.c as u64, g.n as u64 * g.h as u64 * g.w as u64);
             let krs = k * g.r as u64 * g.s as u64;
-            let data = Igemm { mode: MODE_CONV_BWD_DATA, geom: g, size: [c, nhw, krs], batches: 1 };
-            let weight = Igemm { mode: MODE_CONV_BWD_WEIGHT, geom: g, size: [k, crs, npq], batches: 1 };
+            let f32 = options.conv_f32;
+            let data = Igemm { mode: MODE_CONV_BWD_DATA, geom: g, size: [c, nhw, krs], batches: 1, f32 };
+            let weight = Igemm { mode: MODE_CONV_BWD_WEIGHT, geom: g, size: [k, crs, npq], batches: 1, f32 };
             let mut commands = gemm::igemm(data, y(0), w, dy, scratch);
             commands.extend(gemm::igemm(weight, y(1), dy, xv, scratch));
             commands

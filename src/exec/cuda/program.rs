@@ -10,7 +10,7 @@
 use crate::exec::ExecError;
 use crate::exec::cpu::layouts;
 use crate::exec::cuda::CudaError;
-use crate::exec::cuda::lower::{Scratch, lower_op};
+use crate::exec::cuda::lower::{LowerOptions, Scratch, lower_op};
 use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, Space, View};
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
@@ -62,15 +62,20 @@ pub struct Program {
 }
 
 impl Program {
-    /// Lowers `graph` (verified) under `plan` (checked).
+    /// Lowers `graph` (verified) under `plan` (checked), with the default options.
     pub fn new(graph: &Graph, plan: &Plan) -> Result<Program, CudaError> {
+        Program::with_options(graph, plan, LowerOptions::default())
+    }
+
+    /// Lowers `graph` (verified) under `plan` (checked).
+    pub fn with_options(graph: &Graph, plan: &Plan, options: LowerOptions) -> Result<Program, CudaError> {
         let views = views(graph, plan)?;
         let mut ops = Vec::new();
         let mut scratch_bytes = 0;
         for &op_id in &plan.schedule {
             let op = graph.ops.get(op_id).ok_or_else(|| ExecError::BadPlan(format!("the schedule names {op_id}")))?;
             let mut scratch = Scratch::default();
-            let commands = lower_op(op, &views, &mut scratch)?;
+            let commands = lower_op(op, &views, options, &mut scratch)?;
             scratch_bytes = scratch_bytes.max(scratch.used());
             ops.push(OpCommands { op: op_id, kind: op.kind, commands });
         }

@@ -16,6 +16,7 @@ use crate::exec::cpu::advance;
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::device::CudaBackend;
 use crate::exec::cuda::executor::{Executor, Upload};
+use crate::exec::cuda::lower::LowerOptions;
 use crate::exec::cuda::program::Program;
 use crate::exec::cuda::view::Command;
 use crate::exec::data::Tensors;
@@ -39,7 +40,8 @@ pub enum RunError {
 
 /// Runs `steps` training steps of `graph` under `plan` from `args` on GPU 0, printing
 /// through `out`; with `check`, holds every step to the CPU reference. Returns the final
-/// params and state when `keep` asks for them (to save them).
+/// params and state when `keep` asks for them (to save them). `MEMPLAN_CUDA_CONV=f32` in
+/// the environment makes convolutions accumulate in float (faster, less exact).
 pub fn run_steps(
     graph: &Graph,
     plan: &Plan,
@@ -49,7 +51,8 @@ pub fn run_steps(
     keep: bool,
     out: &mut dyn FnMut(String),
 ) -> Result<Option<Tensors>, RunError> {
-    let program = Program::new(graph, plan)?;
+    let options = LowerOptions { conv_f32: std::env::var("MEMPLAN_CUDA_CONV").is_ok_and(|v| v == "f32") };
+    let program = Program::with_options(graph, plan, options)?;
     let (launches, gemms) = program.commands().fold((0, 0), |(l, g), (_, c)| match c {
         Command::Launch(_) => (l + 1, g),
         Command::Gemm(_) => (l, g + 1),
@@ -70,7 +73,8 @@ pub fn run_steps(
         info.driver.0,
         info.driver.1
     ));
-    out(format!("  {launches} kernel launches and {gemms} cuBLAS calls per step"));
+    let conv = if options.conv_f32 { "float (MEMPLAN_CUDA_CONV=f32)" } else { "double" };
+    out(format!("  {launches} kernel launches and {gemms} cuBLAS calls per step; convolutions accumulate in {conv}"));
     out("device memory:".to_string());
     out(format!("  arena      planned  {}", format_bytes(memory.arena_planned)));
     out(format!(

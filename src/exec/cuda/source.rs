@@ -54,6 +54,7 @@ pub const BN_FINISH: &str = "bn_finish";
 pub const BN_APPLY: &str = "bn_apply";
 pub const BN_BACKWARD_DX: &str = "bn_backward_dx";
 pub const IGEMM: &str = "igemm";
+pub const IGEMM_F32: &str = "igemm_f32";
 pub const IGEMM_FINISH: &str = "igemm_finish";
 pub const MAX_POOL2D: &str = "max_pool2d";
 pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
@@ -64,7 +65,7 @@ pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 28] = [
+pub const KERNELS: [&str; 29] = [
     BINARY,
     UNARY,
     FILL,
@@ -90,6 +91,7 @@ pub const KERNELS: [&str; 28] = [
     BN_APPLY,
     BN_BACKWARD_DX,
     IGEMM,
+    IGEMM_F32,
     IGEMM_FINISH,
     MAX_POOL2D,
     MAX_POOL2D_BACKWARD,
@@ -128,7 +130,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         CausalMask => &[CAUSAL_MASK],
         Softmax => &[SOFTMAX],
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
-        Matmul => &[CUBLAS_GEMM, IGEMM, FILL],
+        Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
         Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
         Reshape | Transpose | Expand => &[],
         Embedding => &[EMBEDDING],
@@ -137,7 +139,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         LayerNormBackward => &[LN_STATS, LN_GRAD_PARAMS, LN_GRAD_PARAMS_FINISH, LAYER_NORM_BACKWARD_DX],
         BatchNorm => &[BN_PARTIAL, BN_FINISH, BN_APPLY],
         BatchNormBackward => &[BN_PARTIAL, BN_FINISH, BN_BACKWARD_DX],
-        Conv2d | Conv2dBackward => &[IGEMM, IGEMM_FINISH],
+        Conv2d | Conv2dBackward => &[IGEMM, IGEMM_F32, IGEMM_FINISH],
         MaxPool2d => &[MAX_POOL2D],
         MaxPool2dBackward => &[MAX_POOL2D_BACKWARD],
         CrossEntropy => &[CE_ROWS, CE_MEAN],

@@ -12,13 +12,12 @@
 // slices of k (split-K) whose partial tiles (doubles) go to the workspace and igemm_finish
 // adds them in split order.
 //
-// Tiles and sums are double (`acc_t`): a float sum of a conv's C·R·S products loses about
-// 1e-5 of the result where the products cancel, and batch normalisation over few elements
-// amplifies that past any float tolerance in the backward pass (resnet18_tiny, batch 2,
-// differs from the CPU reference by percents with float sums, not at all with double).
-// FP64 runs at half the FP32 rate on H100-class GPUs; switch acc_t to float to trade that
-// precision for speed.
-typedef double acc_t;
+// Two instances: `igemm` keeps tiles and sums in double, `igemm_f32` in float. A float sum
+// of a conv's C·R·S products loses about 1e-5 of the result where the products cancel, and
+// batch normalisation over few elements amplifies that past any float tolerance in the
+// backward pass (resnet18_tiny, batch 2, differs from the CPU reference by percents with
+// float sums, not at all with double); FP64 runs at half the FP32 rate on H100-class GPUs.
+// The executor uses `igemm` unless asked for speed (MEMPLAN_CUDA_CONV=f32).
 
 #define TILE_M 64
 #define TILE_N 64
@@ -44,6 +43,7 @@ struct Mat {
     i64 base, rs, cs;
 };
 
+template <typename acc_t>
 __device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& g, const Mat& ma, i64 m, i64 k) {
     const i64 rs = (i64)g.r * g.s;
     switch (mode) {
@@ -63,6 +63,7 @@ __device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& 
     }
 }
 
+template <typename acc_t>
 __device__ __forceinline__ acc_t igemm_b(int mode, const Tensor& b, const Geom& g, const Mat& mb, i64 k, i64 n) {
     const i64 rs = (i64)g.r * g.s;
     switch (mode) {
@@ -116,8 +117,10 @@ __device__ __forceinline__ void igemm_store(int mode, const Tensor& out, const G
     }
 }
 
-extern "C" __global__ void igemm(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows, i64 cols, i64 depth,
-                                 i64 batches, i64 splits, i64 k_chunk, u64 partials) {
+template <typename acc_t>
+__device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const Tensor& a, const Tensor& b, const Geom& g,
+                                            i64 rows, i64 cols, i64 depth, i64 batches, i64 splits, i64 k_chunk,
+                                            u64 partials) {
     __shared__ acc_t as[TILE_K][TILE_M + 1];
     __shared__ acc_t bs[TILE_K][TILE_N + 1];
     const int tid = threadIdx.x;
@@ -149,10 +152,10 @@ extern "C" __global__ void igemm(int mode, Tensor out, Tensor a, Tensor b, Geom 
                     const int e = tid + 256 * l;
                     const int am = e / TILE_K, ak = e % TILE_K;
                     const i64 m = m0 + am, ka = k0 + ak;
-                    as[ak][am] = (m < rows && ka < k_end) ? igemm_a(mode, a, g, ma, m, ka) : (acc_t)0;
+                    as[ak][am] = (m < rows && ka < k_end) ? igemm_a<acc_t>(mode, a, g, ma, m, ka) : (acc_t)0;
                     const int bk = e / TILE_N, bn = e % TILE_N;
                     const i64 n = n0 + bn, kb = k0 + bk;
-                    bs[bk][bn] = (n < cols && kb < k_end) ? igemm_b(mode, b, g, mb, kb, n) : (acc_t)0;
+                    bs[bk][bn] = (n < cols && kb < k_end) ? igemm_b<acc_t>(mode, b, g, mb, kb, n) : (acc_t)0;
                 }
                 __syncthreads();
 #pragma unroll
@@ -184,6 +187,16 @@ extern "C" __global__ void igemm(int mode, Tensor out, Tensor a, Tensor b, Geom 
             }
         }
     }
+}
+
+extern "C" __global__ void igemm(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows, i64 cols, i64 depth,
+                                 i64 batches, i64 splits, i64 k_chunk, u64 partials) {
+    igemm_tiles<double>(mode, out, a, b, g, rows, cols, depth, batches, splits, k_chunk, partials);
+}
+
+extern "C" __global__ void igemm_f32(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows, i64 cols, i64 depth,
+                                     i64 batches, i64 splits, i64 k_chunk, u64 partials) {
+    igemm_tiles<float>(mode, out, a, b, g, rows, cols, depth, batches, splits, k_chunk, partials);
 }
 
 // out(m, n) = Σ over splits of the partial tiles, in split order (split-K, one batch).
