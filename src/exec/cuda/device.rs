@@ -242,9 +242,10 @@ impl CudaBackend {
         Ok(CudaBackend { blas, arena, workspace, functions, _module: module, stream, ctx, sync_each, info, memory })
     }
 
-    /// An event recorded on the stream now (for timing).
+    /// An event recorded on the stream now, for timing (cudarc's default flags would
+    /// disable timing).
     pub fn record(&self) -> Result<CudaEvent, CudaError> {
-        let event = self.ctx.new_event(None).map_err(driver("cuEventCreate"))?;
+        let event = self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("cuEventCreate"))?;
         event.record(&self.stream).map_err(driver("cuEventRecord"))?;
         Ok(event)
     }

@@ -144,14 +144,14 @@ pub fn lower_op(
         BatchNormBackward => batch_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
         Conv2d => {
             let g = conv_geom(x(0), x(1), y(0), attrs.ints("stride"), attrs.ints("padding"))?;
-            let (k, crs, npq) = conv_sizes(&g);
+            let (k, crs, npq) = conv_sizes(&g)?;
             let fwd = Igemm { mode: MODE_CONV_FWD, geom: g, size: [k, npq, crs], batches: 1, f32: options.conv_f32 };
             gemm::igemm(fwd, y(0), x(1), x(0), scratch)
         }
         Conv2dBackward => {
             let (dy, xv, w) = (x(0), x(1), x(2));
             let g = conv_geom(xv, w, dy, attrs.ints("stride"), attrs.ints("padding"))?;
-            let (k, crs, npq) = conv_sizes(&g);
+            let (k, crs, npq) = conv_sizes(&g)?;
             let (c, nhw) = (g.c as u64, g.n as u64 * g.h as u64 * g.w as u64);
             let krs = k * g.r as u64 * g.s as u64;
             let f32 = options.conv_f32;
@@ -381,10 +381,16 @@ fn conv_geom(x: &View, w: &View, y: &View, stride: &[i64], padding: &[i64]) -> R
     Ok(Geom { n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, pad: 0 })
 }
 
-/// `(K, C·R·S, N·P·Q)` of a conv.
-fn conv_sizes(g: &Geom) -> (u64, u64, u64) {
+/// `(K, C·R·S, N·P·Q)` of a conv. The implicit GEMM decodes its indices in 32 bits, so
+/// every product of sizes it forms must fit an `int`.
+fn conv_sizes(g: &Geom) -> Result<(u64, u64, u64), CudaError> {
     let u = |x: i32| x as u64;
-    (u(g.k), u(g.c) * u(g.r) * u(g.s), u(g.n) * u(g.p) * u(g.q))
+    let (k, crs, npq) = (u(g.k), u(g.c) * u(g.r) * u(g.s), u(g.n) * u(g.p) * u(g.q));
+    let products = [crs, npq, k * u(g.r) * u(g.s), u(g.n) * u(g.h) * u(g.w), u(g.p) * u(g.q), u(g.h) * u(g.w)];
+    for x in products {
+        i32_of(x, "a product of conv sizes")?;
+    }
+    Ok((k, crs, npq))
 }
 
 /// A pooling window's geometry: x [N,C,H,W], y [N,C,P,Q].

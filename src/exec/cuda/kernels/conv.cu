@@ -43,21 +43,24 @@ struct Mat {
     i64 base, rs, cs;
 };
 
+// In the conv modes every index (k < depth, n < cols) and every product of sizes fits an
+// int (the host checks), so they decode with 32-bit division, several times cheaper than
+// 64-bit; element offsets stay 64-bit.
 template <typename acc_t>
 __device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& g, const Mat& ma, i64 m, i64 k) {
-    const i64 rs = (i64)g.r * g.s;
+    const int kk = (int)k, rs = g.r * g.s;
     switch (mode) {
         case MODE_CONV_FWD: {  // w[m, c, r, s], k = (c, r, s)
-            const i64 rem = k % rs;
-            return load_at_f(a, at4(a, m, k / rs, rem / g.s, rem % g.s));
+            const int rem = kk % rs;
+            return load_at_f(a, at4(a, m, kk / rs, rem / g.s, rem % g.s));
         }
         case MODE_CONV_BWD_DATA: {  // w[kk, m, r, s], k = (kk, r, s)
-            const i64 rem = k % rs;
-            return load_at_f(a, at4(a, k / rs, m, rem / g.s, rem % g.s));
+            const int rem = kk % rs;
+            return load_at_f(a, at4(a, kk / rs, m, rem / g.s, rem % g.s));
         }
         case MODE_CONV_BWD_WEIGHT: {  // dy[b, m, p, q], k = (b, p, q)
-            const i64 pq = (i64)g.p * g.q, rem = k % pq;
-            return load_at_f(a, at4(a, k / pq, m, rem / g.q, rem % g.q));
+            const int pq = g.p * g.q, rem = kk % pq;
+            return load_at_f(a, at4(a, kk / pq, m, rem / g.q, rem % g.q));
         }
         default: return load_at_f(a, ma.base + m * ma.rs + k * ma.cs);
     }
@@ -65,30 +68,30 @@ __device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& 
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t igemm_b(int mode, const Tensor& b, const Geom& g, const Mat& mb, i64 k, i64 n) {
-    const i64 rs = (i64)g.r * g.s;
+    const int kk = (int)k, nn = (int)n, rs = g.r * g.s;
     switch (mode) {
         case MODE_CONV_FWD: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (c, r, s), n = (bb, p, q)
-            const i64 pq = (i64)g.p * g.q, krem = k % rs, nrem = n % pq;
-            const i64 h = (nrem / g.q) * g.sh + krem / g.s - g.ph;
-            const i64 w = (nrem % g.q) * g.sw + krem % g.s - g.pw;
+            const int pq = g.p * g.q, krem = kk % rs, nrem = nn % pq;
+            const int h = (nrem / g.q) * g.sh + krem / g.s - g.ph;
+            const int w = (nrem % g.q) * g.sw + krem % g.s - g.pw;
             if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
-            return load_at_f(b, at4(b, n / pq, k / rs, h, w));
+            return load_at_f(b, at4(b, nn / pq, kk / rs, h, w));
         }
         case MODE_CONV_BWD_DATA: {  // dy[bb, kk, p, q] with p·sh + r − ph = h, k = (kk, r, s), n = (bb, h, w)
-            const i64 hw = (i64)g.h * g.w, krem = k % rs, nrem = n % hw;
-            const i64 hp = nrem / g.w + g.ph - krem / g.s;
-            const i64 wp = nrem % g.w + g.pw - krem % g.s;
+            const int hw = g.h * g.w, krem = kk % rs, nrem = nn % hw;
+            const int hp = nrem / g.w + g.ph - krem / g.s;
+            const int wp = nrem % g.w + g.pw - krem % g.s;
             if (hp < 0 || wp < 0 || hp % g.sh != 0 || wp % g.sw != 0) return 0.0f;
-            const i64 p = hp / g.sh, q = wp / g.sw;
+            const int p = hp / g.sh, q = wp / g.sw;
             if (p >= g.p || q >= g.q) return 0.0f;
-            return load_at_f(b, at4(b, n / hw, k / rs, p, q));
+            return load_at_f(b, at4(b, nn / hw, kk / rs, p, q));
         }
         case MODE_CONV_BWD_WEIGHT: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (bb, p, q), n = (c, r, s)
-            const i64 pq = (i64)g.p * g.q, krem = k % pq, nrem = n % rs;
-            const i64 h = (krem / g.q) * g.sh + nrem / g.s - g.ph;
-            const i64 w = (krem % g.q) * g.sw + nrem % g.s - g.pw;
+            const int pq = g.p * g.q, krem = kk % pq, nrem = nn % rs;
+            const int h = (krem / g.q) * g.sh + nrem / g.s - g.ph;
+            const int w = (krem % g.q) * g.sw + nrem % g.s - g.pw;
             if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
-            return load_at_f(b, at4(b, k / pq, n / rs, h, w));
+            return load_at_f(b, at4(b, kk / pq, nn / rs, h, w));
         }
         default: return load_at_f(b, mb.base + k * mb.rs + n * mb.cs);
     }
@@ -97,20 +100,21 @@ __device__ __forceinline__ acc_t igemm_b(int mode, const Tensor& b, const Geom& 
 // Stores out(m, n) of batch z.
 __device__ __forceinline__ void igemm_store(int mode, const Tensor& out, const Geom& g, i64 z, i64 rows, i64 cols,
                                             i64 m, i64 n, double v) {
+    const int nn = (int)n;
     switch (mode) {
         case MODE_CONV_FWD: {  // n = (bb, p, q)
-            const i64 pq = (i64)g.p * g.q, rem = n % pq;
-            store_at_d(out, at4(out, n / pq, m, rem / g.q, rem % g.q), v);
+            const int pq = g.p * g.q, rem = nn % pq;
+            store_at_d(out, at4(out, nn / pq, m, rem / g.q, rem % g.q), v);
             break;
         }
         case MODE_CONV_BWD_DATA: {  // n = (bb, h, w)
-            const i64 hw = (i64)g.h * g.w, rem = n % hw;
-            store_at_d(out, at4(out, n / hw, m, rem / g.w, rem % g.w), v);
+            const int hw = g.h * g.w, rem = nn % hw;
+            store_at_d(out, at4(out, nn / hw, m, rem / g.w, rem % g.w), v);
             break;
         }
         case MODE_CONV_BWD_WEIGHT: {  // n = (c, r, s)
-            const i64 rs = (i64)g.r * g.s, rem = n % rs;
-            store_at_d(out, at4(out, m, n / rs, rem / g.s, rem % g.s), v);
+            const int rs = g.r * g.s, rem = nn % rs;
+            store_at_d(out, at4(out, m, nn / rs, rem / g.s, rem % g.s), v);
             break;
         }
         default: store_d(out, (z * rows + m) * cols + n, v); break;
