@@ -159,6 +159,9 @@ enum Command {
         /// Also run every step unplanned (each value in its own memory) and require bit-identical results.
         #[arg(long)]
         compare_unplanned: bool,
+        /// With --device cuda: also run every step on the CPU reference and compare every output within tolerance.
+        #[arg(long)]
+        check: bool,
         #[command(flatten)]
         passes: PassFlags,
     },
@@ -512,16 +515,24 @@ fn run(command: Command) -> Result<(), Failure> {
             let (name_b, b) = load_subject(&b, &options)?;
             out!("{}", report::diff::render(&a, &b, (&name_a, &name_b), top));
         }
-        Command::Run { file, device, steps, seed, weights, save, compare_unplanned, passes } => {
-            if device == Device::Cuda {
-                return Err(Failure {
-                    message: "error: this memplan was built without the `cuda` feature; run with --device cpu\n".into(),
-                    code: 1,
-                });
+        Command::Run { file, device, steps, seed, weights, save, compare_unplanned, check, passes } => {
+            let usage = |message: &str| Err(Failure { message: format!("error: {message}\n"), code: 1 });
+            if device == Device::Cuda && !cfg!(feature = "cuda") {
+                return usage("memplan was built without the `cuda` feature; rebuild with --features cuda");
+            }
+            if check && device != Device::Cuda {
+                return usage("--check compares a CUDA run with the CPU reference: use it with --device cuda");
+            }
+            if compare_unplanned && device == Device::Cuda {
+                return usage("--compare-unplanned runs on the CPU; with --device cuda use --check");
             }
             let source = Source::read(&file)?;
             let original = source.graph()?;
             let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
+            #[cfg(feature = "cuda")]
+            if device == Device::Cuda {
+                return run_cuda(&graph, &plan, steps, initial_args(&graph, seed, weights.as_deref())?, check, save.as_deref());
+            }
             let compare = compare_unplanned.then_some(&original);
             run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare)?;
         }
@@ -802,23 +813,8 @@ fn run_steps(
     compare_unplanned: Option<&Graph>,
 ) -> Result<(), Failure> {
     use memplan::exec::cpu::{Placement, advance, run_step};
-    use memplan::exec::data::{init_args, load_safetensors, save_safetensors};
 
-    let mut args = init_args(graph, seed);
-    if let Some(path) = weights {
-        for (name, tensor) in load_safetensors(path).map_err(exec_failure)? {
-            match args.get_mut(&name) {
-                Some(slot) if slot.ty == tensor.ty => *slot = tensor,
-                Some(slot) => {
-                    return Err(Failure {
-                        message: format!("error: {}: %{name} is {} but the step declares {}\n", path.display(), tensor.ty, slot.ty),
-                        code: 1,
-                    });
-                }
-                None => eprintln!("note: {}: %{name} is not an argument of @{}; ignored", path.display(), graph.name),
-            }
-        }
-    }
+    let mut args = initial_args(graph, seed, weights)?;
     outln!(
         "@{}: {} ops in one arena of {}; {} step(s) on the CPU",
         graph.name,
@@ -860,17 +856,66 @@ fn run_steps(
         );
     }
     if let Some(path) = save {
-        let persistent = graph
-            .args
-            .iter()
-            .filter(|&&a| graph.role(a).is_some_and(|r| r.persists()))
-            .map(|&a| {
-                let name = &graph.values[a].name;
-                (name.clone(), args[name].clone())
-            })
-            .collect();
-        save_safetensors(path, &persistent).map_err(exec_failure)?;
-        outln!("saved params and state to {}", path.display());
+        save_args(graph, &args, path)?;
     }
     Ok(())
+}
+
+/// Seeded arguments of `graph`, the ones in `weights` (a safetensors file) replaced.
+fn initial_args(graph: &Graph, seed: u64, weights: Option<&Path>) -> Result<memplan::exec::data::Tensors, Failure> {
+    use memplan::exec::data::{init_args, load_safetensors};
+    let mut args = init_args(graph, seed);
+    if let Some(path) = weights {
+        for (name, tensor) in load_safetensors(path).map_err(exec_failure)? {
+            match args.get_mut(&name) {
+                Some(slot) if slot.ty == tensor.ty => *slot = tensor,
+                Some(slot) => {
+                    return Err(Failure {
+                        message: format!("error: {}: %{name} is {} but the step declares {}\n", path.display(), tensor.ty, slot.ty),
+                        code: 1,
+                    });
+                }
+                None => eprintln!("note: {}: %{name} is not an argument of @{}; ignored", path.display(), graph.name),
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// Writes the params and state of `args` to a new safetensors file.
+fn save_args(graph: &Graph, args: &memplan::exec::data::Tensors, path: &Path) -> Result<(), Failure> {
+    let persistent = graph
+        .args
+        .iter()
+        .filter(|&&a| graph.role(a).is_some_and(|r| r.persists()))
+        .map(|&a| {
+            let name = &graph.values[a].name;
+            (name.clone(), args[name].clone())
+        })
+        .collect();
+    memplan::exec::data::save_safetensors(path, &persistent).map_err(exec_failure)?;
+    outln!("saved params and state to {}", path.display());
+    Ok(())
+}
+
+/// `memplan run --device cuda`: see `memplan::exec::cuda::run`. Exit 1 when the GPU cannot
+/// run the step (no driver included), 3 when `--check` finds a difference.
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    graph: &Graph,
+    plan: &Plan,
+    steps: u32,
+    args: memplan::exec::data::Tensors,
+    check: bool,
+    save: Option<&Path>,
+) -> Result<(), Failure> {
+    use memplan::exec::cuda::run::{RunError, run_steps};
+    match run_steps(graph, plan, args, steps, check, save.is_some(), &mut |line| outln!("{line}")) {
+        Ok(kept) => match (save, kept) {
+            (Some(path), Some(args)) => save_args(graph, &args, path),
+            _ => Ok(()),
+        },
+        Err(e @ RunError::CheckFailed { .. }) => Err(Failure { message: format!("error: {e}\n"), code: 3 }),
+        Err(e) => Err(Failure { message: format!("error: {e}\n"), code: 1 }),
+    }
 }

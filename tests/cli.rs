@@ -188,3 +188,29 @@ fn schedule_refuses_bad_input_with_exit_1() {
         assert!(stderr.contains(needle) && !stderr.contains("panicked"), "{file}: {stderr}");
     }
 }
+
+#[test]
+fn run_on_cuda_without_the_feature_or_a_gpu_is_a_clear_error() {
+    let out = memplan(&["run", "ir/models/mlp.step", "--device", "cuda"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    if !cfg!(feature = "cuda") {
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("memplan was built without the `cuda` feature; rebuild with --features cuda"),
+            "{stderr}"
+        );
+    } else if out.status.success() {
+        eprintln!("a GPU is present: `run --device cuda` ran on it");
+        assert!(stdout.contains("arena      measured"), "{stdout}");
+    } else {
+        eprintln!("no GPU here: {stderr}");
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let clear = ["no CUDA driver found", "no CUDA device found", "could not be loaded"];
+        assert!(clear.iter().any(|m| stderr.contains(m)), "{stderr}");
+    }
+    // --check holds a CUDA run to the CPU reference; alone it is a usage error.
+    let out = memplan(&["run", "ir/models/mlp.step", "--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("use it with --device cuda"), "{}", text(&out.stderr));
+}
