@@ -57,7 +57,8 @@ impl Segments {
     fn insert(&mut self, start: u64, end: u64) {
         let v = &mut self.0;
         let i = v.partition_point(|s| s.1 < start);
-        let j = v.partition_point(|s| s.0 <= end);
+        // Segments from i on end at or after `start`; those starting by `end` merge (few).
+        let j = i + v[i..].iter().take_while(|s| s.0 <= end).count();
         if i == j {
             v.insert(i, (start, end));
         } else {
@@ -75,6 +76,20 @@ enum Set {
     Below(usize),
     Block(usize),
     All(usize),
+    /// The rectangles of mini root `r` (index from 0) meeting local leaves `[lo, hi)`.
+    Rects(usize, u32, u32),
+    /// `scratch[from..to]`: a `Rects` set once materialised.
+    Scratch(usize, usize),
+}
+
+/// A buffer's bytes during a range of leaves inside one mini root (leaves counted from the
+/// mini root's first, half-open).
+#[derive(Clone, Copy, Debug)]
+struct Rect {
+    start: u64,
+    end: u64,
+    lo: u32,
+    hi: u32,
 }
 
 /// Which placed bytes are busy during a time range (see the module docs).
@@ -95,11 +110,19 @@ pub(super) struct BusyIndex {
     /// Per inner node below the block level: buffers with a canonical node strictly inside
     /// its subtree.
     below: Vec<Segments>,
+    /// The level of the mini roots (below the block level).
+    mini_level: u32,
+    /// Per mini root: every buffer with a canonical node in its subtree, clipped to it,
+    /// sorted by start offset.
+    rects: Vec<Vec<Rect>>,
     /// Scratch for queries.
     sets: Vec<Set>,
+    scratch: Vec<(u64, u64)>,
     merged: Vec<(u64, u64)>,
     pieces: Vec<(u64, u64)>,
     cursors: Vec<usize>,
+    bounds: Vec<(u64, u64)>,
+    runs: (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
 }
 
 /// What a gap visitor tells the walk.
@@ -131,19 +154,26 @@ impl BusyIndex {
         let width = times.len().max(1).next_power_of_two();
         let depth = level(width);
         let block_level = depth / 2 - depth / 2 % STRIDE;
+        let mini_level = depth.saturating_sub(MINI_BITS).max(block_level + 1);
         let base = 1usize << block_level;
+        let minis = 1usize << mini_level;
         BusyIndex {
             times,
             width,
             block_level,
             upper: vec![Segments::default(); 2 * base],
             blocks: vec![Segments::default(); base],
-            cover: vec![Segments::default(); 2 * width],
-            below: vec![Segments::default(); width],
+            cover: vec![Segments::default(); minis],
+            below: vec![Segments::default(); minis],
+            mini_level,
+            rects: vec![Vec::new(); minis],
             sets: Vec::new(),
+            scratch: Vec::new(),
             merged: Vec::new(),
             pieces: Vec::new(),
             cursors: Vec::new(),
+            bounds: Vec::new(),
+            runs: (Vec::new(), Vec::new(), Vec::new()),
         }
     }
 
@@ -177,6 +207,14 @@ impl BusyIndex {
         }
         let lv = level(node);
         let bl = self.block_level;
+        if lv == self.mini_level {
+            let rects = &mut self.rects[node - (1usize << lv)];
+            // Leaves within a mini root number at most 2^MINI_BITS: u32 holds them.
+            let rect = Rect { start, end, lo: (lo.max(l) - l) as u32, hi: (hi.min(h) - l) as u32 };
+            let at = rects.partition_point(|r| r.start <= start);
+            rects.insert(at, rect);
+            return;
+        }
         if lv <= bl && self.kept(lv) {
             self.upper[node].insert(start, end);
         }
@@ -218,6 +256,10 @@ impl BusyIndex {
         let lv = level(node);
         let bl = self.block_level;
         let full = lo <= l && h <= hi;
+        if lv == self.mini_level {
+            self.sets.push(Set::Rects(node - (1usize << lv), (lo.max(l) - l) as u32, (hi.min(h) - l) as u32));
+            return;
+        }
         if full && lv <= bl && self.kept(lv) {
             self.sets.push(Set::All(node));
             return;
@@ -246,10 +288,26 @@ impl BusyIndex {
     /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
     /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
     /// skipped. Stops early when `visit` says so.
-    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, thorough: bool, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
         self.sets.clear();
         if let Some((lo, hi)) = self.leaves(first, last) {
             self.collect(1, 0, self.width, lo, hi);
+        }
+        // Rectangles become unions in the scratch list.
+        self.scratch.clear();
+        for set in self.sets.iter_mut() {
+            if let Set::Rects(r, lo, hi) = *set {
+                let from = self.scratch.len();
+                for rect in self.rects[r].iter().filter(|x| x.lo < hi && lo < x.hi) {
+                    let n = self.scratch.len();
+                    if n > from && rect.start <= self.scratch[n - 1].1 {
+                        self.scratch[n - 1].1 = self.scratch[n - 1].1.max(rect.end);
+                    } else {
+                        self.scratch.push((rect.start, rect.end));
+                    }
+                }
+                *set = Set::Scratch(from, self.scratch.len());
+            }
         }
         let slice = |set: Set| -> &[(u64, u64)] {
             match set {
@@ -257,6 +315,8 @@ impl BusyIndex {
                 Set::Below(v) => &self.below[v].0,
                 Set::Block(b) => &self.blocks[b].0,
                 Set::All(v) => &self.upper[v].0,
+                Set::Scratch(from, to) => &self.scratch[from..to],
+                Set::Rects(..) => &[],
             }
         };
         // The pivot: the union of everything meeting the widest node wholly inside the
@@ -280,6 +340,10 @@ impl BusyIndex {
                 others.push(segments);
             }
         }
+        if thorough {
+            walk_all(pivot, &others, &mut self.bounds, &mut self.runs, min_len, &mut visit);
+            return;
+        }
         let (cursors, pieces) = (&mut self.cursors, &mut self.pieces);
         cursors.clear();
         cursors.resize(others.len(), 0);
@@ -302,6 +366,9 @@ impl BusyIndex {
 
 /// How many pivot gaps a walk looks into before small unions are merged.
 const MERGE_AFTER: usize = 4;
+
+/// Mini roots sit this many levels above the leaves (or just below the block level).
+const MINI_BITS: u32 = 5;
 
 /// Walks the gaps of `pivot` from gap `from` (gap `i` ends where `pivot[i]` starts; the
 /// last is unbounded); inside each, the segments of `others` cut it into the gaps of the
@@ -365,6 +432,102 @@ fn walk(
     None
 }
 
+/// Visits every gap of the union of `pivot` and `others` that lies in a gap of `pivot` at
+/// least `min_len` long (the last, unbounded one included), lowest first: the pivot gaps
+/// that qualify are listed once (`gaps`), each other union's segments are clipped to the
+/// ones they fall in (found by galloping), and the clipped pieces, sorted, cut them. Work
+/// grows with the segments, not with (pivot gaps) x (unions), as a walk would.
+fn walk_all(
+    pivot: &[(u64, u64)],
+    others: &[&[(u64, u64)]],
+    gaps: &mut Vec<(u64, u64)>,
+    scratch: &mut (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
+    min_len: u64,
+    visit: &mut impl FnMut(u64, Option<u64>) -> Walk,
+) {
+    // The pivot's gaps that qualify, then the unbounded one (ending at u64::MAX here: no
+    // segment ends later).
+    gaps.clear();
+    let mut x = 0u64;
+    for &(s, e) in pivot {
+        if s > x && s - x >= min_len {
+            gaps.push((x, s));
+        }
+        x = e;
+    }
+    gaps.push((x, u64::MAX));
+    // Each union's pieces come sorted; they are merged into `pieces` one union at a time.
+    let (pieces, run, tmp) = (&mut scratch.0, &mut scratch.1, &mut scratch.2);
+    pieces.clear();
+    for set in others {
+        let mut c = 0usize;
+        run.clear();
+        for &(s, e) in set.iter() {
+            // The first listed gap that ends after s.
+            c = gallop(gaps, c, |g| g.1 <= s);
+            for &(g0, g1) in &gaps[c..] {
+                if g0 >= e {
+                    break;
+                }
+                run.push((s.max(g0), e.min(g1)));
+            }
+        }
+        if pieces.is_empty() {
+            std::mem::swap(pieces, run);
+        } else if !run.is_empty() {
+            tmp.clear();
+            let (mut a, mut b) = (pieces.iter().peekable(), run.iter().peekable());
+            while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
+                if x <= y {
+                    tmp.push(x);
+                    a.next();
+                } else {
+                    tmp.push(y);
+                    b.next();
+                }
+            }
+            tmp.extend(a);
+            tmp.extend(b);
+            std::mem::swap(pieces, tmp);
+        }
+    }
+    let mut p = 0usize;
+    let last = gaps.len() - 1;
+    for (i, &(g0, g1)) in gaps.iter().enumerate() {
+        let mut x = g0;
+        while let Some(&(s, e)) = pieces.get(p).filter(|piece| piece.0 < g1) {
+            if s > x && visit(x, Some(s)) == Walk::Stop {
+                return;
+            }
+            x = x.max(e);
+            p += 1;
+        }
+        if i == last {
+            visit(x, None);
+            return;
+        }
+        if x < g1 && visit(x, Some(g1)) == Walk::Stop {
+            return;
+        }
+    }
+}
+
+/// The first index at or after `from` whose item fails `before` (the items from `from` on
+/// must be those that pass `before`, then those that fail it), galloping from `from`.
+fn gallop<T>(items: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
+    let (mut lo, mut step) = (from, 1usize);
+    // Invariant: every item before lo passes.
+    while let Some(item) = items.get(lo + step - 1) {
+        if !before(item) {
+            break;
+        }
+        lo += step;
+        step *= 2;
+    }
+    let hi = (lo + step).min(items.len()).max(lo);
+    lo + items[lo..hi].partition_point(before)
+}
+
 /// Sorts `segments` and merges those that meet or touch, in place.
 fn coalesce(segments: &mut Vec<(u64, u64)>) {
     segments.sort_unstable();
@@ -413,7 +576,45 @@ pub(super) enum Fit {
 /// would overflow `u64`.
 pub(super) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec<u64>> {
     let mut offsets = vec![0u64; intervals.len()];
-    let mut index = BusyIndex::new(intervals.iter().map(|l| l.first));
+    for part in parts(intervals, order)? {
+        place_part(intervals, &part, fit, &mut offsets)?;
+    }
+    Some(offsets)
+}
+
+/// Parts of fewer buffers are joined with the next (an index per tiny part costs more
+/// than it saves).
+const PART_MIN: usize = 1024;
+
+/// `order` split by parts of the schedule that no buffer spans: a buffer only ever meets
+/// buffers of its own part, so each part can be placed with an index of its own (smaller,
+/// so faster) in the same order, with the same result. `None` if `order` names a buffer
+/// that does not exist.
+fn parts(intervals: &[Live], order: &[usize]) -> Option<Vec<Vec<usize>>> {
+    let mut by_first: Vec<usize> = (0..intervals.len()).collect();
+    by_first.sort_unstable_by_key(|&i| intervals[i].first);
+    let mut part_of = vec![0usize; intervals.len()];
+    let (mut part, mut count, mut reach) = (0usize, 0usize, None::<usize>);
+    for &i in &by_first {
+        let live = intervals[i];
+        if reach.is_some_and(|r| live.first > r) && count >= PART_MIN {
+            part += 1;
+            count = 0;
+        }
+        reach = Some(reach.map_or(live.last, |r| r.max(live.last)));
+        part_of[i] = part;
+        count += 1;
+    }
+    let mut parts = vec![Vec::new(); part + 1];
+    for &i in order {
+        parts[*part_of.get(i)?].push(i);
+    }
+    Some(parts)
+}
+
+/// [`place`] for the buffers of one part, in `order`, writing their offsets.
+fn place_part(intervals: &[Live], order: &[usize], fit: Fit, offsets: &mut [u64]) -> Option<()> {
+    let mut index = BusyIndex::new(order.iter().map(|&i| intervals[i].first));
     for &i in order {
         let live = *intervals.get(i)?;
         if live.size == 0 {
@@ -422,7 +623,7 @@ pub(super) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec
         let size = live.size;
         let mut best: Option<(u64, u64)> = None; // (gap length, offset)
         let mut top = None;
-        index.gaps(live.first, live.last, size, |start, end| match end {
+        index.gaps(live.first, live.last, size, fit == Fit::Best, |start, end| match end {
             Some(end) => {
                 let gap = end.saturating_sub(start);
                 if gap >= size && best.is_none_or(|(g, _)| gap < g) {
@@ -447,7 +648,7 @@ pub(super) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec
         index.insert(live.first, live.last, offset, end);
         offsets[i] = offset;
     }
-    Some(offsets)
+    Some(())
 }
 
 #[cfg(test)]
@@ -510,7 +711,7 @@ mod tests {
                 placed.push((f, l, start, end));
                 let (qf, ql) = ranges[next(n as u64) as usize];
                 let mut got = Vec::new();
-                index.gaps(qf, ql, 0, |s, e| {
+                index.gaps(qf, ql, 0, next(2) == 0, |s, e| {
                     got.push((s, e));
                     Walk::Continue
                 });

@@ -96,6 +96,13 @@ pub fn exact(intervals: &[Live], capacity: u64, limits: Limits) -> ExactResult {
     Prepared::new(intervals).solve(capacity, limits).0
 }
 
+/// Whether the search is tried on `intervals` at all: its tables (section memberships and
+/// overlapping pairs) must fit [`MAX_ENTRIES`]; [`exact`] answers `TimedOut` and
+/// [`minimize`] returns its start at once otherwise.
+pub fn searchable(intervals: &[Live]) -> bool {
+    Base::new(intervals).is_some_and(|b| b.searchable())
+}
+
 /// Tightens `start` (a valid placement of `intervals`) towards `lower_bound` until the
 /// limits, and sets `proved_optimal` when the best arena is shown minimal.
 ///
@@ -138,6 +145,9 @@ fn minimize_rounds(
 ) -> Solution {
     let mut best = start;
     let mut prepared = Prepared::new(intervals);
+    if !prepared.base.as_ref().is_some_and(Base::searchable) {
+        return best;
+    }
     // Tight placements only have arenas that are multiples of the sizes' gcd.
     let g = prepared.granularity();
     let mut proved = lower_bound.div_ceil(g).checked_mul(g).unwrap_or(lower_bound);
@@ -222,8 +232,8 @@ impl Prepared {
         if base.size.is_empty() {
             return (ExactResult::Found(vec![0; self.len]), 0);
         }
-        if base.size.len() >= NONE as usize - 1 {
-            return (ExactResult::TimedOut, 0); // beyond u32 indices: too large to search
+        if !base.searchable() {
+            return (ExactResult::TimedOut, 0);
         }
         let capacity = capacity - capacity % g;
         let mut limit = (base.size.len() as u64).saturating_mul(2).max(1000);
@@ -274,6 +284,11 @@ fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
+/// The most entries (section memberships plus overlapping pairs) an instance may need for
+/// the search to be tried: past it, building the tables alone takes seconds and gigabytes
+/// (pangu_2.6B, the largest real list, needs 22 million).
+const MAX_ENTRIES: u64 = 40_000_000;
+
 /// The nonzero buffers in section terms, before any ordering.
 struct Base {
     /// Input index of each nonzero buffer.
@@ -291,6 +306,26 @@ struct Base {
 }
 
 impl Base {
+    /// Whether the search's tables fit [`MAX_ENTRIES`] and u32 indices. Counted in
+    /// O(n log n) without building them: buffer k meets every other buffer except those
+    /// ending at or before its start and those starting at or after its end.
+    fn searchable(&self) -> bool {
+        let n = self.size.len();
+        if n >= NONE as usize - 1 {
+            return false;
+        }
+        let members: u64 = self.lo.iter().zip(&self.hi).map(|(&lo, &hi)| u64::from(hi - lo)).sum();
+        let (mut los, mut his) = (self.lo.clone(), self.hi.clone());
+        los.sort_unstable();
+        his.sort_unstable();
+        let mut pairs = 0u64;
+        for (&lo, &hi) in self.lo.iter().zip(&self.hi) {
+            let apart = his.partition_point(|&h| h <= lo) + (n - los.partition_point(|&l| l < hi));
+            pairs += (n - 1).saturating_sub(apart) as u64;
+        }
+        members.saturating_add(pairs / 2) <= MAX_ENTRIES
+    }
+
     /// `None` if a section total overflows u64.
     fn new(intervals: &[Live]) -> Option<Base> {
         let live: Vec<(usize, usize, usize, u64)> = intervals
@@ -333,8 +368,27 @@ impl Base {
             totals.push(current);
         }
         base.max_total = totals.iter().copied().max().unwrap_or(0);
+        // Range maxima from a sparse table (a scan per buffer is quadratic on long lists):
+        // levels[j][s] = max of totals[s..s + 2^j].
+        let mut levels = vec![totals];
+        loop {
+            let half = 1usize << (levels.len() - 1);
+            let prev = &levels[levels.len() - 1];
+            if prev.len() <= half {
+                break;
+            }
+            let next: Vec<u64> = (0..prev.len() - half).map(|s| prev[s].max(prev[s + half])).collect();
+            levels.push(next);
+        }
         for k in 0..base.size.len() {
-            let t = totals[base.lo[k] as usize..base.hi[k] as usize].iter().copied().max().unwrap_or(0);
+            let (lo, hi) = (base.lo[k] as usize, base.hi[k] as usize);
+            let t = match hi - lo {
+                0 => 0,
+                len => {
+                    let j = (usize::BITS - 1 - len.leading_zeros()) as usize;
+                    levels[j][lo].max(levels[j][hi - (1usize << j)])
+                }
+            };
             base.total.push(t);
         }
         Some(base)

@@ -18,7 +18,7 @@
 //! capacity); [`Solver::Exact`] does the same after best-fit alone.
 
 pub mod bestfit;
-mod busy;
+pub mod busy;
 pub mod exact;
 pub mod greedy;
 pub mod synthetic;
