@@ -9,6 +9,12 @@
 //! Nothing survives to the end and nothing exists before the first node, so the DAG's peak
 //! is exactly the files' evaluation rule: an execution's output is live from its own step
 //! to its last reader, inclusive.
+//!
+//! [`parse`] reads a file as a scheduling DAG (sizes only); [`parse_remat`] as a
+//! rematerialisation problem (sizes, compute costs, forward or backward) in the files'
+//! plain order: ids ascending for the training graphs (forward, `Loss`, backward in
+//! reverse; the README's budgets are fractions of its peak), `graph.order` for the random
+//! layered graphs (whose ids ascending are not a topological order).
 
 use std::collections::BTreeMap;
 
@@ -16,6 +22,7 @@ use serde_json::Value as Json;
 use thiserror::Error;
 
 use crate::passes::schedule::dag::{Dag, DagError, Node, Value};
+use crate::remat::{NodeInfo, Problem, Value as RematValue};
 
 /// A graph read from a file.
 #[derive(Clone, Debug)]
@@ -33,12 +40,29 @@ pub struct BenchGraph {
 /// Why a file cannot be read as a graph.
 #[derive(Clone, PartialEq, Eq, Debug, Error)]
 pub enum ReadError {
-    #[error("not valid JSON: {0}")]
-    Json(String),
+    /// The text is not JSON; `line` and `column` (from 1) locate the problem.
+    #[error("not valid JSON: {message}")]
+    Json { message: String, line: usize, column: usize },
+    /// The JSON is not a node-link graph of either kind (names the offending field).
     #[error("{0}")]
     Shape(String),
+    /// The links do not make a DAG.
     #[error("{0}")]
     Graph(#[from] DagError),
+}
+
+impl ReadError {
+    /// Line and column (from 1) of a JSON syntax error.
+    pub fn location(&self) -> Option<(usize, usize)> {
+        match self {
+            ReadError::Json { line, column, .. } => Some((*line, *column)),
+            _ => None,
+        }
+    }
+}
+
+fn json(text: &str) -> Result<Json, ReadError> {
+    serde_json::from_str(text).map_err(|e| ReadError::Json { message: e.to_string(), line: e.line(), column: e.column() })
 }
 
 fn shape(message: impl Into<String>) -> ReadError {
@@ -56,7 +80,7 @@ fn integer(object: &Json, keys: &[&str], what: &str) -> Result<u64, ReadError> {
 
 /// Reads a node-link JSON graph of either kind.
 pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
-    let json: Json = serde_json::from_str(text).map_err(|e| ReadError::Json(e.to_string()))?;
+    let json = json(text)?;
     let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
     let links = json.get("links").and_then(Json::as_array).ok_or_else(|| shape("no `links` array"))?;
     let mut by_id: BTreeMap<u64, u64> = BTreeMap::new();
@@ -102,6 +126,66 @@ pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
     Ok(BenchGraph { name, ids, links: links.len(), dag, reference })
 }
 
+/// A graph read as a rematerialisation problem.
+#[derive(Clone, Debug)]
+pub struct RematGraph {
+    /// `graph.name`, if the file has one.
+    pub name: Option<String>,
+    /// The file's id of each problem node (problem nodes are in the plain order).
+    pub ids: Vec<u64>,
+    pub links: usize,
+    pub problem: Problem,
+}
+
+/// Reads a node-link JSON graph of either kind as a [`Problem`]: one node per file node in
+/// the plain order (see the module doc), costing `cost_cpu` (training graphs) or `duration`
+/// (random layered graphs), forward unless `backward` is true, and writing one value of
+/// `cost_ram` / `out_cost` bytes read by its links' targets. Every node may be recomputed,
+/// as in Checkmate's MILP (the evaluation rule forbids nothing; the optimum it reports is
+/// over that space).
+pub fn parse_remat(text: &str) -> Result<RematGraph, ReadError> {
+    let graph = parse(text)?;
+    let json = json(text)?;
+    let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
+    let mut by_id: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let what = format!("nodes[{i}]");
+        let id = integer(node, &["id", "name"], &what)?;
+        let cost = integer(node, &["cost_cpu", "duration"], &what)?;
+        let backward = match node.get("backward") {
+            None => false,
+            Some(b) => b.as_bool().ok_or_else(|| shape(format!("{what}: `backward` is {b}, not true or false")))?,
+        };
+        by_id.insert(id, (cost, backward));
+    }
+    let dag = &graph.dag;
+    let ascending: Vec<Node> = (0..dag.nodes() as Node).collect();
+    let order = match &graph.reference {
+        _ if dag.peak(&ascending).is_ok() => ascending,
+        Some(order) if dag.peak(order).is_ok() => order.clone(),
+        _ => dag.smallest_first(),
+    };
+    let mut rank = vec![0 as Node; order.len()];
+    for (position, &node) in order.iter().enumerate() {
+        rank[node as usize] = position as Node;
+    }
+    let ids: Vec<u64> = order.iter().map(|&k| graph.ids[k as usize]).collect();
+    let problem_nodes = ids
+        .iter()
+        .map(|id| {
+            let (cost, backward) = by_id[id];
+            NodeInfo { cost, recomputable: true, forward: !backward }
+        })
+        .collect();
+    let mut values: Vec<RematValue> = vec![RematValue { size: 0, def: None, readers: Vec::new(), to_end: false }; order.len()];
+    for value in dag.values() {
+        let def = value.def.map(|d| rank[d as usize]).expect("every file value has a writer");
+        let readers = value.readers.iter().map(|&r| rank[r as usize]).collect();
+        values[def as usize] = RematValue { size: value.size, def: Some(def), readers, to_end: false };
+    }
+    Ok(RematGraph { name: graph.name, ids, links: graph.links, problem: Problem { nodes: problem_nodes, values } })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +208,41 @@ mod tests {
         let g = parse(model).unwrap();
         assert_eq!((g.ids.clone(), g.reference.is_none()), (vec![10, 11], true));
         assert_eq!(g.dag.peak(&[0, 1]), Ok(7));
+    }
+
+    #[test]
+    fn both_kinds_are_read_as_remat_problems() {
+        let model = r#"{"directed": true, "graph": {"name": "m"},
+            "nodes": [{"id": 0, "name": "a", "backward": false, "cost_cpu": 5, "cost_ram": 100},
+                      {"id": 1, "name": "Loss", "backward": true, "cost_cpu": 1, "cost_ram": 4},
+                      {"id": 2, "name": "a_backward", "backward": true, "cost_cpu": 7, "cost_ram": 100}],
+            "links": [{"source": 0, "target": 1}, {"source": 0, "target": 2}, {"source": 1, "target": 2}]}"#;
+        let g = parse_remat(model).unwrap();
+        assert_eq!((g.ids.clone(), g.links, g.name.as_deref()), (vec![0, 1, 2], 3, Some("m")));
+        let nodes: Vec<(u64, bool, bool)> = g.problem.nodes.iter().map(|n| (n.cost, n.recomputable, n.forward)).collect();
+        assert_eq!(nodes, vec![(5, true, true), (1, true, false), (7, true, false)]);
+        assert_eq!(g.problem.values[0], RematValue { size: 100, def: Some(0), readers: vec![1, 2], to_end: false });
+        // 0: 100; 1: 100 + 4; 2: 100 + 4 + 100.
+        assert_eq!(crate::remat::evaluate(&g.problem, &[0, 1, 2]).unwrap().peak, 204);
+
+        // Ids ascending is not an order here (1 is the sink): the problem follows graph.order.
+        let layered = r#"{"graph": {"order": [0, 2, 1]},
+            "nodes": [{"out_cost": 5, "duration": 3, "name": 0}, {"out_cost": 1, "duration": 0, "name": 1},
+                      {"out_cost": 7, "duration": 2, "name": 2}],
+            "links": [{"0": 0, "1": 2}, {"0": 2, "1": 1}, {"0": 0, "1": 1}]}"#;
+        let g = parse_remat(layered).unwrap();
+        assert_eq!(g.ids, vec![0, 2, 1]);
+        assert_eq!(g.problem.nodes.iter().map(|n| n.cost).collect::<Vec<_>>(), vec![3, 2, 0]);
+        assert_eq!(g.problem.values[1], RematValue { size: 7, def: Some(1), readers: vec![2], to_end: false });
+        assert!(g.problem.nodes.iter().all(|n| n.forward && n.recomputable));
+
+        let err = |text: &str| parse_remat(text).unwrap_err().to_string();
+        assert_eq!(err(r#"{"nodes": [{"id": 0, "cost_ram": 1}], "links": []}"#), "nodes[0] has no `cost_cpu` or `duration`");
+        assert_eq!(
+            err(r#"{"nodes": [{"id": 0, "cost_ram": 1, "cost_cpu": 1, "backward": 2}], "links": []}"#),
+            "nodes[0]: `backward` is 2, not true or false"
+        );
+        assert_eq!(parse_remat("{\n  \"nodes\": [,]}").unwrap_err().location(), Some((2, 13)));
     }
 
     #[test]

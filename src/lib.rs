@@ -5,7 +5,8 @@
 //! (`backward %loss with adam(...)`) into the full training step (autodiff; verify it
 //! again after); [`plan()`](passes::plan) runs the passes
 //! (schedule, lifetimes, offsets; see `passes`) and returns a [`Plan`] that places every
-//! value in ONE arena; [`check`] re-derives everything from the plan, independently of the
+//! value in ONE arena (under a memory budget, [`plan_step`] may recompute forward values and
+//! returns the rewritten step with its plan); [`check`] re-derives everything from the plan, independently of the
 //! planner, and reports every violation. Reports render plans for people.
 //!
 //! Data flows one way: text → graph → expand → passes → plan → (checker | report | executor).
@@ -21,6 +22,7 @@ pub mod index;
 pub mod ir;
 pub mod passes;
 pub mod plan;
+pub mod progress;
 pub mod random_step;
 pub mod remat;
 pub mod report;
@@ -32,5 +34,5 @@ pub use ir::graph::Graph;
 pub use ir::parse::{ParseError, ParseErrors, parse};
 pub use ir::print::print;
 pub use ir::verify::{VerifyError, VerifyErrors, verify};
-pub use passes::{PlanError, PlanOptions, plan};
+pub use passes::{PlanError, PlanOptions, plan, plan_step};
 pub use plan::Plan;

@@ -5,10 +5,11 @@
 //!
 //! Exit status: 0 success; 1 bad input (unreadable file, parse or verify errors, a step
 //! that cannot be differentiated or planned, a malformed buffer list, an output file that
-//! exists); 2 `alloc --capacity N` found no placement within N bytes in the time limit;
-//! 3 the checker rejected a plan or placement memplan made, or an expanded step does not
-//! verify (always a memplan bug: please report it). Errors go to stderr with
-//! file:line:col, a label and a hint.
+//! exists); 2 a capacity or budget that cannot be met (`alloc --capacity N` found no
+//! placement within N bytes in the time limit; a `--budget` that no recomputation meets:
+//! the message says the smallest budget that works); 3 the checker rejected a plan or
+//! placement memplan made, or an expanded step does not verify (always a memplan bug:
+//! please report it). Errors go to stderr with file:line:col, a label and a hint.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -19,9 +20,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use memplan::diagnostics;
 use memplan::ir::graph::Graph;
 use memplan::passes::offsets::{self, Solver};
-use memplan::passes::{PlanOptions, ScheduleKind};
+use memplan::passes::{Pass, PlanOptions, ScheduleKind};
+use memplan::progress::Progress;
 use memplan::plan::{DEFAULT_ALIGNMENT, Plan};
-use memplan::report::{self, Report};
+use memplan::report::emit::Emit;
+use memplan::report::live::{At, GroupBy};
+use memplan::report::locs::Locs;
+use memplan::report::{self, Report, Subject};
 use miette::Diagnostic;
 
 #[derive(Parser)]
@@ -51,8 +56,8 @@ enum Command {
     Plan {
         /// The .step file.
         file: PathBuf,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
+        /// Output format (of stdout; see --emit for files).
+        #[arg(long, value_enum, default_value_t = Format::Text, conflicts_with = "emit")]
         format: Format,
         /// Offset alignment in bytes (a power of two).
         #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
@@ -60,6 +65,52 @@ enum Command {
         /// How many live values to list at the peak (text format).
         #[arg(long, default_value_t = 20, value_name = "N")]
         top: usize,
+        /// Write these report files into DIR (comma-separated: text, json, svg, trace, csv); see docs/REPORTS.md.
+        #[arg(long, value_delimiter = ',', value_name = "FORMATS")]
+        emit: Vec<Emit>,
+        /// The directory --emit writes to (created if missing; only memplan's own file names are written).
+        #[arg(short = 'o', long = "output", default_value = "memplan-out", value_name = "DIR", requires = "emit")]
+        output: PathBuf,
+        /// Print the step as IR after this pass to stderr, annotated (schedule, inplace, buffers, offsets; repeatable).
+        #[arg(long, value_name = "PASS")]
+        print_ir_after: Vec<Pass>,
+        /// Print the step as IR after every pass to stderr.
+        #[arg(long)]
+        print_ir_after_all: bool,
+        #[command(flatten)]
+        passes: PassFlags,
+    },
+    /// What is live at one step (the peak by default), grouped by class, op or source line, with cumulative bytes.
+    Report {
+        /// A .step file, or a plan JSON written by `plan --emit json`.
+        file: PathBuf,
+        /// The step to look at: `peak` or a schedule position.
+        #[arg(long, default_value = "peak", value_parser = parse_at, value_name = "peak|STEP")]
+        at: At,
+        /// How many groups and values to list.
+        #[arg(long, default_value_t = 20, value_name = "N")]
+        top: usize,
+        /// How to group the live values.
+        #[arg(long, value_enum, default_value_t = ByArg::Class)]
+        by: ByArg,
+        /// Offset alignment in bytes for a .step file (a power of two).
+        #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
+        alignment: u64,
+        #[command(flatten)]
+        passes: PassFlags,
+    },
+    /// Compare two plans (two .step files, two plan JSONs, or one of each): figures, classes, values that changed most.
+    Diff {
+        /// The first (A): a .step file or a plan JSON.
+        a: PathBuf,
+        /// The second (B).
+        b: PathBuf,
+        /// How many values to list per kind of change.
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        top: usize,
+        /// Offset alignment in bytes for .step files (a power of two).
+        #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
+        alignment: u64,
         #[command(flatten)]
         passes: PassFlags,
     },
@@ -108,6 +159,9 @@ enum Command {
         /// Also run every step unplanned (each value in its own memory) and require bit-identical results.
         #[arg(long)]
         compare_unplanned: bool,
+        /// With --device cuda: also run every step on the CPU reference and compare every output within tolerance.
+        #[arg(long)]
+        check: bool,
         #[command(flatten)]
         passes: PassFlags,
     },
@@ -117,6 +171,23 @@ enum Command {
         file: PathBuf,
         /// Write the order (a JSON array of node ids) to this new file (never overwritten).
         #[arg(short = 'o', long = "output", value_name = "ORDER.json")]
+        output: Option<PathBuf>,
+    },
+    /// Choose what to recompute in a Checkmate/Moccasin graph so that its peak fits a budget, at the least extra compute.
+    Remat {
+        /// The graph (.json, as in ../shared/bench/checkmate).
+        file: PathBuf,
+        /// The budget, as a fraction of the peak of the graph's plain topological order.
+        #[arg(long, value_name = "FRACTION")]
+        budget: f64,
+        /// How to choose what to recompute.
+        #[arg(long, value_enum, default_value_t = memplan::remat::Strategy::Auto, value_name = "STRATEGY")]
+        checkpoint: memplan::remat::Strategy,
+        /// Time limit of the search in seconds.
+        #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+        time_limit: f64,
+        /// Write the execution sequence (node ids, repeats are recomputes) to this new file (never overwritten).
+        #[arg(short = 'o', long = "output", value_name = "OUT.json")]
         output: Option<PathBuf>,
     },
     /// Expand a forward-only step (`backward %loss with ...`) and print the full step in canonical form.
@@ -132,7 +203,7 @@ enum Command {
 }
 
 /// The flags that switch passes.
-#[derive(clap::Args, Clone, Copy)]
+#[derive(clap::Args, Clone)]
 struct PassFlags {
     /// The op order: as written, or memory-aware (never worse than as written).
     #[arg(long, value_enum, default_value_t = ScheduleArg::Memory)]
@@ -149,6 +220,12 @@ struct PassFlags {
     /// Nodes the exact offset search may visit (auto, exact); within it the plan is the same on every machine.
     #[arg(long = "search-nodes", value_name = "N", default_value_t = memplan::passes::DEFAULT_SEARCH_NODES)]
     search_nodes: u64,
+    /// Fit the arena in this budget by recomputing forward values: bytes (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x).
+    #[arg(long, value_name = "SIZE|FRACTIONx")]
+    budget: Option<String>,
+    /// How to choose what to recompute under --budget.
+    #[arg(long, value_name = "STRATEGY")]
+    checkpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -160,20 +237,26 @@ enum ScheduleArg {
 }
 
 impl PassFlags {
-    fn options(self, alignment: u64) -> PlanOptions {
+    fn options(&self, alignment: u64) -> Result<PlanOptions, Failure> {
         let schedule = match self.schedule {
             ScheduleArg::Program => ScheduleKind::Program,
             ScheduleArg::Memory => ScheduleKind::Memory,
         };
-        PlanOptions {
+        let (budget, checkpoint) = memplan::passes::remat::budget::parse_flags(self.budget.as_deref(), self.checkpoint.as_deref())
+            .map_err(|message| Failure { message, code: 1 })?;
+        let defaults = PlanOptions::default();
+        let checkpoint = checkpoint.unwrap_or(defaults.checkpoint);
+        Ok(PlanOptions {
             alignment,
             schedule,
             inplace: !self.no_inplace,
             solver: self.solver.solver(),
             time_limit: self.time_limit,
             search_nodes: self.search_nodes,
-            ..PlanOptions::default()
-        }
+            budget,
+            checkpoint,
+            ..defaults
+        })
     }
 }
 
@@ -220,6 +303,24 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 enum Format {
     Text,
     Json,
+}
+
+/// `memplan report --by`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ByArg {
+    /// param, input, state, grad, activation, temp.
+    Class,
+    /// The kind of op that writes each value.
+    Op,
+    /// The source line of each value: its op's loc(...), else its place in the .step file.
+    Loc,
+}
+
+fn parse_at(s: &str) -> Result<At, String> {
+    match s {
+        "peak" => Ok(At::Peak),
+        _ => s.parse().map(At::Step).map_err(|_| format!("`{s}` is neither `peak` nor a schedule step (0, 1, ...)")),
+    }
 }
 
 /// Writes to stdout. A reader that went away (`memplan plan big.step | head`) is not an
@@ -302,26 +403,63 @@ impl Source {
         Ok(expanded)
     }
 
-    /// Plans `graph` and checks the plan independently.
-    fn plan(&self, graph: &Graph, options: &PlanOptions) -> Result<Plan, Failure> {
-        let plan = memplan::plan(graph, options).map_err(|e| self.failure(&e, 1))?;
-        memplan::check(graph, &plan).map_err(|violations| Failure {
+    /// Plans `graph` and checks the plan independently; returns the graph the plan refers
+    /// to (rewritten when ops are recomputed under a budget). Exit 2: a budget not met.
+    fn plan(&self, graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), Failure> {
+        let (graph, plan) = memplan::passes::plan_step(graph, options).map_err(|e| {
+            let code = if matches!(e, memplan::PlanError::BudgetUnmet { .. }) { 2 } else { 1 };
+            self.failure(&e, code)
+        })?;
+        memplan::check(&graph, &plan).map_err(|violations| Failure {
             message: format!(
                 "internal error: the checker rejected the plan of {} (a memplan bug; please report it):\n{violations}\n",
                 self.file
             ),
             code: 3,
         })?;
-        Ok(plan)
+        Ok((graph, plan))
     }
+
+    /// `graph` (parsed from this source) and its plan, with source locations.
+    fn subject(self, graph: Graph, plan: Plan) -> Subject {
+        let locs = Locs::from_source(&graph, &self.file, &self.text);
+        Subject { source: self.file, graph, plan, locs }
+    }
+}
+
+/// A plan to report on, from a .step file (planned with `options`) or a plan JSON (read
+/// back and checked), and the name it goes by in reports.
+fn load_subject(path: &Path, options: &PlanOptions) -> Result<(String, Subject), Failure> {
+    let source = Source::read(path)?;
+    if path.extension().is_some_and(|e| e == "json") || source.text.trim_start().starts_with('{') {
+        let subject = report::json::load(&source.text)
+            .map_err(|e| Failure { message: format!("error: {}: {e}
+", source.file), code: e.exit_code() })?;
+        let name = format!("{} (@{}, planned from {})", source.file, subject.graph.name, subject.source);
+        return Ok((name, subject));
+    }
+    let graph = source.graph()?;
+    let (graph, plan) = source.plan(&graph, options)?;
+    let name = format!("{} (@{})", source.file, graph.name);
+    Ok((name, source.subject(graph, plan)))
+}
+
+/// `--print-ir-after`: the step after each of `passes`, annotated, on stderr.
+fn dump_ir_after(source: &Source, graph: &Graph, options: &PlanOptions, passes: &[Pass]) -> Result<(), Failure> {
+    use std::io::Write;
+    for &pass in passes {
+        let options = PlanOptions { stop_after: Some(pass), ..options.clone() };
+        let pipeline = memplan::passes::run(graph, &options).map_err(|e| source.failure(&e, 1))?;
+        let _ = std::io::stderr().write_all(memplan::passes::dump::dump(graph, pass, &pipeline).as_bytes());
+    }
+    Ok(())
 }
 
 fn run(command: Command) -> Result<(), Failure> {
     match command {
         Command::Check { file, passes } => {
             let source = Source::read(&file)?;
-            let graph = source.graph()?;
-            let plan = source.plan(&graph, &passes.options(DEFAULT_ALIGNMENT))?;
+            let (graph, plan) = source.plan(&source.graph()?, &passes.options(DEFAULT_ALIGNMENT)?)?;
             outln!(
                 "ok: {}: step @{} ({} args, {} ops) is valid; its plan ({}) passes the checker",
                 source.file,
@@ -331,32 +469,83 @@ fn run(command: Command) -> Result<(), Failure> {
                 report::format_bytes(plan.arena_bytes)
             );
         }
-        Command::Plan { file, format, alignment, top, passes } => {
+        Command::Plan { file, format, alignment, top, mut emit, output, mut print_ir_after, print_ir_after_all, passes } => {
             let source = Source::read(&file)?;
             let graph = source.graph()?;
-            let options = passes.options(alignment);
-            let plan = source.plan(&graph, &options)?;
-            let report = Report::new(&graph, &plan);
-            match format {
-                Format::Text => out!("{}", report::text::render(&report, top)),
-                Format::Json => out!("{}", report::json::render(&report)),
+            let options = passes.options(alignment)?;
+            if print_ir_after_all {
+                print_ir_after = Pass::ALL.to_vec();
+            }
+            print_ir_after.sort();
+            print_ir_after.dedup();
+            dump_ir_after(&source, &graph, &options, &print_ir_after)?;
+            let (graph, plan) = source.plan(&graph, &options)?;
+            let subject = source.subject(graph, plan);
+            let report = Report::new(&subject.graph, &subject.plan);
+            emit.sort();
+            emit.dedup();
+            if emit.is_empty() {
+                match format {
+                    Format::Text => out!("{}", report::text::render(&report, top)),
+                    Format::Json => out!("{}", report::json::render(&subject, &report)),
+                }
+            } else {
+                let outputs: Vec<(Emit, String)> = emit.iter().map(|&e| (e, e.render(&subject, &report, top))).collect();
+                let written = report::emit::write(&output, &outputs)
+                    .map_err(|e| Failure { message: format!("error: {e}\n"), code: 1 })?;
+                for path in written {
+                    outln!("wrote {}", path.display());
+                }
             }
         }
-        Command::Run { file, device, steps, seed, weights, save, compare_unplanned, passes } => {
-            if device == Device::Cuda {
-                return Err(Failure {
-                    message: "error: this memplan was built without the `cuda` feature; run with --device cpu\n".into(),
-                    code: 1,
-                });
+        Command::Report { file, at, top, by, alignment, passes } => {
+            let (name, subject) = load_subject(&file, &passes.options(alignment)?)?;
+            let set = report::live::live_set(&subject, at)
+                .map_err(|e| Failure { message: format!("error: {name}: {e}\n"), code: 1 })?;
+            let by = match by {
+                ByArg::Class => GroupBy::Class,
+                ByArg::Op => GroupBy::Op,
+                ByArg::Loc => GroupBy::Loc,
+            };
+            out!("{}", report::live::render(&set, &name, by, top));
+        }
+        Command::Diff { a, b, top, alignment, passes } => {
+            let options = passes.options(alignment)?;
+            let (name_a, a) = load_subject(&a, &options)?;
+            let (name_b, b) = load_subject(&b, &options)?;
+            out!("{}", report::diff::render(&a, &b, (&name_a, &name_b), top));
+        }
+        Command::Run { file, device, steps, seed, weights, save, compare_unplanned, check, passes } => {
+            let usage = |message: &str| Err(Failure { message: format!("error: {message}\n"), code: 1 });
+            if device == Device::Cuda && !cfg!(feature = "cuda") {
+                return usage("memplan was built without the `cuda` feature; rebuild with --features cuda");
+            }
+            if check && device != Device::Cuda {
+                return usage("--check compares a CUDA run with the CPU reference: use it with --device cuda");
+            }
+            if compare_unplanned && device == Device::Cuda {
+                return usage("--compare-unplanned runs on the CPU; with --device cuda use --check");
             }
             let source = Source::read(&file)?;
-            let graph = source.graph()?;
-            let plan = source.plan(&graph, &passes.options(DEFAULT_ALIGNMENT))?;
-            run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare_unplanned)?;
+            let original = source.graph()?;
+            let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
+            #[cfg(feature = "cuda")]
+            if device == Device::Cuda {
+                return run_cuda(&graph, &plan, steps, initial_args(&graph, seed, weights.as_deref())?, check, save.as_deref());
+            }
+            let compare = compare_unplanned.then_some(&original);
+            run_steps(&graph, &plan, steps, seed, weights.as_deref(), save.as_deref(), compare)?;
         }
         Command::Schedule { file, output } => schedule_graph(&file, output.as_deref())?,
         Command::Alloc { file, capacity, solver, time_limit, output } => {
             alloc(&file, capacity, solver, time_limit, output.as_deref())?;
+        }
+        Command::Remat { file, budget, checkpoint, time_limit, output } => {
+            let limit = std::time::Duration::try_from_secs_f64(time_limit)
+                .map_err(|_| Failure { message: format!("error: --time-limit {time_limit}: expected seconds, a number ≥ 0\n"), code: 1 })?;
+            let report = memplan::remat::cli::run(&file, budget, checkpoint, limit, output.as_deref())
+                .map_err(|e| Failure { message: format!("error: {e}\n"), code: e.exit_code() })?;
+            out!("{report}");
         }
         Command::Expand { file } => {
             let source = Source::read(&file)?;
@@ -450,7 +639,7 @@ fn alloc(path: &Path, capacity: Option<u64>, solver: SolverArg, time_limit: Dura
     let options = offsets::SolveOptions { solver: solver.solver(), capacity, time_limit, search_nodes: u64::MAX };
     let mut log = Vec::new();
     let started = Instant::now();
-    let result = offsets::solve_logged(&intervals, &options, &mut log);
+    let result = offsets::solve_reporting(&intervals, &options, &mut log, &Bar::new());
     let elapsed = started.elapsed();
     let lower = offsets::lower_bound(&intervals).unwrap_or(u64::MAX);
     let (solution, fits) = match result {
@@ -545,6 +734,51 @@ fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::OpenOptions::new().write(true).create_new(true).open(path)?.write_all(bytes)
 }
 
+/// A progress bar on stderr for work that may take more than a second: it appears at the
+/// first report after one second, and only when stderr is a terminal (never in pipes,
+/// files or tests). Dropping it clears it.
+struct Bar {
+    bar: indicatif::ProgressBar,
+    started: std::time::Instant,
+    shown: std::cell::Cell<bool>,
+}
+
+impl Bar {
+    fn new() -> Bar {
+        Bar { bar: indicatif::ProgressBar::hidden(), started: std::time::Instant::now(), shown: false.into() }
+    }
+}
+
+impl memplan::progress::Progress for Bar {
+    fn start(&self, what: &str, total: u64) {
+        self.bar.set_length(total);
+        self.bar.set_position(0);
+        self.bar.set_prefix(what.to_string());
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {wide_msg} {elapsed}") {
+            self.bar.set_style(style.progress_chars("=> "));
+        }
+    }
+
+    fn update(&self, done: u64, note: &str) {
+        if !self.shown.get() && self.started.elapsed().as_secs() >= 1 && std::io::stderr().is_terminal() {
+            self.bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            self.shown.set(true);
+        }
+        self.bar.set_position(done);
+        self.bar.set_message(note.to_string());
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 /// `text` (a check_offsets violation) with each `#i` followed by buffer i's id in the file.
 fn name_buffers(text: &str, list: &[memplan::buffer_list::ListedBuffer]) -> String {
     let mut out = String::with_capacity(text.len());
@@ -567,7 +801,8 @@ fn exec_failure(error: memplan::exec::ExecError) -> Failure {
     Failure { message: format!("error: {error}\n"), code: 1 }
 }
 
-/// `memplan run`: trains for `steps` steps in the planned arena, printing each loss.
+/// `memplan run`: trains for `steps` steps in the planned arena, printing each loss;
+/// `compare_unplanned`: the step as written, run unplanned beside each planned step.
 fn run_steps(
     graph: &Graph,
     plan: &Plan,
@@ -575,11 +810,60 @@ fn run_steps(
     seed: u64,
     weights: Option<&Path>,
     save: Option<&Path>,
-    compare_unplanned: bool,
+    compare_unplanned: Option<&Graph>,
 ) -> Result<(), Failure> {
     use memplan::exec::cpu::{Placement, advance, run_step};
-    use memplan::exec::data::{init_args, load_safetensors, save_safetensors};
 
+    let mut args = initial_args(graph, seed, weights)?;
+    outln!(
+        "@{}: {} ops in one arena of {}; {} step(s) on the CPU",
+        graph.name,
+        graph.ops.len(),
+        report::format_bytes(plan.arena_bytes),
+        steps
+    );
+    let bar = Bar::new();
+    bar.start("training steps", u64::from(steps));
+    for step in 1..=steps {
+        let result = run_step(graph, Placement::Planned(plan), &args).map_err(exec_failure)?;
+        let line = match result.loss() {
+            Some(loss) => format!("step {step}: loss {loss:.6}"),
+            None => format!("step {step}: done (no scalar loss returned)"),
+        };
+        bar.bar.suspend(|| outln!("{line}"));
+        bar.update(u64::from(step), &line);
+        if let Some(original) = compare_unplanned {
+            let reference = run_step(original, Placement::Unplanned, &args).map_err(exec_failure)?;
+            let differences = result.differences(&reference);
+            if !differences.is_empty() {
+                return Err(Failure {
+                    message: format!(
+                        "error: step {step}: the planned run differs from the unplanned run (a memplan bug):\n  {}\n",
+                        differences.join("\n  ")
+                    ),
+                    code: 3,
+                });
+            }
+        }
+        args = advance(&args, &result);
+    }
+    bar.finish();
+    if compare_unplanned.is_some() {
+        outln!(
+            "planned and unplanned runs agree bit for bit: {} returned value(s) and {} updated param/state tensor(s) in each of {steps} step(s)",
+            graph.returns.len(),
+            graph.updates.len()
+        );
+    }
+    if let Some(path) = save {
+        save_args(graph, &args, path)?;
+    }
+    Ok(())
+}
+
+/// Seeded arguments of `graph`, the ones in `weights` (a safetensors file) replaced.
+fn initial_args(graph: &Graph, seed: u64, weights: Option<&Path>) -> Result<memplan::exec::data::Tensors, Failure> {
+    use memplan::exec::data::{init_args, load_safetensors};
     let mut args = init_args(graph, seed);
     if let Some(path) = weights {
         for (name, tensor) in load_safetensors(path).map_err(exec_failure)? {
@@ -595,53 +879,43 @@ fn run_steps(
             }
         }
     }
-    outln!(
-        "@{}: {} ops in one arena of {}; {} step(s) on the CPU",
-        graph.name,
-        graph.ops.len(),
-        report::format_bytes(plan.arena_bytes),
-        steps
-    );
-    for step in 1..=steps {
-        let result = run_step(graph, Placement::Planned(plan), &args).map_err(exec_failure)?;
-        match result.loss() {
-            Some(loss) => outln!("step {step}: loss {loss:.6}"),
-            None => outln!("step {step}: done (no scalar loss returned)"),
-        }
-        if compare_unplanned {
-            let reference = run_step(graph, Placement::Unplanned, &args).map_err(exec_failure)?;
-            let differences = result.differences(&reference);
-            if !differences.is_empty() {
-                return Err(Failure {
-                    message: format!(
-                        "error: step {step}: the planned run differs from the unplanned run (a memplan bug):\n  {}\n",
-                        differences.join("\n  ")
-                    ),
-                    code: 3,
-                });
-            }
-        }
-        args = advance(&args, &result);
-    }
-    if compare_unplanned {
-        outln!(
-            "planned and unplanned runs agree bit for bit: {} returned value(s) and {} updated param/state tensor(s) in each of {steps} step(s)",
-            graph.returns.len(),
-            graph.updates.len()
-        );
-    }
-    if let Some(path) = save {
-        let persistent = graph
-            .args
-            .iter()
-            .filter(|&&a| graph.role(a).is_some_and(|r| r.persists()))
-            .map(|&a| {
-                let name = &graph.values[a].name;
-                (name.clone(), args[name].clone())
-            })
-            .collect();
-        save_safetensors(path, &persistent).map_err(exec_failure)?;
-        outln!("saved params and state to {}", path.display());
-    }
+    Ok(args)
+}
+
+/// Writes the params and state of `args` to a new safetensors file.
+fn save_args(graph: &Graph, args: &memplan::exec::data::Tensors, path: &Path) -> Result<(), Failure> {
+    let persistent = graph
+        .args
+        .iter()
+        .filter(|&&a| graph.role(a).is_some_and(|r| r.persists()))
+        .map(|&a| {
+            let name = &graph.values[a].name;
+            (name.clone(), args[name].clone())
+        })
+        .collect();
+    memplan::exec::data::save_safetensors(path, &persistent).map_err(exec_failure)?;
+    outln!("saved params and state to {}", path.display());
     Ok(())
+}
+
+/// `memplan run --device cuda`: see `memplan::exec::cuda::run`. Exit 1 when the GPU cannot
+/// run the step (no driver included), 3 when `--check` finds a difference.
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    graph: &Graph,
+    plan: &Plan,
+    steps: u32,
+    args: memplan::exec::data::Tensors,
+    check: bool,
+    save: Option<&Path>,
+) -> Result<(), Failure> {
+    use memplan::exec::cuda::run::{RunError, run_steps};
+    match run_steps(graph, plan, args, steps, check, save.is_some(), &mut |line| outln!("{line}")) {
+        Ok(kept) => match (save, kept) {
+            (Some(path), Some(args)) => save_args(graph, &args, path),
+            _ => Ok(()),
+        },
+        Err(e @ RunError::CheckFailed { .. }) => Err(Failure { message: format!("error: {e}\n"), code: 3 }),
+        Err(e) => Err(Failure { message: format!("error: {e}\n"), code: 1 }),
+    }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
 
 /// Bumped whenever the JSON form of a plan changes incompatibly.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The default offset alignment: CUDA's `cudaMalloc` alignment.
 pub const DEFAULT_ALIGNMENT: u64 = 256;
@@ -38,6 +38,48 @@ pub struct Plan {
     pub lower_bound: u64,
     /// What each pass saved (added in schema 2).
     pub savings: Savings,
+    /// What rematerialisation did, when the plan was made under a budget (added in schema
+    /// 3; `None` without one).
+    pub remat: Option<Remat>,
+}
+
+/// Rematerialisation under a budget: what was recomputed and what it costs.
+///
+/// The plan's graph is then the rewritten step: every recomputation is an op of its own
+/// (a *clone*), listed in `recomputes` with the op it repeats; the checker verifies each
+/// one computes the same bits as its original. Costs are the op table's FLOPs.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub struct Remat {
+    /// The budget in bytes (a fraction already resolved against `arena_without`); `None`
+    /// when the caller gave the recomputation sequence itself.
+    pub budget: Option<u64>,
+    /// The strategy that chose what to recompute (`none`, `chen-sqrt`, ...; `given` for a
+    /// caller's sequence).
+    pub strategy: String,
+    /// The arena of the same step planned without recomputation.
+    pub arena_without: u64,
+    /// FLOPs of one step without recomputation: every op that is not a clone, once.
+    pub base_flops: u64,
+    /// FLOPs of one step as planned: every op, clones included.
+    pub flops: u64,
+    /// Every clone and the op it recomputes, in schedule order.
+    pub recomputes: Vec<Recompute>,
+}
+
+impl Remat {
+    /// The extra compute as a percentage of one plain step (`0.0` when nothing was recomputed).
+    pub fn overhead_percent(&self) -> f64 {
+        if self.base_flops == 0 { 0.0 } else { (self.flops as f64 / self.base_flops as f64 - 1.0) * 100.0 }
+    }
+}
+
+/// One recomputation: op `clone` runs `of` again (same op, same attributes, inputs holding
+/// the same bits), writing fresh values that later readers read instead of `of`'s.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Recompute {
+    pub clone: OpId,
+    /// The original: an op of the step that is not itself a clone.
+    pub of: OpId,
 }
 
 /// What each pass saved: the lower bound (the most aligned bytes live at once) before and

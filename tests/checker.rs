@@ -45,6 +45,7 @@ fn plan(
         arena_bytes,
         lower_bound,
         savings: Savings { program_order: lower_bound, after_schedule: lower_bound, after_inplace: lower_bound, arena: arena_bytes },
+        remat: None,
     }
 }
 

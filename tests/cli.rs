@@ -30,7 +30,8 @@ fn plan_json_has_a_schema_version_and_the_plan() {
     let out = memplan(&["plan", "ir/models/mlp.step", "--format", "json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
-    assert_eq!(json["schema_version"], 2);
+    assert_eq!(json["schema_version"], 3);
+    assert!(json["remat"].is_null(), "no budget, no recomputation section");
     let savings = &json["savings"];
     for key in ["program_order", "after_schedule", "after_inplace", "arena"] {
         assert!(savings[key].is_u64(), "savings.{key} in {savings}");
@@ -186,4 +187,30 @@ fn schedule_refuses_bad_input_with_exit_1() {
         assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
         assert!(stderr.contains(needle) && !stderr.contains("panicked"), "{file}: {stderr}");
     }
+}
+
+#[test]
+fn run_on_cuda_without_the_feature_or_a_gpu_is_a_clear_error() {
+    let out = memplan(&["run", "ir/models/mlp.step", "--device", "cuda"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    if !cfg!(feature = "cuda") {
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("memplan was built without the `cuda` feature; rebuild with --features cuda"),
+            "{stderr}"
+        );
+    } else if out.status.success() {
+        eprintln!("a GPU is present: `run --device cuda` ran on it");
+        assert!(stdout.contains("arena      measured"), "{stdout}");
+    } else {
+        eprintln!("no GPU here: {stderr}");
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let clear = ["no CUDA driver found", "no CUDA device found", "could not be loaded"];
+        assert!(clear.iter().any(|m| stderr.contains(m)), "{stderr}");
+    }
+    // --check holds a CUDA run to the CPU reference; alone it is a usage error.
+    let out = memplan(&["run", "ir/models/mlp.step", "--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("use it with --device cuda"), "{}", text(&out.stderr));
 }

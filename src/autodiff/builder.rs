@@ -134,10 +134,13 @@ impl Builder {
         self.fresh(&base)
     }
 
-    /// Appends an argument named `base` (made unique).
+    /// Appends an argument named `base` (made unique), with the current origin's span (for
+    /// optimizer state: the `backward` statement, which reports show as its source line).
     pub fn add_arg(&mut self, base: &str, ty: TensorType, role: Role) -> ValueId {
         let name = self.fresh(base);
-        self.graph.add_arg(name, ty, role)
+        let id = self.graph.add_arg(name, ty, role);
+        self.graph.values[id].span = self.span;
+        id
     }
 
     /// Appends an `update` line.

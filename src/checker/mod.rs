@@ -6,11 +6,12 @@
 //!
 //! The checker is the referee of every planner pass and every offset solver, so it must not
 //! share their mistakes. It uses nothing from `analysis` or `passes`: it reads only the IR
-//! (values, ops, updates, returns), the op table's memory facts (`view_of`, `inplace`) and
-//! the [`Plan`] types, and recomputes roots of views, lifetimes and the lower bound with its
+//! (values, ops with their kinds and attributes, updates, returns), the op table's memory
+//! facts (`view_of`, `inplace`) and FLOPs (`flops`), and the [`Plan`] types, and recomputes
+//! roots of views, lifetimes, the lower bound and the origin of recomputed values with its
 //! own code, following the memory/time model of docs/PLANNING.md. The planner's claims
-//! (`first`, `last`, `values`, `lower_bound`) are compared against the re-derived facts,
-//! never trusted.
+//! (`first`, `last`, `values`, `lower_bound`, recomputes and their FLOPs) are compared
+//! against the re-derived facts, never trusted.
 //!
 //! # What is checked
 //!
@@ -36,6 +37,11 @@
 //!   `align_up(size, alignment)` over buffers live there (live = hull of their root values'
 //!   `[def, last]`).
 //!
+//! - Recomputes (`recompute.rs`), for a plan made under a budget: each clone is the same op
+//!   as its original (kind, attributes) and reads values holding the same bits (the same
+//!   value or a recompute of it); the FLOPs claimed are the graph's; the arena meets the
+//!   budget. With the lifetime checks, that proves every recompute rewrites the original's
+//!   bits from intact inputs.
 //! Bare buffer lists (no graph) are checked by [`check_offsets`] (`offsets.rs`): overlaps,
 //! capacity and overflow, with the same sweep.
 //!
@@ -57,6 +63,7 @@
 //! sweep lists at most [`MAX_PAIRS`] of them and then says that it stopped.
 
 mod offsets;
+mod recompute;
 mod violation;
 
 pub use offsets::check_offsets;
@@ -72,7 +79,8 @@ use crate::plan::{Plan, SCHEMA_VERSION};
 /// The most overlapping pairs one sweep reports before it stops listing them.
 pub const MAX_PAIRS: usize = 1000;
 
-/// Checks `plan` against `graph` (which must be verified); `Err` lists every violation.
+/// Checks `plan` against `graph` (which must be verified; for a plan that recomputes ops,
+/// the rewritten graph the planner returned); `Err` lists every violation.
 pub fn check(graph: &Graph, plan: &Plan) -> Result<(), Violations> {
     let mut c = Checker::new(graph, plan);
     c.header();
@@ -80,6 +88,7 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<(), Violations> {
     c.mapping();
     c.buffers();
     c.lists();
+    c.recomputes();
     if let Some(positions) = positions
         && c.mapped.is_some()
     {

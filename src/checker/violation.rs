@@ -232,6 +232,49 @@ pub enum Violation {
     #[error("buffers #{a} (live [{a_first}, {a_last}]) and #{b} (live [{b_first}, {b_last}]) share bytes [{start}, {end}) while both live")]
     ListOverlap { a: usize, a_first: usize, a_last: usize, b: usize, b_first: usize, b_last: usize, start: u128, end: u128 },
 
+    /// A recompute names an op id the graph does not have. Always a planner bug.
+    #[error("recompute {index} names {op}, but the graph has only {ops} ops")]
+    RecomputeIdOutOfRange { index: usize, op: OpId, ops: usize },
+
+    /// A recompute's original is itself a clone (or the clone itself): originals must be
+    /// ops of the step. Always a planner bug.
+    #[error("{clone} `{clone_desc}` is listed as recomputing {of} `{of_desc}`, which is not an original op (it is a clone itself)")]
+    RecomputeOfClone { clone: OpId, clone_desc: String, of: OpId, of_desc: String },
+
+    /// An op is listed as a clone more than once. Always a planner bug.
+    #[error("{clone} `{clone_desc}` is listed as a recompute twice")]
+    RecomputeListedTwice { clone: OpId, clone_desc: String },
+
+    /// A clone is not the same op as its original: another kind, other attributes, or
+    /// another number of inputs or outputs, so it need not compute the same bits. Always
+    /// a planner bug.
+    #[error("{clone} `{clone_desc}` recomputes {of} `{of_desc}` but differs from it: {what}")]
+    RecomputeDiffers { clone: OpId, clone_desc: String, of: OpId, of_desc: String, what: String },
+
+    /// A clone's input does not hold the same bits as its original's input: it is neither
+    /// the same value nor a recompute of it. Always a planner bug.
+    #[error(
+        "{clone} `{clone_desc}` recomputes {of} `{of_desc}`, but its input {input} is {clone_input_name}, which does not hold the bits of {original_input_name}"
+    )]
+    RecomputeInputDiffers {
+        clone: OpId,
+        clone_desc: String,
+        of: OpId,
+        of_desc: String,
+        input: usize,
+        clone_input_name: String,
+        original_input_name: String,
+    },
+
+    /// The FLOPs the plan claims (without and with recomputation) are not those of the
+    /// graph's ops (the op table's cost model). Always a planner bug.
+    #[error("plan claims {claimed_base} FLOPs without recomputation and {claimed} with, but they are {base} and {total}")]
+    RematFlops { claimed_base: u64, claimed: u64, base: u128, total: u128 },
+
+    /// The arena is larger than the budget the plan was made for. Always a planner bug.
+    #[error("the arena has {arena_bytes} bytes, more than the budget of {budget}")]
+    OverBudget { arena_bytes: u64, budget: u64 },
+
     /// A sweep found more than [`MAX_PAIRS`](super::MAX_PAIRS) overlapping pairs and
     /// stopped listing them (a planner bug, or a hostile plan).
     #[error("more than {shown} {what}; the rest are not listed")]

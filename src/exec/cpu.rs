@@ -29,7 +29,7 @@ use crate::ir::types::TensorType;
 use crate::plan::Plan;
 
 /// The poison word written over all memory before a run (little-endian f32 sNaN).
-const POISON: [u8; 4] = 0x7FA0_0001u32.to_le_bytes();
+pub(crate) const POISON: [u8; 4] = 0x7FA0_0001u32.to_le_bytes();
 
 /// Where values live during a run.
 #[derive(Clone, Copy, Debug)]
@@ -74,14 +74,14 @@ impl StepResult {
     }
 }
 
-/// How a value's elements sit in memory.
+/// How a value's elements sit in memory (shared with the CUDA executor's launch plans).
 #[derive(Clone, Debug)]
-struct Layout {
+pub(crate) struct Layout {
     /// The value owning the bytes.
-    root: ValueId,
-    shape: Vec<usize>,
+    pub(crate) root: ValueId,
+    pub(crate) shape: Vec<usize>,
     /// Element strides into the root's bytes.
-    strides: Vec<usize>,
+    pub(crate) strides: Vec<usize>,
 }
 
 fn dense_strides(shape: &[usize]) -> Vec<usize> {
@@ -97,7 +97,7 @@ fn dims(ty: &TensorType) -> Vec<usize> {
 }
 
 /// The layout of every value of a verified graph.
-fn layouts(graph: &Graph) -> IndexVec<ValueId, Layout> {
+pub(crate) fn layouts(graph: &Graph) -> IndexVec<ValueId, Layout> {
     let mut layouts: IndexVec<ValueId, Layout> = graph
         .values
         .iter_enumerated()

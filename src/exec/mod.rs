@@ -9,8 +9,12 @@
 //!   bools exact).
 //! - `dense.rs`: a dense `f64` interpreter (no arena, no rounding) for exact checks.
 //! - `data.rs`: step arguments as named host tensors: seeded initialisation, safetensors.
+//! - `cuda/`: the CUDA executor (its device part behind the `cuda` feature; docs/CUDA.md).
+//! - `compare.rs`: two runs compared within a tolerance per dtype (`run --check`).
 
+pub mod compare;
 pub mod cpu;
+pub mod cuda;
 pub mod data;
 pub mod dense;
 pub mod kernels;

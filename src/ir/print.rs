@@ -26,32 +26,60 @@
 //!
 //! Invariant: for every graph the parser produces, `parse(print(g)) == g` (spans aside) and
 //! `print(parse(print(g))) == print(g)`.
+//!
+//! [`print_annotated`] prints the ops in another topological order (a schedule) with notes
+//! as trailing comments (`--print-ir-after`); its text parses too.
 
 use std::fmt::Write;
 
+use crate::index::{OpId, ValueId};
 use crate::ir::graph::{Graph, Role};
 
 /// The canonical text of `graph`.
 pub fn print(graph: &Graph) -> String {
+    let order: Vec<OpId> = graph.ops.indices().collect();
+    print_annotated(graph, &order, &|_| None)
+}
+
+/// A line of printed IR that can carry a note.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Line {
+    Arg(ValueId),
+    Op(OpId),
+}
+
+/// The canonical text of `graph` with its ops in `order` (a topological order of every
+/// op, so the text still parses) and, after each argument or op line for which `note`
+/// gives one, the note as a trailing `// comment` (a note must not contain a newline).
+pub fn print_annotated(graph: &Graph, order: &[OpId], note: &dyn Fn(Line) -> Option<String>) -> String {
     let mut out = String::new();
+    let comment = |out: &mut String, line: Line| {
+        if let Some(text) = note(line) {
+            debug_assert!(!text.contains('\n'), "a note is one line");
+            let _ = write!(out, "  // {text}");
+        }
+        out.push('\n');
+    };
     // Writing to a String cannot fail, so `write!`'s results are ignored.
     let _ = write!(out, "step @{}(", graph.name);
     if !graph.args.is_empty() {
         out.push('\n');
         for &arg in &graph.args {
             let role = graph.role(arg).map_or("?", Role::name);
-            let _ = writeln!(out, "  {}: {} {role},", graph.value_name(arg), graph.values[arg].ty);
+            let _ = write!(out, "  {}: {} {role},", graph.value_name(arg), graph.values[arg].ty);
+            comment(&mut out, Line::Arg(arg));
         }
     }
     out.push_str(") {\n");
-    for (id, op) in graph.ops.iter_enumerated() {
+    for &id in order {
+        let op = &graph.ops[id];
         let outs: Vec<String> =
             op.outputs.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect();
         let _ = write!(out, "  {} = {}", outs.join(", "), graph.call_text(id));
         if let Some(loc) = &op.loc {
             let _ = write!(out, " loc({}:{})", quote(&loc.file), loc.line);
         }
-        out.push('\n');
+        comment(&mut out, Line::Op(id));
     }
     if let Some(text) = graph.backward_text() {
         let _ = writeln!(out, "  {text}");

@@ -1,7 +1,7 @@
 //! The pipeline: runs the passes in order and verifies after each one.
 //!
 //! ```text
-//! schedule ─▶ inplace ─▶ buffers ─▶ offsets
+//! schedule ─▶ inplace ─▶ remat (with a budget) ─▶ buffers ─▶ offsets
 //! ```
 //! Each pass is a free function in its own file. After every pass the pipeline re-runs the
 //! verifier on the graph and checks the schedule is a topological order of every op, and
@@ -12,15 +12,22 @@
 //! The passes take expanded steps: the full flow is parse → verify → `autodiff::expand` →
 //! verify → passes, and `run`/`plan` refuse a graph whose `backward` is still present.
 //!
-//! Rematerialisation under a budget (still to come) slots in after `inplace`.
+//! Rematerialisation (`remat/`) runs only under a budget ([`PlanOptions::budget`]): it may
+//! rewrite the step, adding *clones* of forward ops that recompute values instead of keeping
+//! them, and then in-place reuse is redone on the rewritten step. The plan then refers to
+//! the rewritten graph, so [`plan_step`] returns both; [`plan`] refuses to return a plan
+//! without its graph. [`plan_with_solver`] and [`plan_sequence`] let a caller supply the
+//! strategy or the sequence itself.
 //!
 //! The plan records what each pass saved ([`Savings`]): the lower bound (most bytes live at
 //! once) with the ops in program order, after the schedule, after in-place reuse, and the
 //! arena after offsets.
 
 pub mod buffers;
+pub mod dump;
 pub mod inplace;
 pub mod offsets;
+pub mod remat;
 pub mod schedule;
 
 use std::fmt;
@@ -34,9 +41,12 @@ use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
 use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, Savings, align_up};
+use crate::remat::{Node, Strategy};
 use buffers::Buffers;
 use inplace::Reuse;
 use offsets::Solver;
+use remat::Sequence;
+pub use remat::{ApplyError, Budget, BudgetError};
 pub use schedule::ScheduleKind;
 
 /// The passes, in pipeline order.
@@ -44,17 +54,19 @@ pub use schedule::ScheduleKind;
 pub enum Pass {
     Schedule,
     Inplace,
+    Remat,
     Buffers,
     Offsets,
 }
 
 impl Pass {
-    pub const ALL: [Pass; 4] = [Pass::Schedule, Pass::Inplace, Pass::Buffers, Pass::Offsets];
+    pub const ALL: [Pass; 5] = [Pass::Schedule, Pass::Inplace, Pass::Remat, Pass::Buffers, Pass::Offsets];
 
     pub fn name(self) -> &'static str {
         match self {
             Pass::Schedule => "schedule",
             Pass::Inplace => "inplace",
+            Pass::Remat => "remat",
             Pass::Buffers => "buffers",
             Pass::Offsets => "offsets",
         }
@@ -64,6 +76,18 @@ impl Pass {
 impl fmt::Display for Pass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Pass {
+    type Err = String;
+
+    /// A pass by its name (`Pass::ALL`), e.g. for `--print-ir-after=inplace`.
+    fn from_str(s: &str) -> Result<Pass, String> {
+        Pass::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Pass::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown pass `{s}`; the passes are {}", names.join(", "))
+        })
     }
 }
 
@@ -88,6 +112,10 @@ pub struct PlanOptions {
     pub search_nodes: u64,
     /// Stop after this pass (`run` only; `plan` always runs every pass).
     pub stop_after: Option<Pass>,
+    /// The most bytes the arena may have; `None`: no recomputation.
+    pub budget: Option<Budget>,
+    /// How to choose what to recompute under a budget.
+    pub checkpoint: Strategy,
 }
 
 impl Default for PlanOptions {
@@ -100,6 +128,8 @@ impl Default for PlanOptions {
             time_limit: Duration::from_secs(2),
             search_nodes: DEFAULT_SEARCH_NODES,
             stop_after: None,
+            budget: None,
+            checkpoint: Strategy::Auto,
         }
     }
 }
@@ -149,6 +179,33 @@ pub enum PlanError {
     #[diagnostic(transparent)]
     Invalid(VerifyErrors),
 
+    /// No plan memplan found fits the budget, even recomputing what the strategy would:
+    /// `smallest` is the smallest arena it reached (without recomputation, if nothing
+    /// helped), so a budget of `smallest` bytes is known to work.
+    #[error("the step does not fit in {budget} bytes: the smallest arena memplan reached is {smallest} bytes (strategy {strategy})")]
+    #[diagnostic(help("a budget of at least {smallest} bytes works (`--budget {smallest}`); another --checkpoint strategy may go lower"))]
+    BudgetUnmet { budget: u64, smallest: u64, strategy: String },
+
+    /// A budget given as a fraction of the arena is not a positive finite number.
+    #[error("bad budget: {0}")]
+    #[diagnostic(help("a fraction of the arena without recomputation, like 0.8x"))]
+    BadBudget(BudgetError),
+
+    /// A recomputation sequence given by the caller ([`plan_sequence`]) is not valid for
+    /// the step's problem.
+    #[error("the recomputation sequence cannot be applied: {0}")]
+    BadSequence(ApplyError),
+
+    /// The remat pass got a result it cannot use from the core (an invalid sequence from a
+    /// strategy, a malformed problem): always a planner bug.
+    #[error("rematerialisation failed (a memplan bug): {0}")]
+    RematBug(String),
+
+    /// [`plan`] was asked for a plan that recomputes ops: the plan refers to a rewritten
+    /// graph that `plan` cannot return (a caller bug: use [`plan_step`]).
+    #[error("the plan recomputes ops, so it refers to a rewritten step: use plan_step to get both")]
+    Rewritten,
+
     /// A pass broke an invariant of the graph or the schedule: always a planner bug.
     #[error("after pass {pass}: the graph no longer verifies (a memplan bug)")]
     AfterPass {
@@ -161,6 +218,9 @@ pub enum PlanError {
 /// What the pipeline produced, up to the pass it stopped after.
 #[derive(Clone, Debug)]
 pub struct Pipeline {
+    /// The step rewritten by the remat pass, when it recomputes ops (or reorders them);
+    /// `None`: everything refers to the input graph.
+    pub graph: Option<Graph>,
     pub schedule: Vec<OpId>,
     /// The in-place pairs chosen (all `None` when the pass is off).
     pub reuse: Option<Reuse>,
@@ -168,14 +228,62 @@ pub struct Pipeline {
     pub plan: Option<Plan>,
 }
 
-/// Plans `graph` with every pass.
+impl Pipeline {
+    /// The graph the schedule and the plan refer to: the rewritten one, or `input`.
+    pub fn graph<'a>(&'a self, input: &'a Graph) -> &'a Graph {
+        self.graph.as_ref().unwrap_or(input)
+    }
+}
+
+/// Plans `graph` with every pass; `Err(PlanError::Rewritten)` if the plan recomputes ops
+/// (use [`plan_step`], which returns the graph too).
 pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
     let options = PlanOptions { stop_after: None, ..options.clone() };
-    Ok(run(graph, &options)?.plan.expect("the full pipeline makes a plan"))
+    let pipeline = run(graph, &options)?;
+    if pipeline.graph.is_some() {
+        return Err(PlanError::Rewritten);
+    }
+    Ok(pipeline.plan.expect("the full pipeline makes a plan"))
+}
+
+/// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
+/// unless the remat pass rewrote it) and the plan.
+pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
+    let solver = remat::solver(options.checkpoint);
+    full(graph, options, Sequence::Solve { strategy: options.checkpoint.name(), solver: &solver })
+}
+
+/// [`plan_step`] with the caller's strategy (named `strategy` in the plan and errors).
+pub fn plan_with_solver(
+    graph: &Graph,
+    options: &PlanOptions,
+    strategy: &str,
+    solver: &remat::Solver<'_>,
+) -> Result<(Graph, Plan), PlanError> {
+    full(graph, options, Sequence::Solve { strategy, solver })
+}
+
+/// Plans `graph` running `sequence`, a valid sequence of the step's rematerialisation
+/// problem ([`remat::step_problem`] of the schedule that `run` with `stop_after:
+/// Some(Pass::Inplace)` gives); `options.budget` is ignored (the plan records none).
+pub fn plan_sequence(graph: &Graph, options: &PlanOptions, sequence: &[Node]) -> Result<(Graph, Plan), PlanError> {
+    full(graph, options, Sequence::Given(sequence))
+}
+
+fn full(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Result<(Graph, Plan), PlanError> {
+    let options = PlanOptions { stop_after: None, ..options.clone() };
+    let pipeline = run_with(graph, &options, sequence)?;
+    let plan = pipeline.plan.expect("the full pipeline makes a plan");
+    Ok((pipeline.graph.unwrap_or_else(|| graph.clone()), plan))
 }
 
 /// Runs the passes up to `options.stop_after`.
 pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> {
+    let solver = remat::solver(options.checkpoint);
+    run_with(graph, options, Sequence::Solve { strategy: options.checkpoint.name(), solver: &solver })
+}
+
+fn run_with(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Result<Pipeline, PlanError> {
     if !options.alignment.is_power_of_two() {
         return Err(PlanError::BadAlignment(options.alignment));
     }
@@ -203,7 +311,7 @@ pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> 
         }
     }
     after_pass(Pass::Schedule, graph, &schedule)?;
-    let mut pipeline = Pipeline { schedule, reuse: None, buffers: None, plan: None };
+    let mut pipeline = Pipeline { graph: None, schedule, reuse: None, buffers: None, plan: None };
     if stop(Pass::Schedule) {
         return Ok(pipeline);
     }
@@ -215,28 +323,44 @@ pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> 
         return Ok(pipeline);
     }
 
-    let buffers = buffers::assign_buffers(graph, &pipeline.schedule, reuse)?;
-    after_pass(Pass::Buffers, graph, &pipeline.schedule)?;
+    let mut buffers = buffers::assign_buffers(graph, &pipeline.schedule, reuse)?;
+    // What each pass saved: the same buffers without in-place pairs, in this schedule and
+    // in program order (all of the step before recomputation).
+    let after_inplace = lower_bound(&buffers, options.alignment)?;
+
+    let remat = match sequence {
+        Sequence::Solve { .. } if options.budget.is_none() => None,
+        _ => Some(remat::pass(graph, &mut pipeline, options, sequence)?),
+    };
+    if remat.is_some() {
+        after_pass(Pass::Remat, pipeline.graph(graph), &pipeline.schedule)?;
+    }
+    if stop(Pass::Remat) {
+        return Ok(pipeline);
+    }
+    let g = pipeline.graph(graph);
+    if pipeline.graph.is_some() {
+        buffers = buffers::assign_buffers(g, &pipeline.schedule, pipeline.reuse.as_ref().expect("set by remat"))?;
+    }
+    after_pass(Pass::Buffers, g, &pipeline.schedule)?;
     if stop(Pass::Buffers) {
         pipeline.buffers = Some(buffers);
         return Ok(pipeline);
     }
 
-    // What each pass saved: the same buffers without in-place pairs, in this schedule and
-    // in program order.
-    let after_inplace = lower_bound(&buffers, options.alignment)?;
     let no_reuse = inplace::no_reuse(graph);
-    let after_schedule =
-        lower_bound(&buffers::assign_buffers(graph, &pipeline.schedule, &no_reuse)?, options.alignment)?;
+    let scheduled = remat.as_ref().map_or(&pipeline.schedule, |r| &r.schedule);
+    let after_schedule = lower_bound(&buffers::assign_buffers(graph, scheduled, &no_reuse)?, options.alignment)?;
     let program = schedule::program_order(graph);
-    let program_order = if pipeline.schedule == program {
+    let program_order = if *scheduled == program {
         after_schedule
     } else {
         lower_bound(&buffers::assign_buffers(graph, &program, &no_reuse)?, options.alignment)?
     };
     let savings = Savings { program_order, after_schedule, after_inplace, arena: 0 };
-    let plan = assign_offsets(graph, &pipeline.schedule, &buffers, options, savings)?;
-    after_pass(Pass::Offsets, graph, &pipeline.schedule)?;
+    let mut plan = assign_offsets(g, &pipeline.schedule, &buffers, options, savings)?;
+    after_pass(Pass::Offsets, g, &pipeline.schedule)?;
+    plan.remat = remat.map(|r| r.record);
     pipeline.buffers = Some(buffers);
     pipeline.plan = Some(plan);
     Ok(pipeline)
@@ -291,6 +415,7 @@ fn assign_offsets(
         arena_bytes,
         lower_bound,
         savings: Savings { arena: arena_bytes, ..savings },
+        remat: None,
     })
 }
 

@@ -22,8 +22,28 @@
 //!
 //! A valid sequence runs every node at least once, recomputes only recomputable nodes, and
 //! runs every reader after some execution of each value it reads.
+//!
+//! **Strategies** ([`Strategy`], [`solve`]) keep the problem's order for first executions
+//! and choose recomputes by stage (`stages`): none; Chen et al.'s sqrt(n) and greedy
+//! (`chen`); a near-optimal search (`search`; docs/PLANNING.md, "Rematerialisation");
+//! `auto`, the cheapest of them that fits. Every result is re-checked with [`evaluate`]
+//! before it is returned: a strategy never returns a sequence over budget.
+
+pub mod bound;
+pub mod chen;
+pub mod cli;
+pub mod search;
+pub mod stages;
+#[cfg(test)]
+mod random_tests;
+#[cfg(test)]
+mod testing;
+
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
+
+use stages::{Plan, Sim};
 
 /// A node: an index in `0..n`.
 pub type Node = u32;
@@ -35,6 +55,9 @@ pub struct NodeInfo {
     pub cost: u64,
     /// It may run more than once (a forward op without effects).
     pub recomputable: bool,
+    /// It belongs to the forward pass: Chen's strategies checkpoint or recompute only
+    /// these (the near-optimal search may recompute any recomputable node).
+    pub forward: bool,
 }
 
 /// A value written by at most one node and read by any number.
@@ -171,10 +194,38 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
 }
 
 /// How to choose what to recompute.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum Strategy {
     /// Recompute nothing: the problem's own order.
     None,
+    /// Chen et al.'s sqrt(n): every ⌊√k⌋-th of the k articulation points is a checkpoint.
+    ChenSqrt,
+    /// Chen et al.'s greedy segment-budget sweep: its cheapest point that fits.
+    ChenGreedy,
+    /// The greedy on bytes over budget per unit of compute, then a ruin-and-recreate search.
+    NearOptimal,
+    /// The cheapest of the strategies above that fits.
+    Auto,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 5] = [Strategy::None, Strategy::ChenSqrt, Strategy::ChenGreedy, Strategy::NearOptimal, Strategy::Auto];
+
+    /// The command line's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+            Strategy::ChenSqrt => "chen-sqrt",
+            Strategy::ChenGreedy => "chen-greedy",
+            Strategy::NearOptimal => "near-optimal",
+            Strategy::Auto => "auto",
+        }
+    }
+
+    /// The strategy spelled `name` on the command line.
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 /// A strategy's sequence and what it costs.
@@ -182,32 +233,91 @@ pub enum Strategy {
 pub struct Solution {
     pub sequence: Vec<Node>,
     pub eval: Eval,
+    /// The strategy that found it (for `auto`, the one that won).
+    pub strategy: Strategy,
 }
 
 /// Why no sequence fits a budget.
 #[derive(Clone, PartialEq, Eq, Debug, Error)]
 pub enum RematError {
-    /// No sequence found fits the budget; `smallest` is the smallest peak found that does.
+    /// No strategy found a sequence that fits the budget; `smallest` is the smallest peak
+    /// found (the smallest budget that works).
     #[error("no schedule fits {budget} bytes; the smallest peak found is {smallest} bytes")]
     Infeasible { budget: u64, smallest: u64 },
+    /// The chosen strategy does not fit the budget, though another does: `reached` is the
+    /// strategy's lowest peak, `smallest` the smallest peak found by any.
+    #[error("{} reaches at best {reached} bytes, over the budget of {budget}; near-optimal fits it (its smallest peak is {smallest} bytes)", strategy.name())]
+    StrategyCannot { strategy: Strategy, budget: u64, reached: u64, smallest: u64 },
+    /// A strategy's sequence is over budget by the evaluation rule although the simulator
+    /// said it fits: always a memplan bug.
+    #[error("internal error: {}'s sequence peaks at {peak} bytes, over the budget of {budget} (a memplan bug)", strategy.name())]
+    OverBudget { strategy: Strategy, peak: u64, budget: u64 },
     /// The problem itself is malformed (its own order is not a valid sequence): always a
     /// bug in whoever built it.
     #[error("the problem's own order is invalid: {0}")]
     BadProblem(SequenceError),
 }
 
-/// Finds a sequence whose peak is at most `budget`, at the least cost the strategy can.
+/// The time limit of [`solve`].
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(1);
+
+/// Finds a sequence whose peak is at most `budget`, at the least cost the strategy can,
+/// within [`DEFAULT_TIME_LIMIT`].
 pub fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> Result<Solution, RematError> {
-    match strategy {
-        Strategy::None => {
-            let sequence: Vec<Node> = (0..problem.nodes.len() as Node).collect();
-            let eval = evaluate(problem, &sequence).map_err(RematError::BadProblem)?;
-            if eval.peak > budget {
-                return Err(RematError::Infeasible { budget, smallest: eval.peak });
+    solve_with(problem, budget, strategy, DEFAULT_TIME_LIMIT)
+}
+
+/// [`solve`] with a time limit for the search (`near-optimal`, `auto`, and finding the
+/// smallest peak when a budget cannot be met). The search's result does not depend on the
+/// limit unless the limit cuts it short.
+pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit: Duration) -> Result<Solution, RematError> {
+    let deadline = Instant::now() + time_limit;
+    let plain: Vec<Node> = (0..problem.nodes.len() as Node).collect();
+    evaluate(problem, &plain).map_err(RematError::BadProblem)?;
+    let mut sim = Sim::new(problem);
+    let mut chen_plans = vec![(chen::sqrt_plan(&sim), Strategy::ChenSqrt)];
+    chen_plans.extend(chen::greedy_plans(&sim).into_iter().map(|p| (p, Strategy::ChenGreedy)));
+    let seeds: Vec<Plan> = chen_plans.iter().map(|(p, _)| p.clone()).collect();
+    let own: Vec<(Plan, Strategy)> = match strategy {
+        Strategy::None => vec![(Plan::empty(problem.nodes.len()), strategy)],
+        Strategy::ChenSqrt | Strategy::ChenGreedy => chen_plans.into_iter().filter(|(_, s)| *s == strategy).collect(),
+        Strategy::NearOptimal | Strategy::Auto => match search::near_optimal(problem, budget, &seeds, deadline) {
+            Ok(plan) if strategy == Strategy::Auto => {
+                let mut all = chen_plans;
+                all.insert(0, (plan, Strategy::NearOptimal));
+                all
             }
-            Ok(Solution { sequence, eval })
+            Ok(plan) => vec![(plan, Strategy::NearOptimal)],
+            Err(smallest) => return Err(RematError::Infeasible { budget, smallest }),
+        },
+    };
+    // The cheapest that fits (then the lowest peak; earlier plans win ties).
+    let mut best: Option<((u64, u64), usize)> = None;
+    let mut reached = u64::MAX;
+    for (i, (plan, _)) in own.iter().enumerate() {
+        let score = sim.score(plan, budget);
+        reached = reached.min(score.peak);
+        let key = (score.extra, score.peak);
+        if score.peak <= budget && best.is_none_or(|(k, _)| key < k) {
+            best = Some((key, i));
         }
     }
+    let Some((_, i)) = best else {
+        return Err(match search::near_optimal(problem, budget, &seeds, deadline) {
+            Ok(plan) => {
+                let smallest = search::smallest_peak(problem, &seeds, deadline).min(sim.score(&plan, budget).peak);
+                RematError::StrategyCannot { strategy, budget, reached, smallest }
+            }
+            Err(smallest) => RematError::Infeasible { budget, smallest },
+        });
+    };
+    let (plan, found_by) = &own[i];
+    let sequence = plan.sequence();
+    let eval = evaluate(problem, &sequence).map_err(RematError::BadProblem)?;
+    if eval.peak > budget {
+        return Err(RematError::OverBudget { strategy: *found_by, peak: eval.peak, budget });
+    }
+    Ok(Solution { sequence, eval, strategy: *found_by })
 }
 
 #[cfg(test)]
@@ -216,7 +326,7 @@ mod tests {
 
     /// a → b → c, and a → c: a chain with a skip.
     fn chain() -> Problem {
-        let node = |cost| NodeInfo { cost, recomputable: true };
+        let node = |cost| NodeInfo { cost, recomputable: true, forward: true };
         let value = |size, def, readers: &[Node]| Value { size, def: Some(def), readers: readers.to_vec(), to_end: false };
         Problem { nodes: vec![node(1), node(2), node(3)], values: vec![value(10, 0, &[1, 2]), value(5, 1, &[2]), value(1, 2, &[])] }
     }

@@ -1,25 +1,52 @@
-//! Reports of a plan for people (text) and tools (JSON).
+//! Reports of a plan for people (text, SVG, `memplan report`, `memplan diff`) and tools
+//! (JSON, Chrome trace, CSV). docs/REPORTS.md describes every form.
 //!
-//! [`Report::new`] computes every figure once from a graph and its plan; `text.rs`
-//! renders it for people and `json.rs` serialises the same struct, so the two forms never
-//! disagree. Everything here is deterministic: names and orders come from the graph and the
+//! [`Report::new`] computes the headline figures once from a graph and its plan; `text.rs`
+//! renders them for people and `json.rs` serialises the same struct, so the two forms never
+//! disagree. The other forms render a [`Subject`] (graph, plan, source locations):
+//! `svg.rs` (a picture of the arena), `trace.rs` (Chrome trace events), `csv.rs`
+//! (minimalloc's buffer list with offsets), `live.rs` (the live set at one step, grouped),
+//! `diff.rs` (two plans side by side); `emit.rs` writes the files of `plan --emit`. Everything here is deterministic: names and orders come from the graph and the
 //! plan, never from hashing, timing or paths.
 
+pub mod csv;
+pub mod diff;
+pub mod emit;
 pub mod json;
+pub mod live;
+pub mod locs;
+pub mod svg;
 pub mod text;
+pub mod trace;
 
 use serde::Serialize;
 
 use crate::analysis::classes::{Class, classify};
-use crate::analysis::liveness::lifetimes;
+use crate::analysis::liveness::{Lifetimes, lifetimes};
 use indexmap::IndexMap;
 
 use crate::index::{BufferId, ValueId};
 use crate::ir::graph::Graph;
 use crate::plan::{Plan, Savings, align_up};
+use locs::Locs;
 
-/// Version of the JSON report; bumped on incompatible changes.
-pub const REPORT_SCHEMA_VERSION: u32 = 2;
+/// Version of the JSON report; bumped on incompatible changes. Schema 3 added `source`,
+/// `value_locs` and `ir` (the step itself), so a report file can be read back
+/// (`json::load`), and the plan's `remat` record (what a budget made memplan recompute).
+pub const REPORT_SCHEMA_VERSION: u32 = 3;
+
+/// A planned step and where it came from: what `memplan report`, `diff` and every emitted
+/// file render. The plan is a plan of `graph` that passed the checker.
+#[derive(Clone, Debug)]
+pub struct Subject {
+    /// The file as the user named it (a .step file or a plan JSON).
+    pub source: String,
+    /// The expanded step, value ids in canonical order (as `parse(print(graph))` numbers them).
+    pub graph: Graph,
+    pub plan: Plan,
+    /// Where each value comes from in the user's source.
+    pub locs: Locs,
+}
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -35,6 +62,8 @@ pub struct Report {
     /// What each pass saved (schema 2): the lower bound in program order, after the schedule,
     /// after in-place reuse, and the arena after offsets.
     pub savings: Savings,
+    /// Recomputation under a budget (schema 3); `None` without a budget.
+    pub remat: Option<RematReport>,
     pub peak: Peak,
     /// Bytes per class, in `Class::ALL` order.
     pub classes: Vec<ClassBytes>,
@@ -43,6 +72,34 @@ pub struct Report {
     pub plan: Plan,
     /// The name of every value, by id.
     pub value_names: Vec<String>,
+}
+
+/// What recomputation did: the budget and whether it is met, the ops recomputed, the cost.
+#[derive(Clone, Debug, Serialize)]
+pub struct RematReport {
+    pub strategy: String,
+    /// The budget in bytes; `None` when the caller gave the sequence.
+    pub budget: Option<u64>,
+    /// The arena without recomputation.
+    pub arena_without: u64,
+    /// The arena with it (= `arena_bytes`).
+    pub arena: u64,
+    /// How many ops are recomputations.
+    pub count: usize,
+    /// Each recomputing op as IR text, in schedule order, with the op it repeats:
+    /// `{"op": "%h.remat1 = matmul(%x, %w1)", "of": "%h = matmul(%x, %w1)"}`.
+    pub recomputed: Vec<RecomputedOp>,
+    /// FLOPs of one step without recomputation, and the extra FLOPs recomputation adds.
+    pub base_flops: u64,
+    pub extra_flops: u64,
+    /// The extra FLOPs in % of one step.
+    pub overhead_percent: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RecomputedOp {
+    pub op: String,
+    pub of: String,
 }
 
 /// The schedule position where the most bytes are live.
@@ -74,7 +131,7 @@ pub struct ClassBytes {
     pub class: Class,
     /// Bytes of values of this class live at the peak.
     pub at_peak: u64,
-    /// Bytes of buffers whose first value has this class, rounded up to the alignment.
+    /// Bytes of buffers of this class (see `BufferRow::class`), rounded up to the alignment.
     pub buffers: u64,
 }
 
@@ -85,6 +142,8 @@ pub struct BufferRow {
     pub bytes: u64,
     pub first: usize,
     pub last: usize,
+    /// The class of the value that holds the buffer for the most steps; a param's or
+    /// state's buffer is theirs.
     pub class: Class,
     /// The values it holds, in write order, each `%name: type`.
     pub values: Vec<String>,
@@ -96,22 +155,7 @@ impl Report {
         let classes = classify(graph);
         let life = lifetimes(graph, &plan.schedule);
         let peak_position = peak_position(plan);
-        // At the peak, each buffer counts once: when an op hands a buffer over in place
-        // (or an update lands in its param's buffer), the value written there holds it.
-        let mut holder: IndexMap<BufferId, ValueId> = IndexMap::new();
-        if let Some(t) = peak_position {
-            for v in graph.values.indices().filter(|&v| life.is_root(v) && life.def[v] <= t && t <= life.last[v]) {
-                // Written later wins; at position 0 an op's output is written after the arguments.
-                let written = |v: ValueId| (life.def[v], graph.def_op(v).is_some());
-                let slot = holder.entry(plan.value_buffer[v]).or_insert(v);
-                if written(v) > written(*slot) {
-                    *slot = v;
-                }
-            }
-        }
-        let mut live: Vec<(ValueId, u64)> =
-            holder.values().map(|&v| (v, graph.values[v].ty.bytes().unwrap_or(u64::MAX))).collect();
-        live.sort_by_key(|&(v, bytes)| (std::cmp::Reverse(bytes), v));
+        let live = peak_position.map(|t| live_at(graph, plan, &life, t)).unwrap_or_default();
         let peak_op = peak_position.map(|t| plan.schedule[t]);
         let peak = Peak {
             position: peak_position,
@@ -128,7 +172,23 @@ impl Report {
                 })
                 .collect(),
         };
-        let buffer_class = |values: &[ValueId]| values.first().map_or(Class::Temp, |&v| classes[v]);
+        // A buffer's class is that of the value holding it for the most steps (the first
+        // such), so a buffer an activation is written into in place is an activation's;
+        // but a param's or state's buffer stays theirs (their memory across steps, whatever
+        // computes the update).
+        let buffer_class = |b: &crate::plan::Buffer| {
+            if let Some(&first) = b.values.first()
+                && matches!(classes[first], Class::Param | Class::State)
+            {
+                return classes[first];
+            }
+            let held = |i: usize| {
+                let until = b.values.get(i + 1).map_or(b.last.saturating_add(1), |&next| life.def[next]);
+                until.saturating_sub(life.def[b.values[i]])
+            };
+            let longest = (0..b.values.len()).rev().max_by_key(|&i| held(i));
+            longest.map_or(Class::Temp, |i| classes[b.values[i]])
+        };
         let class_bytes = Class::ALL
             .iter()
             .map(|&class| ClassBytes {
@@ -137,7 +197,7 @@ impl Report {
                 buffers: plan
                     .buffers
                     .iter()
-                    .filter(|b| buffer_class(&b.values) == class)
+                    .filter(|b| buffer_class(b) == class)
                     .map(|b| align_up(b.size, plan.alignment).unwrap_or(u64::MAX))
                     .fold(0u64, u64::saturating_add),
             })
@@ -151,7 +211,7 @@ impl Report {
                 bytes: b.size,
                 first: b.first,
                 last: b.last,
-                class: buffer_class(&b.values),
+                class: buffer_class(b),
                 values: b.values.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect(),
             })
             .collect();
@@ -165,6 +225,22 @@ impl Report {
             lower_bound: plan.lower_bound,
             ratio: plan.ratio(),
             savings: plan.savings,
+            remat: plan.remat.as_ref().map(|r| RematReport {
+                strategy: r.strategy.clone(),
+                budget: r.budget,
+                arena_without: r.arena_without,
+                arena: plan.arena_bytes,
+                count: r.recomputes.len(),
+                recomputed: r
+                    .recomputes
+                    .iter()
+                    .filter(|x| x.clone.0 < graph.ops.len() as u32 && x.of.0 < graph.ops.len() as u32)
+                    .map(|x| RecomputedOp { op: graph.describe_op(x.clone), of: graph.describe_op(x.of) })
+                    .collect(),
+                base_flops: r.base_flops,
+                extra_flops: r.flops.saturating_sub(r.base_flops),
+                overhead_percent: r.overhead_percent(),
+            }),
             peak,
             classes: class_bytes,
             buffers,
@@ -174,27 +250,50 @@ impl Report {
     }
 }
 
-/// The first schedule position where the aligned bytes of live buffers are the most.
-fn peak_position(plan: &Plan) -> Option<usize> {
-    let n = plan.schedule.len();
-    if n == 0 {
-        return None;
-    }
-    let mut delta = vec![0i128; n + 1];
-    for b in &plan.buffers {
-        let size = align_up(b.size, plan.alignment).unwrap_or(u64::MAX) as i128;
-        delta[b.first.min(n)] += size;
-        delta[(b.last + 1).min(n)] -= size;
-    }
-    let (mut live, mut best, mut at) = (0i128, -1i128, 0usize);
-    for (t, d) in delta.iter().take(n).enumerate() {
-        live += d;
-        if live > best {
-            best = live;
-            at = t;
+/// The values holding bytes at schedule position `t`, one per live buffer, with their
+/// bytes, largest first (ties in value id order). When an op hands a buffer over in place
+/// (or an update lands in its param's buffer), the value written there holds it.
+pub fn live_at(graph: &Graph, plan: &Plan, life: &Lifetimes, t: usize) -> Vec<(ValueId, u64)> {
+    let mut holder: IndexMap<BufferId, ValueId> = IndexMap::new();
+    for v in graph.values.indices().filter(|&v| life.is_root(v) && life.def[v] <= t && t <= life.last[v]) {
+        // Written later wins; at position 0 an op's output is written after the arguments.
+        let written = |v: ValueId| (life.def[v], graph.def_op(v).is_some());
+        let slot = holder.entry(plan.value_buffer[v]).or_insert(v);
+        if written(v) > written(*slot) {
+            *slot = v;
         }
     }
-    Some(at)
+    let mut live: Vec<(ValueId, u64)> =
+        holder.values().map(|&v| (v, graph.values[v].ty.bytes().unwrap_or(u64::MAX))).collect();
+    live.sort_by_key(|&(v, bytes)| (std::cmp::Reverse(bytes), v));
+    live
+}
+
+/// The aligned bytes of the buffers live at each schedule position (saturating at
+/// `u64::MAX`); its maximum is the plan's lower bound.
+pub fn live_bytes(plan: &Plan) -> Vec<u64> {
+    let n = plan.schedule.len();
+    let mut delta = vec![0i128; n + 1];
+    for b in &plan.buffers {
+        let size = i128::from(align_up(b.size, plan.alignment).unwrap_or(u64::MAX));
+        delta[b.first.min(n)] += size;
+        delta[b.last.saturating_add(1).min(n)] -= size;
+    }
+    let mut live = 0i128;
+    delta[..n]
+        .iter()
+        .map(|d| {
+            live += d;
+            u64::try_from(live).unwrap_or(u64::MAX)
+        })
+        .collect()
+}
+
+/// The first schedule position where the aligned bytes of live buffers are the most.
+pub fn peak_position(plan: &Plan) -> Option<usize> {
+    let live = live_bytes(plan);
+    let best = *live.iter().max()?;
+    live.iter().position(|&bytes| bytes == best)
 }
 
 /// `802816 B (784.0 KiB)`: exact bytes, and a binary-prefixed figure beside them.

@@ -1,13 +1,14 @@
 //! The text report: what a person reads first.
 //!
 //! Sections: the headline figures (arena, lower bound, their ratio), what each pass saved,
-//! the peak (where, which op, which values are live there, largest first), bytes by class,
-//! and the buffer table.
+//! recomputation under a budget (when there is one: the budget met, the cost, the ops
+//! recomputed), the peak (where, which op, which values are live there, largest first),
+//! bytes by class, and the buffer table.
 
 use std::fmt::Write;
 
 use crate::plan::Savings;
-use crate::report::{Report, format_bytes};
+use crate::report::{RematReport, Report, format_bytes};
 
 /// Renders `report` as text; `top` limits the live values listed at the peak.
 pub fn render(report: &Report, top: usize) -> String {
@@ -27,8 +28,12 @@ pub fn render(report: &Report, top: usize) -> String {
     let _ = writeln!(w, "lower bound  {}", format_bytes(report.lower_bound));
     let _ = writeln!(w, "ratio        {:.4} (arena / lower bound; 1 is the best any offsets can do)", report.ratio);
     let _ = writeln!(w);
-    savings(w, &report.savings);
+    savings(w, &report.savings, report.remat.as_ref().map(|_| report.lower_bound));
     let _ = writeln!(w);
+    if let Some(remat) = &report.remat {
+        recomputation(w, remat, top);
+        let _ = writeln!(w);
+    }
     let peak = &report.peak;
     match (&peak.position, &peak.op) {
         (Some(t), Some(op)) => {
@@ -78,15 +83,21 @@ pub fn render(report: &Report, top: usize) -> String {
     out
 }
 
-/// The "what each pass saved" section: each figure and its change from the line above.
-fn savings(w: &mut String, s: &Savings) {
+/// The "what each pass saved" section: each figure and its change from the line above;
+/// `after_remat` is the lower bound after recomputation, when the plan has a budget.
+fn savings(w: &mut String, s: &Savings, after_remat: Option<u64>) {
     let _ = writeln!(w, "what each pass saved (lower bound = most bytes live at once)");
-    let rows = [
+    let mut rows = vec![
         ("program order (lower bound)", s.program_order, None),
         ("after schedule", s.after_schedule, Some(s.program_order)),
         ("after in-place", s.after_inplace, Some(s.after_schedule)),
-        ("arena after offsets", s.arena, Some(s.after_inplace)),
     ];
+    let mut last = s.after_inplace;
+    if let Some(bytes) = after_remat {
+        rows.push(("after recomputation", bytes, Some(last)));
+        last = bytes;
+    }
+    rows.push(("arena after offsets", s.arena, Some(last)));
     for (label, bytes, before) in rows {
         let change = match before {
             Some(before) => format!("  {}", change(before, bytes)),
@@ -96,8 +107,36 @@ fn savings(w: &mut String, s: &Savings) {
     }
 }
 
+/// The "recomputation" section: the budget and whether it is met, the cost, the ops
+/// recomputed (at most `top`).
+fn recomputation(w: &mut String, r: &RematReport, top: usize) {
+    let _ = writeln!(w, "recomputation (strategy {})", r.strategy);
+    match r.budget {
+        Some(budget) => {
+            let met = if r.arena <= budget { "met" } else { "NOT met" };
+            let _ = writeln!(w, "  budget          {}: {met}, arena {}", format_bytes(budget), format_bytes(r.arena));
+        }
+        None => {
+            let _ = writeln!(w, "  budget          none (the recomputation sequence was given); arena {}", format_bytes(r.arena));
+        }
+    }
+    let _ = writeln!(w, "  without it      arena {}", format_bytes(r.arena_without));
+    let _ = writeln!(
+        w,
+        "  recomputed      {} op(s), +{} FLOPs: {:+.2}% of one step ({} FLOPs)",
+        r.count, r.extra_flops, r.overhead_percent, r.base_flops
+    );
+    let width = r.recomputed.iter().take(top).map(|x| x.op.len()).max().unwrap_or(0);
+    for x in r.recomputed.iter().take(top) {
+        let _ = writeln!(w, "    {:width$}  repeats `{}`", x.op, x.of);
+    }
+    if r.recomputed.len() > top {
+        let _ = writeln!(w, "    ... and {} more", r.recomputed.len() - top);
+    }
+}
+
 /// `-1234 B (-5.67%)`, `+0 B` or `+12 B (+0.10%)`: the change from `before` to `after`.
-fn change(before: u64, after: u64) -> String {
+pub(crate) fn change(before: u64, after: u64) -> String {
     let delta = i128::from(after) - i128::from(before);
     if delta == 0 || before == 0 {
         return format!("{delta:+} B");

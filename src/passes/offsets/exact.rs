@@ -40,7 +40,7 @@
 
 use std::time::Instant;
 
-pub use super::minimize::minimize;
+pub use super::minimize::{minimize, minimize_reporting};
 use crate::analysis::liveness::Live;
 
 /// The verdict of [`exact`] at one capacity.

@@ -12,6 +12,7 @@ use std::time::Instant;
 use super::exact::{Base, ExactResult, Limits, Prepared, Restart};
 use super::{Solution, arena_of};
 use crate::analysis::liveness::Live;
+use crate::progress::{Progress, Silent};
 
 /// Search nodes each probe may take in the first round (doubled each round without a
 /// jump).
@@ -33,6 +34,25 @@ const PROBE_STEPS: u32 = 5;
 /// ends the search); every other probe gets a share of nodes that doubles after a round
 /// without a jump (nothing found, or only just below the best).
 pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits) -> Solution {
+    minimize_reporting(intervals, lower_bound, start, limits, &Silent)
+}
+
+/// [`minimize`], reporting to `progress` before each round of probes: the milliseconds
+/// spent of those until the deadline, the best arena and the bound proved so far.
+pub fn minimize_reporting(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits, progress: &dyn Progress) -> Solution {
+    let began = Instant::now();
+    let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    progress.start("exact offsets", millis(limits.deadline.saturating_duration_since(began)));
+    let best = minimize_rounds(intervals, lower_bound, start, limits, &|best: &Solution, proved: u64| {
+        progress.update(millis(began.elapsed()), &format!("best arena {} B, none below {proved} B", best.arena));
+    });
+    progress.finish();
+    best
+}
+
+/// The search of [`minimize`]; `round` hears the best solution and the proved bound before
+/// each round.
+fn minimize_rounds(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits, round: &dyn Fn(&Solution, u64)) -> Solution {
     let mut best = start;
     let mut prepared = Prepared::new(intervals);
     if !prepared.base.as_ref().is_some_and(Base::searchable) {
@@ -47,6 +67,7 @@ pub fn minimize(intervals: &[Live], lower_bound: u64, start: Solution, limits: L
     // Where the search at each probed capacity goes on.
     let mut restarts: HashMap<u64, Restart> = HashMap::new();
     loop {
+        round(&best, lo);
         if best.arena <= lo {
             best.proved_optimal = true;
             return best;

@@ -129,6 +129,16 @@ pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, Sol
 
 /// [`solve`], recording every algorithm it ran (in run order) in `log`.
 pub fn solve_logged(intervals: &[Live], options: &SolveOptions, log: &mut Vec<Attempt>) -> Result<Solution, SolveError> {
+    solve_reporting(intervals, options, log, &crate::progress::Silent)
+}
+
+/// [`solve_logged`], reporting the exact search's progress to `progress`.
+pub fn solve_reporting(
+    intervals: &[Live],
+    options: &SolveOptions,
+    log: &mut Vec<Attempt>,
+    progress: &dyn crate::progress::Progress,
+) -> Result<Solution, SolveError> {
     let started = Instant::now();
     let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
     use Heuristic::*;
@@ -174,7 +184,7 @@ pub fn solve_logged(intervals: &[Live], options: &SolveOptions, log: &mut Vec<At
         if solution.arena > wanted && !remaining.is_zero() {
             let t = Instant::now();
             let limits = exact::Limits { deadline: Instant::now().checked_add(remaining).unwrap_or_else(Instant::now), nodes: options.search_nodes };
-            let (found, proved_infeasible) = exact_step(intervals, lower, solution.clone(), options.capacity, limits)?;
+            let (found, proved_infeasible) = exact_step(intervals, lower, solution.clone(), options.capacity, limits, progress)?;
             let improved = found.arena < solution.arena;
             log.push(Attempt { method: Method::Exact, arena: found.arena, elapsed: t.elapsed(), chosen: improved });
             if improved {
@@ -244,9 +254,16 @@ fn run_parallel(intervals: &[Live], methods: &[Heuristic]) -> Vec<(Option<Vec<u6
 /// for a placement within it; without one it minimises the arena. Returns the solution
 /// (`best` itself when nothing better was found in time) and whether the search proved that
 /// nothing fits the capacity.
-fn exact_step(intervals: &[Live], lower: u64, best: Solution, capacity: Option<u64>, limits: exact::Limits) -> Result<(Solution, bool), SolveError> {
+fn exact_step(
+    intervals: &[Live],
+    lower: u64,
+    best: Solution,
+    capacity: Option<u64>,
+    limits: exact::Limits,
+    progress: &dyn crate::progress::Progress,
+) -> Result<(Solution, bool), SolveError> {
     match capacity {
-        None => Ok((exact::minimize(intervals, lower, best, limits), false)),
+        None => Ok((exact::minimize_reporting(intervals, lower, best, limits, progress), false)),
         Some(capacity) => match exact::exact(intervals, capacity, limits) {
             exact::ExactResult::Found(offsets) => {
                 let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;

@@ -1,0 +1,416 @@
+//! Comparing two runs of a step within a tolerance per dtype: what `memplan run --device cuda
+//! --check` uses to hold the CUDA executor to the CPU reference.
+//!
+//! The CPU reference computes every op in `f64` and rounds once when it stores a result; the
+//! CUDA kernels accumulate in `f32` (cuBLAS and reductions add in other orders), so floats
+//! agree only up to a tolerance: 1e-4 for f32, 2e-2 for f16 and bf16. Integers and bools
+//! must agree exactly.
+//!
+//! The error of one element is `|got − want| / max(|want|, rms(want))`: relative to the
+//! element where it is large, relative to the tensor's root-mean-square where it is small
+//! (an element near zero that is the difference of large terms carries the absolute error
+//! of those terms; a purely elementwise relative test would fail on it for no reason). A
+//! NaN must meet a NaN and an infinity the same infinity; an all-zero reference demands
+//! exact zeros.
+//!
+//! Some results no f32 executor can reproduce: ill-conditioned arithmetic, such as the mean
+//! of a normalised tensor or the gradient of a bias softmax cancels (0 in theory, rounding
+//! noise in practice), a gradient that is a sum of terms cancelling to a tiny value, or
+//! Adam's step on such gradients (whose size depends on the gradient's relative error near
+//! `eps`). [`check_step`] tells those apart from errors with a probe: the step computed in
+//! f64 with every argument and every op's output nudged by a random relative [`nudge`] of
+//! its dtype (about one rounding of an f32 accumulation, or one ulp of f16/bf16). Where that
+//! moves the reference beyond an element's tolerance, the element is *rounding noise*: any
+//! correct executor may land anywhere in it. Noise is not compared (and is reported);
+//! everything else must pass.
+
+use indexmap::IndexMap;
+
+use crate::exec::cpu::{Placement, StepResult, run_step};
+use crate::exec::data::{HostTensor, Rng, Tensors};
+use crate::exec::{Dense, ExecError, kernels};
+use crate::index::{IndexVec, ValueId};
+use crate::ir::graph::Graph;
+use crate::ir::types::DType;
+use crate::plan::Plan;
+
+/// The largest error (see the module docs) a tensor of `dtype` may show.
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-4,
+        DType::F16 | DType::Bf16 => 2e-2,
+        DType::I32 | DType::I64 | DType::Bool => 0.0,
+    }
+}
+
+/// How one tensor compared.
+#[derive(Clone, PartialEq, Debug)]
+pub struct TensorCheck {
+    /// `return` or `update`.
+    pub what: &'static str,
+    /// The value's name (for updates, the target's).
+    pub name: String,
+    pub dtype: DType,
+    /// The largest element error (infinite for a type mismatch, a missing tensor or a
+    /// NaN/infinity where the reference has none).
+    pub error: f64,
+    /// The element with that error (row-major index), if any.
+    pub worst: Option<usize>,
+    /// That element in both runs.
+    pub got: f64,
+    pub want: f64,
+    /// Elements left out as rounding noise of the reference (see the module docs).
+    pub noise: usize,
+}
+
+impl TensorCheck {
+    pub fn passed(&self) -> bool {
+        self.error <= tolerance(self.dtype)
+    }
+}
+
+/// Every returned and updated tensor of `got` compared with `want` (the reference).
+pub fn compare_results(got: &StepResult, want: &StepResult) -> Vec<TensorCheck> {
+    let mut out = Vec::new();
+    for (what, got, want) in [("return", &got.returns, &want.returns), ("update", &got.updated, &want.updated)] {
+        for (name, w) in want {
+            let check = match got.get(name) {
+                Some(g) => compare_tensors(what, name, g, w),
+                None => TensorCheck {
+                    what,
+                    name: name.clone(),
+                    dtype: w.ty.dtype,
+                    error: f64::INFINITY,
+                    worst: None,
+                    got: f64::NAN,
+                    want: f64::NAN,
+                    noise: 0,
+                },
+            };
+            out.push(check);
+        }
+    }
+    out
+}
+
+/// One tensor against its reference.
+pub fn compare_tensors(what: &'static str, name: &str, got: &HostTensor, want: &HostTensor) -> TensorCheck {
+    compare_masked(what, name, got, want, None)
+}
+
+/// Root-mean-square of the finite values.
+fn rms(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut sum, mut n) = (0.0, 0usize);
+    for x in values.filter(|x| x.is_finite()) {
+        sum += x * x;
+        n += 1;
+    }
+    if n == 0 { 0.0 } else { (sum / n as f64).sqrt() }
+}
+
+/// One tensor against its reference, leaving out the elements `probe` (when given) moves
+/// beyond their tolerance: rounding noise.
+fn compare_masked(
+    what: &'static str,
+    name: &str,
+    got: &HostTensor,
+    want: &HostTensor,
+    probe: Option<&[f64]>,
+) -> TensorCheck {
+    let mut check = TensorCheck {
+        what,
+        name: name.to_string(),
+        dtype: want.ty.dtype,
+        error: 0.0,
+        worst: None,
+        got: f64::NAN,
+        want: f64::NAN,
+        noise: 0,
+    };
+    if got.ty != want.ty || got.bytes.len() != want.bytes.len() {
+        check.error = f64::INFINITY;
+        return check;
+    }
+    let (g, w) = (got.to_f64(), want.to_f64());
+    let rms = rms(w.iter().copied());
+    let tolerance = tolerance(check.dtype);
+    for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+        if probe.is_some_and(|p| p.get(i).is_some_and(|&x| element_error(x, b, rms) > tolerance)) {
+            check.noise += 1;
+            continue;
+        }
+        let error = element_error(a, b, rms);
+        if error > check.error || check.worst.is_none() {
+            check.error = error.max(check.error);
+            check.worst = Some(i);
+            check.got = a;
+            check.want = b;
+        }
+    }
+    check
+}
+
+/// The error of `got` against `want` in a tensor whose reference has root-mean-square `rms`.
+fn element_error(got: f64, want: f64, rms: f64) -> f64 {
+    if want.is_nan() || got.is_nan() {
+        return if want.is_nan() && got.is_nan() { 0.0 } else { f64::INFINITY };
+    }
+    if want.is_infinite() || got.is_infinite() {
+        return if want == got { 0.0 } else { f64::INFINITY };
+    }
+    let diff = (got - want).abs();
+    if diff == 0.0 {
+        return 0.0;
+    }
+    let scale = want.abs().max(rms);
+    if scale == 0.0 { f64::INFINITY } else { diff / scale }
+}
+
+/// One line per tensor outside its tolerance (empty when all passed).
+pub fn failures(checks: &[TensorCheck]) -> Vec<String> {
+    checks
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| match c.worst {
+            Some(i) => format!(
+                "{} %{} ({}): error {:.3e} > {:.0e} at element {i}: got {}, want {}",
+                c.what,
+                c.name,
+                c.dtype,
+                c.error,
+                tolerance(c.dtype),
+                c.got,
+                c.want
+            ),
+            None => format!("{} %{} ({}): missing or of another type", c.what, c.name, c.dtype),
+        })
+        .collect()
+}
+
+/// One step of another executor (`got`, from `args`) held to the CPU reference.
+#[derive(Clone, PartialEq, Debug)]
+pub struct StepCheck {
+    /// Every returned and updated tensor against the reference (rounding noise left out
+    /// where something was outside its tolerance).
+    pub checks: Vec<TensorCheck>,
+    /// The tensors with elements left out as rounding noise, one line each.
+    pub noise: Vec<String>,
+    /// The tensors outside their tolerance, one line each: the check fails.
+    pub failures: Vec<String>,
+}
+
+/// Runs the CPU reference on `args` (planned, as the other executor ran) and compares `got`
+/// with it; where a tensor is outside its tolerance, the probe tells rounding noise from
+/// errors (module docs).
+pub fn check_step(graph: &Graph, plan: &Plan, args: &Tensors, got: &StepResult) -> Result<StepCheck, ExecError> {
+    let want = run_step(graph, Placement::Planned(plan), args)?;
+    let mut checks = compare_results(got, &want);
+    if checks.iter().any(|c| !c.passed()) {
+        let probe = nudged_results(graph, args)?;
+        for check in checks.iter_mut().filter(|c| !c.passed()) {
+            let (g, w) =
+                if check.what == "return" { (&got.returns, &want.returns) } else { (&got.updated, &want.updated) };
+            let p = probe.get(&(check.what, check.name.clone()));
+            if let (Some(g), Some(w), Some(p)) = (g.get(&check.name), w.get(&check.name), p) {
+                *check = compare_masked(check.what, &check.name, g, w, Some(p));
+            }
+        }
+    }
+    let noise = checks
+        .iter()
+        .filter(|c| c.noise > 0)
+        .map(|c| format!("{} %{}: {} element(s) are rounding noise (not compared)", c.what, c.name, c.noise))
+        .collect();
+    Ok(StepCheck { failures: failures(&checks), noise, checks })
+}
+
+/// The relative nudge of [`check_step`]'s probe for values of `dtype`: about one rounding
+/// error of an f32 sum of a few thousand terms, or one unit in the last place of f16/bf16.
+pub fn nudge(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-6,
+        DType::F16 => 1e-3,
+        DType::Bf16 => 8e-3,
+        DType::I32 | DType::I64 | DType::Bool => 0.0,
+    }
+}
+
+/// The step computed in f64 in program order with every float argument and op output
+/// scaled by 1 + r·nudge (r uniform in [-1, 1), seeded, per element); the returned and
+/// updated values by `(what, name)` as in [`TensorCheck`].
+fn nudged_results(graph: &Graph, args: &Tensors) -> Result<IndexMap<(&'static str, String), Vec<f64>>, ExecError> {
+    let mut rng = Rng::new(0x5EED);
+    let mut shake = |t: &mut Dense, dtype: DType| {
+        for x in &mut t.data {
+            *x *= 1.0 + nudge(dtype) * (2.0 * rng.uniform() - 1.0);
+        }
+    };
+    let mut values: IndexVec<ValueId, Option<Dense>> = IndexVec::from_elem(None, graph.values.len());
+    for &arg in &graph.args {
+        let value = &graph.values[arg];
+        let given = args
+            .get(&value.name)
+            .ok_or_else(|| ExecError::MissingArgument { name: value.name.clone(), ty: value.ty.to_string() })?;
+        let mut dense = Dense::new(value.ty.dims().iter().map(|&d| d as usize).collect(), given.to_f64());
+        shake(&mut dense, value.ty.dtype);
+        values[arg] = Some(dense);
+    }
+    for op in &graph.ops {
+        let inputs: Vec<Dense> =
+            op.inputs.iter().map(|&v| values[v].clone().expect("a verified graph defines before use")).collect();
+        let types: Vec<_> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
+        let results = kernels::eval(op.kind, &op.attrs, &inputs, &types)?;
+        for ((&out, mut result), ty) in op.outputs.iter().zip(results).zip(&types) {
+            if op.kind.def().view_of.is_none() {
+                shake(&mut result, ty.dtype);
+            }
+            values[out] = Some(result);
+        }
+    }
+    let data = |v: ValueId| values[v].as_ref().map(|d| d.data.clone()).unwrap_or_default();
+    let mut out = IndexMap::new();
+    for r in &graph.returns {
+        out.insert(("return", graph.values[r.value].name.clone()), data(r.value));
+    }
+    for u in &graph.updates {
+        out.insert(("update", graph.values[u.target].name.clone()), data(u.value));
+    }
+    Ok(out)
+}
+
+/// The largest error over the tensors of each float dtype, for a one-line summary:
+/// `(dtype, largest error)` in f32, f16, bf16 order, for the dtypes present.
+pub fn worst_by_dtype(checks: &[TensorCheck]) -> Vec<(DType, f64)> {
+    [DType::F32, DType::F16, DType::Bf16]
+        .into_iter()
+        .filter_map(|d| {
+            let errors = checks.iter().filter(|c| c.dtype == d).map(|c| c.error);
+            errors.fold(None, |acc: Option<f64>, e| Some(acc.map_or(e, |a| a.max(e)))).map(|e| (d, e))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::data::Tensors;
+    use crate::ir::types::TensorType;
+
+    fn tensor(dtype: DType, values: &[f64]) -> HostTensor {
+        HostTensor::from_f64(TensorType::new(dtype, vec![values.len() as u64]), values)
+    }
+
+    impl HostTensor {
+        /// A one-element tensor as a scalar.
+        fn reshaped_scalar(self) -> HostTensor {
+            HostTensor { ty: TensorType::new(self.ty.dtype, vec![]), bytes: self.bytes }
+        }
+    }
+
+    fn check(dtype: DType, got: &[f64], want: &[f64]) -> TensorCheck {
+        compare_tensors("return", "x", &tensor(dtype, got), &tensor(dtype, want))
+    }
+
+    #[test]
+    fn tolerances_by_dtype() {
+        assert_eq!(tolerance(DType::F32), 1e-4);
+        assert_eq!(tolerance(DType::Bf16), 2e-2);
+        assert_eq!(tolerance(DType::F16), 2e-2);
+        assert_eq!(tolerance(DType::I64), 0.0);
+    }
+
+    #[test]
+    fn f32_within_and_beyond_1e4() {
+        // 1.00005 vs 1: error 5e-5 passes; 1.0002 fails.
+        assert!(check(DType::F32, &[1.00005, 2.0], &[1.0, 2.0]).passed());
+        let bad = check(DType::F32, &[1.0, 2.0004], &[1.0, 2.0]);
+        assert!(!bad.passed());
+        assert_eq!(bad.worst, Some(1));
+        assert!((bad.error - 2e-4).abs() < 1e-6, "{}", bad.error);
+        assert_eq!(failures(std::slice::from_ref(&bad)).len(), 1);
+        assert!(failures(&[bad])[0].contains("element 1"));
+    }
+
+    #[test]
+    fn small_elements_are_judged_against_the_tensors_scale() {
+        // want = [1000, 1e-3]: rms ≈ 707; an absolute error of 0.01 on the tiny element is
+        // 1.4e-5 of the scale: passes, although it is 10x the element itself.
+        assert!(check(DType::F32, &[1000.0, 0.011], &[1000.0, 0.001]).passed());
+        // Relative to the scale it still has to be small: 1.0 off is 1.4e-3.
+        assert!(!check(DType::F32, &[1000.0, 1.001], &[1000.0, 0.001]).passed());
+    }
+
+    #[test]
+    fn half_precision_allows_2e2() {
+        assert!(check(DType::Bf16, &[1.0, 1.0078125], &[1.0, 1.0]).passed());
+        assert!(!check(DType::Bf16, &[1.0, 1.0625], &[1.0, 1.0]).passed());
+        assert!(check(DType::F16, &[0.5, 0.50390625], &[0.5, 0.5]).passed());
+    }
+
+    #[test]
+    fn special_values_must_match() {
+        let nan = f64::NAN;
+        let inf = f64::INFINITY;
+        assert!(check(DType::F32, &[nan, 1.0], &[nan, 1.0]).passed());
+        assert!(!check(DType::F32, &[nan, 1.0], &[0.0, 1.0]).passed());
+        assert!(!check(DType::F32, &[0.0, 1.0], &[nan, 1.0]).passed());
+        assert!(check(DType::F32, &[-inf], &[-inf]).passed());
+        assert!(!check(DType::F32, &[inf], &[-inf]).passed());
+        assert!(!check(DType::F32, &[1e30], &[inf]).passed());
+        // An all-zero reference demands zeros.
+        assert!(check(DType::F32, &[0.0, 0.0], &[0.0, 0.0]).passed());
+        assert!(!check(DType::F32, &[1e-30, 0.0], &[0.0, 0.0]).passed());
+    }
+
+    #[test]
+    fn integers_must_be_exact() {
+        assert!(check(DType::I32, &[3.0, -4.0], &[3.0, -4.0]).passed());
+        assert!(!check(DType::I32, &[3.0, -5.0], &[3.0, -4.0]).passed());
+        assert!(!check(DType::Bool, &[1.0], &[0.0]).passed());
+    }
+
+    #[test]
+    fn results_compare_by_name_and_report_missing_tensors() {
+        let mut want = StepResult { returns: Tensors::new(), updated: Tensors::new() };
+        want.returns.insert("loss".into(), tensor(DType::F32, &[2.5]));
+        want.updated.insert("w".into(), tensor(DType::F32, &[1.0, 2.0]));
+        let mut got = want.clone();
+        got.returns.insert("loss".into(), tensor(DType::F32, &[2.50001]));
+        let checks = compare_results(&got, &want);
+        assert_eq!(checks.len(), 2);
+        assert!(checks.iter().all(TensorCheck::passed), "{checks:?}");
+        assert_eq!(worst_by_dtype(&checks).len(), 1);
+        got.updated.shift_remove("w");
+        let checks = compare_results(&got, &want);
+        assert_eq!(failures(&checks), ["update %w (f32): missing or of another type"]);
+        // Another type is a failure too.
+        got.updated.insert("w".into(), tensor(DType::F16, &[1.0, 2.0]));
+        assert!(!compare_results(&got, &want)[1].passed());
+    }
+
+    #[test]
+    fn check_step_tells_rounding_noise_from_errors() {
+        // mean(layer_norm(x)) is 0 in theory and rounding noise in practice: not compared.
+        // The layer_norm output itself is well conditioned: an error there fails.
+        let text = "step @s(%x: f32[4,8] input, %g: f32[8] param, %b: f32[8] param) {\n\
+                    %y = layer_norm(%x, %g, %b)\n  %m: f32[] = mean(%y, axes=[0, 1])\n  return %m, %y\n}\n";
+        let graph = crate::parse(text).unwrap();
+        let plan = crate::plan(&graph, &crate::PlanOptions::default()).unwrap();
+        let args = crate::exec::data::init_args(&graph, 1);
+        let reference = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
+        let mut got = reference.clone();
+        let close = check_step(&graph, &plan, &args, &got).unwrap();
+        assert!(close.failures.is_empty() && close.noise.is_empty(), "{close:?}");
+        got.returns.insert("m".into(), tensor(DType::F32, &[3e-8]).reshaped_scalar());
+        let noisy = check_step(&graph, &plan, &args, &got).unwrap();
+        assert!(noisy.failures.is_empty(), "{noisy:?}");
+        assert_eq!(noisy.noise.len(), 1, "{noisy:?}");
+        assert_eq!(noisy.noise[0], "return %m: 1 element(s) are rounding noise (not compared)");
+        let mut y = got.returns["y"].to_f64();
+        y[5] += 0.01;
+        got.returns.insert("y".into(), HostTensor::from_f64(got.returns["y"].ty.clone(), &y));
+        let wrong = check_step(&graph, &plan, &args, &got).unwrap();
+        assert_eq!(wrong.failures.len(), 1, "{wrong:?}");
+        assert!(wrong.failures[0].starts_with("return %y (f32)"), "{wrong:?}");
+    }
+}

@@ -1,0 +1,269 @@
+// common.cuh — shared by every kernel file of memplan's CUDA executor (the program is the
+// files concatenated in the order exec/cuda/source.rs gives, compiled once per process by
+// NVRTC). It holds the tensor descriptor, the dtype conversions, loads and stores through
+// strides, and block reductions.
+//
+// Plain CUDA C++ with no include directive: NVRTC provides the math functions; the same text also
+// compiles as host C++ under tests/cuda_emu/shim.h, which runs every kernel on the CPU in
+// the tests (so no inline PTX, no CUDA headers, no math-library macros).
+//
+// Dtypes: a tensor carries its dtype code and every load/store switches on it (a branch
+// that is uniform across a launch). Float dtypes compute in float, as f16/bf16 arithmetic
+// would lose too much; integer results compute in double and convert like Rust's `as`
+// (truncate, saturate, NaN to 0), exactly as the CPU reference does.
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define MAX_RANK 8
+
+// Dtype codes: exec/cuda/view.rs dtype_code.
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+#define DT_I32 3
+#define DT_I64 4
+#define DT_BOOL 5
+
+// Op codes of the `binary` and `unary` kernels: exec/cuda/source.rs (a test compares them).
+#define OP_ADD 0
+#define OP_SUB 1
+#define OP_MUL 2
+#define OP_DIV 3
+#define OP_RELU_BACKWARD 4
+#define OP_GELU_BACKWARD 5
+#define OP_SGD 6
+#define OP_ADD_SCALAR 10
+#define OP_MUL_SCALAR 11
+#define OP_RELU 12
+#define OP_GELU 13
+#define OP_COPY 14
+
+// Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
+#define MODE_CONV_FWD 0
+#define MODE_CONV_BWD_DATA 1
+#define MODE_CONV_BWD_WEIGHT 2
+#define MODE_MATMUL 3
+#define BN_MEAN 0
+#define BN_VAR 1
+#define BN_GRADS 2
+
+// A tensor view: element [i0, i1, ...] of `shape` is Σ ik·stride[k] elements after ptr.
+// `dense` = 1 when element i (row-major) is simply at ptr + i. Layout = exec/cuda/view.rs
+// DeviceTensor (160 bytes).
+struct Tensor {
+    u64 ptr;
+    int dtype;
+    int rank;
+    i64 numel;
+    int dense;
+    int pad;
+    i64 shape[MAX_RANK];
+    i64 stride[MAX_RANK];
+};
+
+// The sizes of a conv2d or pooling op, NCHW: input n,c,h,w; k output channels; r,s window;
+// p,q output height and width; sh,sw strides; ph,pw padding. Layout = view.rs Geom.
+struct Geom {
+    int n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, pad;
+};
+
+static_assert(sizeof(Tensor) == 160, "struct Tensor must match DeviceTensor");
+static_assert(sizeof(Geom) == 56, "struct Geom must match view.rs Geom");
+
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
+
+__device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+__device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+__device__ __forceinline__ float f_inf() { return __uint_as_float(0x7f800000u); }
+__device__ __forceinline__ float f_nan() { return __uint_as_float(0x7fc00000u); }
+__device__ __forceinline__ bool is_float_dtype(int dtype) { return dtype <= DT_BF16; }
+
+// The element offset of row-major index i.
+__device__ __forceinline__ i64 offset_of(const Tensor& t, i64 i) {
+    if (t.dense) return i;
+    i64 off = 0;
+#pragma unroll
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        if (d < t.rank) {
+            const i64 n = t.shape[d];
+            off += (i % n) * t.stride[d];
+            i /= n;
+        }
+    }
+    return off;
+}
+
+// ---------------------------------------------------------------------------------------
+// f16 and bf16 conversions, round to nearest even (as the `half` crate does).
+
+__device__ __forceinline__ float f16_to_float(unsigned short h) {
+    const unsigned sign = (unsigned)(h & 0x8000u) << 16;
+    const unsigned exp = (h >> 10) & 0x1fu;
+    const unsigned mant = h & 0x3ffu;
+    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+    if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+    // Zero or subnormal: mant · 2^-24, exact in float.
+    const float v = (float)mant * 5.9604644775390625e-08f;
+    return sign ? -v : v;
+}
+
+__device__ __forceinline__ unsigned short float_to_f16(float f) {
+    const unsigned x = __float_as_uint(f);
+    const unsigned sign = (x >> 16) & 0x8000u;
+    const unsigned ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x47800000u) return (unsigned short)(sign | 0x7c00u);  // >= 65536: infinity
+    const unsigned e = ax >> 23;
+    if (e >= 113u) {
+        // Normal in f16 (>= 2^-14); rounding may carry into the exponent, up to infinity.
+        unsigned h = ((e - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
+        const unsigned rem = ax & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h += 1u;
+        return (unsigned short)(sign | h);
+    }
+    if (e < 102u) return (unsigned short)sign;  // below 2^-25: rounds to zero
+    // Subnormal in f16: the value in units of 2^-24, rounded to nearest even.
+    const unsigned m = (ax & 0x7fffffu) | 0x800000u;
+    const unsigned shift = 126u - e;  // 14 ..= 24
+    unsigned h = m >> shift;
+    const unsigned rem = m & ((1u << shift) - 1u);
+    const unsigned half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (h & 1u))) h += 1u;
+    return (unsigned short)(sign | h);
+}
+
+__device__ __forceinline__ float bf16_to_float(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+__device__ __forceinline__ unsigned short float_to_bf16(float f) {
+    unsigned x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (unsigned short)(x >> 16);
+}
+
+// Rust's `as` from f64: truncate toward zero, saturate, NaN to 0.
+__device__ __forceinline__ int rust_as_i32(double v) {
+    if (v != v) return 0;
+    if (v >= 2147483647.0) return 2147483647;
+    if (v <= -2147483648.0) return (int)(-2147483647 - 1);
+    return (int)v;
+}
+
+__device__ __forceinline__ i64 rust_as_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return 9223372036854775807LL;
+    if (v <= -9223372036854775808.0) return -9223372036854775807LL - 1;
+    return (i64)v;
+}
+
+// ---------------------------------------------------------------------------------------
+// Loads and stores. `_at` take an element offset; the others a row-major index.
+
+__device__ __forceinline__ float load_at_f(const Tensor& t, i64 o) {
+    switch (t.dtype) {
+        case DT_F32: return ((const float*)t.ptr)[o];
+        case DT_F16: return f16_to_float(((const unsigned short*)t.ptr)[o]);
+        case DT_BF16: return bf16_to_float(((const unsigned short*)t.ptr)[o]);
+        case DT_I32: return (float)((const int*)t.ptr)[o];
+        case DT_I64: return (float)((const i64*)t.ptr)[o];
+        default: return ((const unsigned char*)t.ptr)[o] != 0 ? 1.0f : 0.0f;
+    }
+}
+
+__device__ __forceinline__ double load_at_d(const Tensor& t, i64 o) {
+    switch (t.dtype) {
+        case DT_I32: return (double)((const int*)t.ptr)[o];
+        case DT_I64: return (double)((const i64*)t.ptr)[o];
+        case DT_BOOL: return ((const unsigned char*)t.ptr)[o] != 0 ? 1.0 : 0.0;
+        default: return (double)load_at_f(t, o);
+    }
+}
+
+// An index (ids, labels: i32 or i64).
+__device__ __forceinline__ i64 load_index(const Tensor& t, i64 i) {
+    const i64 o = offset_of(t, i);
+    return t.dtype == DT_I32 ? (i64)((const int*)t.ptr)[o] : ((const i64*)t.ptr)[o];
+}
+
+__device__ __forceinline__ void store_at_d(const Tensor& t, i64 o, double v) {
+    switch (t.dtype) {
+        case DT_F32: ((float*)t.ptr)[o] = (float)v; break;
+        case DT_F16: ((unsigned short*)t.ptr)[o] = float_to_f16((float)v); break;
+        case DT_BF16: ((unsigned short*)t.ptr)[o] = float_to_bf16((float)v); break;
+        case DT_I32: ((int*)t.ptr)[o] = rust_as_i32(v); break;
+        case DT_I64: ((i64*)t.ptr)[o] = rust_as_i64(v); break;
+        default: ((unsigned char*)t.ptr)[o] = v != 0.0 ? 1 : 0; break;
+    }
+}
+
+__device__ __forceinline__ void store_at_f(const Tensor& t, i64 o, float v) {
+    switch (t.dtype) {
+        case DT_F32: ((float*)t.ptr)[o] = v; break;
+        case DT_F16: ((unsigned short*)t.ptr)[o] = float_to_f16(v); break;
+        case DT_BF16: ((unsigned short*)t.ptr)[o] = float_to_bf16(v); break;
+        default: store_at_d(t, o, (double)v); break;
+    }
+}
+
+__device__ __forceinline__ float load_f(const Tensor& t, i64 i) { return load_at_f(t, offset_of(t, i)); }
+__device__ __forceinline__ double load_d(const Tensor& t, i64 i) { return load_at_d(t, offset_of(t, i)); }
+__device__ __forceinline__ void store_f(const Tensor& t, i64 i, float v) { store_at_f(t, offset_of(t, i), v); }
+__device__ __forceinline__ void store_d(const Tensor& t, i64 i, double v) { store_at_d(t, offset_of(t, i), v); }
+
+// ---------------------------------------------------------------------------------------
+// Reductions over a warp and over a 1-D block (blockDim.x a multiple of 32, at most 1024).
+// Every thread of the block must call them (they synchronise); every thread gets the
+// result. The order of additions is fixed by the launch configuration, so results repeat
+// bit for bit.
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ float block_sum(float v) {
+    __shared__ float red[32];
+    v = warp_sum(v);
+    const int warps = blockDim.x >> 5;
+    if (warps == 1) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();  // earlier readers of red are done
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    return warp_sum(lane < warps ? red[lane] : 0.0f);
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ double block_sum_d(double v) {
+    __shared__ double red[32];
+    v = warp_sum_d(v);
+    const int warps = blockDim.x >> 5;
+    if (warps == 1) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    return warp_sum_d(lane < warps ? red[lane] : 0.0);
+}
+
+__device__ float block_max(float v) {
+    __shared__ float red[32];
+    v = warp_max(v);
+    const int warps = blockDim.x >> 5;
+    if (warps == 1) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    return warp_max(lane < warps ? red[lane] : -f_inf());
+}

@@ -1,0 +1,273 @@
+// conv.cu — convolution as implicit GEMM, the matmul kernel for operands cuBLAS cannot
+// read, and max pooling.
+//
+// `igemm` computes out(m, n) = Σ_k A(m, k)·B(k, n) in 64×64 tiles (256 threads, 4×4 outputs
+// each, 16-deep slices of k staged in shared memory, float accumulators), reading A and B
+// straight from the tensors (no im2col buffer):
+//   MODE_CONV_FWD:        A = w[k, (c, r, s)], B = x[(c, r, s), (b, p, q)]   → y[b, k, p, q]
+//   MODE_CONV_BWD_DATA:   A = w[(k, r, s)]ᵀ,   B = dy[(k, r, s), (b, h, w)]  → dx[b, c, h, w]
+//   MODE_CONV_BWD_WEIGHT: A = dy[k, (b, p, q)], B = x[(b, p, q), (c, r, s)]  → dw[k, c, r, s]
+//   MODE_MATMUL:          A[z.., m, k], B[z.., k, n] (any strides)           → out[z.., m, n]
+// Padding reads as 0. blockIdx.z runs over `batches × splits`: batches of a matmul, or
+// slices of k (split-K) whose partial tiles (doubles) go to the workspace and igemm_finish
+// adds them in split order.
+//
+// Two instances: `igemm` keeps tiles and sums in double, `igemm_f32` in float. A float sum
+// of a conv's C·R·S products loses about 1e-5 of the result where the products cancel, and
+// batch normalisation over few elements amplifies that past any float tolerance in the
+// backward pass (resnet18_tiny, batch 2, differs from the CPU reference by percents with
+// float sums, not at all with double); FP64 runs at half the FP32 rate on H100-class GPUs.
+// The executor uses `igemm` unless asked for speed (MEMPLAN_CUDA_CONV=f32).
+
+#define TILE_M 64
+#define TILE_N 64
+#define TILE_K 16
+
+// The offset of the element of tensor t at its batch index z (over all but the last two
+// dimensions, row-major).
+__device__ __forceinline__ i64 batch_offset(const Tensor& t, i64 z) {
+    i64 off = 0;
+    for (int d = t.rank - 3; d >= 0; --d) {
+        off += (z % t.shape[d]) * t.stride[d];
+        z /= t.shape[d];
+    }
+    return off;
+}
+
+__device__ __forceinline__ i64 at4(const Tensor& t, i64 a, i64 b, i64 c, i64 d) {
+    return a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3];
+}
+
+// Row and column strides of the last two dimensions (matmul operands).
+struct Mat {
+    i64 base, rs, cs;
+};
+
+// In the conv modes every index (k < depth, n < cols) and every product of sizes fits an
+// int (the host checks), so they decode with 32-bit division, several times cheaper than
+// 64-bit; element offsets stay 64-bit.
+template <typename acc_t>
+__device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& g, const Mat& ma, i64 m, i64 k) {
+    const int kk = (int)k, rs = g.r * g.s;
+    switch (mode) {
+        case MODE_CONV_FWD: {  // w[m, c, r, s], k = (c, r, s)
+            const int rem = kk % rs;
+            return load_at_f(a, at4(a, m, kk / rs, rem / g.s, rem % g.s));
+        }
+        case MODE_CONV_BWD_DATA: {  // w[kk, m, r, s], k = (kk, r, s)
+            const int rem = kk % rs;
+            return load_at_f(a, at4(a, kk / rs, m, rem / g.s, rem % g.s));
+        }
+        case MODE_CONV_BWD_WEIGHT: {  // dy[b, m, p, q], k = (b, p, q)
+            const int pq = g.p * g.q, rem = kk % pq;
+            return load_at_f(a, at4(a, kk / pq, m, rem / g.q, rem % g.q));
+        }
+        default: return load_at_f(a, ma.base + m * ma.rs + k * ma.cs);
+    }
+}
+
+template <typename acc_t>
+__device__ __forceinline__ acc_t igemm_b(int mode, const Tensor& b, const Geom& g, const Mat& mb, i64 k, i64 n) {
+    const int kk = (int)k, nn = (int)n, rs = g.r * g.s;
+    switch (mode) {
+        case MODE_CONV_FWD: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (c, r, s), n = (bb, p, q)
+            const int pq = g.p * g.q, krem = kk % rs, nrem = nn % pq;
+            const int h = (nrem / g.q) * g.sh + krem / g.s - g.ph;
+            const int w = (nrem % g.q) * g.sw + krem % g.s - g.pw;
+            if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
+            return load_at_f(b, at4(b, nn / pq, kk / rs, h, w));
+        }
+        case MODE_CONV_BWD_DATA: {  // dy[bb, kk, p, q] with p·sh + r − ph = h, k = (kk, r, s), n = (bb, h, w)
+            const int hw = g.h * g.w, krem = kk % rs, nrem = nn % hw;
+            const int hp = nrem / g.w + g.ph - krem / g.s;
+            const int wp = nrem % g.w + g.pw - krem % g.s;
+            if (hp < 0 || wp < 0 || hp % g.sh != 0 || wp % g.sw != 0) return 0.0f;
+            const int p = hp / g.sh, q = wp / g.sw;
+            if (p >= g.p || q >= g.q) return 0.0f;
+            return load_at_f(b, at4(b, nn / hw, kk / rs, p, q));
+        }
+        case MODE_CONV_BWD_WEIGHT: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (bb, p, q), n = (c, r, s)
+            const int pq = g.p * g.q, krem = kk % pq, nrem = nn % rs;
+            const int h = (krem / g.q) * g.sh + nrem / g.s - g.ph;
+            const int w = (krem % g.q) * g.sw + nrem % g.s - g.pw;
+            if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
+            return load_at_f(b, at4(b, kk / pq, nn / rs, h, w));
+        }
+        default: return load_at_f(b, mb.base + k * mb.rs + n * mb.cs);
+    }
+}
+
+// Stores out(m, n) of batch z.
+__device__ __forceinline__ void igemm_store(int mode, const Tensor& out, const Geom& g, i64 z, i64 rows, i64 cols,
+                                            i64 m, i64 n, double v) {
+    const int nn = (int)n;
+    switch (mode) {
+        case MODE_CONV_FWD: {  // n = (bb, p, q)
+            const int pq = g.p * g.q, rem = nn % pq;
+            store_at_d(out, at4(out, nn / pq, m, rem / g.q, rem % g.q), v);
+            break;
+        }
+        case MODE_CONV_BWD_DATA: {  // n = (bb, h, w)
+            const int hw = g.h * g.w, rem = nn % hw;
+            store_at_d(out, at4(out, nn / hw, m, rem / g.w, rem % g.w), v);
+            break;
+        }
+        case MODE_CONV_BWD_WEIGHT: {  // n = (c, r, s)
+            const int rs = g.r * g.s, rem = nn % rs;
+            store_at_d(out, at4(out, m, nn / rs, rem / g.s, rem % g.s), v);
+            break;
+        }
+        default: store_d(out, (z * rows + m) * cols + n, v); break;
+    }
+}
+
+template <typename acc_t>
+__device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const Tensor& a, const Tensor& b, const Geom& g,
+                                            i64 rows, i64 cols, i64 depth, i64 batches, i64 splits, i64 k_chunk,
+                                            u64 partials) {
+    __shared__ acc_t as[TILE_K][TILE_M + 1];
+    __shared__ acc_t bs[TILE_K][TILE_N + 1];
+    const int tid = threadIdx.x;
+    const int tx = tid % 16, ty = tid / 16;
+    const i64 n0 = (i64)blockIdx.x * TILE_N;
+    const i64 row_tiles = (rows + TILE_M - 1) / TILE_M;
+    for (i64 z = blockIdx.z; z < batches * splits; z += gridDim.z) {
+        const i64 batch = z / splits, split = z % splits;
+        const i64 k_begin = split * k_chunk, k_end = imin(depth, k_begin + k_chunk);
+        Mat ma = {0, 0, 0}, mb = {0, 0, 0};
+        if (mode == MODE_MATMUL) {
+            ma.base = batch_offset(a, batch);
+            ma.rs = a.stride[a.rank - 2];
+            ma.cs = a.stride[a.rank - 1];
+            mb.base = batch_offset(b, batch);
+            mb.rs = b.stride[b.rank - 2];
+            mb.cs = b.stride[b.rank - 1];
+        }
+        for (i64 tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
+            const i64 m0 = tile * TILE_M;
+            acc_t acc[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = 0;
+            for (i64 k0 = k_begin; k0 < k_end; k0 += TILE_K) {
+#pragma unroll
+                for (int l = 0; l < 4; ++l) {
+                    const int e = tid + 256 * l;
+                    const int am = e / TILE_K, ak = e % TILE_K;
+                    const i64 m = m0 + am, ka = k0 + ak;
+                    as[ak][am] = (m < rows && ka < k_end) ? igemm_a<acc_t>(mode, a, g, ma, m, ka) : (acc_t)0;
+                    const int bk = e / TILE_N, bn = e % TILE_N;
+                    const i64 n = n0 + bn, kb = k0 + bk;
+                    bs[bk][bn] = (n < cols && kb < k_end) ? igemm_b<acc_t>(mode, b, g, mb, kb, n) : (acc_t)0;
+                }
+                __syncthreads();
+#pragma unroll
+                for (int kk = 0; kk < TILE_K; ++kk) {
+                    acc_t av[4], bv[4];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) av[i] = as[kk][ty + 16 * i];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) bv[j] = bs[kk][tx + 16 * j];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+                }
+                __syncthreads();
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const i64 m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
+                    if (m >= rows || n >= cols) continue;
+                    if (splits > 1) {
+                        ((double*)partials)[(split * rows + m) * cols + n] = (double)acc[i][j];
+                    } else {
+                        igemm_store(mode, out, g, batch, rows, cols, m, n, (double)acc[i][j]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void igemm(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows, i64 cols, i64 depth,
+                                 i64 batches, i64 splits, i64 k_chunk, u64 partials) {
+    igemm_tiles<double>(mode, out, a, b, g, rows, cols, depth, batches, splits, k_chunk, partials);
+}
+
+extern "C" __global__ void igemm_f32(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows, i64 cols, i64 depth,
+                                     i64 batches, i64 splits, i64 k_chunk, u64 partials) {
+    igemm_tiles<float>(mode, out, a, b, g, rows, cols, depth, batches, splits, k_chunk, partials);
+}
+
+// out(m, n) = Σ over splits of the partial tiles, in split order (split-K, one batch).
+extern "C" __global__ void igemm_finish(int mode, Tensor out, u64 partials, Geom g, i64 rows, i64 cols, i64 splits) {
+    const double* p = (const double*)partials;
+    GRID_STRIDE(i, rows * cols) {
+        double total = 0.0;
+        for (i64 s = 0; s < splits; ++s) total += p[s * rows * cols + i];
+        igemm_store(mode, out, g, 0, rows, cols, i / cols, i % cols, total);
+    }
+}
+
+// The maximum of pooling window (p, q) over plane (bb, c) of x: scanning the window
+// row-major, the first maximum wins ties and a NaN counts as the maximum (the first NaN
+// wins), as in the CPU reference. False when the window holds only padding.
+__device__ bool window_argmax(const Tensor& x, const Geom& g, i64 bb, i64 c, i64 p, i64 q, i64* bh, i64* bw,
+                              float* best) {
+    bool found = false;
+    for (int r = 0; r < g.r; ++r) {
+        const i64 h = p * g.sh + r - g.ph;
+        if (h < 0 || h >= g.h) continue;
+        for (int s = 0; s < g.s; ++s) {
+            const i64 w = q * g.sw + s - g.pw;
+            if (w < 0 || w >= g.w) continue;
+            const float v = load_at_f(x, at4(x, bb, c, h, w));
+            if (!found || v > *best || (v != v && *best == *best)) {
+                found = true;
+                *best = v;
+                *bh = h;
+                *bw = w;
+            }
+        }
+    }
+    return found;
+}
+
+// y[bb, c, p, q] = the maximum of its window of x (padding counts as −inf).
+extern "C" __global__ void max_pool2d(Tensor y, Tensor x, Geom g) {
+    GRID_STRIDE(i, y.numel) {
+        const i64 q = i % g.q, p = (i / g.q) % g.p, c = (i / ((i64)g.p * g.q)) % g.c;
+        const i64 bb = i / ((i64)g.p * g.q * g.c);
+        i64 bh = 0, bw = 0;
+        float best = 0.0f;
+        store_f(y, i, window_argmax(x, g, bb, c, p, q, &bh, &bw, &best) ? best : -f_inf());
+    }
+}
+
+// dx[bb, c, h, w] = Σ dy[bb, c, p, q] over the windows (p, q) whose maximum is at (h, w),
+// in (p, q) order. One thread per element of x: no two threads write one element.
+extern "C" __global__ void max_pool2d_backward(Tensor dx, Tensor dy, Tensor x, Geom g) {
+    GRID_STRIDE(i, dx.numel) {
+        const i64 w = i % g.w, h = (i / g.w) % g.h, c = (i / ((i64)g.h * g.w)) % g.c;
+        const i64 bb = i / ((i64)g.h * g.w * g.c);
+        // Windows p with p·sh − ph ≤ h < p·sh − ph + r, likewise q.
+        const i64 hn = h + g.ph - g.r + 1, wn = w + g.pw - g.s + 1;
+        const i64 p_lo = hn <= 0 ? 0 : (hn + g.sh - 1) / g.sh, p_hi = imin(g.p - 1, (h + g.ph) / g.sh);
+        const i64 q_lo = wn <= 0 ? 0 : (wn + g.sw - 1) / g.sw, q_hi = imin(g.q - 1, (w + g.pw) / g.sw);
+        float total = 0.0f;
+        for (i64 p = p_lo; p <= p_hi; ++p) {
+            for (i64 q = q_lo; q <= q_hi; ++q) {
+                i64 bh = 0, bw = 0;
+                float best = 0.0f;
+                if (window_argmax(x, g, bb, c, p, q, &bh, &bw, &best) && bh == h && bw == w) {
+                    total += load_at_f(dy, at4(dy, bb, c, p, q));
+                }
+            }
+        }
+        store_f(dx, i, total);
+    }
+}

@@ -1,0 +1,103 @@
+// elementwise.cu — one thread per output element (grid-stride loops): binary arithmetic
+// with broadcasting (inputs arrive as views broadcast to the output's shape: stride 0 on
+// broadcast dimensions), activations and their gradients, copies and casts, fill,
+// causal_mask, and the optimizer updates.
+//
+// Outputs are dense. An output may lie over an input's bytes (in-place, as the plan allows
+// only for an input read directly at the same element): each thread reads its element's
+// inputs before writing it, so that is safe.
+//
+// Plain arithmetic (+ − × ÷, scalar ops, sgd, sgd_momentum, adam) runs in double: the result
+// rounded to f32 is then exactly the CPU reference's. Activations run in float.
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_CUBIC 0.044715f
+
+__device__ __forceinline__ float gelu_f(float x) {
+    return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)));
+}
+
+// gelu'(x) = 0.5·(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²).
+__device__ __forceinline__ float gelu_grad_f(float x) {
+    const float t = tanhf(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x));
+    const float inner = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * inner;
+}
+
+// out = a op b. OP_ADD/SUB/MUL/DIV on any numeric dtype; OP_RELU_BACKWARD (a = dy, b = y);
+// OP_GELU_BACKWARD (a = dy, b = x); OP_SGD (a = p, b = g, s = lr).
+extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double s) {
+    GRID_STRIDE(i, out.numel) {
+        switch (op) {
+            case OP_RELU_BACKWARD: store_f(out, i, load_f(b, i) > 0.0f ? load_f(a, i) : 0.0f); break;
+            case OP_GELU_BACKWARD: store_f(out, i, load_f(a, i) * gelu_grad_f(load_f(b, i))); break;
+            case OP_SGD: store_d(out, i, load_d(a, i) - s * load_d(b, i)); break;
+            case OP_ADD: store_d(out, i, load_d(a, i) + load_d(b, i)); break;
+            case OP_SUB: store_d(out, i, load_d(a, i) - load_d(b, i)); break;
+            case OP_MUL: store_d(out, i, load_d(a, i) * load_d(b, i)); break;
+            default: store_d(out, i, load_d(a, i) / load_d(b, i)); break;
+        }
+    }
+}
+
+// out = f(x). OP_ADD_SCALAR / OP_MUL_SCALAR (s = value), OP_RELU, OP_GELU, OP_COPY
+// (contiguous, and cast: out's dtype differs, converted like the CPU reference).
+extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
+    GRID_STRIDE(i, out.numel) {
+        switch (op) {
+            case OP_ADD_SCALAR: store_d(out, i, load_d(x, i) + s); break;
+            case OP_MUL_SCALAR: store_d(out, i, load_d(x, i) * s); break;
+            case OP_RELU: {
+                const float v = load_f(x, i);
+                store_f(out, i, v < 0.0f ? 0.0f : v);
+                break;
+            }
+            case OP_GELU: store_f(out, i, gelu_f(load_f(x, i))); break;
+            default: store_d(out, i, load_d(x, i)); break;
+        }
+    }
+}
+
+extern "C" __global__ void fill(Tensor out, double value) {
+    GRID_STRIDE(i, out.numel) { store_d(out, i, value); }
+}
+
+// x is [..., T, T]; entries [..., i, j] with j > i become `value`.
+extern "C" __global__ void causal_mask(Tensor out, Tensor x, i64 t, double value) {
+    GRID_STRIDE(i, out.numel) {
+        const i64 col = i % t, row = (i / t) % t;
+        store_d(out, i, col > row ? value : load_d(x, i));
+    }
+}
+
+// buf_new = momentum·buf + g; p_new = p − lr·buf_new.
+extern "C" __global__ void sgd_momentum(Tensor p_new, Tensor buf_new, Tensor p, Tensor g, Tensor buf, double lr,
+                                        double momentum) {
+    GRID_STRIDE(i, p_new.numel) {
+        const double b = momentum * load_d(buf, i) + load_d(g, i);
+        const double pn = load_d(p, i) - lr * b;
+        store_d(buf_new, i, b);
+        store_d(p_new, i, pn);
+    }
+}
+
+// Adam with bias correction by the step count t (a scalar tensor); weight_decay > 0 is
+// adamw's decoupled decay: p_new = p − lr·(m̂ / (√v̂ + eps) + weight_decay·p).
+extern "C" __global__ void adam(Tensor p_new, Tensor m_new, Tensor v_new, Tensor p, Tensor g, Tensor m, Tensor v,
+                                Tensor t, double lr, double beta1, double beta2, double eps, double weight_decay) {
+    const double step = load_d(t, 0);
+    const double correction1 = 1.0 - pow(beta1, step);
+    const double correction2 = 1.0 - pow(beta2, step);
+    GRID_STRIDE(i, p_new.numel) {
+        const double pi = load_d(p, i), gi = load_d(g, i);
+        const double mi = beta1 * load_d(m, i) + (1.0 - beta1) * gi;
+        const double vi = beta2 * load_d(v, i) + (1.0 - beta2) * gi * gi;
+        const double m_hat = mi / correction1;
+        const double v_hat = vi / correction2;
+        double update = m_hat / (sqrt(v_hat) + eps);
+        if (weight_decay != 0.0) update = update + weight_decay * pi;
+        store_d(p_new, i, pi - lr * update);
+        store_d(m_new, i, mi);
+        store_d(v_new, i, vi);
+    }
+}

@@ -1,0 +1,238 @@
+// rows.cu — ops that work line by line: softmax (along any axis), layer_norm, cross_entropy
+// and their gradients, and embeddings.
+//
+// A line is one block (the host picks blockDim.x, a multiple of 32, to cover it; blocks loop
+// over lines). Its reductions are block reductions, so the whole block has read
+// the line before any thread writes: an output over its input's bytes (softmax,
+// softmax_backward, layer_norm_backward's dx, cross_entropy_backward) is safe, every
+// element being read and then written by the same thread.
+//
+// Cross-row sums (layer_norm's dgamma/dbeta, the mean of cross-entropy) go through scratch
+// in the workspace: per-row statistics, then partial sums per group of rows, then a final
+// pass adding the partials in a fixed order (deterministic, with no atomic operations).
+//
+// Softmax and cross-entropy compute in float. Layer norm computes in double: its gradient
+// subtracts nearly equal terms (dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) cancels almost
+// entirely when a row's variance is small against eps), so float statistics would leave
+// errors of float's epsilon times var/eps there.
+
+// Softmax of x viewed as [lines / inner, n, inner] along the middle axis: line l covers
+// elements (l / inner)·n·inner + l % inner + i·inner, i < n.
+extern "C" __global__ void softmax(Tensor y, Tensor x, i64 lines, i64 n, i64 inner) {
+    for (i64 line = blockIdx.x; line < lines; line += gridDim.x) {
+        const i64 base = (line / inner) * n * inner + line % inner;
+        float mx = -f_inf();
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, load_f(x, base + i * inner));
+        mx = block_max(mx);
+        float total = 0.0f;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) total += expf(load_f(x, base + i * inner) - mx);
+        total = block_sum(total);
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            const i64 k = base + i * inner;
+            store_f(y, k, expf(load_f(x, k) - mx) / total);
+        }
+    }
+}
+
+// dx = y·(dy − Σ dy·y) along the line.
+extern "C" __global__ void softmax_backward(Tensor dx, Tensor dy, Tensor y, i64 lines, i64 n, i64 inner) {
+    for (i64 line = blockIdx.x; line < lines; line += gridDim.x) {
+        const i64 base = (line / inner) * n * inner + line % inner;
+        float dot = 0.0f;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            const i64 k = base + i * inner;
+            dot += load_f(dy, k) * load_f(y, k);
+        }
+        dot = block_sum(dot);
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            const i64 k = base + i * inner;
+            store_f(dx, k, load_f(y, k) * (load_f(dy, k) - dot));
+        }
+    }
+}
+
+// Mean and 1/√(biased variance + eps) of row `row` (D elements) of x, two passes.
+__device__ __forceinline__ void row_moments(const Tensor& x, i64 row, i64 d, double eps, double* mean, double* rstd) {
+    const i64 base = row * d;
+    double s = 0.0;
+    for (i64 i = threadIdx.x; i < d; i += blockDim.x) s += load_d(x, base + i);
+    const double mu = block_sum_d(s) / (double)d;
+    double v = 0.0;
+    for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+        const double c = load_d(x, base + i) - mu;
+        v += c * c;
+    }
+    const double var = block_sum_d(v) / (double)d;
+    *mean = mu;
+    *rstd = 1.0 / sqrt(var + eps);
+}
+
+// y = (x − mean)·rstd·gamma + beta over the last dimension D.
+extern "C" __global__ void layer_norm(Tensor y, Tensor x, Tensor gamma, Tensor beta, i64 rows, i64 d, double eps) {
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        double mean, rstd;
+        row_moments(x, row, d, eps, &mean, &rstd);
+        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+            const i64 k = row * d + i;
+            store_d(y, k, (load_d(x, k) - mean) * rstd * load_d(gamma, i) + load_d(beta, i));
+        }
+    }
+}
+
+// stats[2·row] = mean, stats[2·row + 1] = rstd (doubles) of every row of x.
+extern "C" __global__ void ln_stats(u64 stats, Tensor x, i64 rows, i64 d, double eps) {
+    double* out = (double*)stats;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        double mean, rstd;
+        row_moments(x, row, d, eps, &mean, &rstd);
+        if (threadIdx.x == 0) {
+            out[2 * row] = mean;
+            out[2 * row + 1] = rstd;
+        }
+    }
+}
+
+// Partial dgamma and dbeta: block (32, 8) covers 32 columns; blockIdx.y picks a chunk of
+// rows, shared by the 8 threads of a column. partials[(g·D + col)·2 + {0, 1}] =
+// (Σ dy·x̂, Σ dy) over chunk g.
+extern "C" __global__ void ln_grad_params(u64 partials, Tensor dy, Tensor x, u64 stats, i64 rows, i64 d, i64 chunk) {
+    __shared__ double part[2][8][33];
+    const double* st = (const double*)stats;
+    const i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
+    const i64 r0 = (i64)blockIdx.y * chunk, r1 = imin(rows, r0 + chunk);
+    double sg = 0.0, sb = 0.0;
+    if (col < d) {
+        for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
+            const i64 k = r * d + col;
+            const double g = load_d(dy, k);
+            sg += g * (load_d(x, k) - st[2 * r]) * st[2 * r + 1];
+            sb += g;
+        }
+    }
+    part[0][threadIdx.y][threadIdx.x] = sg;
+    part[1][threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < d) {
+        double tg = 0.0, tb = 0.0;
+        for (int j = 0; j < 8; ++j) {
+            tg += part[0][j][threadIdx.x];
+            tb += part[1][j][threadIdx.x];
+        }
+        double* out = (double*)partials;
+        out[((i64)blockIdx.y * d + col) * 2] = tg;
+        out[((i64)blockIdx.y * d + col) * 2 + 1] = tb;
+    }
+}
+
+// dgamma, dbeta = the partials of `groups` chunks added in order.
+extern "C" __global__ void ln_grad_params_finish(Tensor dgamma, Tensor dbeta, u64 partials, i64 d, i64 groups) {
+    const double* p = (const double*)partials;
+    GRID_STRIDE(col, d) {
+        double tg = 0.0, tb = 0.0;
+        for (i64 g = 0; g < groups; ++g) {
+            tg += p[(g * d + col) * 2];
+            tb += p[(g * d + col) * 2 + 1];
+        }
+        store_d(dgamma, col, tg);
+        store_d(dbeta, col, tb);
+    }
+}
+
+// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) per row, g = dy·gamma (stats from ln_stats).
+extern "C" __global__ void layer_norm_backward_dx(Tensor dx, Tensor dy, Tensor x, Tensor gamma, u64 stats, i64 rows,
+                                                  i64 d) {
+    const double* st = (const double*)stats;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const double mean = st[2 * row], rstd = st[2 * row + 1];
+        double sg = 0.0, sgx = 0.0;
+        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+            const i64 k = row * d + i;
+            const double g = load_d(dy, k) * load_d(gamma, i);
+            sg += g;
+            sgx += g * (load_d(x, k) - mean) * rstd;
+        }
+        const double mean_g = block_sum_d(sg) / (double)d;
+        const double mean_gx = block_sum_d(sgx) / (double)d;
+        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+            const i64 k = row * d + i;
+            const double g = load_d(dy, k) * load_d(gamma, i);
+            const double xhat = (load_d(x, k) - mean) * rstd;
+            store_d(dx, k, rstd * (g - mean_g - xhat * mean_gx));
+        }
+    }
+}
+
+// losses[row] = max + log Σ exp(x − max) − x[label] for each row of logits [N, C]; NaN for
+// a label outside 0..C (the executor checks labels that are step inputs beforehand).
+extern "C" __global__ void ce_rows(u64 losses, Tensor logits, Tensor labels, i64 rows, i64 c) {
+    float* out = (float*)losses;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const i64 base = row * c;
+        float mx = -f_inf();
+        for (i64 j = threadIdx.x; j < c; j += blockDim.x) mx = fmaxf(mx, load_f(logits, base + j));
+        mx = block_max(mx);
+        float total = 0.0f;
+        for (i64 j = threadIdx.x; j < c; j += blockDim.x) total += expf(load_f(logits, base + j) - mx);
+        total = block_sum(total);
+        if (threadIdx.x == 0) {
+            const i64 label = load_index(labels, row);
+            out[row] = (label >= 0 && label < c) ? mx + logf(total) - load_f(logits, base + label) : f_nan();
+        }
+    }
+}
+
+// loss = Σ losses / N (one block; NaN for N = 0, the mean of nothing).
+extern "C" __global__ void ce_mean(Tensor loss, u64 losses, i64 rows) {
+    const float* in = (const float*)losses;
+    float s = 0.0f;
+    for (i64 r = threadIdx.x; r < rows; r += blockDim.x) s += in[r];
+    s = block_sum(s);
+    if (threadIdx.x == 0) store_f(loss, 0, s / (float)rows);
+}
+
+// dlogits = dloss·(softmax(logits) − onehot(labels)) / N.
+extern "C" __global__ void ce_backward(Tensor dlogits, Tensor dloss, Tensor logits, Tensor labels, i64 rows, i64 c) {
+    const float dl = load_f(dloss, 0);
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const i64 base = row * c;
+        const i64 label = load_index(labels, row);
+        const bool valid = label >= 0 && label < c;
+        float mx = -f_inf();
+        for (i64 j = threadIdx.x; j < c; j += blockDim.x) mx = fmaxf(mx, load_f(logits, base + j));
+        mx = block_max(mx);
+        float total = 0.0f;
+        for (i64 j = threadIdx.x; j < c; j += blockDim.x) total += expf(load_f(logits, base + j) - mx);
+        total = block_sum(total);
+        for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
+            const float p = expf(load_f(logits, base + j) - mx) / total;
+            const float onehot = j == label ? 1.0f : 0.0f;
+            store_f(dlogits, base + j, valid ? dl * (p - onehot) / (float)rows : f_nan());
+        }
+    }
+}
+
+// out[..., :] = table[ids[...], :] (D columns, V rows; NaN rows for ids outside 0..V).
+extern "C" __global__ void embedding(Tensor out, Tensor table, Tensor ids, i64 d, i64 v) {
+    GRID_STRIDE(i, out.numel) {
+        const i64 id = load_index(ids, i / d);
+        store_f(out, i, (id >= 0 && id < v) ? load_f(table, id * d + i % d) : f_nan());
+    }
+}
+
+// dtable[V, D] = Σ over tokens k of dy[k, :] into row ids[k], in token order (as the CPU
+// reference adds them). Thread (column, blockIdx.y) owns the R rows from y·R on, in its column:
+// it zeroes them, then scans every id, so no two threads ever write one element.
+extern "C" __global__ void embedding_backward(Tensor dtable, Tensor dy, Tensor ids, i64 n_ids, i64 d, i64 v,
+                                              i64 rows_per_block) {
+    const i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= d) return;
+    const i64 r0 = (i64)blockIdx.y * rows_per_block, r1 = imin(v, r0 + rows_per_block);
+    for (i64 r = r0; r < r1; ++r) store_f(dtable, r * d + col, 0.0f);
+    for (i64 k = 0; k < n_ids; ++k) {
+        const i64 id = load_index(ids, k);
+        if (id >= r0 && id < r1) {
+            const i64 at = id * d + col;
+            store_f(dtable, at, load_f(dtable, at) + load_f(dy, k * d + col));
+        }
+    }
+}

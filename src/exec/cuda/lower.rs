@@ -1,0 +1,517 @@
+//! Lowering: each op of a planned step as kernel launches and cuBLAS calls over views.
+//!
+//! [`lower_op`] turns one op into [`Command`]s: which kernel, its grid and block, and its
+//! arguments (views of the op's values at their planned offsets, sizes, attributes, and
+//! scratch in the workspace). Every choice here is a pure function of shapes, so the launch
+//! plan of a whole step can be built and checked without a GPU. The kernels themselves
+//! are in `kernels/`; `source::kernels_for` lists which ones each op may use.
+//!
+//! Launch shapes: elementwise ops use grid-stride launches ([`grid_1d`]); line ops one block
+//! per line ([`line_threads`] threads); reductions blocks of 32×8 threads; implicit GEMM
+//! 256 threads per 64×64 tile. Multi-kernel ops (norm gradients, batch statistics,
+//! reductions and convolutions split over many blocks) pass partial results through
+//! [`Scratch`] in the workspace, always added in a fixed order.
+
+use crate::exec::cuda::CudaError;
+use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
+use crate::exec::cuda::source::*;
+use crate::exec::cuda::view::{
+    Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, View, grid_1d, line_blocks, line_threads,
+};
+use crate::index::{IndexVec, ValueId};
+use crate::ir::graph::Op;
+use crate::ir::ops::OpKind;
+
+/// Choices the lowering leaves to its caller.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct LowerOptions {
+    /// Convolutions (and matmuls cuBLAS cannot take) accumulate in float (`igemm_f32`)
+    /// rather than double (`igemm`): faster, further from the CPU reference (kernels/conv.cu).
+    pub conv_f32: bool,
+}
+
+/// Alignment of scratch regions in the workspace.
+pub const SCRATCH_ALIGN: u64 = 256;
+
+/// Scratch regions of one op in the workspace (a bump allocator; the workspace is as large
+/// as the largest op's scratch, and ops run one after another on one stream).
+#[derive(Default, Debug)]
+pub struct Scratch {
+    used: u64,
+}
+
+impl Scratch {
+    /// A fresh region of `bytes`.
+    pub fn alloc(&mut self, bytes: u64) -> Addr {
+        let at = self.used.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN;
+        self.used = at + bytes;
+        Addr::workspace(at)
+    }
+
+    /// Bytes of workspace this op needs.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+}
+
+/// How to split `rows` (reduced) elements among groups of blocks, given `col_blocks`
+/// blocks per group, at least `min_rows` rows per group and `bytes_per_group` of partial
+/// results: `(groups, rows per group)`. Aims at about 1024 blocks in all.
+pub fn row_groups(col_blocks: u64, rows: u64, min_rows: u64, bytes_per_group: u64) -> (u64, u64) {
+    if rows == 0 {
+        return (1, 1);
+    }
+    let want = 1024u64.div_ceil(col_blocks.max(1));
+    let by_rows = rows.div_ceil(min_rows.max(1));
+    let by_budget = (SPLIT_BUDGET / bytes_per_group.max(1)).max(1);
+    let groups = want.min(by_rows).min(by_budget).clamp(1, MAX_GRID_YZ);
+    let chunk = rows.div_ceil(groups);
+    (rows.div_ceil(chunk), chunk)
+}
+
+fn launch(kernel: &'static str, grid: [u32; 3], block: [u32; 3], args: Vec<Arg>) -> Command {
+    Command::Launch(Launch { kernel, grid, block, args })
+}
+
+/// A grid-stride launch over `n` elements (none for `n = 0`).
+fn elementwise(kernel: &'static str, n: u64, args: Vec<Arg>) -> Vec<Command> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let (grid, block) = grid_1d(n);
+    vec![launch(kernel, grid, block, args)]
+}
+
+fn t(view: &View) -> Arg {
+    Arg::Tensor(view.clone())
+}
+
+fn int(x: u64) -> Arg {
+    Arg::I64(x as i64)
+}
+
+/// A size as a kernel's `int` (conv and pooling geometry).
+fn i32_of(x: u64, what: &str) -> Result<i32, CudaError> {
+    i32::try_from(x).map_err(|_| CudaError::Unsupported(format!("{what} = {x} does not fit the kernels' 32-bit sizes")))
+}
+
+/// The commands of `op`; `views` holds every value's view; scratch comes from `scratch`.
+pub fn lower_op(
+    op: &Op,
+    views: &IndexVec<ValueId, View>,
+    options: LowerOptions,
+    scratch: &mut Scratch,
+) -> Result<Vec<Command>, CudaError> {
+    use OpKind::*;
+    let x = |i: usize| &views[op.inputs[i]];
+    let y = |i: usize| &views[op.outputs[i]];
+    let attrs = &op.attrs;
+    Ok(match op.kind {
+        Add => binary(OP_ADD, y(0), x(0), x(1), 0.0),
+        Sub => binary(OP_SUB, y(0), x(0), x(1), 0.0),
+        Mul => binary(OP_MUL, y(0), x(0), x(1), 0.0),
+        Div => binary(OP_DIV, y(0), x(0), x(1), 0.0),
+        ReluBackward => binary(OP_RELU_BACKWARD, y(0), x(0), x(1), 0.0),
+        GeluBackward => binary(OP_GELU_BACKWARD, y(0), x(0), x(1), 0.0),
+        Sgd => binary(OP_SGD, y(0), x(0), x(1), attrs.float("lr")),
+        AddScalar => unary(OP_ADD_SCALAR, y(0), x(0), attrs.float("value")),
+        MulScalar => unary(OP_MUL_SCALAR, y(0), x(0), attrs.float("value")),
+        Relu => unary(OP_RELU, y(0), x(0), 0.0),
+        Gelu => unary(OP_GELU, y(0), x(0), 0.0),
+        Contiguous | Cast => unary(OP_COPY, y(0), x(0), 0.0),
+        Fill => elementwise(FILL, y(0).numel(), vec![t(y(0)), Arg::F64(attrs.float("value"))]),
+        CausalMask => {
+            let last = *y(0).shape.last().unwrap_or(&1);
+            elementwise(CAUSAL_MASK, y(0).numel(), vec![t(y(0)), t(x(0)), int(last), Arg::F64(attrs.float("value"))])
+        }
+        Softmax => lines(SOFTMAX, y(0), &[x(0)], attrs.int("axis")),
+        SoftmaxBackward => lines(SOFTMAX_BACKWARD, y(0), &[x(0), x(1)], attrs.int("axis")),
+        Matmul => {
+            let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
+            gemm::matmul(x(0), x(1), ta, tb, y(0), options.conv_f32, scratch)
+        }
+        Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
+        Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
+        Reshape | Transpose | Expand => Vec::new(),
+        Embedding => {
+            let (v, d) = (x(0).shape[0], x(0).shape[1]);
+            elementwise(EMBEDDING, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), int(d), int(v)])
+        }
+        EmbeddingBackward => embedding_backward(y(0), x(0), x(1)),
+        LayerNorm => layer_norm(y(0), x(0), x(1), x(2), attrs.float("eps")),
+        LayerNormBackward => layer_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
+        BatchNorm => batch_norm(y(0), x(0), x(1), x(2), attrs.float("eps"), scratch),
+        BatchNormBackward => batch_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
+        Conv2d => {
+            let g = conv_geom(x(0), x(1), y(0), attrs.ints("stride"), attrs.ints("padding"))?;
+            let (k, crs, npq) = conv_sizes(&g)?;
+            let fwd = Igemm { mode: MODE_CONV_FWD, geom: g, size: [k, npq, crs], batches: 1, f32: options.conv_f32 };
+            gemm::igemm(fwd, y(0), x(1), x(0), scratch)
+        }
+        Conv2dBackward => {
+            let (dy, xv, w) = (x(0), x(1), x(2));
+            let g = conv_geom(xv, w, dy, attrs.ints("stride"), attrs.ints("padding"))?;
+            let (k, crs, npq) = conv_sizes(&g)?;
+            let (c, nhw) = (g.c as u64, g.n as u64 * g.h as u64 * g.w as u64);
+            let krs = k * g.r as u64 * g.s as u64;
+            let f32 = options.conv_f32;
+            let data = Igemm { mode: MODE_CONV_BWD_DATA, geom: g, size: [c, nhw, krs], batches: 1, f32 };
+            let weight = Igemm { mode: MODE_CONV_BWD_WEIGHT, geom: g, size: [k, crs, npq], batches: 1, f32 };
+            let mut commands = gemm::igemm(data, y(0), w, dy, scratch);
+            commands.extend(gemm::igemm(weight, y(1), dy, xv, scratch));
+            commands
+        }
+        MaxPool2d => {
+            let g = pool_geom(x(0), y(0), attrs.ints("kernel"), attrs.ints("stride"), attrs.ints("padding"))?;
+            elementwise(MAX_POOL2D, y(0).numel(), vec![t(y(0)), t(x(0)), Arg::Geom(g)])
+        }
+        MaxPool2dBackward => {
+            let g = pool_geom(x(1), x(0), attrs.ints("kernel"), attrs.ints("stride"), attrs.ints("padding"))?;
+            elementwise(MAX_POOL2D_BACKWARD, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), Arg::Geom(g)])
+        }
+        CrossEntropy => cross_entropy(y(0), x(0), x(1), scratch),
+        CrossEntropyBackward => {
+            let (n, c) = (x(1).shape[0], x(1).shape[1]);
+            if n * c == 0 {
+                Vec::new()
+            } else {
+                let args = vec![t(y(0)), t(x(0)), t(x(1)), t(x(2)), int(n), int(c)];
+                vec![launch(CE_BACKWARD, [line_blocks(n), 1, 1], [line_threads(c), 1, 1], args)]
+            }
+        }
+        SgdMomentum => {
+            let args = vec![
+                t(y(0)),
+                t(y(1)),
+                t(x(0)),
+                t(x(1)),
+                t(x(2)),
+                Arg::F64(attrs.float("lr")),
+                Arg::F64(attrs.float("momentum")),
+            ];
+            elementwise(SGD_MOMENTUM, y(0).numel(), args)
+        }
+        Adam | Adamw => {
+            let decay = if op.kind == Adamw { attrs.float("weight_decay") } else { 0.0 };
+            let mut args = vec![t(y(0)), t(y(1)), t(y(2)), t(x(0)), t(x(1)), t(x(2)), t(x(3)), t(x(4))];
+            args.extend(["lr", "beta1", "beta2", "eps"].map(|name| Arg::F64(attrs.float(name))));
+            args.push(Arg::F64(decay));
+            elementwise(ADAM, y(0).numel(), args)
+        }
+    })
+}
+
+fn binary(code: i32, out: &View, a: &View, b: &View, s: f64) -> Vec<Command> {
+    let args =
+        vec![Arg::I32(code), t(out), t(&a.broadcast_to(&out.shape)), t(&b.broadcast_to(&out.shape)), Arg::F64(s)];
+    elementwise(BINARY, out.numel(), args)
+}
+
+fn unary(code: i32, out: &View, x: &View, s: f64) -> Vec<Command> {
+    elementwise(UNARY, out.numel(), vec![Arg::I32(code), t(out), t(x), Arg::F64(s)])
+}
+
+/// `out` and `inputs` seen as `[outer, n, inner]` around `axis`: one block per line.
+fn lines(kernel: &'static str, out: &View, inputs: &[&View], axis: i64) -> Vec<Command> {
+    let rank = out.rank() as i64;
+    let axis = if axis < 0 { axis + rank } else { axis } as usize;
+    let outer: u64 = out.shape[..axis].iter().product();
+    let n = out.shape[axis];
+    let inner: u64 = out.shape[axis + 1..].iter().product();
+    let count = outer * inner;
+    if count * n == 0 {
+        return Vec::new();
+    }
+    let mut args = vec![t(out)];
+    args.extend(inputs.iter().map(|v| t(v)));
+    args.extend([int(count), int(n), int(inner)]);
+    vec![launch(kernel, [line_blocks(count), 1, 1], [line_threads(n), 1, 1], args)]
+}
+
+/// `(rows, D)` of a tensor normalised over its last dimension.
+fn rows_of(x: &View) -> (u64, u64) {
+    let d = *x.shape.last().unwrap_or(&1);
+    (x.numel().checked_div(d).unwrap_or(0), d)
+}
+
+fn layer_norm(y: &View, x: &View, gamma: &View, beta: &View, eps: f64) -> Vec<Command> {
+    let (rows, d) = rows_of(x);
+    if rows * d == 0 {
+        return Vec::new();
+    }
+    let args = vec![t(y), t(x), t(gamma), t(beta), int(rows), int(d), Arg::F64(eps)];
+    vec![launch(LAYER_NORM, [line_blocks(rows), 1, 1], [line_threads(d), 1, 1], args)]
+}
+
+fn layer_norm_backward(
+    [dx, dgamma, dbeta]: [&View; 3],
+    dy: &View,
+    x: &View,
+    gamma: &View,
+    eps: f64,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
+    let (rows, d) = rows_of(x);
+    if d == 0 {
+        return Vec::new();
+    }
+    let (groups, chunk) = row_groups(d.div_ceil(32), rows, 64, d * 16);
+    // Two doubles per row (mean, rstd) and per (group, column) (Σ dy·x̂, Σ dy).
+    let stats = if rows > 0 { Arg::Ptr(scratch.alloc(rows * 16)) } else { Arg::Null };
+    let partials = Arg::Ptr(scratch.alloc(groups * d * 16));
+    let (blocks, threads) = ([line_blocks(rows), 1, 1], [line_threads(d), 1, 1]);
+    let mut commands = Vec::new();
+    if rows > 0 {
+        commands.push(launch(LN_STATS, blocks, threads, vec![stats.clone(), t(x), int(rows), int(d), Arg::F64(eps)]));
+    }
+    let args = vec![partials.clone(), t(dy), t(x), stats.clone(), int(rows), int(d), int(chunk)];
+    commands.push(launch(LN_GRAD_PARAMS, [d.div_ceil(32) as u32, groups as u32, 1], [32, 8, 1], args));
+    commands.extend(elementwise(LN_GRAD_PARAMS_FINISH, d, vec![t(dgamma), t(dbeta), partials, int(d), int(groups)]));
+    if rows > 0 {
+        let args = vec![t(dx), t(dy), t(x), t(gamma), stats, int(rows), int(d)];
+        commands.push(launch(LAYER_NORM_BACKWARD_DX, blocks, threads, args));
+    }
+    commands
+}
+
+/// `(C, inner, M)` of a batch-normalised `x [N, C, ...]`: channels, elements per (sample,
+/// channel), elements per channel.
+fn channels_of(x: &View) -> (u64, u64, u64) {
+    let c = x.shape[1];
+    let inner: u64 = x.shape[2..].iter().product();
+    (c, inner, x.shape[0] * inner)
+}
+
+/// Per-channel mean and rstd of `x` into a fresh stats region (2 doubles per channel):
+/// partial sums and a finish pass for the mean, then again for the variance.
+fn channel_stats(x: &View, eps: f64, scratch: &mut Scratch) -> (Arg, Vec<Command>) {
+    let (c, inner, m) = channels_of(x);
+    let (groups, chunk) = row_groups(c, m, 1024, c * 16);
+    let stats = Arg::Ptr(scratch.alloc(c * 16));
+    let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
+    let mut commands = Vec::new();
+    for mode in [BN_MEAN, BN_VAR] {
+        let args =
+            vec![Arg::I32(mode), partials.clone(), t(x), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
+        commands.push(launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args));
+        let args = vec![
+            Arg::I32(mode),
+            stats.clone(),
+            partials.clone(),
+            t(x),
+            t(x),
+            int(c),
+            int(groups),
+            int(m),
+            Arg::F64(eps),
+        ];
+        commands.extend(elementwise(BN_FINISH, c, args));
+    }
+    (stats, commands)
+}
+
+fn batch_norm(y: &View, x: &View, gamma: &View, beta: &View, eps: f64, scratch: &mut Scratch) -> Vec<Command> {
+    if y.numel() == 0 {
+        return Vec::new();
+    }
+    let (c, inner, _) = channels_of(x);
+    let (stats, mut commands) = channel_stats(x, eps, scratch);
+    commands.extend(elementwise(BN_APPLY, y.numel(), vec![t(y), t(x), t(gamma), t(beta), stats, int(c), int(inner)]));
+    commands
+}
+
+fn batch_norm_backward(
+    [dx, dgamma, dbeta]: [&View; 3],
+    dy: &View,
+    x: &View,
+    gamma: &View,
+    eps: f64,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
+    let (c, inner, m) = channels_of(x);
+    if c == 0 {
+        return Vec::new();
+    }
+    let (stats, mut commands) = channel_stats(x, eps, scratch);
+    let (groups, chunk) = row_groups(c, m, 1024, c * 16);
+    let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
+    let sums = Arg::Ptr(scratch.alloc(c * 16));
+    let args =
+        vec![Arg::I32(BN_GRADS), partials.clone(), t(dy), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
+    commands.push(launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args));
+    let args = vec![
+        Arg::I32(BN_GRADS),
+        sums.clone(),
+        partials,
+        t(dbeta),
+        t(dgamma),
+        int(c),
+        int(groups),
+        int(m),
+        Arg::F64(eps),
+    ];
+    commands.extend(elementwise(BN_FINISH, c, args));
+    let args = vec![t(dx), t(dy), t(x), t(gamma), stats, sums, int(c), int(inner), int(m)];
+    commands.extend(elementwise(BN_BACKWARD_DX, dx.numel(), args));
+    commands
+}
+
+/// conv2d's geometry from x [N,C,H,W], w [K,C,R,S] and y [N,K,P,Q].
+fn conv_geom(x: &View, w: &View, y: &View, stride: &[i64], padding: &[i64]) -> Result<Geom, CudaError> {
+    let dims = [
+        (x.shape[0], "N"),
+        (x.shape[1], "C"),
+        (x.shape[2], "H"),
+        (x.shape[3], "W"),
+        (w.shape[0], "K"),
+        (w.shape[2], "R"),
+        (w.shape[3], "S"),
+        (y.shape[2], "P"),
+        (y.shape[3], "Q"),
+        (stride[0] as u64, "stride"),
+        (stride[1] as u64, "stride"),
+        (padding[0] as u64, "padding"),
+        (padding[1] as u64, "padding"),
+    ];
+    let mut v = [0i32; 13];
+    for (slot, (x, what)) in v.iter_mut().zip(dims) {
+        *slot = i32_of(x, what)?;
+    }
+    let [n, c, h, w, k, r, s, p, q, sh, sw, ph, pw] = v;
+    Ok(Geom { n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, pad: 0 })
+}
+
+/// `(K, C·R·S, N·P·Q)` of a conv. The implicit GEMM decodes its indices in 32 bits, so
+/// every product of sizes it forms must fit an `int`.
+fn conv_sizes(g: &Geom) -> Result<(u64, u64, u64), CudaError> {
+    let u = |x: i32| x as u64;
+    let (k, crs, npq) = (u(g.k), u(g.c) * u(g.r) * u(g.s), u(g.n) * u(g.p) * u(g.q));
+    let products = [crs, npq, k * u(g.r) * u(g.s), u(g.n) * u(g.h) * u(g.w), u(g.p) * u(g.q), u(g.h) * u(g.w)];
+    for x in products {
+        i32_of(x, "a product of conv sizes")?;
+    }
+    Ok((k, crs, npq))
+}
+
+/// A pooling window's geometry: x [N,C,H,W], y [N,C,P,Q].
+fn pool_geom(x: &View, y: &View, kernel: &[i64], stride: &[i64], padding: &[i64]) -> Result<Geom, CudaError> {
+    let window = View { shape: vec![x.shape[1], x.shape[1], kernel[0] as u64, kernel[1] as u64], ..x.clone() };
+    conv_geom(x, &window, y, stride, padding)
+}
+
+fn cross_entropy(loss: &View, logits: &View, labels: &View, scratch: &mut Scratch) -> Vec<Command> {
+    let (n, c) = (logits.shape[0], logits.shape[1]);
+    let losses = scratch.alloc(n * 4);
+    let mut commands = Vec::new();
+    if n > 0 {
+        let args = vec![Arg::Ptr(losses), t(logits), t(labels), int(n), int(c)];
+        commands.push(launch(CE_ROWS, [line_blocks(n), 1, 1], [line_threads(c), 1, 1], args));
+    }
+    commands.push(launch(CE_MEAN, [1, 1, 1], [1024, 1, 1], vec![t(loss), Arg::Ptr(losses), int(n)]));
+    commands
+}
+
+/// Rows of `dtable` each embedding_backward thread owns (grid.y stays within its limit).
+pub fn embedding_rows_per_block(vocab: u64) -> u64 {
+    vocab.div_ceil(MAX_GRID_YZ).max(256)
+}
+
+fn embedding_backward(dtable: &View, dy: &View, ids: &View) -> Vec<Command> {
+    let (v, d) = (dtable.shape[0], dtable.shape[1]);
+    if v * d == 0 {
+        return Vec::new();
+    }
+    let rows = embedding_rows_per_block(v);
+    let threads = (d.div_ceil(32) * 32).min(256);
+    let grid = [d.div_ceil(threads) as u32, v.div_ceil(rows) as u32, 1];
+    let args = vec![t(dtable), t(dy), t(ids), int(ids.numel()), int(d), int(v), int(rows)];
+    vec![launch(EMBEDDING_BACKWARD, grid, [threads as u32, 1, 1], args)]
+}
+
+/// sum or mean of `x` over `axes` into `out`: x viewed with kept dimensions first.
+fn reduce(out: &View, x: &View, axes: &[i64], mean: bool, scratch: &mut Scratch) -> Vec<Command> {
+    let rank = x.rank();
+    let reduced: Vec<bool> =
+        (0..rank).map(|d| axes.iter().any(|&a| (if a < 0 { a + rank as i64 } else { a }) as usize == d)).collect();
+    let perm: Vec<usize> = (0..rank).filter(|&d| !reduced[d]).chain((0..rank).filter(|&d| reduced[d])).collect();
+    let xp = x.permuted(&perm);
+    let outs: u64 = (0..rank).filter(|&d| !reduced[d]).map(|d| x.shape[d]).product();
+    let count: u64 = (0..rank).filter(|&d| reduced[d]).map(|d| x.shape[d]).product();
+    if outs == 0 {
+        return Vec::new();
+    }
+    let divisor = if mean { count as f64 } else { 1.0 };
+    let col_blocks = outs.div_ceil(32);
+    let (groups, chunk) = row_groups(col_blocks, count, 64, outs * 8);
+    let grid = [col_blocks as u32, groups as u32, 1];
+    if groups == 1 {
+        let args = vec![t(out), t(&xp), int(outs), int(count), int(chunk), Arg::F64(divisor), Arg::Null];
+        return vec![launch(REDUCE_PARTIAL, grid, [32, 8, 1], args)];
+    }
+    let partials = Arg::Ptr(scratch.alloc(groups * outs * 8));
+    let args = vec![t(out), t(&xp), int(outs), int(count), int(chunk), Arg::F64(divisor), partials.clone()];
+    let mut commands = vec![launch(REDUCE_PARTIAL, grid, [32, 8, 1], args)];
+    commands.extend(elementwise(
+        REDUCE_FINISH,
+        outs,
+        vec![t(out), partials, int(outs), int(groups), Arg::F64(divisor)],
+    ));
+    commands
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::types::DType;
+
+    #[test]
+    fn scratch_regions_are_aligned_and_disjoint() {
+        let mut s = Scratch::default();
+        assert_eq!(s.alloc(10), Addr::workspace(0));
+        assert_eq!(s.alloc(1), Addr::workspace(256));
+        assert_eq!(s.alloc(0), Addr::workspace(512));
+        assert_eq!(s.used(), 512);
+    }
+
+    #[test]
+    fn row_groups_split_long_reductions() {
+        // GPT-2 bias gradients: 768 columns (24 blocks) over 8192 rows.
+        let (groups, chunk) = row_groups(24, 8192, 64, 768 * 8);
+        assert_eq!(groups, 43);
+        assert!(groups * chunk >= 8192 && (groups - 1) * chunk < 8192);
+        // Few rows: one group.
+        assert_eq!(row_groups(24, 50, 64, 768 * 8), (1, 50));
+        // No rows at all still launches one (empty) group.
+        assert_eq!(row_groups(24, 0, 64, 8), (1, 1));
+        // Many columns already fill the GPU.
+        assert_eq!(row_groups(2048, 1 << 20, 64, 8).0, 1);
+        // The budget caps partials.
+        let (groups, _) = row_groups(1, 1 << 30, 64, SPLIT_BUDGET / 4);
+        assert_eq!(groups, 4);
+    }
+
+    #[test]
+    fn reductions_put_kept_dimensions_first() {
+        let x = View::dense(Addr::arena(0), DType::F32, &[2, 3, 4]);
+        let out = View::dense(Addr::arena(1024), DType::F32, &[3]);
+        let commands = reduce(&out, &x, &[0, -1], true, &mut Scratch::default());
+        let [Command::Launch(l)] = &commands[..] else { panic!("{commands:?}") };
+        assert_eq!(l.kernel, REDUCE_PARTIAL);
+        let Arg::Tensor(xp) = &l.args[1] else { panic!() };
+        assert_eq!((xp.shape.clone(), xp.strides.clone()), (vec![3, 2, 4], vec![4, 12, 1]));
+        assert_eq!(l.args[2..6], [Arg::I64(3), Arg::I64(8), Arg::I64(8), Arg::F64(8.0)]);
+        // A long reduction goes through partials and a finish pass.
+        let x = View::dense(Addr::arena(0), DType::F32, &[8192, 768]);
+        let out = View::dense(Addr::arena(0), DType::F32, &[768]);
+        let mut scratch = Scratch::default();
+        let commands = reduce(&out, &x, &[0], false, &mut scratch);
+        assert_eq!(commands.len(), 2);
+        assert_eq!(scratch.used(), 43 * 768 * 8);
+    }
+
+    #[test]
+    fn embedding_rows_keep_the_grid_in_bounds() {
+        assert_eq!(embedding_rows_per_block(50257), 256);
+        assert!(1u64 << 30 <= embedding_rows_per_block(1 << 30) * MAX_GRID_YZ);
+    }
+}

@@ -1,0 +1,352 @@
+//! A whole planned step as a program for the GPU: where every argument, returned and
+//! updated value lies in the arena, the commands of every op in schedule order, and the
+//! workspace they need.
+//!
+//! Built once per step from the graph and its (checked) plan, with no device. Building it
+//! also validates it: every tensor a kernel or cuBLAS touches lies inside the arena or the
+//! workspace, fits a kernel's descriptor, and every launch fits CUDA's grid and block limits.
+//! Executors rely on that for the memory safety of their launches.
+
+use crate::exec::ExecError;
+use crate::exec::cpu::layouts;
+use crate::exec::cuda::CudaError;
+use crate::exec::cuda::lower::{LowerOptions, Scratch, lower_op};
+use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, Space, View};
+use crate::index::{IndexVec, OpId, ValueId};
+use crate::ir::graph::{Graph, Role, ValueDef};
+use crate::ir::ops::OpKind;
+use crate::ir::types::TensorType;
+use crate::plan::Plan;
+
+/// A step argument and where its bytes lie (arguments own their bytes: they are dense).
+#[derive(Clone, PartialEq, Debug)]
+pub struct ArgSlot {
+    pub name: String,
+    pub ty: TensorType,
+    pub role: Role,
+    /// Byte offset in the arena.
+    pub offset: u64,
+}
+
+/// An index argument (ids, labels) an op reads: its values must lie in `0..bound`. Kernels
+/// cannot report errors, so the executor checks these on the host when it uploads them.
+#[derive(Clone, PartialEq, Debug)]
+pub struct IndexCheck {
+    pub arg: String,
+    pub op: &'static str,
+    pub bound: u64,
+}
+
+/// The commands of one op.
+#[derive(Clone, PartialEq, Debug)]
+pub struct OpCommands {
+    pub op: OpId,
+    pub kind: OpKind,
+    pub commands: Vec<Command>,
+}
+
+/// A planned step, lowered.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Program {
+    pub step: String,
+    pub arena_bytes: u64,
+    /// Scratch the ops need in the workspace (the largest op's).
+    pub scratch_bytes: u64,
+    pub args: Vec<ArgSlot>,
+    pub ops: Vec<OpCommands>,
+    /// Returned values, by name, in `return` order.
+    pub returns: Vec<(String, View)>,
+    /// New values of updates, by the target's name: where the target's bytes are.
+    pub updates: Vec<(String, View)>,
+    pub index_checks: Vec<IndexCheck>,
+}
+
+impl Program {
+    /// Lowers `graph` (verified) under `plan` (checked), with the default options.
+    pub fn new(graph: &Graph, plan: &Plan) -> Result<Program, CudaError> {
+        Program::with_options(graph, plan, LowerOptions::default())
+    }
+
+    /// Lowers `graph` (verified) under `plan` (checked).
+    pub fn with_options(graph: &Graph, plan: &Plan, options: LowerOptions) -> Result<Program, CudaError> {
+        let views = views(graph, plan)?;
+        let mut ops = Vec::new();
+        let mut scratch_bytes = 0;
+        for &op_id in &plan.schedule {
+            let op = graph.ops.get(op_id).ok_or_else(|| ExecError::BadPlan(format!("the schedule names {op_id}")))?;
+            let mut scratch = Scratch::default();
+            let commands = lower_op(op, &views, options, &mut scratch)?;
+            scratch_bytes = scratch_bytes.max(scratch.used());
+            ops.push(OpCommands { op: op_id, kind: op.kind, commands });
+        }
+        let args = graph
+            .args
+            .iter()
+            .map(|&a| {
+                let value = &graph.values[a];
+                let ValueDef::Arg(role) = value.def else { unreachable!("args are arguments") };
+                ArgSlot { name: value.name.clone(), ty: value.ty.clone(), role, offset: views[a].addr.offset }
+            })
+            .collect();
+        let named = |v: ValueId| (graph.values[v].name.clone(), views[v].clone());
+        let program = Program {
+            step: graph.name.clone(),
+            arena_bytes: plan.arena_bytes,
+            scratch_bytes,
+            args,
+            ops,
+            returns: graph.returns.iter().map(|r| named(r.value)).collect(),
+            updates: graph
+                .updates
+                .iter()
+                .map(|u| (graph.values[u.target].name.clone(), views[u.value].clone()))
+                .collect(),
+            index_checks: index_checks(graph, &views),
+        };
+        program.validate()?;
+        Ok(program)
+    }
+
+    /// Every command of every op, in order.
+    pub fn commands(&self) -> impl Iterator<Item = (&OpCommands, &Command)> {
+        self.ops.iter().flat_map(|op| op.commands.iter().map(move |c| (op, c)))
+    }
+
+    /// Checks the invariants executors rely on (see the module docs).
+    fn validate(&self) -> Result<(), CudaError> {
+        let limit = |space: Space| match space {
+            Space::Arena => self.arena_bytes,
+            Space::Workspace => self.scratch_bytes,
+        };
+        let inside = |addr: Addr, span: u64, what: &str| {
+            if addr.offset.checked_add(span).is_some_and(|end| end <= limit(addr.space)) {
+                Ok(())
+            } else {
+                Err(CudaError::Exec(ExecError::BadPlan(format!(
+                    "{what} reaches past the {:?} ({} + {span} bytes)",
+                    addr.space, addr.offset
+                ))))
+            }
+        };
+        let fits = |view: &View, what: &str| -> Result<(), CudaError> {
+            if view.rank() > MAX_RANK || view.device(Bases { arena: 0, workspace: 0 }).is_none() {
+                return Err(CudaError::Unsupported(format!(
+                    "{what}: a tensor of rank {} (the kernels take at most {MAX_RANK} dimensions)",
+                    view.rank()
+                )));
+            }
+            inside(view.addr, view.span_bytes(), what)
+        };
+        for (op, command) in self.commands() {
+            let what = format!("{} ({})", op.kind, op.op);
+            match command {
+                Command::Launch(launch) => {
+                    let [gx, gy, gz] = launch.grid;
+                    let [bx, by, bz] = launch.block;
+                    let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
+                    let grid_ok = gx >= 1
+                        && (1..=MAX_GRID_YZ).contains(&u64::from(gy))
+                        && (1..=MAX_GRID_YZ).contains(&u64::from(gz));
+                    if !grid_ok || threads == 0 || threads > 1024 || bz > 64 {
+                        return Err(CudaError::Unsupported(format!(
+                            "{what}: {} launch grid {:?} block {:?} is outside CUDA's limits",
+                            launch.kernel, launch.grid, launch.block
+                        )));
+                    }
+                    for arg in &launch.args {
+                        match arg {
+                            Arg::Tensor(view) => fits(view, &what)?,
+                            Arg::Ptr(addr) => inside(*addr, 0, &what)?,
+                            _ => {}
+                        }
+                    }
+                }
+                Command::Gemm(call) => {
+                    let (a, b, c) = call.spans();
+                    inside(call.a, a, &what)?;
+                    inside(call.b, b, &what)?;
+                    inside(call.c, c, &what)?;
+                }
+            }
+        }
+        for (name, view) in self.returns.iter().chain(&self.updates) {
+            fits(view, &format!("%{name}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The view of every value: layouts as the CPU executor builds them, at the plan's offsets.
+fn views(graph: &Graph, plan: &Plan) -> Result<IndexVec<ValueId, View>, CudaError> {
+    if plan.value_buffer.len() != graph.values.len() {
+        return Err(ExecError::BadPlan("the plan maps another number of values".into()).into());
+    }
+    let layouts = layouts(graph);
+    let mut base: IndexVec<ValueId, u64> = IndexVec::from_elem(0, graph.values.len());
+    for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
+        let buffer = plan
+            .buffers
+            .get(plan.value_buffer[v])
+            .ok_or_else(|| ExecError::BadPlan(format!("{} has no buffer", graph.value_name(v))))?;
+        let end = buffer.offset.checked_add(graph.values[v].ty.bytes().unwrap_or(u64::MAX));
+        if end.is_none_or(|e| e > plan.arena_bytes) {
+            return Err(ExecError::BadPlan(format!("{} ends past the arena", graph.value_name(v))).into());
+        }
+        base[v] = buffer.offset;
+    }
+    Ok(graph
+        .values
+        .iter_enumerated()
+        .map(|(v, value)| {
+            let layout = &layouts[v];
+            View {
+                addr: Addr::arena(base[layout.root]),
+                dtype: value.ty.dtype,
+                shape: layout.shape.iter().map(|&d| d as u64).collect(),
+                strides: layout.strides.iter().map(|&s| s as u64).collect(),
+            }
+        })
+        .collect())
+}
+
+/// The index arguments read by embedding and cross-entropy ops (directly or through views).
+fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexCheck> {
+    let layouts = layouts(graph);
+    let mut checks = Vec::new();
+    for op in &graph.ops {
+        let (index, bound) = match op.kind {
+            OpKind::Embedding => (op.inputs[1], views[op.inputs[0]].shape[0]),
+            OpKind::EmbeddingBackward => (op.inputs[1], op.attrs.int("vocab") as u64),
+            OpKind::CrossEntropy => (op.inputs[1], views[op.inputs[0]].shape[1]),
+            OpKind::CrossEntropyBackward => (op.inputs[2], views[op.inputs[1]].shape[1]),
+            _ => continue,
+        };
+        let root = layouts[index].root;
+        if matches!(graph.values[root].def, ValueDef::Arg(_)) {
+            checks.push(IndexCheck { arg: graph.values[root].name.clone(), op: op.kind.name(), bound });
+        }
+    }
+    checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::cuda::source::{CUBLAS_GEMM, Param, kernels_for, signature};
+    use crate::passes::PlanOptions;
+    use crate::random_step::random_step;
+
+    fn load(file: &str) -> (Graph, Plan) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let graph = crate::expand(&crate::parse(&text).unwrap()).unwrap();
+        let plan = crate::plan(&graph, &PlanOptions::default()).unwrap();
+        crate::check(&graph, &plan).unwrap();
+        (graph, plan)
+    }
+
+    fn step_files() -> Vec<String> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<String> = ["ir/models", "ir/features"]
+            .iter()
+            .flat_map(|dir| {
+                std::fs::read_dir(root.join(dir))
+                    .unwrap()
+                    .map(move |e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy()))
+            })
+            .filter(|f| f.ends_with(".step"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// The launch plan's own consistency: every launch passes what its kernel declares, and
+    /// each op uses only the kernels its mapping lists.
+    fn assert_consistent(p: &Program, what: &str) {
+        for (op, command) in p.commands() {
+            let allowed = kernels_for(op.kind);
+            match command {
+                Command::Gemm(_) => assert!(allowed.contains(&CUBLAS_GEMM), "{what}: {} calls cuBLAS", op.kind),
+                Command::Launch(launch) => {
+                    assert!(allowed.contains(&launch.kernel), "{what}: {} launches {}", op.kind, launch.kernel);
+                    let params = signature(launch.kernel).unwrap();
+                    let kinds: Vec<Param> = launch
+                        .args
+                        .iter()
+                        .map(|a| match a {
+                            Arg::Tensor(_) => Param::Tensor,
+                            Arg::Geom(_) => Param::Geom,
+                            Arg::Ptr(_) | Arg::Null => Param::Ptr,
+                            Arg::I32(_) => Param::I32,
+                            Arg::I64(_) => Param::I64,
+                            Arg::F64(_) => Param::F64,
+                        })
+                        .collect();
+                    assert_eq!(kinds, params, "{what}: {} passes the wrong arguments to {}", op.kind, launch.kernel);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_step_of_the_corpus_lowers_and_validates() {
+        for file in step_files() {
+            let (graph, plan) = load(&file);
+            let p = Program::new(&graph, &plan).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(p.ops.len(), plan.schedule.len(), "{file}");
+            assert_eq!(p.args.len(), graph.args.len(), "{file}");
+            assert_consistent(&p, &file);
+        }
+    }
+
+    #[test]
+    fn random_steps_lower_consistently() {
+        for seed in 0..150 {
+            let graph = random_step(seed);
+            let plan = crate::plan(&graph, &PlanOptions::default()).unwrap();
+            crate::check(&graph, &plan).unwrap();
+            let p = Program::new(&graph, &plan).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            assert_consistent(&p, &format!("seed {seed}"));
+        }
+    }
+
+    #[test]
+    fn gpt2_uses_cublas_for_every_matmul_and_little_scratch() {
+        let (graph, plan) = load("ir/models/gpt2.step");
+        let p = Program::new(&graph, &plan).unwrap();
+        let mut gemms = 0;
+        for op in p.ops.iter().filter(|o| o.kind == OpKind::Matmul) {
+            assert!(op.commands.iter().all(|c| matches!(c, Command::Gemm(_))), "{} runs a kernel", op.op);
+            gemms += 1;
+        }
+        assert!(gemms > 100);
+        // Scratch: partial sums of reductions and norms, far below the arena.
+        assert!(p.scratch_bytes < 64 << 20, "{}", p.scratch_bytes);
+        assert!(p.scratch_bytes * 100 < p.arena_bytes);
+        // Index arguments are checked on upload: token ids, positions, targets (through a
+        // reshape view).
+        let args: Vec<&str> = p.index_checks.iter().map(|c| c.arg.as_str()).collect();
+        for name in ["idx", "pos", "targets"] {
+            assert!(args.contains(&name), "{name} in {args:?}");
+        }
+        let wte = p.index_checks.iter().find(|c| c.op == "embedding" && c.arg == "idx").unwrap();
+        assert_eq!(wte.bound, 50257);
+    }
+
+    #[test]
+    fn resnet_convs_run_as_implicit_gemm() {
+        let (graph, plan) = load("ir/models/resnet18.step");
+        let p = Program::new(&graph, &plan).unwrap();
+        let convs = p.ops.iter().filter(|o| o.kind == OpKind::Conv2dBackward).count();
+        assert_eq!(convs, 20);
+        assert!(p.scratch_bytes <= 2 * crate::exec::cuda::gemm::SPLIT_BUDGET + (1 << 20), "{}", p.scratch_bytes);
+    }
+
+    #[test]
+    fn a_view_past_the_arena_is_rejected() {
+        let (graph, mut plan) = load("ir/models/mlp.step");
+        plan.arena_bytes -= 256;
+        let err = Program::new(&graph, &plan).unwrap_err();
+        assert!(matches!(err, CudaError::Exec(ExecError::BadPlan(_))), "{err}");
+    }
+}

@@ -1,0 +1,148 @@
+//! `memplan run FILE --device cuda [--steps N] [--check]` (feature `cuda`): trains on the GPU
+//! inside the one planned arena and reports device memory and step times.
+//!
+//! Printed: the device; the planned arena beside what its one allocation took (free device
+//! memory before minus after), the workspace (cuBLAS's, also the ops' scratch) and what the
+//! kernels and the cuBLAS handle took; then each step's loss and GPU time (CUDA events
+//! around the step's launches; arguments are uploaded before, outside the time). With
+//! `--check` every step is also run on the CPU reference from the same arguments and every
+//! returned and updated tensor is compared (`compare::check_step`); a tensor outside its
+//! tolerance fails the run.
+
+use thiserror::Error;
+
+use crate::exec::compare::{check_step, worst_by_dtype};
+use crate::exec::cpu::advance;
+use crate::exec::cuda::CudaError;
+use crate::exec::cuda::device::CudaBackend;
+use crate::exec::cuda::executor::{Executor, Upload};
+use crate::exec::cuda::lower::LowerOptions;
+use crate::exec::cuda::program::Program;
+use crate::exec::cuda::view::Command;
+use crate::exec::data::Tensors;
+use crate::ir::graph::Graph;
+use crate::plan::Plan;
+use crate::report::format_bytes;
+
+/// Why a GPU run failed.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// The GPU could not run the step (no driver, a CUDA error, a bad argument).
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    /// `--check`: a tensor differs from the CPU reference beyond its tolerance.
+    #[error(
+        "step {step}: the CUDA run differs from the CPU reference beyond tolerance (a memplan bug):\n  {}",
+        failures.join("\n  ")
+    )]
+    CheckFailed { step: u32, failures: Vec<String> },
+}
+
+/// Runs `steps` training steps of `graph` under `plan` from `args` on GPU 0, printing
+/// through `out`; with `check`, holds every step to the CPU reference. Returns the final
+/// params and state when `keep` asks for them (to save them). `MEMPLAN_CUDA_CONV=f32` in
+/// the environment makes convolutions accumulate in float (faster, less exact).
+pub fn run_steps(
+    graph: &Graph,
+    plan: &Plan,
+    args: Tensors,
+    steps: u32,
+    check: bool,
+    keep: bool,
+    out: &mut dyn FnMut(String),
+) -> Result<Option<Tensors>, RunError> {
+    let options = LowerOptions { conv_f32: std::env::var("MEMPLAN_CUDA_CONV").is_ok_and(|v| v == "f32") };
+    let program = Program::with_options(graph, plan, options)?;
+    let (launches, gemms) = program.commands().fold((0, 0), |(l, g), (_, c)| match c {
+        Command::Launch(_) => (l + 1, g),
+        Command::Gemm(_) => (l, g + 1),
+    });
+    let backend = CudaBackend::new(program.arena_bytes, program.scratch_bytes)?;
+    let info = backend.info.clone();
+    let memory = backend.memory;
+    out(format!(
+        "@{}: {} ops in one arena of {}; {steps} step(s) on {} (sm_{}{}, {} SMs, {} memory), CUDA driver {}.{}",
+        graph.name,
+        graph.ops.len(),
+        format_bytes(plan.arena_bytes),
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.multiprocessors,
+        format_bytes(info.total_bytes),
+        info.driver.0,
+        info.driver.1
+    ));
+    let conv = if options.conv_f32 { "float (MEMPLAN_CUDA_CONV=f32)" } else { "double" };
+    out(format!("  {launches} kernel launches and {gemms} cuBLAS calls per step; convolutions accumulate in {conv}"));
+    out("device memory:".to_string());
+    out(format!("  arena      planned  {}", format_bytes(memory.arena_planned)));
+    out(format!(
+        "  arena      measured {} (free memory before/after its one allocation)",
+        format_bytes(memory.arena_measured)
+    ));
+    out(format!(
+        "  workspace  measured {} for {} (cuBLAS's workspace, also the ops' scratch: {})",
+        format_bytes(memory.workspace_measured),
+        format_bytes(memory.workspace_bytes),
+        format_bytes(memory.scratch_bytes)
+    ));
+    out(format!("  other      measured {} (kernel module and cuBLAS handle)", format_bytes(memory.other_measured)));
+
+    let mut exec = Executor::new(backend, program);
+    exec.poison()?;
+    let mut args = args;
+    let mut times = Vec::new();
+    for step in 1..=steps {
+        exec.upload(&args, if step == 1 { Upload::All } else { Upload::Inputs })?;
+        let start = exec.backend.record()?;
+        exec.run()?;
+        let end = exec.backend.record()?;
+        end.synchronize().map_err(|e| CudaError::Driver { what: format!("step {step}"), message: e.to_string() })?;
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(|e| CudaError::Driver { what: "cuEventElapsedTime".into(), message: e.to_string() })?;
+        times.push(f64::from(ms));
+        let loss = |returns: &Tensors| {
+            returns.values().find(|t| t.ty.rank() == 0 && t.ty.dtype.is_float()).map(|t| t.to_f64()[0])
+        };
+        if check {
+            let got = exec.result()?;
+            let checked = check_step(graph, plan, &args, &got).map_err(CudaError::Exec)?;
+            match loss(&got.returns) {
+                Some(l) => out(format!("step {step}: loss {l:.6} in {ms:.3} ms")),
+                None => out(format!("step {step}: done in {ms:.3} ms")),
+            }
+            if !checked.failures.is_empty() {
+                return Err(RunError::CheckFailed { step, failures: checked.failures });
+            }
+            let worst: Vec<String> =
+                worst_by_dtype(&checked.checks).iter().map(|(d, e)| format!("{d} {e:.1e}")).collect();
+            out(format!(
+                "  check: {} returned and {} updated tensor(s) match the CPU reference (largest error: {})",
+                got.returns.len(),
+                got.updated.len(),
+                if worst.is_empty() { "none".to_string() } else { worst.join(", ") }
+            ));
+            for line in &checked.noise {
+                out(format!("  check: {line}"));
+            }
+            args = advance(&args, &got);
+        } else {
+            match loss(&exec.returns()?) {
+                Some(l) => out(format!("step {step}: loss {l:.6} in {ms:.3} ms")),
+                None => out(format!("step {step}: done in {ms:.3} ms")),
+            }
+        }
+    }
+    if times.len() > 1 {
+        let steady = &times[1..];
+        let mean = steady.iter().sum::<f64>() / steady.len() as f64;
+        let best = steady.iter().cloned().fold(f64::INFINITY, f64::min);
+        out(format!("step time over steps 2..={steps}: mean {mean:.3} ms, best {best:.3} ms"));
+    }
+    if check {
+        out(format!("the CUDA run matches the CPU reference in all {steps} step(s)"));
+    }
+    Ok(if keep { Some(exec.persistent_args()?) } else { None })
+}

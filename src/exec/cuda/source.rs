@@ -1,0 +1,274 @@
+//! The CUDA C++ program of the executor: its source files, the kernels it defines, the op
+//! codes shared with it, and which kernels run each op of the op table.
+//!
+//! The program is the files under `kernels/` concatenated ([`program`]): `common.cuh`
+//! first (descriptor, conversions, loads and stores, reductions), then one file per
+//! concern. NVRTC compiles it once per process (`device.rs`); the tests compile the same
+//! text as host C++ and run it (`tests/cuda_emu`).
+
+use crate::ir::ops::OpKind;
+
+/// The kernel files, in program order.
+pub const FILES: [(&str, &str); 5] = [
+    ("common.cuh", include_str!("kernels/common.cuh")),
+    ("elementwise.cu", include_str!("kernels/elementwise.cu")),
+    ("rows.cu", include_str!("kernels/rows.cu")),
+    ("reduce.cu", include_str!("kernels/reduce.cu")),
+    ("conv.cu", include_str!("kernels/conv.cu")),
+];
+
+/// The whole program, with a `#line` before each file so compiler messages name it.
+pub fn program() -> String {
+    let mut text = String::new();
+    for (name, body) in FILES {
+        text.push_str(&format!("#line 1 \"{name}\"\n"));
+        text.push_str(body);
+        text.push('\n');
+    }
+    text
+}
+
+// Kernel names (`extern "C" __global__ void NAME(...)` in the program).
+pub const BINARY: &str = "binary";
+pub const UNARY: &str = "unary";
+pub const FILL: &str = "fill";
+pub const CAUSAL_MASK: &str = "causal_mask";
+pub const SGD_MOMENTUM: &str = "sgd_momentum";
+pub const ADAM: &str = "adam";
+pub const SOFTMAX: &str = "softmax";
+pub const SOFTMAX_BACKWARD: &str = "softmax_backward";
+pub const LAYER_NORM: &str = "layer_norm";
+pub const LN_STATS: &str = "ln_stats";
+pub const LN_GRAD_PARAMS: &str = "ln_grad_params";
+pub const LN_GRAD_PARAMS_FINISH: &str = "ln_grad_params_finish";
+pub const LAYER_NORM_BACKWARD_DX: &str = "layer_norm_backward_dx";
+pub const CE_ROWS: &str = "ce_rows";
+pub const CE_MEAN: &str = "ce_mean";
+pub const CE_BACKWARD: &str = "ce_backward";
+pub const EMBEDDING: &str = "embedding";
+pub const EMBEDDING_BACKWARD: &str = "embedding_backward";
+pub const REDUCE_PARTIAL: &str = "reduce_partial";
+pub const REDUCE_FINISH: &str = "reduce_finish";
+pub const BN_PARTIAL: &str = "bn_partial";
+pub const BN_FINISH: &str = "bn_finish";
+pub const BN_APPLY: &str = "bn_apply";
+pub const BN_BACKWARD_DX: &str = "bn_backward_dx";
+pub const IGEMM: &str = "igemm";
+pub const IGEMM_F32: &str = "igemm_f32";
+pub const IGEMM_FINISH: &str = "igemm_finish";
+pub const MAX_POOL2D: &str = "max_pool2d";
+pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
+
+/// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
+///
+/// [`GemmCall`]: crate::exec::cuda::gemm::GemmCall
+pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
+
+/// Every kernel the program defines.
+pub const KERNELS: [&str; 29] = [
+    BINARY,
+    UNARY,
+    FILL,
+    CAUSAL_MASK,
+    SGD_MOMENTUM,
+    ADAM,
+    SOFTMAX,
+    SOFTMAX_BACKWARD,
+    LAYER_NORM,
+    LN_STATS,
+    LN_GRAD_PARAMS,
+    LN_GRAD_PARAMS_FINISH,
+    LAYER_NORM_BACKWARD_DX,
+    CE_ROWS,
+    CE_MEAN,
+    CE_BACKWARD,
+    EMBEDDING,
+    EMBEDDING_BACKWARD,
+    REDUCE_PARTIAL,
+    REDUCE_FINISH,
+    BN_PARTIAL,
+    BN_FINISH,
+    BN_APPLY,
+    BN_BACKWARD_DX,
+    IGEMM,
+    IGEMM_F32,
+    IGEMM_FINISH,
+    MAX_POOL2D,
+    MAX_POOL2D_BACKWARD,
+];
+
+// Op codes of `binary` and `unary`, and modes of `igemm` and the batch-norm kernels (the
+// `#define`s of common.cuh; a test compares them).
+pub const OP_ADD: i32 = 0;
+pub const OP_SUB: i32 = 1;
+pub const OP_MUL: i32 = 2;
+pub const OP_DIV: i32 = 3;
+pub const OP_RELU_BACKWARD: i32 = 4;
+pub const OP_GELU_BACKWARD: i32 = 5;
+pub const OP_SGD: i32 = 6;
+pub const OP_ADD_SCALAR: i32 = 10;
+pub const OP_MUL_SCALAR: i32 = 11;
+pub const OP_RELU: i32 = 12;
+pub const OP_GELU: i32 = 13;
+pub const OP_COPY: i32 = 14;
+pub const MODE_CONV_FWD: i32 = 0;
+pub const MODE_CONV_BWD_DATA: i32 = 1;
+pub const MODE_CONV_BWD_WEIGHT: i32 = 2;
+pub const MODE_MATMUL: i32 = 3;
+pub const BN_MEAN: i32 = 0;
+pub const BN_VAR: i32 = 1;
+pub const BN_GRADS: i32 = 2;
+
+/// The kernels (and cuBLAS) that may run `kind`, in the order an op uses them. Views
+/// (reshape, transpose, expand) run nothing: they are strides over their input's bytes.
+pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
+    use OpKind::*;
+    match kind {
+        Add | Sub | Mul | Div | ReluBackward | GeluBackward | Sgd => &[BINARY],
+        AddScalar | MulScalar | Relu | Gelu | Contiguous | Cast => &[UNARY],
+        Fill => &[FILL],
+        CausalMask => &[CAUSAL_MASK],
+        Softmax => &[SOFTMAX],
+        SoftmaxBackward => &[SOFTMAX_BACKWARD],
+        Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
+        Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
+        Reshape | Transpose | Expand => &[],
+        Embedding => &[EMBEDDING],
+        EmbeddingBackward => &[EMBEDDING_BACKWARD],
+        LayerNorm => &[LAYER_NORM],
+        LayerNormBackward => &[LN_STATS, LN_GRAD_PARAMS, LN_GRAD_PARAMS_FINISH, LAYER_NORM_BACKWARD_DX],
+        BatchNorm => &[BN_PARTIAL, BN_FINISH, BN_APPLY],
+        BatchNormBackward => &[BN_PARTIAL, BN_FINISH, BN_BACKWARD_DX],
+        Conv2d | Conv2dBackward => &[IGEMM, IGEMM_F32, IGEMM_FINISH],
+        MaxPool2d => &[MAX_POOL2D],
+        MaxPool2dBackward => &[MAX_POOL2D_BACKWARD],
+        CrossEntropy => &[CE_ROWS, CE_MEAN],
+        CrossEntropyBackward => &[CE_BACKWARD],
+        SgdMomentum => &[SGD_MOMENTUM],
+        Adam | Adamw => &[ADAM],
+    }
+}
+
+/// A kernel parameter's type, as the program declares it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Param {
+    Tensor,
+    Geom,
+    /// `u64`: a device address.
+    Ptr,
+    /// `int`.
+    I32,
+    /// `i64`.
+    I64,
+    /// `double`.
+    F64,
+}
+
+/// The parameter types of kernel `name`, read from the program's text; `None` if the
+/// program has no such kernel or declares a parameter of another type.
+pub fn signature(name: &str) -> Option<Vec<Param>> {
+    let program = program();
+    let head = format!("extern \"C\" __global__ void {name}(");
+    let start = program.find(&head)? + head.len();
+    let end = start + program[start..].find(')')?;
+    program[start..end]
+        .split(',')
+        .map(|param| {
+            let ty = param.split_whitespace().next()?;
+            Some(match ty {
+                "Tensor" => Param::Tensor,
+                "Geom" => Param::Geom,
+                "u64" => Param::Ptr,
+                "int" => Param::I32,
+                "i64" => Param::I64,
+                "double" => Param::F64,
+                _ => return None,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::ops::OPS;
+
+    #[test]
+    fn every_op_of_the_table_has_a_kernel_mapping() {
+        for row in OPS {
+            let kernels = kernels_for(row.kind);
+            if row.view_of.is_some() {
+                assert!(kernels.is_empty(), "{}: a view runs no kernel", row.name);
+            } else {
+                assert!(!kernels.is_empty(), "{}: no kernel", row.name);
+            }
+            for k in kernels.iter().filter(|&&k| k != CUBLAS_GEMM) {
+                assert!(KERNELS.contains(k), "{}: {k} is not a kernel of the program", row.name);
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_is_defined_once_with_known_parameter_types() {
+        let program = program();
+        for name in KERNELS {
+            let head = format!("extern \"C\" __global__ void {name}(");
+            assert_eq!(program.matches(&head).count(), 1, "{name} defined once");
+            let params = signature(name).unwrap_or_else(|| panic!("{name}: unreadable signature"));
+            assert!(!params.is_empty(), "{name}");
+        }
+        // And the program defines no kernel the list lacks.
+        assert_eq!(program.matches("extern \"C\" __global__ void ").count(), KERNELS.len());
+        assert_eq!(signature("no_such_kernel"), None);
+        assert_eq!(signature(BINARY), Some(vec![Param::I32, Param::Tensor, Param::Tensor, Param::Tensor, Param::F64]));
+    }
+
+    #[test]
+    fn op_codes_match_the_program() {
+        let program = program();
+        let codes = [
+            ("OP_ADD", OP_ADD),
+            ("OP_SUB", OP_SUB),
+            ("OP_MUL", OP_MUL),
+            ("OP_DIV", OP_DIV),
+            ("OP_RELU_BACKWARD", OP_RELU_BACKWARD),
+            ("OP_GELU_BACKWARD", OP_GELU_BACKWARD),
+            ("OP_SGD", OP_SGD),
+            ("OP_ADD_SCALAR", OP_ADD_SCALAR),
+            ("OP_MUL_SCALAR", OP_MUL_SCALAR),
+            ("OP_RELU", OP_RELU),
+            ("OP_GELU", OP_GELU),
+            ("OP_COPY", OP_COPY),
+            ("MODE_CONV_FWD", MODE_CONV_FWD),
+            ("MODE_CONV_BWD_DATA", MODE_CONV_BWD_DATA),
+            ("MODE_CONV_BWD_WEIGHT", MODE_CONV_BWD_WEIGHT),
+            ("MODE_MATMUL", MODE_MATMUL),
+            ("BN_MEAN", BN_MEAN),
+            ("BN_VAR", BN_VAR),
+            ("BN_GRADS", BN_GRADS),
+        ];
+        for (name, code) in codes {
+            assert!(program.contains(&format!("#define {name} {code}\n")), "#define {name} {code}");
+        }
+        for (i, dtype) in ["DT_F32", "DT_F16", "DT_BF16", "DT_I32", "DT_I64", "DT_BOOL"].iter().enumerate() {
+            assert!(program.contains(&format!("#define {dtype} {i}\n")), "{dtype}");
+        }
+    }
+
+    #[test]
+    fn the_program_is_plain_cuda() {
+        // No headers (NVRTC has none by default), no inline PTX and no macros the host
+        // emulation lacks: the same text compiles as CUDA and as host C++.
+        let program = program();
+        for banned in ["#include", "asm(", "asm volatile", "INFINITY", "NAN", "atomicAdd", "__ldg"] {
+            assert!(!program.contains(banned), "the program uses {banned}");
+        }
+        // Balanced braces and parentheses in every file.
+        for (name, body) in FILES {
+            for (open, close) in [('{', '}'), ('(', ')'), ('[', ']')] {
+                assert_eq!(body.matches(open).count(), body.matches(close).count(), "{name}: {open}{close}");
+            }
+        }
+        assert!(program.starts_with("#line 1 \"common.cuh\"\n"));
+    }
+}

@@ -1,0 +1,256 @@
+//! The remat pass: recompute forward values so that a step fits a memory budget.
+//!
+//! Runs after the schedule and in-place passes, on the scheduled step:
+//! 1. [`problem::step_problem`] turns the step and its schedule into a
+//!    [`Problem`](crate::remat::Problem) of the IR-free core (`crate::remat`): node `i` is the
+//!    op at schedule position `i`, values are the buffers the buffer pass would make (views
+//!    share their root's bytes, an update's new value its target's), params, inputs and
+//!    state exist before the first node, updated params and returned values survive;
+//! 2. a strategy (`crate::remat::solve`) picks a sequence of nodes, repeats being
+//!    recomputes, whose peak under the core's evaluation rule fits a problem budget;
+//! 3. [`apply::apply`] rewrites the step to run that sequence: each repeat becomes a
+//!    *clone* (a new op, same kind and attributes, fresh values `%h.remat1`), every later
+//!    reader reads the latest run, and the new program order is the sequence;
+//! 4. in-place reuse, buffers and offsets are redone on the rewritten step by the caller's
+//!    `measure`, which gives the ARENA the step would get.
+//!
+//! **The budget is for the arena**, which differs from the problem's peak: in-place reuse
+//! saves bytes the problem does not model, and offsets may leave gaps. So the pass
+//! iterates. The first problem budget is the byte budget plus the gap between the
+//! problem's peak and the arena of the step without recomputation (the gap the same step
+//! has when nothing is recomputed); after each round whose arena exceeds the budget, the
+//! problem budget is lowered by the excess. A strategy that finds nothing under the problem
+//! budget reports the smallest peak it can reach; that sequence is applied and measured too
+//! (its arena may still fit), and the search ends there. After [`ROUNDS`] rounds, or then,
+//! the pass fails with [`PlanError::BudgetUnmet`] naming the smallest arena reached, a
+//! budget that is known to work. A budget at or above the arena without recomputation
+//! changes nothing.
+//!
+//! A clone of an op that reads an updated param can land after the update wrote the new
+//! value in the param's bytes ([`apply::ApplyError::ReadsUpdated`]): such nodes are marked
+//! not recomputable and the strategy is asked again.
+//!
+//! # Why a recompute is sound
+//!
+//! A clone computes the same bits as its original:
+//! - it is the same op (the same kind, hence the same kernel) with the same attributes,
+//!   and every kernel is a deterministic function of its inputs' bits and its attributes
+//!   (no op has effects besides writing its outputs; optimizer updates and backward ops are
+//!   never recomputed);
+//! - each input is bound to a value holding the same bits as the original's input: the
+//!   same value, or a clone's output, which by induction over the schedule holds the same
+//!   bits as its own original's; views are re-created on the same base (views are layouts,
+//!   not copies);
+//! - those inputs are intact when the clone runs: the rewritten step is planned from
+//!   scratch (lifetimes, in-place pairs, buffers, offsets), so every value read by a clone
+//!   is live until that read like any other, and the update rule (no read of a param after
+//!   its new value is written) is enforced as for any op.
+//!
+//! The checker verifies it without trusting the planner: the plan lists each clone with
+//! its original; the checker compares kinds and attributes, and maps every value to its
+//! *origin* (a clone's output `j` to its original's output `j`) and requires each input of
+//! a clone to have the same origin as the original's input; its generic checks then prove
+//! every input intact when read. The CPU executor's planned run of the rewritten step is
+//! bit-identical to the unplanned run of the original (tests/remat.rs).
+
+pub mod apply;
+pub mod budget;
+pub mod problem;
+
+use std::collections::HashSet;
+
+use crate::index::OpId;
+use crate::ir::graph::Graph;
+use crate::passes::{PlanError, PlanOptions, Pipeline, buffers, inplace, intervals, offsets};
+use crate::plan::Remat;
+use crate::remat::{Node, Problem, RematError, Solution, Strategy, evaluate};
+pub use apply::{ApplyError, Rewritten};
+pub use budget::{Budget, BudgetError};
+pub use problem::{StepProblem, step_problem};
+
+/// How many times the pass lowers the problem budget before it gives up.
+pub const ROUNDS: usize = 8;
+
+/// A strategy: a sequence whose peak fits the budget, or the smallest peak it can reach.
+pub type Solver<'a> = dyn Fn(&Problem, u64) -> Result<Solution, RematError> + 'a;
+
+/// The arena a step gets in an order (in-place reuse, buffers, offsets).
+pub type Measure<'a> = dyn Fn(&Graph, &[OpId]) -> Result<u64, PlanError> + 'a;
+
+/// A `--checkpoint` strategy as a [`Solver`].
+pub fn solver(strategy: Strategy) -> impl Fn(&Problem, u64) -> Result<Solution, RematError> {
+    move |problem, budget| crate::remat::solve(problem, budget, strategy)
+}
+
+/// Where the pass gets its sequence.
+#[derive(Clone, Copy)]
+pub(super) enum Sequence<'a> {
+    /// From a strategy, under `PlanOptions::budget` (the pass runs only with one).
+    Solve { strategy: &'a str, solver: &'a Solver<'a> },
+    /// Given by the caller.
+    Given(&'a [Node]),
+}
+
+/// What the pass leaves for the rest of the pipeline.
+pub(super) struct Done {
+    /// The schedule before the pass (savings are figures of the step before recomputation).
+    pub(super) schedule: Vec<OpId>,
+    pub(super) record: Remat,
+}
+
+/// The pass in the pipeline: sets the pipeline's graph, schedule and in-place pairs when it
+/// rewrites the step, and returns the plan's record.
+pub(super) fn pass(graph: &Graph, pipeline: &mut Pipeline, options: &PlanOptions, sequence: Sequence<'_>) -> Result<Done, PlanError> {
+    let before = pipeline.schedule.clone();
+    let measure = |g: &Graph, order: &[OpId]| arena_of(g, order, options);
+    let (rewritten, budget, arena_without, strategy) = match sequence {
+        Sequence::Given(seq) => {
+            let rewritten = apply_sequence(graph, &before, options.alignment, seq)?;
+            (Some(rewritten), None, measure(graph, &before)?, "given")
+        }
+        Sequence::Solve { strategy, solver } => {
+            let budget = options.budget.expect("the pass runs under a budget");
+            let outcome = remat(graph, &before, budget, options.alignment, strategy, solver, &measure)?;
+            (outcome.rewritten, Some(outcome.budget), outcome.arena_without, strategy)
+        }
+    };
+    let recomputes = match rewritten {
+        Some(r) => {
+            let reuse = if options.inplace { inplace::inplace(&r.graph, &r.schedule) } else { inplace::no_reuse(&r.graph) };
+            pipeline.reuse = Some(reuse);
+            pipeline.schedule = r.schedule;
+            pipeline.graph = Some(r.graph);
+            r.recomputes
+        }
+        None => Vec::new(),
+    };
+    let g = pipeline.graph(graph);
+    let clones: HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
+    let flops = |op: OpId| problem::op_flops(g, op);
+    let record = Remat {
+        budget,
+        strategy: strategy.to_string(),
+        arena_without,
+        base_flops: g.ops.indices().filter(|op| !clones.contains(op)).map(flops).fold(0, u64::saturating_add),
+        flops: g.ops.indices().map(flops).fold(0, u64::saturating_add),
+        recomputes,
+    };
+    Ok(Done { schedule: before, record })
+}
+
+/// The arena of `graph` run in `order`: in-place reuse (if on), buffers, offsets.
+fn arena_of(graph: &Graph, order: &[OpId], options: &PlanOptions) -> Result<u64, PlanError> {
+    let reuse = if options.inplace { inplace::inplace(graph, order) } else { inplace::no_reuse(graph) };
+    let buffers = buffers::assign_buffers(graph, order, &reuse)?;
+    let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
+    let intervals = intervals(&buffers, options.alignment)?;
+    offsets::solve(&intervals, &solve_options).map(|s| s.arena).map_err(|_| PlanError::ArenaOverflow)
+}
+
+/// What the pass decided.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The rewritten step; `None` when the step meets the budget as it is.
+    pub rewritten: Option<Rewritten>,
+    /// The budget in bytes.
+    pub budget: u64,
+    /// The arena without recomputation.
+    pub arena_without: u64,
+}
+
+/// Fits `graph`, run in `schedule`, into `budget` (see the module docs). `strategy` names
+/// the solver in errors.
+pub fn remat(
+    graph: &Graph,
+    schedule: &[OpId],
+    budget: Budget,
+    alignment: u64,
+    strategy: &str,
+    solver: &Solver<'_>,
+    measure: &Measure<'_>,
+) -> Result<Outcome, PlanError> {
+    let arena_without = measure(graph, schedule)?;
+    let budget = budget.bytes(arena_without).map_err(PlanError::BadBudget)?;
+    if arena_without <= budget {
+        return Ok(Outcome { rewritten: None, budget, arena_without });
+    }
+    let mut step = step_problem(graph, schedule, alignment).ok_or(PlanError::ArenaOverflow)?;
+    let identity: Vec<Node> = (0..step.ops.len() as Node).collect();
+    let peak = evaluate(&step.problem, &identity).map_err(|e| bug(format!("the step's own order: {e}")))?.peak;
+    let gap = i128::from(peak) - i128::from(arena_without);
+    let clamp = |x: i128| x.clamp(0, i128::from(u64::MAX)) as u64;
+    let mut target = clamp(i128::from(budget) + gap);
+    let mut smallest = arena_without;
+    for _ in 0..ROUNDS {
+        let (rewritten, last) = match solve(graph, &mut step, target, solver)? {
+            Ok(rewritten) => (rewritten, false),
+            Err(least) => match least_sequence(graph, &mut step, least, solver)? {
+                Some(rewritten) => (rewritten, true),
+                None => break,
+            },
+        };
+        let arena = measure(&rewritten.graph, &rewritten.schedule)?;
+        if arena <= budget {
+            return Ok(Outcome { rewritten: Some(rewritten), budget, arena_without });
+        }
+        smallest = smallest.min(arena);
+        if last || target == 0 {
+            break;
+        }
+        target = target.saturating_sub(arena - budget);
+    }
+    Err(PlanError::BudgetUnmet { budget, smallest, strategy: strategy.to_string() })
+}
+
+/// Rewrites `graph` to run a sequence the caller chose (no budget).
+pub fn apply_sequence(graph: &Graph, schedule: &[OpId], alignment: u64, sequence: &[Node]) -> Result<Rewritten, PlanError> {
+    let step = step_problem(graph, schedule, alignment).ok_or(PlanError::ArenaOverflow)?;
+    apply::apply(graph, &step, sequence).map_err(PlanError::BadSequence)
+}
+
+/// The sequence at the smallest peak the strategy reaches, `least` or above (forbidding a
+/// recompute can raise it); `None` if the strategy cannot even meet its own smallest.
+fn least_sequence(graph: &Graph, step: &mut StepProblem, mut least: u64, solver: &Solver<'_>) -> Result<Option<Rewritten>, PlanError> {
+    loop {
+        match solve(graph, step, least, solver)? {
+            Ok(rewritten) => return Ok(Some(rewritten)),
+            Err(higher) if higher > least => least = higher,
+            Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// Solves and applies; `Ok(Err(smallest))` when no sequence fits `target`. Nodes whose
+/// clones would read an updated param after its update are made not recomputable and the
+/// solver is asked again.
+fn solve(graph: &Graph, step: &mut StepProblem, target: u64, solver: &Solver<'_>) -> Result<Result<Rewritten, u64>, PlanError> {
+    loop {
+        let solution = match solver(&step.problem, target) {
+            Ok(solution) => solution,
+            Err(RematError::Infeasible { smallest, .. }) => return Ok(Err(smallest)),
+            // The strategy asked for cannot go lower than `reached` (another might): the
+            // smallest budget that works with it.
+            Err(RematError::StrategyCannot { reached, .. }) => return Ok(Err(reached)),
+            Err(e @ (RematError::BadProblem(_) | RematError::OverBudget { .. })) => return Err(bug(e.to_string())),
+        };
+        match apply::apply(graph, step, &solution.sequence) {
+            Ok(rewritten) => return Ok(Ok(rewritten)),
+            Err(ApplyError::ReadsUpdated(nodes)) => {
+                let mut changed = false;
+                for node in nodes {
+                    let info = &mut step.problem.nodes[node as usize];
+                    changed |= info.recomputable;
+                    info.recomputable = false;
+                }
+                if !changed {
+                    return Err(bug("a strategy recomputed an op marked not recomputable".into()));
+                }
+            }
+            Err(e) => return Err(bug(e.to_string())),
+        }
+    }
+}
+
+fn bug(reason: String) -> PlanError {
+    PlanError::RematBug(reason)
+}

@@ -1,0 +1,147 @@
+//! The strategies on seeded random problems: every result is a valid sequence that fits
+//! its budget by [`evaluate`]; on tiny problems the near-optimal search is compared with an
+//! exhaustive search over every stage-form plan, and the lower bounds are checked against
+//! the true optimum.
+
+use std::time::Duration;
+
+use super::bound::lower_bound;
+use super::search::smallest_peak;
+use super::stages::{Plan, Sim};
+use super::testing::random_problem;
+use super::*;
+use crate::exec::data::Rng;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The cheapest extra cost of a plan fitting `budget` (None if none does) and the smallest
+/// peak of any plan, over every set of recompute pairs.
+fn exhaustive(problem: &Problem, budget: u64) -> (Option<u64>, u64) {
+    let n = problem.nodes.len();
+    let pairs: Vec<(Node, Node)> =
+        (1..n).flat_map(|t| (0..t).map(move |v| (t as Node, v as Node))).filter(|&(_, v)| problem.nodes[v as usize].recomputable).collect();
+    assert!(pairs.len() <= 16, "too many pairs for an exhaustive search");
+    let mut sim = Sim::new(problem);
+    let mut best: Option<u64> = None;
+    let mut smallest = u64::MAX;
+    for mask in 0u32..(1 << pairs.len()) {
+        let mut plan = Plan::empty(n);
+        for (i, &(t, v)) in pairs.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                plan.insert(t, v);
+            }
+        }
+        let score = sim.score(&plan, budget);
+        smallest = smallest.min(score.peak);
+        if score.peak <= budget && best.is_none_or(|b| score.extra < b) {
+            best = Some(score.extra);
+        }
+    }
+    (best, smallest)
+}
+
+/// A tiny problem (at most 16 recomputable pairs) and a budget between its smallest and
+/// plain peaks.
+fn tiny(seed: u64) -> (Problem, u64, u64) {
+    let mut rng = Rng::new(seed);
+    loop {
+        let n = 3 + rng.below(4) as usize;
+        let problem = random_problem(&mut rng, n);
+        let pairs: usize = (1..n).map(|t| (0..t).filter(|&v| problem.nodes[v].recomputable).count()).sum();
+        if pairs > 16 {
+            continue;
+        }
+        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let (_, smallest) = exhaustive(&problem, u64::MAX);
+        let budget = smallest + rng.below(plain - smallest + 1);
+        return (problem, budget, smallest);
+    }
+}
+
+#[test]
+fn every_strategy_returns_a_valid_sequence_within_budget() {
+    for seed in 0..80 {
+        let mut rng = Rng::new(seed);
+        let n = 2 + rng.below(24) as usize;
+        let problem = random_problem(&mut rng, n);
+        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let budget = plain - rng.below(plain / 2 + 1);
+        for strategy in Strategy::ALL {
+            match solve_with(&problem, budget, strategy, LIMIT) {
+                Ok(solution) => {
+                    let eval = evaluate(&problem, &solution.sequence).unwrap_or_else(|e| panic!("seed {seed} {strategy:?}: {e}"));
+                    assert_eq!(eval, solution.eval);
+                    assert!(eval.peak <= budget, "seed {seed} {strategy:?}: {} > {budget}", eval.peak);
+                    assert!(strategy == Strategy::Auto || solution.strategy == strategy);
+                }
+                Err(RematError::Infeasible { smallest, .. }) => {
+                    assert!(smallest > budget, "seed {seed} {strategy:?}");
+                    // The smallest peak reported is one the search reaches.
+                    let solution = solve_with(&problem, smallest, Strategy::NearOptimal, LIMIT).unwrap();
+                    assert!(solution.eval.peak <= smallest, "seed {seed}");
+                }
+                Err(RematError::StrategyCannot { reached, smallest, .. }) => {
+                    assert!(reached > budget && smallest <= budget, "seed {seed} {strategy:?}");
+                    assert!(solve_with(&problem, budget, Strategy::NearOptimal, LIMIT).is_ok(), "seed {seed}");
+                }
+                Err(e) => panic!("seed {seed} {strategy:?}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn auto_is_never_worse_than_the_other_strategies() {
+    for seed in 0..40 {
+        let mut rng = Rng::new(1000 + seed);
+        let n = 4 + rng.below(24) as usize;
+        let problem = random_problem(&mut rng, n);
+        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let budget = plain - rng.below(plain / 3 + 1);
+        let Ok(auto) = solve_with(&problem, budget, Strategy::Auto, LIMIT) else { continue };
+        for strategy in [Strategy::None, Strategy::ChenSqrt, Strategy::ChenGreedy, Strategy::NearOptimal] {
+            if let Ok(other) = solve_with(&problem, budget, strategy, LIMIT) {
+                assert!(auto.eval.cost <= other.eval.cost, "seed {seed}: auto {} > {strategy:?} {}", auto.eval.cost, other.eval.cost);
+            }
+        }
+    }
+}
+
+#[test]
+fn near_optimal_matches_an_exhaustive_search_on_tiny_problems() {
+    let (mut total, mut equal, mut found) = (0, 0, 0);
+    for seed in 0..300 {
+        let (problem, budget, smallest) = tiny(seed);
+        let (optimum, _) = exhaustive(&problem, budget);
+        let optimum = optimum.expect("the budget is at least the smallest peak");
+        let bound = lower_bound(&problem, budget);
+        // The bounds hold.
+        assert!(bound.peak <= smallest, "seed {seed}: peak bound {} > {smallest}", bound.peak);
+        assert!(bound.extra.is_some_and(|b| b <= optimum), "seed {seed}: cost bound {:?} > {optimum}", bound.extra);
+        // The smallest peak the search reports is reachable, so never below the optimum.
+        assert!(smallest_peak(&problem, &[], Instant::now() + LIMIT) >= smallest, "seed {seed}");
+        total += 1;
+        if let Ok(solution) = solve_with(&problem, budget, Strategy::NearOptimal, LIMIT) {
+            found += 1;
+            let extra = solution.eval.cost - solution.eval.base_cost;
+            assert!(extra >= optimum, "seed {seed}: below the exhaustive optimum");
+            equal += (extra == optimum) as usize;
+        }
+    }
+    // Measured: a plan on every instance, the optimum on 300 of 300.
+    assert_eq!(found, total, "the search failed to fit a feasible budget");
+    assert!(equal * 100 >= total * 98, "optimal on only {equal} of {total}");
+}
+
+#[test]
+fn the_smallest_peak_is_found_on_tiny_problems() {
+    let (mut total, mut equal) = (0, 0);
+    for seed in 0..300 {
+        let (problem, _, smallest) = tiny(seed);
+        let found = smallest_peak(&problem, &[], Instant::now() + LIMIT);
+        total += 1;
+        equal += (found == smallest) as usize;
+    }
+    // Measured: 300 of 300.
+    assert!(equal * 100 >= total * 95, "smallest peak found on only {equal} of {total}");
+}

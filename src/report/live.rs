@@ -1,0 +1,257 @@
+//! `memplan report`: what is live at one schedule step (the peak by default), grouped by
+//! class, by op or by source line, with cumulative bytes: the answer to "why is my peak
+//! this high?".
+//!
+//! The live set at step `t` is one value per buffer live there (the value written last
+//! holds a buffer that an op handed over in place; see [`live_at`]), with the value's own
+//! bytes. Groups and values are listed largest first, ties in name order, so the text is
+//! deterministic. The headline also gives the aligned bytes of the live buffers, which at
+//! the peak equal the lower bound.
+
+use std::fmt::Write;
+
+use indexmap::IndexMap;
+use thiserror::Error;
+
+use crate::analysis::classes::{Class, classify};
+use crate::analysis::liveness::lifetimes;
+use crate::ir::graph::ValueDef;
+use crate::report::{Subject, format_bytes, live_at, live_bytes, peak_position};
+
+/// Which step to look at.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum At {
+    /// The first step where the most bytes are live.
+    Peak,
+    /// A schedule position (0-based).
+    Step(usize),
+}
+
+/// How to group the live values.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum GroupBy {
+    /// param, input, state, grad, activation, temp.
+    Class,
+    /// The kind of the op that writes the value (`matmul`); arguments are `(argument)`.
+    Op,
+    /// The source line of the value (see `locs.rs`); `(unknown)` where there is none.
+    Loc,
+}
+
+/// Why a live set cannot be shown.
+#[derive(Clone, PartialEq, Eq, Debug, Error)]
+pub enum LiveError {
+    /// The step asked for is past the end of the schedule.
+    #[error("step {step} is not in the schedule: it has steps 0..={}", steps - 1)]
+    StepOutOfRange { step: usize, steps: usize },
+    /// The step has no ops, so no schedule steps.
+    #[error("the step has no ops, so nothing is ever live")]
+    NoOps,
+}
+
+/// One value live at the step.
+#[derive(Clone, PartialEq, Debug)]
+pub struct LiveEntry {
+    /// `%name`.
+    pub value: String,
+    pub ty: String,
+    pub class: Class,
+    pub bytes: u64,
+    /// The op kind that writes it, or `(argument)`.
+    pub op: String,
+    pub loc: Option<String>,
+}
+
+/// What is live at one step.
+#[derive(Clone, PartialEq, Debug)]
+pub struct LiveSet {
+    pub step: usize,
+    /// The number of schedule steps.
+    pub steps: usize,
+    pub is_peak: bool,
+    /// The op running at the step, as IR text, and its source line.
+    pub op: String,
+    pub loc: Option<String>,
+    /// Aligned bytes of the buffers live there, and how many.
+    pub buffer_bytes: u64,
+    pub buffers: usize,
+    pub lower_bound: u64,
+    pub arena_bytes: u64,
+    /// Largest first.
+    pub values: Vec<LiveEntry>,
+}
+
+/// The live set of `subject` at `at`.
+pub fn live_set(subject: &Subject, at: At) -> Result<LiveSet, LiveError> {
+    let (graph, plan) = (&subject.graph, &subject.plan);
+    let steps = plan.schedule.len();
+    let peak = peak_position(plan).ok_or(LiveError::NoOps)?;
+    let step = match at {
+        At::Peak => peak,
+        At::Step(step) if step < steps => step,
+        At::Step(step) => return Err(LiveError::StepOutOfRange { step, steps }),
+    };
+    let classes = classify(graph);
+    let life = lifetimes(graph, &plan.schedule);
+    let values = live_at(graph, plan, &life, step)
+        .into_iter()
+        .map(|(v, bytes)| LiveEntry {
+            value: graph.value_name(v),
+            ty: graph.values[v].ty.to_string(),
+            class: classes[v],
+            bytes,
+            op: match graph.values[v].def {
+                ValueDef::Arg(_) => "(argument)".to_string(),
+                ValueDef::Op { op, .. } => graph.ops[op].kind.name().to_string(),
+            },
+            loc: subject.locs.value(v).map(str::to_string),
+        })
+        .collect();
+    let op = plan.schedule[step];
+    Ok(LiveSet {
+        step,
+        steps,
+        is_peak: step == peak,
+        op: graph.describe_op(op),
+        loc: subject.locs.op(graph, op).map(str::to_string),
+        buffer_bytes: live_bytes(plan)[step],
+        buffers: plan.buffers.iter().filter(|b| b.first <= step && step <= b.last).count(),
+        lower_bound: plan.lower_bound,
+        arena_bytes: plan.arena_bytes,
+        values,
+    })
+}
+
+/// A group of live values: its key, how many values, their bytes.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Group {
+    pub key: String,
+    pub values: usize,
+    pub bytes: u64,
+}
+
+/// The live values grouped by `by`, largest first (ties by key).
+pub fn groups(set: &LiveSet, by: GroupBy) -> Vec<Group> {
+    let mut groups: IndexMap<String, Group> = IndexMap::new();
+    for entry in &set.values {
+        let key = match by {
+            GroupBy::Class => entry.class.name().to_string(),
+            GroupBy::Op => entry.op.clone(),
+            GroupBy::Loc => entry.loc.clone().unwrap_or_else(|| "(unknown)".to_string()),
+        };
+        let group = groups.entry(key.clone()).or_insert(Group { key, values: 0, bytes: 0 });
+        group.values += 1;
+        group.bytes = group.bytes.saturating_add(entry.bytes);
+    }
+    let mut groups: Vec<Group> = groups.into_values().collect();
+    groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
+    groups
+}
+
+/// The text of `memplan report`: the step, then the groups and the `top` largest values,
+/// each with cumulative bytes and shares of the live bytes. `name` says where the plan
+/// came from.
+pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let which = if set.is_peak { ", the peak" } else { "" };
+    let _ = writeln!(w, "{name}: step {} of 0..={}{which}", set.step, set.steps.saturating_sub(1));
+    let _ = writeln!(w, "  op   {}", set.op);
+    if let Some(loc) = &set.loc {
+        let _ = writeln!(w, "  loc  {loc}");
+    }
+    let _ = writeln!(
+        w,
+        "live: {} in {} buffers (aligned); lower bound {}, arena {}",
+        format_bytes(set.buffer_bytes),
+        set.buffers,
+        format_bytes(set.lower_bound),
+        format_bytes(set.arena_bytes)
+    );
+    let total: u64 = set.values.iter().map(|v| v.bytes).fold(0, u64::saturating_add);
+    let share = |bytes: u64| if total == 0 { 0.0 } else { bytes as f64 * 100.0 / total as f64 };
+    let _ = writeln!(w, "values live: {} holding {}", set.values.len(), format_bytes(total));
+
+    let groups = groups(set, by);
+    let title = match by {
+        GroupBy::Class => "by class",
+        GroupBy::Op => "by op",
+        GroupBy::Loc => "by source line",
+    };
+    let mut cumulative = 0u64;
+    let rows: Vec<[String; 6]> = groups
+        .iter()
+        .take(top)
+        .map(|g| {
+            cumulative = cumulative.saturating_add(g.bytes);
+            [
+                g.key.clone(),
+                g.values.to_string(),
+                format_bytes(g.bytes),
+                format!("{:.2}%", share(g.bytes)),
+                format_bytes(cumulative),
+                format!("{:.2}%", share(cumulative)),
+            ]
+        })
+        .collect();
+    let _ = writeln!(w);
+    table(w, [title, "values", "bytes", "share", "cumulative", "cum."], &[false, true, true, true, true, true], &rows);
+    if groups.len() > top {
+        let rest: u64 = groups[top..].iter().map(|g| g.bytes).fold(0, u64::saturating_add);
+        let more = groups.len() - top;
+        let _ = writeln!(w, "... and {more} more {}, {}", if more == 1 { "group" } else { "groups" }, format_bytes(rest));
+    }
+
+    let mut cumulative = 0u64;
+    let rows: Vec<[String; 8]> = set.values[..top.min(set.values.len())]
+        .iter()
+        .map(|v| {
+            cumulative = cumulative.saturating_add(v.bytes);
+            [
+                v.value.clone(),
+                v.ty.clone(),
+                v.class.name().to_string(),
+                format_bytes(v.bytes),
+                format_bytes(cumulative),
+                format!("{:.2}%", share(cumulative)),
+                v.op.clone(),
+                v.loc.clone().unwrap_or_else(|| "-".to_string()),
+            ]
+        })
+        .collect();
+    let _ = writeln!(w);
+    let _ = writeln!(w, "largest live values");
+    table(
+        w,
+        ["value", "type", "class", "bytes", "cumulative", "cum.", "op", "loc"],
+        &[false, false, false, true, true, true, false, false],
+        &rows,
+    );
+    if set.values.len() > top {
+        let rest: u64 = set.values[top..].iter().map(|v| v.bytes).fold(0, u64::saturating_add);
+        let more = set.values.len() - top;
+        let _ = writeln!(w, "... and {more} more {}, {}", if more == 1 { "value" } else { "values" }, format_bytes(rest));
+    }
+    out
+}
+
+/// Writes a table: each column as wide as its widest cell, right-aligned where `right`
+/// says, two spaces apart, no trailing spaces.
+fn table<const N: usize>(w: &mut String, header: [&str; N], right: &[bool; N], rows: &[[String; N]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let header = header.map(str::to_string);
+    for row in std::iter::once(&header).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .zip(right)
+            .map(|((cell, width), &right)| if right { format!("{cell:>width$}") } else { format!("{cell:width$}") })
+            .collect();
+        let _ = writeln!(w, "{}", cells.join("  ").trim_end());
+    }
+}

@@ -1,0 +1,498 @@
+//! Rematerialisation in a step (the remat pass, `src/passes/remat/`): the step's problem,
+//! hand-made sequences applied to small steps, budgets met on the tiny models with a
+//! test-only strategy, the infeasible error, and faults planted in plans that recompute.
+//!
+//! Every plan made here passes the independent checker; every rewritten step prints and
+//! parses back to itself; every step small enough runs on the CPU executor bit-identical to
+//! the original step run unplanned.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use memplan::checker::{Violation, Violations, check};
+use memplan::exec::cpu::{Placement, advance, run_step};
+use memplan::exec::data::init_args;
+use memplan::ir::graph::Graph;
+use memplan::ir::ops::Attr;
+use memplan::passes::remat::{ApplyError, Budget, StepProblem, step_problem};
+use memplan::passes::{Pass, PlanError, PlanOptions, plan_sequence, plan_step, plan_with_solver, run};
+use memplan::remat::{Node, Problem, Solution, Strategy, evaluate};
+use memplan::{Plan, parse, print};
+
+#[path = "support/drop_and_recompute.rs"]
+mod support;
+use support::drop_and_recompute;
+
+fn load(file: &str) -> Graph {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    let graph = memplan::expand(&parse(&src).unwrap()).unwrap();
+    memplan::verify(&graph).unwrap();
+    graph
+}
+
+/// The schedule the remat pass sees, and the step's problem for it.
+fn problem_of(graph: &Graph, options: &PlanOptions) -> StepProblem {
+    let options = PlanOptions { stop_after: Some(Pass::Inplace), ..options.clone() };
+    let schedule = run(graph, &options).unwrap().schedule;
+    step_problem(graph, &schedule, options.alignment).unwrap()
+}
+
+fn value_named(graph: &Graph, name: &str) -> memplan::ValueId {
+    graph.values.indices().find(|&v| graph.values[v].name == name).unwrap_or_else(|| panic!("no %{name}"))
+}
+
+/// The node running the op that writes `name`.
+fn node_writing(graph: &Graph, step: &StepProblem, name: &str) -> Node {
+    let op = graph.def_op(value_named(graph, name)).unwrap();
+    step.ops.iter().position(|&o| o == op).unwrap() as Node
+}
+
+/// What every plan here must satisfy: the checker accepts it; the rewritten step prints and
+/// parses back to itself (clone names are valid IR); each clone is listed with its original.
+fn assert_sound(original: &Graph, graph: &Graph, plan: &Plan) {
+    if let Err(v) = check(graph, plan) {
+        panic!("the checker rejects the plan of @{}:\n{v}", graph.name);
+    }
+    let printed = print(graph);
+    let reparsed = parse(&printed).unwrap_or_else(|e| panic!("the rewritten step does not parse: {e:?}\n{printed}"));
+    assert_eq!(print(&reparsed), printed);
+    assert_eq!(reparsed, graph.canonical_ids(), "parse(print(g)) == g for the rewritten step");
+    let remat = plan.remat.as_ref().expect("planned with recomputation");
+    assert_eq!(graph.ops.len(), original.ops.len() + remat.recomputes.len(), "every extra op is a listed clone");
+    assert_eq!(graph.args.len(), original.args.len());
+}
+
+/// Runs the planned rewritten step and the ORIGINAL step unplanned for two training steps:
+/// bit-identical returns and updates.
+fn assert_runs_identically(original: &Graph, graph: &Graph, plan: &Plan) {
+    let mut args = init_args(original, 3);
+    for step in 0..2 {
+        let planned = run_step(graph, Placement::Planned(plan), &args).unwrap();
+        let reference = run_step(original, Placement::Unplanned, &args).unwrap();
+        let differences = planned.differences(&reference);
+        assert!(differences.is_empty(), "@{} step {step}:\n{}", graph.name, differences.join("\n"));
+        assert!(!planned.updated.is_empty() || !planned.returns.is_empty());
+        args = advance(&args, &planned);
+    }
+}
+
+#[test]
+fn the_identity_sequence_peaks_at_the_lower_bound_without_inplace() {
+    for file in ["ir/models/mlp.step", "ir/models/gpt2_tiny.step", "ir/models/resnet18_tiny.step", "ir/features/views.step", "ir/features/adam.step"] {
+        let graph = load(file);
+        let options = PlanOptions { inplace: false, ..PlanOptions::default() };
+        let step = problem_of(&graph, &options);
+        let identity: Vec<Node> = (0..step.ops.len() as Node).collect();
+        let plan = memplan::plan(&graph, &options).unwrap();
+        check(&graph, &plan).unwrap();
+        assert_eq!(evaluate(&step.problem, &identity).unwrap().peak, plan.lower_bound, "{file}");
+        // Backward and optimizer ops, views and the loss are never recomputed.
+        let recomputable: Vec<bool> = step.problem.nodes.iter().map(|n| n.recomputable).collect();
+        for (node, &op) in step.ops.iter().enumerate() {
+            let o = &graph.ops[op];
+            let row = o.kind.def();
+            if row.class != memplan::ir::ops::OpClass::Forward || row.view_of.is_some() || graph.returns.iter().any(|r| o.outputs.contains(&r.value)) {
+                assert!(!recomputable[node], "{file}: {} must not be recomputable", graph.describe_op(op));
+            }
+        }
+        assert!(recomputable.iter().any(|&r| r), "{file}: some forward op can be recomputed");
+    }
+}
+
+#[test]
+fn a_hand_made_recompute_in_the_mlp() {
+    let graph = load("ir/models/mlp.step");
+    let options = PlanOptions::default();
+    let step = problem_of(&graph, &options);
+    // Recompute %h, %h2 and %a right before relu_backward (the last reader of %a), so the
+    // forward %a dies after dw2.
+    let (h, h2, a) = (node_writing(&graph, &step, "h"), node_writing(&graph, &step, "h2"), node_writing(&graph, &step, "a"));
+    let dh2 = node_writing(&graph, &step, "dh2");
+    let mut sequence: Vec<Node> = Vec::new();
+    for node in 0..step.ops.len() as Node {
+        if node == dh2 {
+            sequence.extend([h, h2, a]);
+        }
+        sequence.push(node);
+    }
+    let (rewritten, plan) = plan_sequence(&graph, &options, &sequence).unwrap();
+    assert_sound(&graph, &rewritten, &plan);
+    let printed = print(&rewritten);
+    for line in [
+        "%h.remat1: f32[64,256] = matmul(%x, %w1)",
+        "%h2.remat1: f32[64,256] = add(%h.remat1, %b1)",
+        "%a.remat1: f32[64,256] = relu(%h2.remat1)",
+        "relu_backward(%da, %a.remat1)",
+    ] {
+        assert!(printed.contains(line), "missing `{line}` in\n{printed}");
+    }
+    let remat = plan.remat.as_ref().unwrap();
+    assert_eq!((remat.recomputes.len(), remat.budget, remat.strategy.as_str()), (3, None, "given"));
+    for r in &remat.recomputes {
+        assert_eq!(rewritten.ops[r.clone].kind, rewritten.ops[r.of].kind);
+    }
+    assert!(remat.flops > remat.base_flops && remat.overhead_percent() > 0.0);
+    let plain = memplan::plan(&graph, &options).unwrap();
+    assert_eq!(remat.base_flops, plain_flops(&graph));
+    assert_eq!(remat.arena_without, plain.arena_bytes);
+    assert_runs_identically(&graph, &rewritten, &plan);
+}
+
+fn plain_flops(graph: &Graph) -> u64 {
+    graph.ops.indices().map(|op| memplan::passes::remat::problem::op_flops(graph, op)).sum()
+}
+
+#[test]
+fn a_recomputed_base_gets_its_views_recreated() {
+    // %r is a view of %m; its reader in "backward" (%o2) reads a view of the RECOMPUTED %m.
+    let src = "step @v(%x: f32[4,6] input, %w: f32[6] param) {
+  %m = mul(%x, %x)
+  %r = reshape(%m, shape=[24])
+  %big = mul_scalar(%x, value=3.0)
+  %s = sum(%big, axes=[0, 1])
+  %o = add(%s, %s)
+  %o2 = mul(%r, %r)
+  %g = sum(%o2, axes=[0])
+  %w_new = sgd(%w, %w, lr=0.5)
+  update %w <- %w_new
+  return %o, %g
+}";
+    let graph = parse(src).unwrap();
+    memplan::verify(&graph).unwrap();
+    let options = PlanOptions { schedule: memplan::passes::ScheduleKind::Program, ..PlanOptions::default() };
+    let step = problem_of(&graph, &options);
+    let (m, o2) = (node_writing(&graph, &step, "m"), node_writing(&graph, &step, "o2"));
+    let mut sequence: Vec<Node> = (0..step.ops.len() as Node).collect();
+    sequence.insert(o2 as usize, m);
+    let (rewritten, plan) = plan_sequence(&graph, &options, &sequence).unwrap();
+    assert_sound(&graph, &rewritten, &plan);
+    let printed = print(&rewritten);
+    for line in ["%m.remat1: f32[4,6] = mul(%x, %x)", "%r.remat1: f32[24] = reshape(%m.remat1, shape=[24])", "= mul(%r.remat1, %r.remat1)"] {
+        assert!(printed.contains(line), "missing `{line}` in\n{printed}");
+    }
+    assert_eq!(plan.remat.as_ref().unwrap().recomputes.len(), 2, "the recompute of %m and the view re-created on it");
+    assert_runs_identically(&graph, &rewritten, &plan);
+}
+
+#[test]
+fn a_clone_may_not_read_a_param_after_its_update() {
+    let graph = load("ir/models/mlp.step");
+    let options = PlanOptions::default();
+    let step = problem_of(&graph, &options);
+    let h = node_writing(&graph, &step, "h");
+    let w1_new = node_writing(&graph, &step, "w1_new");
+    // %h = matmul(%x, %w1) again after w1's sgd has written %w1_new over %w1.
+    let mut sequence: Vec<Node> = (0..step.ops.len() as Node).collect();
+    let after = sequence.iter().position(|&n| n == w1_new).unwrap() + 1;
+    sequence.insert(after, h);
+    match plan_sequence(&graph, &options, &sequence) {
+        Err(PlanError::BadSequence(ApplyError::ReadsUpdated(nodes))) => assert_eq!(nodes, vec![h]),
+        other => panic!("expected ReadsUpdated, got {other:?}"),
+    }
+}
+
+#[test]
+fn clones_after_an_update_are_forbidden_and_the_strategy_asked_again() {
+    // In gpt2_tiny each optimizer update runs as soon as its gradient is final, so some
+    // forward op recomputed right before a late reader of its output would read a weight
+    // already updated: find such a sequence; the pass must refuse it.
+    let graph = load("ir/models/gpt2_tiny.step");
+    let options = PlanOptions::default();
+    let step = problem_of(&graph, &options);
+    let plain = memplan::plan(&graph, &options).unwrap();
+    let budget = plain.arena_bytes * 95 / 100;
+    let n = step.ops.len();
+    let identity: Vec<Node> = (0..n as Node).collect();
+    let (first, forbidden) = (0..n)
+        .filter(|&d| step.problem.nodes[d].recomputable)
+        .flat_map(|d| step.problem.values.iter().filter(move |v| v.def == Some(d as Node)).flat_map(move |v| v.readers.iter().map(move |&r| (d, r as usize))))
+        .find_map(|(d, r)| {
+            let mut sequence = identity.clone();
+            sequence.insert(r, d as Node);
+            match memplan::passes::remat::apply::apply(&graph, &step, &sequence) {
+                Err(ApplyError::ReadsUpdated(nodes)) => Some((sequence, nodes)),
+                _ => None,
+            }
+        })
+        .expect("some recompute lands after an update");
+    let first = Solution { eval: evaluate(&step.problem, &first).unwrap(), sequence: first, strategy: Strategy::None };
+    assert!(matches!(plan_sequence(&graph, &options, &first.sequence), Err(PlanError::BadSequence(ApplyError::ReadsUpdated(_)))));
+    let forbidden_ops: Vec<String> = forbidden.iter().map(|&n| graph.describe_op(step.ops[n as usize])).collect();
+    assert!(forbidden_ops.iter().all(|op| op.contains("layer_norm")), "{forbidden_ops:?}");
+    let calls = std::cell::Cell::new(0);
+    // The first answer is that sequence; later ones the test strategy's.
+    let counting = |problem: &Problem, budget: u64| {
+        calls.set(calls.get() + 1);
+        if forbidden.iter().all(|&n| problem.nodes[n as usize].recomputable) {
+            return Ok(first.clone());
+        }
+        drop_and_recompute(problem, budget)
+    };
+    let options = PlanOptions { budget: Some(Budget::Bytes(budget)), ..options };
+    let (rewritten, plan) = plan_with_solver(&graph, &options, "test", &counting).unwrap();
+    assert!(calls.get() >= 2, "asked again after the first sequence was refused");
+    assert!(plan.arena_bytes <= budget);
+    assert_sound(&graph, &rewritten, &plan);
+    for r in &plan.remat.as_ref().unwrap().recomputes {
+        let of = rewritten.describe_op(r.of);
+        assert!(!forbidden_ops.contains(&of), "{of} is recomputed");
+    }
+    assert_runs_identically(&graph, &rewritten, &plan);
+}
+
+/// Budgets of 0.98x ... 0.7x of the arena without recomputation on the tiny models, with the
+/// test strategy: where it reports a plan, the arena fits the budget (checked, printed and
+/// run bit-identically); where it does not, the error's smallest arena is above the budget
+/// and at most the arena without recomputation. The budget loop must meet `must_meet` (the
+/// mlp's peak is params and gradients at its last matmul: no recomputation lowers it).
+#[test]
+fn budgets_on_the_tiny_models() {
+    for (file, must_meet) in [("ir/models/mlp.step", None), ("ir/models/gpt2_tiny.step", Some(0.7)), ("ir/models/resnet18_tiny.step", Some(0.98))] {
+        let graph = load(file);
+        let plain = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        let mut met = Vec::new();
+        for fraction in [0.98, 0.95, 0.9, 0.8, 0.7] {
+            let options = PlanOptions { budget: Some(Budget::Fraction(fraction)), ..PlanOptions::default() };
+            let budget = (fraction * plain.arena_bytes as f64).floor() as u64;
+            match plan_with_solver(&graph, &options, "drop-and-recompute", &drop_and_recompute) {
+                Ok((rewritten, plan)) => {
+                    assert!(plan.arena_bytes <= budget, "{file} {fraction}x: arena {} > budget {budget}", plan.arena_bytes);
+                    let remat = plan.remat.as_ref().unwrap();
+                    assert_eq!((remat.budget, remat.arena_without), (Some(budget), plain.arena_bytes));
+                    assert!(!remat.recomputes.is_empty());
+                    assert_sound(&graph, &rewritten, &plan);
+                    assert_runs_identically(&graph, &rewritten, &plan);
+                    eprintln!("{file} {fraction}x: arena {} overhead {:.3}%", plan.arena_bytes, remat.overhead_percent());
+                    met.push(fraction);
+                }
+                Err(PlanError::BudgetUnmet { budget: b, smallest, strategy }) => {
+                    assert_eq!((b, strategy.as_str()), (budget, "drop-and-recompute"));
+                    assert!(smallest > budget && smallest <= plain.arena_bytes, "{file} {fraction}x: smallest {smallest}");
+                    eprintln!("{file} {fraction}x: unmet, smallest {smallest} ({:.3}x)", smallest as f64 / plain.arena_bytes as f64);
+                }
+                Err(e) => panic!("{file} {fraction}x: {e}"),
+            }
+        }
+        match must_meet {
+            Some(fraction) => assert!(met.contains(&fraction), "{file}: met only {met:?}"),
+            None => assert!(met.is_empty(), "{file}: met {met:?}"),
+        }
+    }
+}
+
+#[test]
+fn strategy_none_meets_only_budgets_at_or_above_the_arena() {
+    let graph = load("ir/models/gpt2_tiny.step");
+    let plain = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+    let with = |budget| PlanOptions { budget: Some(budget), checkpoint: Strategy::None, ..PlanOptions::default() };
+    // Exactly the arena: met, nothing recomputed, the same plan plus the record.
+    let (g, plan) = plan_step(&graph, &with(Budget::Bytes(plain.arena_bytes))).unwrap();
+    check(&g, &plan).unwrap();
+    assert_eq!(g, graph);
+    assert_eq!((plan.arena_bytes, &plan.schedule), (plain.arena_bytes, &plain.schedule));
+    let remat = plan.remat.as_ref().unwrap();
+    assert!(remat.recomputes.is_empty() && remat.flops == remat.base_flops && remat.overhead_percent() == 0.0);
+    // One byte less: infeasible, and the error names the smallest budget that works.
+    let err = plan_step(&graph, &with(Budget::Bytes(plain.arena_bytes - 1))).unwrap_err();
+    match &err {
+        PlanError::BudgetUnmet { budget, smallest, strategy } => {
+            assert_eq!((*budget, *smallest, strategy.as_str()), (plain.arena_bytes - 1, plain.arena_bytes, "none"))
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(&format!("the smallest arena memplan reached is {} bytes", plain.arena_bytes)), "{text}");
+    let help = miette::Diagnostic::help(&err).unwrap().to_string();
+    assert!(help.contains(&format!("--budget {}", plain.arena_bytes)), "{help}");
+    // A bad fraction is refused.
+    assert!(matches!(plan_step(&graph, &with(Budget::Fraction(-0.5))), Err(PlanError::BadBudget(_))));
+    // `plan` (without the graph) refuses a plan that recomputes, and accepts one that does not.
+    assert!(memplan::plan(&graph, &with(Budget::Fraction(1.0))).is_ok());
+    let options = PlanOptions { budget: Some(Budget::Fraction(0.95)), ..PlanOptions::default() };
+    let (rewritten, _) = plan_with_solver(&graph, &options, "t", &drop_and_recompute).unwrap();
+    assert_ne!(rewritten, graph);
+    let none = PlanOptions { checkpoint: Strategy::None, ..options.clone() };
+    assert!(matches!(memplan::plan(&graph, &none), Err(PlanError::BudgetUnmet { .. })), "strategy none cannot");
+    // The default strategy (auto) recomputes: `plan` refuses, since the plan is of a
+    // rewritten step the caller does not have (plan_step returns both).
+    assert!(matches!(memplan::plan(&graph, &options), Err(PlanError::Rewritten { .. })), "auto recomputes");
+    assert!(plan_step(&graph, &options).is_ok());
+}
+
+#[test]
+fn stop_after_remat_stops_there() {
+    let graph = load("ir/models/mlp.step");
+    let options = PlanOptions { stop_after: Some(Pass::Remat), budget: Some(Budget::Fraction(2.0)), ..PlanOptions::default() };
+    let pipeline = run(&graph, &options).unwrap();
+    assert!(pipeline.graph.is_none() && pipeline.buffers.is_none() && pipeline.plan.is_none(), "a budget met as is rewrites nothing");
+    assert_eq!(pipeline.schedule.len(), graph.ops.len());
+    let without = run(&graph, &PlanOptions { stop_after: Some(Pass::Remat), ..PlanOptions::default() }).unwrap();
+    assert!(without.reuse.is_some() && without.buffers.is_none(), "no budget: the pipeline still stops after remat");
+    assert_eq!(Pass::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(), ["schedule", "inplace", "remat", "buffers", "offsets"]);
+}
+
+/// A plan that recomputes %h, %h2, %a in the mlp (as in the hand-made test).
+fn recomputing_mlp() -> (Graph, Plan) {
+    let graph = load("ir/models/mlp.step");
+    let options = PlanOptions::default();
+    let step = problem_of(&graph, &options);
+    let (h, h2, a) = (node_writing(&graph, &step, "h"), node_writing(&graph, &step, "h2"), node_writing(&graph, &step, "a"));
+    let dh2 = node_writing(&graph, &step, "dh2");
+    let mut sequence: Vec<Node> = (0..step.ops.len() as Node).collect();
+    let at = sequence.iter().position(|&n| n == dh2).unwrap();
+    sequence.splice(at..at, [h, h2, a]);
+    let (rewritten, plan) = plan_sequence(&graph, &options, &sequence).unwrap();
+    check(&rewritten, &plan).unwrap();
+    (rewritten, plan)
+}
+
+fn violations(graph: &Graph, plan: &Plan) -> Vec<Violation> {
+    match check(graph, plan) {
+        Ok(()) => panic!("the checker accepted a planted fault"),
+        Err(Violations(v)) => v,
+    }
+}
+
+#[test]
+fn planted_a_clone_with_another_attribute() {
+    // The relu clone turned into a gelu (same types, no attributes): another kind.
+    let (mut g, plan) = recomputing_mlp();
+    let a = g.def_op(value_named(&g, "a.remat1")).unwrap();
+    g.ops[a].kind = memplan::ir::ops::OpKind::Gelu;
+    let v = violations(&g, &plan);
+    assert!(v.iter().any(|x| matches!(x, Violation::RecomputeDiffers { clone, what, .. } if *clone == a && what.contains("gelu"))), "{}", Violations(v.clone()));
+    // A matmul clone with transpose_a set differs in its attributes.
+    let (mut g, plan) = recomputing_mlp();
+    let h = g.def_op(value_named(&g, "h.remat1")).unwrap();
+    g.ops[h].attrs = g.ops[h].attrs.clone().with("transpose_a", Attr::Bool(true));
+    let v = violations(&g, &plan);
+    let texts: Vec<String> = v.iter().filter(|x| matches!(x, Violation::RecomputeDiffers { .. })).map(|x| x.to_string()).collect();
+    assert!(texts.iter().any(|t| t.contains("%h.remat1") && t.contains("transpose_a=true")), "{texts:?}");
+}
+
+#[test]
+fn planted_a_clone_reading_other_bits() {
+    let (mut g, plan) = recomputing_mlp();
+    // %h2.remat1 = add(%h.remat1, %b1) reads %b2 instead: not the bits of %b1.
+    let h2 = g.def_op(value_named(&g, "h2.remat1")).unwrap();
+    let b2 = value_named(&g, "b2");
+    g.ops[h2].inputs[1] = b2;
+    let v = violations(&g, &plan);
+    let texts: Vec<String> = v.iter().filter(|x| matches!(x, Violation::RecomputeInputDiffers { .. })).map(|x| x.to_string()).collect();
+    assert!(texts.iter().any(|t| t.contains("input 1 is %b2") && t.contains("bits of %b1")), "{texts:?}");
+    // Reading the ORIGINAL %h (same bits) is accepted by the recompute check; whether %h is
+    // still intact is the lifetime check's business (next test).
+    let (mut g, plan) = recomputing_mlp();
+    let h2 = g.def_op(value_named(&g, "h2.remat1")).unwrap();
+    g.ops[h2].inputs[0] = value_named(&g, "h");
+    let v = check(&g, &plan).err().map(|v| v.0).unwrap_or_default();
+    assert!(!v.iter().any(|x| matches!(x, Violation::RecomputeInputDiffers { .. })), "{}", Violations(v.clone()));
+}
+
+#[test]
+fn planted_a_recompute_reading_an_overwritten_value() {
+    let (mut g, plan) = recomputing_mlp();
+    // The clone of %h2 now reads the forward %h, whose bytes the plan reused after %h2
+    // (in place: %h2 over %h, %a over %h2) and which are long overwritten when it runs.
+    let h2 = g.def_op(value_named(&g, "h2.remat1")).unwrap();
+    let h = value_named(&g, "h");
+    g.ops[h2].inputs[0] = h;
+    let v = violations(&g, &plan);
+    let clobbers: Vec<String> = v.iter().filter(|x| matches!(x, Violation::ClobberedRead { .. })).map(|x| x.to_string()).collect();
+    assert!(clobbers.iter().any(|t| t.contains("of %h,") && t.contains("%h2.remat1")), "{}", Violations(v.clone()));
+}
+
+#[test]
+fn planted_bad_records() {
+    let (g, plan) = recomputing_mlp();
+    let remat = plan.remat.clone().unwrap();
+    // Listed twice; the original itself a clone; out of range.
+    let mut p = plan.clone();
+    let first = remat.recomputes[0];
+    p.remat.as_mut().unwrap().recomputes.push(first);
+    assert!(violations(&g, &p).iter().any(|x| matches!(x, Violation::RecomputeListedTwice { .. })));
+    let mut p = plan.clone();
+    let second = remat.recomputes[1];
+    p.remat.as_mut().unwrap().recomputes[1].of = first.clone;
+    let v = violations(&g, &p);
+    assert!(v.iter().any(|x| matches!(x, Violation::RecomputeOfClone { clone, .. } if *clone == second.clone)), "{}", Violations(v.clone()));
+    let mut p = plan.clone();
+    p.remat.as_mut().unwrap().recomputes[0].of = memplan::OpId(999);
+    assert!(violations(&g, &p).iter().any(|x| matches!(x, Violation::RecomputeIdOutOfRange { ops, .. } if *ops == g.ops.len())));
+    // An unlisted clone changes the FLOPs; a wrong claim is caught.
+    let mut p = plan.clone();
+    p.remat.as_mut().unwrap().recomputes.pop();
+    assert!(violations(&g, &p).iter().any(|x| matches!(x, Violation::RematFlops { .. })));
+    let mut p = plan.clone();
+    p.remat.as_mut().unwrap().flops += 1;
+    assert!(violations(&g, &p).iter().any(|x| matches!(x, Violation::RematFlops { .. })));
+    // A budget the arena does not meet.
+    let mut p = plan.clone();
+    p.remat.as_mut().unwrap().budget = Some(plan.arena_bytes - 1);
+    let v = violations(&g, &p);
+    assert_eq!(v, vec![Violation::OverBudget { arena_bytes: plan.arena_bytes, budget: plan.arena_bytes - 1 }]);
+}
+
+fn memplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memplan")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn cli_budget_flags() {
+    let plain = memplan::plan(&load("ir/models/mlp.step"), &PlanOptions::default()).unwrap();
+    // Unmet: exit 2, the smallest budget that works.
+    let out = memplan(&["plan", "ir/models/mlp.step", "--budget", "0.5x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("--budget {}", plain.arena_bytes)), "{}", text(&out.stderr));
+    // Bad spellings: exit 1 with a hint.
+    for (bad, needle) in [("12XB", "unknown unit `XB`"), ("0x", "positive finite"), ("1.5", "must be whole")] {
+        let out = memplan(&["plan", "ir/models/mlp.step", "--budget", bad]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(needle) && stderr.contains("hint:"), "{bad}: {stderr}");
+    }
+    let out = memplan(&["check", "ir/models/mlp.step", "--budget", "1x", "--checkpoint", "psychic"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("unknown strategy `psychic`"), "{}", text(&out.stderr));
+    // Met: the report says so, in text and JSON.
+    let exact = plain.arena_bytes.to_string();
+    let out = memplan(&["plan", "ir/models/mlp.step", "--budget", &exact, "--checkpoint", "none"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("recomputation (strategy none)") && stdout.contains(": met, arena") && stdout.contains("0 op(s)"), "{stdout}");
+    let out = memplan(&["plan", "ir/models/mlp.step", "--budget", "2MiB", "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["remat"]["budget"], 2 << 20);
+    assert_eq!(json["remat"]["count"], 0);
+    assert_eq!(json["plan"]["remat"]["arena_without"], plain.arena_bytes);
+    // check and run take the same flags.
+    let out = memplan(&["check", "ir/models/mlp.step", "--budget", "1.0x"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = memplan(&["run", "ir/models/mlp.step", "--budget", "1.0x", "--compare-unplanned"]);
+    assert!(out.status.success() && text(&out.stdout).contains("agree bit for bit"), "{}", text(&out.stderr));
+    let out = memplan(&["run", "ir/models/mlp.step", "--budget", "0.9x"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn the_report_lists_the_recomputes() {
+    let (g, plan) = recomputing_mlp();
+    let report = memplan::report::Report::new(&g, &plan);
+    let remat = report.remat.as_ref().unwrap();
+    assert_eq!(remat.count, 3);
+    assert_eq!(remat.recomputed[0].op, "%h.remat1 = matmul(%x, %w1)");
+    assert_eq!(remat.recomputed[0].of, "%h = matmul(%x, %w1)");
+    assert_eq!(remat.extra_flops, 64 * 784 * 256 * 2 + 64 * 256 * 2);
+    let text = memplan::report::text::render(&report, 2);
+    assert!(text.contains("after recomputation"), "{text}");
+    assert!(text.contains("budget          none (the recomputation sequence was given)"), "{text}");
+    assert!(text.contains("3 op(s), +") && text.contains("... and 1 more"), "{text}");
+    let names: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
+    assert!(names.contains("a.remat1"));
+}

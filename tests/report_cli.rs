@@ -1,0 +1,192 @@
+//! The report commands through the `memplan` binary: `plan --emit -o` (the fixed file
+//! names, the overwrite rule), `report` and `diff` (snapshots of their text, the same
+//! answer from a .step file and from its plan JSON, located errors), `--print-ir-after`
+//! (the dump parses back), and quiet progress when stderr is not a terminal.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use memplan::report::emit::Emit;
+
+fn memplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the memplan binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A fresh, empty directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("report_cli-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "exit {:?}\n{}", out.status.code(), text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn emit_writes_its_fixed_names_and_nothing_else() {
+    let dir = scratch("emit");
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::write(out_dir.join("notes.txt"), "mine").unwrap();
+    let out_str = out_dir.to_str().unwrap();
+    let stdout = ok(&memplan(&["plan", "ir/models/mlp.step", "--emit", "text,json,svg,trace,csv", "-o", out_str]));
+    let mut names: Vec<String> =
+        std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    let mut expected: Vec<String> = Emit::ALL.iter().map(|e| e.file_name().to_string()).chain(["notes.txt".into()]).collect();
+    expected.sort();
+    assert_eq!(names, expected, "only our names, no temporary files left");
+    assert_eq!(std::fs::read_to_string(out_dir.join("notes.txt")).unwrap(), "mine", "a user's file is untouched");
+    for emit in Emit::ALL {
+        assert!(stdout.contains(&format!("wrote {}", out_dir.join(emit.file_name()).display())), "{stdout}");
+    }
+    // The text file is the text report; --format json's stdout is the JSON file.
+    let report = ok(&memplan(&["plan", "ir/models/mlp.step"]));
+    assert_eq!(std::fs::read_to_string(out_dir.join("report.txt")).unwrap(), report);
+    let json = ok(&memplan(&["plan", "ir/models/mlp.step", "--format", "json"]));
+    assert_eq!(std::fs::read_to_string(out_dir.join("plan.json")).unwrap(), json);
+
+    // A second run replaces our files (a smaller set leaves the others as they were).
+    std::fs::write(out_dir.join("arena.svg"), "old").unwrap();
+    ok(&memplan(&["plan", "ir/models/mlp.step", "--emit", "svg", "-o", out_str]));
+    assert!(std::fs::read_to_string(out_dir.join("arena.svg")).unwrap().starts_with("<svg"));
+
+    // -o naming a file, or one of our names being a directory: refused, nothing written.
+    let file = dir.join("a_file");
+    std::fs::write(&file, "keep").unwrap();
+    let out = memplan(&["plan", "ir/models/mlp.step", "--emit", "svg", "-o", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("is not a directory"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    let blocked = dir.join("blocked");
+    std::fs::create_dir_all(blocked.join("trace.json")).unwrap();
+    let out = memplan(&["plan", "ir/models/mlp.step", "--emit", "svg,trace", "-o", blocked.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("is not a regular file"), "{}", text(&out.stderr));
+    assert!(!blocked.join("arena.svg").exists(), "a refusal writes nothing");
+
+    // -o without --emit, and --emit with --format, are usage errors.
+    assert!(!memplan(&["plan", "ir/models/mlp.step", "-o", out_str]).status.success());
+    assert!(!memplan(&["plan", "ir/models/mlp.step", "--emit", "svg", "--format", "json"]).status.success());
+    let out = memplan(&["plan", "ir/models/mlp.step", "--emit", "png"]);
+    assert!(text(&out.stderr).contains("the formats are text, json, svg, trace, csv"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn report_reads_a_step_or_its_plan_json_alike() {
+    let dir = scratch("roundtrip");
+    let out_dir = dir.to_str().unwrap();
+    for (file, extra) in [("ir/models/gpt2_tiny.step", None), ("ir/features/attention.step", Some("--no-inplace"))] {
+        let mut args = vec!["plan", file, "--emit", "json", "-o", out_dir];
+        args.extend(extra);
+        ok(&memplan(&args));
+        let json = dir.join("plan.json");
+        for by in ["class", "op", "loc"] {
+            let mut from_step = vec!["report", file, "--by", by, "--top", "5"];
+            from_step.extend(extra);
+            let a = ok(&memplan(&from_step));
+            let b = ok(&memplan(&["report", json.to_str().unwrap(), "--by", by, "--top", "5"]));
+            let body = |s: &str| s.split_once('\n').unwrap().1.to_string();
+            assert_eq!(body(&a), body(&b), "{file} --by {by}");
+            assert!(b.starts_with(&format!("{} (@", json.display())) && b.contains(&format!("planned from {file}")), "{b}");
+        }
+        let diff = ok(&memplan(&["diff", file, json.to_str().unwrap()]));
+        if extra.is_none() {
+            assert!(diff.contains("values whose size changed most (0 changed)"), "{diff}");
+            assert!(diff.contains("values whose lifetime changed most (0 changed"), "{diff}");
+        }
+    }
+}
+
+#[test]
+fn report_snapshots() {
+    let cases: [(&str, &[&str]); 5] = [
+        ("mlp_peak_by_class", &["report", "ir/models/mlp.step"]),
+        ("mlp_step_3_by_op", &["report", "ir/models/mlp.step", "--at", "3", "--by", "op"]),
+        ("gpt2_tiny_by_loc", &["report", "ir/models/gpt2_tiny.step", "--by", "loc", "--top", "8"]),
+        ("resnet18_tiny_by_op", &["report", "ir/models/resnet18_tiny.step", "--by", "op", "--top", "6"]),
+        ("diff_mlp_mlp_adam", &["diff", "ir/models/mlp.step", "ir/models/mlp_adam.step"]),
+    ];
+    for (name, args) in cases {
+        insta::assert_snapshot!(name, ok(&memplan(args)));
+    }
+    // What the passes change: the plan without them (a JSON) against the default one.
+    let dir = scratch("snapshots");
+    let dir_str = dir.to_str().unwrap();
+    ok(&memplan(&["plan", "ir/models/gpt2_tiny.step", "--schedule", "program", "--no-inplace", "--emit", "json", "-o", dir_str]));
+    let json = dir.join("plan.json");
+    let diff = ok(&memplan(&["diff", json.to_str().unwrap(), "ir/models/gpt2_tiny.step", "--top", "6"]));
+    insta::assert_snapshot!("diff_without_passes", diff.replace(dir_str, "<tmp>"));
+}
+
+#[test]
+fn report_errors_are_clear() {
+    let out = memplan(&["report", "ir/models/mlp.step", "--at", "999"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("step 999 is not in the schedule: it has steps 0..=17"), "{}", text(&out.stderr));
+    let out = memplan(&["report", "ir/models/mlp.step", "--at", "top"]);
+    assert!(text(&out.stderr).contains("neither `peak` nor a schedule step"), "{}", text(&out.stderr));
+
+    let dir = scratch("errors");
+    ok(&memplan(&["plan", "ir/models/mlp.step", "--emit", "json", "-o", dir.to_str().unwrap()]));
+    let json_path = dir.join("plan.json");
+    let good = std::fs::read_to_string(&json_path).unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(&good).unwrap();
+    value["plan"]["buffers"][2]["offset"] = value["plan"]["buffers"][0]["offset"].clone();
+    let bad = dir.join("overlap.json");
+    std::fs::write(&bad, value.to_string()).unwrap();
+    let out = memplan(&["report", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("does not pass the checker"), "{}", text(&out.stderr));
+    let broken = dir.join("broken.json");
+    std::fs::write(&broken, &good[..good.len() / 2]).unwrap();
+    let out = memplan(&["diff", "ir/models/mlp.step", broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("{}: ", broken.display())) && stderr.contains("line "), "{stderr}");
+    assert!(!stderr.contains("panicked"));
+}
+
+#[test]
+fn print_ir_after_dumps_steps_that_parse() {
+    let out = memplan(&["plan", "ir/models/mlp_adam.step", "--print-ir-after-all"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let dumps: Vec<&str> = stderr.split("// -----// IR Dump After ").skip(1).collect();
+    assert_eq!(dumps.len(), memplan::passes::Pass::ALL.len(), "{stderr}");
+    for (dump, pass) in dumps.iter().zip(memplan::passes::Pass::ALL) {
+        assert!(dump.starts_with(&format!("{pass} //")), "{dump}");
+        let body = dump.split_once('\n').unwrap().1;
+        let graph = memplan::parse(body).unwrap_or_else(|e| panic!("after {pass}: {e:?}\n{body}"));
+        memplan::verify(&graph).unwrap();
+        assert!(body.contains("// t=0"), "{body}");
+    }
+    let offsets = dumps.last().unwrap();
+    assert!(offsets.lines().any(|l| l.contains(" -> buf") && l.contains(" @") && l.contains("kills ")), "{offsets}");
+    // The report still goes to stdout.
+    assert!(text(&out.stdout).starts_with("step @mlp"));
+
+    let out = memplan(&["plan", "ir/models/mlp.step", "--print-ir-after", "inplace"]);
+    assert_eq!(text(&out.stderr).matches("IR Dump After").count(), 1);
+    let out = memplan(&["plan", "ir/models/mlp.step", "--print-ir-after=bogus"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("the passes are schedule, inplace"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn progress_stays_off_stderr_when_it_is_not_a_terminal() {
+    let out = memplan(&["run", "ir/models/mlp.step", "--steps", "3"]);
+    assert_eq!(ok(&out).lines().filter(|l| l.starts_with("step ")).count(), 3);
+    assert_eq!(text(&out.stderr), "", "no progress bar in a pipe");
+}

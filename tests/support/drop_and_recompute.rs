@@ -1,0 +1,81 @@
+//! A crude rematerialisation strategy for tests and as a baseline in
+//! `examples/remat_pareto.rs`: not a `--checkpoint` strategy (those live in `crate::remat`).
+//! It ignores cost and often recomputes far more than needed, but it does recompute, so it
+//! exercises the remat pass (applying sequences, the arena loop, the checker, executors) on
+//! real steps. Included with `#[path]` by tests/remat.rs and the example.
+
+use memplan::remat::{Node, Problem, RematError, Solution, Strategy, evaluate};
+
+/// The strategy (not a good one: it ignores cost): choose forward nodes to *drop*,
+/// greedily, largest values first, keeping a choice when it does not raise the peak (so
+/// chains of drops can form); a dropped node's values are recomputed
+/// right before every node that cannot be recomputed (backward, optimizer, loss) that reads
+/// them, together with the dropped nodes they need (a fresh chain per reader, so each copy
+/// dies at its reader). Stops as soon as the peak fits the budget.
+pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Solution, RematError> {
+    let n = problem.nodes.len();
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut size_written = vec![0u64; n];
+    for (v, value) in problem.values.iter().enumerate() {
+        for &r in &value.readers {
+            if !reads[r as usize].contains(&v) {
+                reads[r as usize].push(v);
+            }
+        }
+        if let Some(d) = value.def {
+            size_written[d as usize] += value.size;
+        }
+    }
+    let sequence_for = |dropped: &[bool]| -> Vec<Node> {
+        let mut sequence = Vec::new();
+        for r in 0..n {
+            if !problem.nodes[r].recomputable {
+                let mut done = vec![false; n];
+                for &v in &reads[r] {
+                    if let Some(d) = problem.values[v].def {
+                        chain(problem, &reads, dropped, d as usize, &mut done, &mut sequence);
+                    }
+                }
+            }
+            sequence.push(r as Node);
+        }
+        sequence
+    };
+    let mut dropped = vec![false; n];
+    let mut best = evaluate(problem, &sequence_for(&dropped)).map_err(RematError::BadProblem)?;
+    let mut best_sequence = sequence_for(&dropped);
+    let mut candidates: Vec<usize> = (0..n).filter(|&d| problem.nodes[d].recomputable && size_written[d] > 0).collect();
+    candidates.sort_by_key(|&d| (std::cmp::Reverse(size_written[d]), d));
+    for d in candidates {
+        if best.peak <= budget {
+            break;
+        }
+        dropped[d] = true;
+        let sequence = sequence_for(&dropped);
+        let eval = evaluate(problem, &sequence).map_err(RematError::BadProblem)?;
+        if eval.peak <= best.peak {
+            (best, best_sequence) = (eval, sequence);
+        } else {
+            dropped[d] = false;
+        }
+    }
+    if best.peak <= budget {
+        Ok(Solution { sequence: best_sequence, eval: best, strategy: Strategy::None }) // a test strategy: not one of the enum's
+    } else {
+        Err(RematError::Infeasible { budget, smallest: best.peak })
+    }
+}
+
+/// Emits `d` (if dropped and not yet emitted for this reader) after the dropped nodes it reads.
+fn chain(problem: &Problem, reads: &[Vec<usize>], dropped: &[bool], d: usize, done: &mut [bool], out: &mut Vec<Node>) {
+    if !dropped[d] || done[d] {
+        return;
+    }
+    done[d] = true;
+    for &v in &reads[d] {
+        if let Some(e) = problem.values[v].def {
+            chain(problem, reads, dropped, e as usize, done, out);
+        }
+    }
+    out.push(d as Node);
+}
