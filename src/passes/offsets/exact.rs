@@ -103,18 +103,30 @@ pub fn searchable(intervals: &[Live]) -> bool {
 pub(super) struct Prepared {
     len: usize,
     /// `None` when a section total overflows u64 (no capacity fits).
-    pub(super) base: Option<Base>,
+    base: Option<Base>,
+    /// Whether the base is [`Base::searchable`] (counted once).
+    searchable: bool,
+    /// The gcd of the sizes (at least 1).
+    granularity: u64,
     instances: Vec<Option<Instance>>,
 }
 
 impl Prepared {
     pub(super) fn new(intervals: &[Live]) -> Prepared {
-        Prepared { len: intervals.len(), base: Base::new(intervals), instances: PREORDERS.iter().map(|_| None).collect() }
+        let base = Base::new(intervals);
+        let searchable = base.as_ref().is_some_and(Base::searchable);
+        let granularity = base.as_ref().map_or(1, |b| b.size.iter().fold(0u64, |g, &s| gcd(g, s))).max(1);
+        Prepared { len: intervals.len(), base, searchable, granularity, instances: PREORDERS.iter().map(|_| None).collect() }
+    }
+
+    /// Whether searches are tried at all (see [`searchable`]).
+    pub(super) fn searchable(&self) -> bool {
+        self.searchable
     }
 
     /// The gcd of the sizes (at least 1): every tight offset is a multiple of it.
     pub(super) fn granularity(&self) -> u64 {
-        self.base.as_ref().map_or(1, |b| b.size.iter().fold(0u64, |g, &s| gcd(g, s))).max(1)
+        self.granularity
     }
 
     /// The verdict at `capacity` and the search nodes it took.
@@ -136,7 +148,7 @@ impl Prepared {
         if base.size.is_empty() {
             return (ExactResult::Found(vec![0; self.len]), 0);
         }
-        if !base.searchable() {
+        if !self.searchable {
             return (ExactResult::TimedOut, 0);
         }
         let capacity = capacity - capacity % g;
@@ -192,7 +204,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 const MAX_ENTRIES: u64 = 40_000_000;
 
 /// The nonzero buffers in section terms, before any ordering.
-pub(super) struct Base {
+struct Base {
     /// Input index of each nonzero buffer.
     orig: Vec<usize>,
     size: Vec<u64>,
@@ -211,7 +223,7 @@ impl Base {
     /// Whether the search's tables fit [`MAX_ENTRIES`] and u32 indices. Counted in
     /// O(n log n) without building them: buffer k meets every other buffer except those
     /// ending at or before its start and those starting at or after its end.
-    pub(super) fn searchable(&self) -> bool {
+    fn searchable(&self) -> bool {
         let n = self.size.len();
         if n >= NONE as usize - 1 {
             return false;

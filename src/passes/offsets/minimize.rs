@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::exact::{Base, ExactResult, Limits, Prepared, Restart};
+use super::exact::{ExactResult, Limits, Prepared, Restart};
 use super::{Solution, arena_of};
 use crate::analysis::liveness::Live;
 use crate::progress::{Progress, Silent};
@@ -55,7 +55,7 @@ pub fn minimize_reporting(intervals: &[Live], lower_bound: u64, start: Solution,
 fn minimize_rounds(intervals: &[Live], lower_bound: u64, start: Solution, limits: Limits, round: &dyn Fn(&Solution, u64)) -> Solution {
     let mut best = start;
     let mut prepared = Prepared::new(intervals);
-    if !prepared.base.as_ref().is_some_and(Base::searchable) {
+    if !prepared.searchable() {
         return best;
     }
     // Tight placements only have arenas that are multiples of the sizes' gcd.
