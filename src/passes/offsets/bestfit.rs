@@ -11,7 +11,7 @@
 //!
 //! Ties go to spatial, the order memplan used alone before. Each order costs one pass over
 //! the index of busy bytes (`busy.rs`): O(n log n) union inserts plus one gap walk per
-//! buffer, not a scan of every placed buffer (200000 buffers place in well under a second).
+//! buffer, not a scan of every placed buffer (benches/BENCHMARKS.md times 200000 buffers).
 
 use std::cmp::Reverse;
 
