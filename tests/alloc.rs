@@ -1,30 +1,18 @@
 //! `memplan alloc`: exit statuses 0/1/2, located CSV errors, never overwriting a file, and
 //! an output that re-reads and passes the independent check.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+#[path = "support/bin.rs"]
+mod bin;
+use bin::*;
+
+use std::path::PathBuf;
 
 use memplan::buffer_list::parse_buffer_list;
 use memplan::checker::check_offsets;
 
-fn memplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the memplan binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A fresh scratch directory for one test.
+/// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("alloc-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    scratch_dir("alloc", name)
 }
 
 #[test]

@@ -1,19 +1,11 @@
 //! The `memplan` binary: exit statuses, located errors, no panics, both report formats.
 
+#[path = "support/bin.rs"]
+mod bin;
+use bin::*;
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn memplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the memplan binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use std::process::Command;
 
 #[test]
 fn plan_prints_the_headline_figures() {

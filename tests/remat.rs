@@ -6,9 +6,12 @@
 //! parses back to itself; every step small enough runs on the CPU executor bit-identical to
 //! the original step run unplanned.
 
+#[path = "support/bin.rs"]
+mod bin;
+use bin::*;
+
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use memplan::checker::{Violation, Violations, check};
 use memplan::exec::cpu::{Placement, advance, run_step};
@@ -432,14 +435,6 @@ fn planted_bad_records() {
     p.remat.as_mut().unwrap().budget = Some(plan.arena_bytes - 1);
     let v = violations(&g, &p);
     assert_eq!(v, vec![Violation::OverBudget { arena_bytes: plan.arena_bytes, budget: plan.arena_bytes - 1 }]);
-}
-
-fn memplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memplan")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

@@ -3,24 +3,16 @@
 //! implementation of the README's evaluation rule), exit 2 with the smallest budget that
 //! works, no overwriting, located errors for malformed files.
 
+#[path = "support/bin.rs"]
+mod bin;
+use bin::*;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn memplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memplan")).args(args).output().expect("the memplan binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A fresh directory for one test.
+/// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memplan-remat-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    scratch_dir("remat_cli", name)
 }
 
 /// A training graph like Checkmate's: a chain of `f` forward nodes (big outputs), the loss,

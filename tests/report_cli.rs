@@ -3,29 +3,18 @@
 //! answer from a .step file and from its plan JSON, located errors), `--print-ir-after`
 //! (the dump parses back), and quiet progress when stderr is not a terminal.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+#[path = "support/bin.rs"]
+mod bin;
+use bin::*;
+
+use std::path::PathBuf;
+use std::process::Output;
 
 use memplan::report::emit::Emit;
 
-fn memplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the memplan binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("report_cli-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    scratch_dir("report_cli", name)
 }
 
 fn ok(out: &Output) -> String {
