@@ -2,9 +2,9 @@
 //! --check` uses to hold the CUDA executor to the CPU reference.
 //!
 //! The CPU reference computes every op in `f64` and rounds once when it stores a result; the
-//! CUDA kernels accumulate in `f32` (cuBLAS and reductions add in other orders), so floats
-//! agree only up to a tolerance: 1e-4 for f32, 2e-2 for f16 and bf16. Integers and bools
-//! must agree exactly.
+//! CUDA executor adds in other orders, partly in `f32` (cuBLAS, softmax, reductions), so
+//! floats agree only up to a tolerance: 1e-4 for f32, 2e-2 for f16 and bf16. Integers and
+//! bools must agree exactly.
 //!
 //! The error of one element is `|got − want| / max(|want|, rms(want))`: relative to the
 //! element where it is large, relative to the tensor's root-mean-square where it is small

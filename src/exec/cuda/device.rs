@@ -75,12 +75,22 @@ fn cublas_workspace(cc: (i32, i32)) -> u64 {
 }
 
 /// Runs `f`, turning a panic (cudarc panics when a library or symbol is missing) into
-/// `None` without printing it.
+/// `None` without printing it. The panic hook is process-wide: while `f` runs, panics of
+/// other threads still reach the previous hook, and callers take turns.
 fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    static TURN: Mutex<()> = Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let me = std::thread::current().id();
+    let previous: Arc<dyn Fn(&std::panic::PanicHookInfo<'_>) + Send + Sync> = Arc::from(std::panic::take_hook());
+    let others = previous.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().id() != me {
+            others(info)
+        }
+    }));
     let result = catch_unwind(AssertUnwindSafe(f));
-    std::panic::set_hook(hook);
+    drop(std::panic::take_hook());
+    std::panic::set_hook(Box::new(move |info| previous(info)));
     result.ok()
 }
 
