@@ -148,3 +148,49 @@ fn branch(items: &[(u64, u64)], need: u64, i: usize, limit: u64, nodes: &mut usi
     }
     branch(items, need, i + 1, best, nodes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::training_chain;
+    use super::*;
+
+    #[test]
+    fn the_bounds_on_a_training_chain() {
+        // 4 forward nodes (100 bytes each; node 0 costs 5, the others 1) and 4 backward
+        // nodes (1 byte each): backward node 4 reads forward 3 and 2, node 5 reads 2 and 1,
+        // node 6 reads 1 and 0, node 7 reads 0. The plain peak is at node 4: 401 bytes.
+        let mut p = training_chain(4, 100, 1);
+        p.nodes[0].cost = 5;
+        let plain = super::super::evaluate(&p, &[0, 1, 2, 3, 4, 5, 6, 7]).unwrap().peak;
+        assert_eq!(plain, 401);
+        // Node 6 needs forward 1 and 0, its gradient input and output: 202 bytes forced.
+        assert_eq!(lower_bound(&p, plain), Bound { peak: 202, extra: Some(0) });
+        // At node 4 (201 bytes forced) forward 0 and 1 may go: 51 bytes over budget need
+        // one of them, the cheaper is node 1.
+        assert_eq!(lower_bound(&p, 350).extra, Some(1));
+        // 101 bytes over need both (5 + 1).
+        assert_eq!(lower_bound(&p, 300).extra, Some(6));
+        // Below the forced bytes at node 6: no plan fits.
+        assert_eq!(lower_bound(&p, 201).extra, None);
+        // The search meets the first bound (recompute node 1 before node 5, from node 0,
+        // which is live anyway); not the second, which no plan meets: recomputing 0 and 1
+        // before node 5 puts 302 bytes live there.
+        let extra = |budget| {
+            let solution = super::super::solve(&p, budget, super::super::Strategy::NearOptimal).unwrap();
+            solution.eval.cost - solution.eval.base_cost
+        };
+        assert_eq!(extra(350), 1);
+        assert!(extra(300) > 6);
+    }
+
+    #[test]
+    fn the_knapsack_cover_is_exact() {
+        // Need 10: {6, 5} costs 4 + 4 = 8; {10} costs 9; the relaxation would say 6.67.
+        let mut items = vec![(4, 6), (4, 5), (9, 10), (0, 0)];
+        assert_eq!(cover(&mut items, 10), Some(8));
+        assert_eq!(relaxation(&[(4, 6), (4, 5)], 10), 8);
+        assert_eq!(cover(&mut vec![(1, 3)], 4), None);
+        // Free items are always taken.
+        assert_eq!(cover(&mut vec![(0, 7), (5, 3), (2, 1)], 8), Some(2));
+    }
+}

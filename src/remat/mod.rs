@@ -362,6 +362,17 @@ mod tests {
     }
 
     #[test]
+    fn strategies_have_their_command_line_names() {
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names, ["none", "chen-sqrt", "chen-greedy", "near-optimal", "auto"]);
+        for s in Strategy::ALL {
+            assert_eq!(Strategy::from_name(s.name()), Some(s));
+            assert_eq!(clap::ValueEnum::to_possible_value(&s).unwrap().get_name(), s.name());
+        }
+        assert_eq!(Strategy::from_name("chen"), None);
+    }
+
+    #[test]
     fn survivors_and_values_from_before() {
         let mut p = chain();
         p.values.push(Value { size: 7, def: None, readers: vec![1], to_end: false });

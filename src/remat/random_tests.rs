@@ -145,3 +145,37 @@ fn the_smallest_peak_is_found_on_tiny_problems() {
     // Measured: 300 of 300.
     assert!(equal * 100 >= total * 95, "smallest peak found on only {equal} of {total}");
 }
+
+#[test]
+fn the_search_is_deterministic() {
+    for seed in 0..20 {
+        let mut rng = Rng::new(5000 + seed);
+        let n = 10 + rng.below(30) as usize;
+        let problem = random_problem(&mut rng, n);
+        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let budget = plain - plain / 4;
+        let first = solve_with(&problem, budget, Strategy::Auto, LIMIT);
+        assert_eq!(first, solve_with(&problem, budget, Strategy::Auto, LIMIT), "seed {seed}");
+    }
+}
+
+#[test]
+fn degenerate_problems() {
+    let empty = Problem { nodes: Vec::new(), values: Vec::new() };
+    for strategy in Strategy::ALL {
+        let solution = solve(&empty, 0, strategy).unwrap();
+        assert_eq!((solution.sequence.len(), solution.eval.peak), (0, 0));
+    }
+    // One node writing 10 bytes: nothing to recompute; 9 bytes cannot fit.
+    let one = Problem {
+        nodes: vec![NodeInfo { cost: 1, recomputable: true, forward: true }],
+        values: vec![Value { size: 10, def: Some(0), readers: Vec::new(), to_end: false }],
+    };
+    assert_eq!(solve(&one, 10, Strategy::Auto).unwrap().sequence, vec![0]);
+    assert_eq!(solve(&one, 9, Strategy::Auto), Err(RematError::Infeasible { budget: 9, smallest: 10 }));
+    assert_eq!(
+        solve(&one, 9, Strategy::ChenSqrt),
+        Err(RematError::Infeasible { budget: 9, smallest: 10 }),
+        "no strategy fits, so the error is Infeasible whichever was asked"
+    );
+}
