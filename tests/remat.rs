@@ -488,6 +488,9 @@ fn the_report_lists_the_recomputes() {
     assert!(text.contains("after recomputation"), "{text}");
     assert!(text.contains("budget          none (the recomputation sequence was given)"), "{text}");
     assert!(text.contains("3 op(s), +") && text.contains("... and 1 more"), "{text}");
+    // The plan's record survives JSON.
+    let json = serde_json::to_string(&plan).unwrap();
+    assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), plan);
     let names: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
     assert!(names.contains("a.remat1"));
 }
