@@ -223,7 +223,7 @@ struct PassFlags {
     /// Fit the arena in this budget by recomputing forward values: bytes (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x).
     #[arg(long, value_name = "SIZE|FRACTIONx")]
     budget: Option<String>,
-    /// How to choose what to recompute under --budget.
+    /// How to choose what to recompute under --budget (`none` recomputes nothing; an unknown name lists the strategies).
     #[arg(long, value_name = "STRATEGY")]
     checkpoint: Option<String>,
 }

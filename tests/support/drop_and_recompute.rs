@@ -8,39 +8,17 @@ use memplan::remat::{Node, Problem, RematError, Solution, Strategy, evaluate};
 
 /// The strategy (not a good one: it ignores cost): choose forward nodes to *drop*,
 /// greedily, largest values first, keeping a choice when it does not raise the peak (so
-/// chains of drops can form); a dropped node's values are recomputed
-/// right before every node that cannot be recomputed (backward, optimizer, loss) that reads
-/// them, together with the dropped nodes they need (a fresh chain per reader, so each copy
-/// dies at its reader). Stops as soon as the peak fits the budget.
+/// chains of drops can form); a dropped node's values are recomputed as
+/// [`recompute_before_readers`] does. Stops as soon as the peak fits the budget.
 pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Solution, RematError> {
     let n = problem.nodes.len();
-    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut size_written = vec![0u64; n];
-    for (v, value) in problem.values.iter().enumerate() {
-        for &r in &value.readers {
-            if !reads[r as usize].contains(&v) {
-                reads[r as usize].push(v);
-            }
-        }
+    for value in &problem.values {
         if let Some(d) = value.def {
             size_written[d as usize] += value.size;
         }
     }
-    let sequence_for = |dropped: &[bool]| -> Vec<Node> {
-        let mut sequence = Vec::new();
-        for r in 0..n {
-            if !problem.nodes[r].recomputable {
-                let mut done = vec![false; n];
-                for &v in &reads[r] {
-                    if let Some(d) = problem.values[v].def {
-                        chain(problem, &reads, dropped, d as usize, &mut done, &mut sequence);
-                    }
-                }
-            }
-            sequence.push(r as Node);
-        }
-        sequence
-    };
+    let sequence_for = |dropped: &[bool]| recompute_before_readers(problem, dropped);
     let mut dropped = vec![false; n];
     let mut best = evaluate(problem, &sequence_for(&dropped)).map_err(RematError::BadProblem)?;
     let mut best_sequence = sequence_for(&dropped);
@@ -78,4 +56,32 @@ fn chain(problem: &Problem, reads: &[Vec<usize>], dropped: &[bool], d: usize, do
         }
     }
     out.push(d as Node);
+}
+
+/// The identity sequence with the values of every `dropped` node recomputed right before
+/// each node that cannot be recomputed and reads them, after the dropped nodes they need
+/// (a fresh chain per reader). `dropped` nodes must be recomputable.
+pub fn recompute_before_readers(problem: &Problem, dropped: &[bool]) -> Vec<Node> {
+    let n = problem.nodes.len();
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (v, value) in problem.values.iter().enumerate() {
+        for &r in &value.readers {
+            if !reads[r as usize].contains(&v) {
+                reads[r as usize].push(v);
+            }
+        }
+    }
+    let mut sequence = Vec::new();
+    for r in 0..n {
+        if !problem.nodes[r].recomputable {
+            let mut done = vec![false; n];
+            for &v in &reads[r] {
+                if let Some(d) = problem.values[v].def {
+                    chain(problem, &reads, dropped, d as usize, &mut done, &mut sequence);
+                }
+            }
+        }
+        sequence.push(r as Node);
+    }
+    sequence
 }
