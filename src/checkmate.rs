@@ -183,7 +183,7 @@ pub fn parse_remat(text: &str) -> Result<RematGraph, ReadError> {
         let readers = value.readers.iter().map(|&r| rank[r as usize]).collect();
         values[def as usize] = RematValue { size: value.size, def: Some(def), readers, to_end: false };
     }
-    Ok(RematGraph { name: graph.name, ids, links: graph.links, problem: Problem { nodes: problem_nodes, values } })
+    Ok(RematGraph { name: graph.name, ids, links: graph.links, problem: Problem { nodes: problem_nodes, values, shares: Vec::new() } })
 }
 
 #[cfg(test)]

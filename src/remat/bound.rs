@@ -8,6 +8,10 @@
 //! unless its writer runs again after `t`'s position: every later read must bind to a later
 //! execution. Dropping it therefore costs at least one more run of its writer.
 //!
+//! With in-place reuse ([`super::Share`]) a value `t` reads and one it writes may count
+//! once at `t`: the forced bytes are lowered by what `t`'s shares would save if every input
+//! they read died at `t` (the most they can save).
+//!
 //! So at each `t`: the forced bytes bound the peak from below ([`Bound::peak`] is the most
 //! over all `t`), and the cheapest set of writers whose droppable values cover the bytes
 //! over budget bounds the extra cost (a min-cost knapsack cover, solved exactly by branch
@@ -15,7 +19,7 @@
 //! bounds). [`Bound::extra`] is the most over all `t`: one recompute may serve several
 //! positions, so the positions' bounds cannot be added.
 
-use super::Problem;
+use super::{Problem, shared_bytes};
 
 /// What no stage-form plan can beat.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -44,6 +48,7 @@ pub fn lower_bound(problem: &Problem, budget: u64) -> Bound {
         }
         last_use[v] = if value.to_end { n } else { last };
     }
+    let shares = problem.shares_by_node();
     let mut peak = 0u64;
     let mut extra = Some(0u64);
     let mut reads_t = vec![false; problem.values.len()];
@@ -68,6 +73,11 @@ pub fn lower_bound(problem: &Problem, budget: u64) -> Bound {
                 _ => forced = forced.saturating_add(value.size),
             }
         }
+        // In-place reuse at `t` saves at most what its shares would if every input died here.
+        // (Even a value that must survive may die here: an earlier execution of it, if its
+        // writer runs again later.)
+        let saved = shared_bytes(problem, &shares[t], |input| reads_t[input as usize]);
+        forced = forced.saturating_sub(saved);
         for &v in reads {
             reads_t[v] = false;
         }

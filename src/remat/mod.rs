@@ -20,6 +20,17 @@
 //! over the sequence; the overhead is cost / (sum of every node's cost once) − 1.
 //! [`evaluate`] applies the rule exactly; strategies are judged only by it.
 //!
+//! **In-place reuse** (an extension for training steps; Checkmate's graphs have no shares,
+//! and for them the rule above is all): [`Problem::shares`] lists pairs (input, output)
+//! where the output's writer may write the output over the input's bytes, in the order of
+//! preference. At an execution of the writer, a pair is *taken* when the writer reads the
+//! input, the input's execution it reads has no later read bound to it and need not
+//! survive, and neither that input nor the output was taken by an earlier pair of the same
+//! execution. A taken pair counts the two values' bytes once at that position: the larger
+//! of the two sizes, not their sum (the in-place pass of `memplan plan` only pairs values
+//! of equal size). This is the in-place pass's rule (`passes::inplace`) stated on the
+//! problem, so a step's problem predicts the arena's lower bound after in-place reuse.
+//!
 //! A valid sequence runs every node at least once, recomputes only recomputable nodes, and
 //! runs every reader after some execution of each value it reads.
 //!
@@ -73,11 +84,55 @@ pub struct Value {
     pub to_end: bool,
 }
 
+/// An output that its writer may write over the bytes of one of its inputs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Share {
+    /// The value read (an index into [`Problem::values`]).
+    pub input: u32,
+    /// The value written over it (its writer is the node that may share).
+    pub output: u32,
+}
+
 /// A rematerialisation problem: nodes in a topological order and the values between them.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Problem {
     pub nodes: Vec<NodeInfo>,
     pub values: Vec<Value>,
+    /// In-place reuse the evaluation rule applies (see the module doc), in the order of
+    /// preference; empty for graphs without it.
+    pub shares: Vec<Share>,
+}
+
+impl Problem {
+    /// The shares of each node (by their output's writer), in order; shares whose output
+    /// has no writer are ignored.
+    pub fn shares_by_node(&self) -> Vec<Vec<Share>> {
+        let mut by_node = vec![Vec::new(); self.nodes.len()];
+        for &share in &self.shares {
+            let writer = self.values.get(share.output as usize).and_then(|v| v.def);
+            if let Some(k) = writer.filter(|&k| (k as usize) < self.nodes.len()) {
+                by_node[k as usize].push(share);
+            }
+        }
+        by_node
+    }
+}
+
+/// The bytes the taken shares of one execution save: `shares` are the node's shares,
+/// `dies_here(input)` whether the execution was bound a read of `input` that dies there
+/// (no later read is bound to it and it need not survive).
+pub(crate) fn shared_bytes(problem: &Problem, shares: &[Share], mut dies_here: impl FnMut(u32) -> bool) -> u64 {
+    let mut taken: Vec<u32> = Vec::new();
+    let mut saved = 0u64;
+    for share in shares {
+        if taken.contains(&share.input) || taken.contains(&share.output) || !dies_here(share.input) {
+            continue;
+        }
+        taken.extend([share.input, share.output]);
+        let (input, output) = (&problem.values[share.input as usize], &problem.values[share.output as usize]);
+        saved = saved.saturating_add(input.size.min(output.size));
+    }
+    saved
 }
 
 /// What a sequence costs under the evaluation rule.
@@ -119,14 +174,16 @@ pub enum SequenceError {
 pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceError> {
     let n = problem.nodes.len();
     let mut runs = vec![0u32; n];
-    // For each value, the bytes live per position: add at the start, remove after the end.
-    let mut delta = vec![0i128; sequence.len() + 1];
-    // Each value's current interval: (start, last read), open until its writer runs again.
-    let mut open: Vec<Option<(usize, usize)>> = problem
-        .values
-        .iter()
-        .map(|v| if v.def.is_none() { Some((0, 0)) } else { None })
-        .collect();
+    // Every execution's interval: (value, start, last read); values without a writer first.
+    let mut intervals: Vec<(usize, usize, usize)> = Vec::new();
+    // Each value's current execution (an index into `intervals`).
+    let mut open: Vec<Option<usize>> = vec![None; problem.values.len()];
+    for (v, value) in problem.values.iter().enumerate() {
+        if value.def.is_none() {
+            open[v] = Some(intervals.len());
+            intervals.push((v, 0, 0));
+        }
+    }
     let mut written_by: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut read_by: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (v, value) in problem.values.iter().enumerate() {
@@ -140,10 +197,9 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
             read_by[r as usize].push(v);
         }
     }
-    let close = |interval: (usize, usize), size: u64, delta: &mut Vec<i128>| {
-        delta[interval.0] += size as i128;
-        delta[interval.1 + 1] -= size as i128;
-    };
+    let shares = problem.shares_by_node();
+    // For each position with shares: the execution each value read there binds to.
+    let mut bound_reads: Vec<(usize, Vec<(u32, usize)>)> = Vec::new();
     let mut cost: u64 = 0;
     for (position, &node) in sequence.iter().enumerate() {
         let k = node as usize;
@@ -153,18 +209,23 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
         if runs[k] > 0 && !problem.nodes[k].recomputable {
             return Err(SequenceError::NotRecomputable { position, node });
         }
+        let mut bound = Vec::new();
         for &v in &read_by[k] {
-            match (problem.values[v].def, open[v].as_mut()) {
-                (_, Some(interval)) => interval.1 = position,
+            match (problem.values[v].def, open[v]) {
+                (_, Some(i)) => {
+                    intervals[i].2 = position;
+                    bound.push((v as u32, i));
+                }
                 (Some(writer), None) => return Err(SequenceError::ReadBeforeWrite { position, node, writer }),
                 (None, None) => unreachable!("values without a writer are open from the start"),
             }
         }
+        if !shares[k].is_empty() {
+            bound_reads.push((position, bound));
+        }
         for &v in &written_by[k] {
-            if let Some(interval) = open[v].take() {
-                close(interval, problem.values[v].size, &mut delta);
-            }
-            open[v] = Some((position, position));
+            open[v] = Some(intervals.len());
+            intervals.push((v, position, position));
         }
         runs[k] += 1;
         cost = cost.saturating_add(problem.nodes[k].cost);
@@ -173,15 +234,28 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
         return Err(SequenceError::NeverRuns(k as Node));
     }
     let last = sequence.len().saturating_sub(1);
-    for (v, interval) in open.iter().enumerate() {
-        if let Some(mut interval) = *interval {
-            if problem.values[v].to_end {
-                interval.1 = last;
-            }
-            if !sequence.is_empty() {
-                close(interval, problem.values[v].size, &mut delta);
-            }
+    let mut survives = vec![false; intervals.len()];
+    for (v, i) in open.iter().enumerate() {
+        if let (Some(i), true) = (*i, problem.values[v].to_end) {
+            intervals[i].2 = last;
+            survives[i] = true;
         }
+    }
+    // Bytes live per position: add at the start, remove after the end.
+    let mut delta = vec![0i128; sequence.len() + 1];
+    if !sequence.is_empty() {
+        for &(v, start, end) in &intervals {
+            delta[start] += problem.values[v].size as i128;
+            delta[end + 1] -= problem.values[v].size as i128;
+        }
+    }
+    for (position, bound) in &bound_reads {
+        let dies_here = |input: u32| {
+            bound.iter().any(|&(v, i)| v == input && intervals[i].2 == *position && !survives[i])
+        };
+        let saved = shared_bytes(problem, &shares[sequence[*position] as usize], dies_here);
+        delta[*position] -= saved as i128;
+        delta[*position + 1] += saved as i128;
     }
     let mut live: i128 = 0;
     let mut peak: i128 = 0;
@@ -328,7 +402,7 @@ mod tests {
     fn chain() -> Problem {
         let node = |cost| NodeInfo { cost, recomputable: true, forward: true };
         let value = |size, def, readers: &[Node]| Value { size, def: Some(def), readers: readers.to_vec(), to_end: false };
-        Problem { nodes: vec![node(1), node(2), node(3)], values: vec![value(10, 0, &[1, 2]), value(5, 1, &[2]), value(1, 2, &[])] }
+        Problem { nodes: vec![node(1), node(2), node(3)], values: vec![value(10, 0, &[1, 2]), value(5, 1, &[2]), value(1, 2, &[])], shares: Vec::new() }
     }
 
     #[test]
@@ -349,6 +423,32 @@ mod tests {
         let e = evaluate(&p, &[0, 1, 0, 2]).unwrap();
         assert_eq!((e.peak, e.cost), (106, 7));
         assert!((e.overhead() - 1.0 / 6.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_share_counts_its_two_values_once_where_the_input_dies() {
+        // a (10 B) is read by b and c; b (10 B, read by nobody) may be written over a.
+        let mut p = chain();
+        p.values[0].size = 10;
+        p.values[1] = Value { size: 10, def: Some(1), readers: Vec::new(), to_end: false };
+        p.shares = vec![Share { input: 0, output: 1 }];
+        // a is still read by c: no sharing at b, a + b = 20 there.
+        assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 20);
+        // Recomputing a for c lets the first a die at b, which takes its bytes: 10 at b,
+        // then the new a and c: 11.
+        assert_eq!(evaluate(&p, &[0, 1, 0, 2]).unwrap().peak, 11);
+        // A value that must survive never dies, so it is never shared.
+        p.values[0].readers = vec![1];
+        assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 10);
+        p.values[0].to_end = true;
+        assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 20);
+        // Only the first of two shares of the same input is taken.
+        p.values[0].to_end = false;
+        p.values.push(Value { size: 7, def: Some(1), readers: Vec::new(), to_end: false });
+        p.shares.push(Share { input: 0, output: 3 });
+        assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 17);
+        p.shares.reverse();
+        assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 20);
     }
 
     #[test]

@@ -161,7 +161,7 @@ fn the_search_is_deterministic() {
 
 #[test]
 fn degenerate_problems() {
-    let empty = Problem { nodes: Vec::new(), values: Vec::new() };
+    let empty = Problem { nodes: Vec::new(), values: Vec::new(), shares: Vec::new() };
     for strategy in Strategy::ALL {
         let solution = solve(&empty, 0, strategy).unwrap();
         assert_eq!((solution.sequence.len(), solution.eval.peak), (0, 0));
@@ -170,6 +170,7 @@ fn degenerate_problems() {
     let one = Problem {
         nodes: vec![NodeInfo { cost: 1, recomputable: true, forward: true }],
         values: vec![Value { size: 10, def: Some(0), readers: Vec::new(), to_end: false }],
+        shares: Vec::new(),
     };
     assert_eq!(solve(&one, 10, Strategy::Auto).unwrap().sequence, vec![0]);
     assert_eq!(solve(&one, 9, Strategy::Auto), Err(RematError::Infeasible { budget: 9, smallest: 10 }));

@@ -12,6 +12,10 @@
 //! cross a position over budget (recursively); the writer and every input whose lifetime
 //! it would extend at all.
 //!
+//! A split also ends the old execution at the read that starts the gap: if that reader may
+//! write over the value (a share, in-place reuse), the split can free bytes at the read
+//! itself, so such moves are listed when that position is over budget.
+//!
 //! **Greedy repair** ([`Search::repair`]): while the peak is over budget, list every move
 //! whose gap covers a position over budget, estimate each one's effect on the *excess
 //! area* (bytes over budget summed over positions) per unit of compute, evaluate the best
@@ -215,8 +219,22 @@ impl<'p> Search<'p> {
                 if q == previous {
                     continue;
                 }
-                if self.over_between(previous, q) > 0 && sim.stage_of[previous as usize] != stage && !plan.has(stage, w) {
-                    let gain = self.gain(previous, q, value.size);
+                // Split here, the execution dies at the read `previous`: if that reader may
+                // write over it (a share), the bytes over budget there may go too.
+                let shared = if previous != interval.start && sim.profile[previous as usize] > budget {
+                    let reader = sim.sequence[previous as usize];
+                    let over = sim.profile[previous as usize] - budget;
+                    sim.shares(reader)
+                        .iter()
+                        .filter(|s| s.input == interval.value)
+                        .map(|s| over.min(value.size.min(problem.values[s.output as usize].size)))
+                        .max()
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                if (self.over_between(previous, q) > 0 || shared > 0) && sim.stage_of[previous as usize] != stage && !plan.has(stage, w) {
+                    let gain = self.gain(previous, q, value.size) + shared as f64;
                     let finisher = self.over_between(previous, q) == all_over && value.size >= largest_excess;
                     let mut seen: Vec<Vec<(Node, Node)>> = Vec::new();
                     for closure in [Closure::Alone, Closure::Harmful, Closure::Full] {

@@ -17,7 +17,7 @@
 //! [`Sim::detail`] also keeps every execution's interval, its reads and the profile, for
 //! the search to choose moves from. Tests check both against [`super::evaluate`].
 
-use super::{Node, Problem};
+use super::{Node, Problem, Share, shared_bytes};
 
 /// Recomputes by stage: `stages[t]` runs, ascending, just before node `t`.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -119,6 +119,10 @@ pub struct Sim<'p> {
     /// Values that must survive to the end.
     survivors: Vec<u32>,
     sizes: Vec<u64>,
+    /// The shares of each node (see [`super::Problem::shares`]).
+    shares: Vec<Vec<Share>>,
+    /// (position, value, interval) of every read of a share's input in the last run.
+    share_reads: Vec<(u32, u32, u32)>,
     /// The sequence of the last run and the stage of each position.
     pub sequence: Vec<Node>,
     pub stage_of: Vec<u32>,
@@ -190,6 +194,8 @@ impl<'p> Sim<'p> {
             inputs,
             survivors: (0..problem.values.len() as u32).filter(|&v| problem.values[v as usize].to_end).collect(),
             sizes: problem.values.iter().map(|v| v.size).collect(),
+            shares: problem.shares_by_node(),
+            share_reads: Vec::new(),
             sequence: Vec::new(),
             stage_of: Vec::new(),
             stage_start: Vec::new(),
@@ -215,6 +221,11 @@ impl<'p> Sim<'p> {
         &self.writes[self.write_at[k as usize] as usize..self.write_at[k as usize + 1] as usize]
     }
 
+    /// The shares of node `k`.
+    pub fn shares(&self, k: Node) -> &[Share] {
+        &self.shares[k as usize]
+    }
+
     /// The values node `k` reads (no repeats).
     pub fn reads(&self, k: Node) -> &[u32] {
         &self.reads[self.node_read_at[k as usize] as usize..self.node_read_at[k as usize + 1] as usize]
@@ -235,6 +246,7 @@ impl<'p> Sim<'p> {
         self.intervals.clear();
         self.first_interval.clear();
         self.read_log.clear();
+        self.share_reads.clear();
         for &v in &self.inputs {
             self.current[v as usize] = self.intervals.len() as u32;
             self.intervals.push(Interval { value: v, start: 0, end: 0 });
@@ -247,6 +259,9 @@ impl<'p> Sim<'p> {
                 self.intervals[i as usize].end = p;
                 if log {
                     self.read_log.push((i, p));
+                }
+                if self.shares[k].iter().any(|s| s.input == v) {
+                    self.share_reads.push((p, v, i));
                 }
             }
             self.first_interval.push(self.intervals.len() as u32);
@@ -271,6 +286,22 @@ impl<'p> Sim<'p> {
             let size = self.sizes[interval.value as usize] as i128;
             self.delta[interval.start as usize] += size;
             self.delta[interval.end as usize + 1] -= size;
+        }
+        // Only the last position can hold a survivor's end.
+        let last = self.sequence.len().saturating_sub(1) as u32;
+        let survivor_at = |i: u32| self.survivors.iter().any(|&v| self.current[v as usize] == i);
+        let mut at = 0;
+        while at < self.share_reads.len() {
+            let p = self.share_reads[at].0;
+            let end = at + self.share_reads[at..].iter().take_while(|r| r.0 == p).count();
+            let reads = &self.share_reads[at..end];
+            let dies_here = |input: u32| {
+                reads.iter().any(|&(_, v, i)| v == input && self.intervals[i as usize].end == p && (p != last || !survivor_at(i)))
+            };
+            let saved = shared_bytes(self.problem, &self.shares[self.sequence[p as usize] as usize], dies_here) as i128;
+            self.delta[p as usize] -= saved;
+            self.delta[p as usize + 1] += saved;
+            at = end;
         }
     }
 

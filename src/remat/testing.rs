@@ -3,9 +3,10 @@
 //! Shapes like a training step: a forward part (recomputable nodes, each writing one value
 //! read by a few later nodes, some of them in the backward part) and a backward part that
 //! reads forward values far away; plus, now and then, a node writing two values or none,
-//! a value without a writer, a value that must survive, a node that cannot be recomputed.
+//! a value without a writer, a value that must survive, a node that cannot be recomputed,
+//! a node that may write a value over one it reads (a share).
 
-use super::{Node, NodeInfo, Problem, Value};
+use super::{Node, NodeInfo, Problem, Share, Value};
 use crate::exec::data::Rng;
 
 /// A random problem of `n ≥ 2` nodes.
@@ -35,7 +36,18 @@ pub fn random_problem(rng: &mut Rng, n: usize) -> Problem {
         let readers = vec![rng.below(n as u64) as Node];
         values.push(Value { size: 1 + rng.below(20), def: None, readers, to_end: rng.below(2) == 0 });
     }
-    Problem { nodes, values }
+    // Now and then a node may write one of its values over one it reads.
+    let mut shares = Vec::new();
+    for k in 0..n as Node {
+        let written: Vec<u32> = (0..values.len() as u32).filter(|&v| values[v as usize].def == Some(k)).collect();
+        let read: Vec<u32> = (0..values.len() as u32).filter(|&v| values[v as usize].readers.contains(&k)).collect();
+        if !written.is_empty() && !read.is_empty() && rng.below(3) == 0 {
+            let output = written[rng.below(written.len() as u64) as usize];
+            let input = read[rng.below(read.len() as u64) as usize];
+            shares.push(Share { input, output });
+        }
+    }
+    Problem { nodes, values, shares }
 }
 
 /// A chain `0 → 1 → … → f-1` (the forward part, each value of `size` also read by its
@@ -60,5 +72,5 @@ pub fn training_chain(f: usize, size: u64, cost: u64) -> Problem {
         let size = if k < f { size } else { 1 };
         values.push(Value { size, def: Some(k as Node), readers, to_end: false });
     }
-    Problem { nodes, values }
+    Problem { nodes, values, shares: Vec::new() }
 }

@@ -232,7 +232,7 @@ mod tests {
         .unwrap();
         crate::verify(&graph).unwrap();
         let schedule: Vec<OpId> = graph.ops.indices().collect();
-        let step = step_problem(&graph, &schedule, 256).unwrap();
+        let step = step_problem(&graph, &schedule, 256, true).unwrap();
         // a, a.remat1, b, a again (twice), c.
         let rewritten = apply(&graph, &step, &[0, 1, 2, 0, 0, 3]).unwrap();
         let names: Vec<&str> = rewritten.graph.values.iter().map(|v| v.name.as_str()).collect();

@@ -110,7 +110,7 @@ pub(super) fn pass(graph: &Graph, pipeline: &mut Pipeline, options: &PlanOptions
         }
         Sequence::Solve { strategy, solver } => {
             let budget = options.budget.expect("the pass runs under a budget");
-            let outcome = remat(graph, &before, budget, options.alignment, strategy, solver, &measure)?;
+            let outcome = remat(graph, &before, budget, (options.alignment, options.inplace), strategy, solver, &measure)?;
             (outcome.rewritten, Some(outcome.budget), outcome.arena_without, strategy)
         }
     };
@@ -158,13 +158,14 @@ pub struct Outcome {
     pub arena_without: u64,
 }
 
-/// Fits `graph`, run in `schedule`, into `budget` (see the module docs). `strategy` names
-/// the solver in errors.
+/// Fits `graph`, run in `schedule`, into `budget` (see the module docs), for a plan with
+/// `alignment` that reuses bytes in place if `inplace`. `strategy` names the solver in
+/// errors.
 pub fn remat(
     graph: &Graph,
     schedule: &[OpId],
     budget: Budget,
-    alignment: u64,
+    (alignment, inplace): (u64, bool),
     strategy: &str,
     solver: &Solver<'_>,
     measure: &Measure<'_>,
@@ -174,7 +175,7 @@ pub fn remat(
     if arena_without <= budget {
         return Ok(Outcome { rewritten: None, budget, arena_without });
     }
-    let mut step = step_problem(graph, schedule, alignment).ok_or(PlanError::ArenaOverflow)?;
+    let mut step = step_problem(graph, schedule, alignment, inplace).ok_or(PlanError::ArenaOverflow)?;
     let identity: Vec<Node> = (0..step.ops.len() as Node).collect();
     let peak = evaluate(&step.problem, &identity).map_err(|e| bug(format!("the step's own order: {e}")))?.peak;
     let gap = i128::from(peak) - i128::from(arena_without);
@@ -202,9 +203,10 @@ pub fn remat(
     Err(PlanError::BudgetUnmet { budget, smallest, strategy: strategy.to_string() })
 }
 
-/// Rewrites `graph` to run a sequence the caller chose (no budget).
+/// Rewrites `graph` to run a sequence the caller chose (no budget; sequences do not depend
+/// on shares).
 pub fn apply_sequence(graph: &Graph, schedule: &[OpId], alignment: u64, sequence: &[Node]) -> Result<Rewritten, PlanError> {
-    let step = step_problem(graph, schedule, alignment).ok_or(PlanError::ArenaOverflow)?;
+    let step = step_problem(graph, schedule, alignment, false).ok_or(PlanError::ArenaOverflow)?;
     apply::apply(graph, &step, sequence).map_err(PlanError::BadSequence)
 }
 

@@ -2,8 +2,8 @@
 //!
 //! Node `i` is the op at schedule position `i`, so the identity sequence is the schedule.
 //! Values are the bytes the buffer pass will hold (as in the schedule pass's DAG, whose
-//! peak is the lower bound): so the identity sequence's peak is exactly the plan's lower
-//! bound without in-place reuse (a test asserts it on the corpus).
+//! peak is the lower bound): without shares the identity sequence's peak is exactly the
+//! plan's lower bound without in-place reuse.
 //! - a root value (not a view) is a value; its size is its bytes rounded up to the
 //!   alignment; a view owns no bytes, so reading a view reads its root;
 //! - arguments exist before the first node; params and state that are not updated survive
@@ -23,6 +23,13 @@
 //! writing its outputs, so running such an op again only writes fresh copies.
 //!
 //! Cost: the op table's FLOPs, at least 1 (so no recomputation looks free to a strategy).
+//!
+//! Shares (in-place reuse, `crate::remat::Share`): every `(output, input)` pair of an op
+//! that the in-place pass (`passes::inplace`) could take in some order: all of its rule but
+//! "the input dies at this op", which the evaluation rule decides per execution; in the
+//! op table's order, as the pass tries them. So the identity sequence's peak is the plan's
+//! lower bound after in-place reuse (a test asserts it on the corpus), and a strategy sees
+//! that recomputing an elementwise op's input can let the op run in place.
 
 use crate::analysis::classes::{Class, classify};
 use crate::analysis::liveness::lifetimes;
@@ -31,7 +38,7 @@ use crate::ir::graph::{Graph, ValueDef};
 use crate::ir::ops::OpClass;
 use crate::ir::types::TensorType;
 use crate::plan::align_up;
-use crate::remat::{Node, NodeInfo, Problem, Value};
+use crate::remat::{Node, NodeInfo, Problem, Share, Value};
 
 /// A step's rematerialisation problem and which op each node is.
 #[derive(Clone, Debug)]
@@ -49,8 +56,9 @@ pub fn op_flops(graph: &Graph, op: OpId) -> u64 {
 }
 
 /// The problem of a verified `graph` run in `schedule` (a topological order of every op);
-/// sizes rounded up to `alignment`. `None` if a size overflows.
-pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64) -> Option<StepProblem> {
+/// sizes rounded up to `alignment`; with the shares of in-place reuse if `inplace` (the
+/// plan uses the in-place pass). `None` if a size overflows.
+pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: bool) -> Option<StepProblem> {
     let life = lifetimes(graph, schedule);
     let (root, position) = (&life.root, &life.position);
     let node = |op: OpId| position[op] as Node;
@@ -113,5 +121,25 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64) -> Option<
             NodeInfo { cost: op_flops(graph, op_id).max(1), recomputable, forward }
         })
         .collect();
-    Some(StepProblem { problem: Problem { nodes, values }, ops: schedule.to_vec() })
+    // In-place reuse: the pairs the in-place pass could take, whatever the sequence (its
+    // rule but for "the input dies at this op", which the evaluation rule decides).
+    let mut shares = Vec::new();
+    for &op_id in schedule.iter().filter(|_| inplace) {
+        let op = &graph.ops[op_id];
+        for &(j, k) in op.kind.def().inplace {
+            let (Some(&out), Some(&x)) = (op.outputs.get(j), op.inputs.get(k)) else { continue };
+            let (x_ty, out_ty) = (&graph.values[x].ty, &graph.values[out].ty);
+            let possible = root[x] == x
+                && root[out] == out
+                && op.inputs.iter().all(|&i| root[i] != x || i == x)
+                && !survives[x]
+                && !graph.updates.iter().any(|u| u.value == out)
+                && x_ty.dtype == out_ty.dtype
+                && x_ty.bytes() == out_ty.bytes();
+            if possible {
+                shares.push(Share { input: slot(x) as u32, output: slot(out) as u32 });
+            }
+        }
+    }
+    Some(StepProblem { problem: Problem { nodes, values, shares }, ops: schedule.to_vec() })
 }
