@@ -7,6 +7,9 @@
 //! round to f16/bf16 exactly like the `half` crate.
 #![cfg(feature = "cuda")]
 
+#[path = "support/steps.rs"]
+mod steps;
+
 use half::{bf16, f16};
 use memplan::exec::compare::check_step;
 use memplan::exec::cpu::advance;
@@ -93,18 +96,7 @@ fn gpu_matches_reference(graph: &Graph, plan: &Plan, steps: u32, seed: u64) -> O
 }
 
 fn step_files() -> Vec<String> {
-    let root = root();
-    let mut files: Vec<String> = ["ir/models", "ir/features"]
-        .iter()
-        .flat_map(|dir| {
-            std::fs::read_dir(root.join(dir))
-                .unwrap()
-                .map(move |e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy()))
-        })
-        .filter(|f| f.ends_with(".step"))
-        .collect();
-    files.sort();
-    files
+    steps::step_files(&root())
 }
 
 #[test]

@@ -6,6 +6,8 @@
 //! Without a C++ compiler the tests print why they skip and pass.
 
 mod cuda_emu;
+#[path = "support/steps.rs"]
+mod steps;
 
 use cuda_emu::{EmuBackend, emulator};
 use half::{bf16, f16};
@@ -100,18 +102,7 @@ fn emulated_with(
 }
 
 fn step_files() -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<String> = ["ir/models", "ir/features"]
-        .iter()
-        .flat_map(|dir| {
-            std::fs::read_dir(root.join(dir))
-                .unwrap()
-                .map(move |e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy()))
-        })
-        .filter(|f| f.ends_with(".step"))
-        .collect();
-    files.sort();
-    files
+    steps::step_files(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
 }
 
 #[test]
