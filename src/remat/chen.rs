@@ -12,7 +12,9 @@
 //! Checkpoints are chosen among the forward graph's *articulation points* in its order:
 //! forward nodes that no forward edge jumps over, so each segment between two of them
 //! depends on the rest only through its ends (every node of a chain; the block outputs of
-//! a ResNet).
+//! a ResNet). Values of nodes that cannot be recomputed are kept whatever the plan, so
+//! their edges do not count: in a training step the labels (a view of an input, read by
+//! the loss at the end of the forward pass) would otherwise jump over every node.
 //! - **sqrt(n)** ([`sqrt_plan`]): every k-th articulation point, k = ⌊√(count)⌋.
 //! - **greedy** ([`greedy_plans`]): walk the forward nodes in order summing the bytes they
 //!   write; at an articulation point where the sum exceeds a segment budget `B`, make it a
@@ -23,14 +25,15 @@ use super::stages::{Plan, Sim};
 use super::{Node, Problem};
 
 /// Forward nodes, other than the first and the last, that no edge between forward nodes
-/// jumps over, ascending.
+/// jumps over (edges from nodes that cannot be recomputed aside), ascending.
 pub fn articulation_points(problem: &Problem) -> Vec<Node> {
     let n = problem.nodes.len();
-    // The furthest forward reader of each forward node's values.
+    // The furthest forward reader of each recomputable forward node's values.
     let mut jump_to = vec![0usize; n];
     for value in &problem.values {
         if let Some(d) = value.def
             && problem.nodes[d as usize].forward
+            && problem.nodes[d as usize].recomputable
         {
             for &r in &value.readers {
                 if problem.nodes[r as usize].forward {
@@ -174,6 +177,9 @@ mod tests {
         let mut p = training_chain(9, 10, 1);
         p.values[2].readers.push(5);
         assert_eq!(articulation_points(&p), vec![1, 2, 5, 6, 7]);
+        // Unless node 2 cannot be recomputed: its value is kept by every plan anyway.
+        p.nodes[2].recomputable = false;
+        assert_eq!(articulation_points(&p), (1..8).collect::<Vec<Node>>());
     }
 
     #[test]
