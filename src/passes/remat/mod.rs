@@ -14,8 +14,9 @@
 //! 4. in-place reuse, buffers and offsets are redone on the rewritten step by the caller's
 //!    `measure`, which gives the ARENA the step would get.
 //!
-//! **The budget is for the arena**, which differs from the problem's peak: in-place reuse
-//! saves bytes the problem does not model, and offsets may leave gaps. So the pass
+//! **The budget is for the arena**, which can differ from the problem's peak: the problem
+//! models in-place reuse (its shares, when the plan uses the in-place pass), so its peak is
+//! the rewritten step's lower bound, but offsets may leave gaps above it. So the pass
 //! iterates. The first problem budget is the byte budget plus the gap between the
 //! problem's peak and the arena of the step without recomputation (the gap the same step
 //! has when nothing is recomputed); after each round whose arena exceeds the budget, the
