@@ -15,8 +15,8 @@
 //!    `measure`, which gives the ARENA the step would get.
 //!
 //! **The budget is for the arena**, which can differ from the problem's peak: the problem
-//! models in-place reuse (its shares, when the plan uses the in-place pass), so its peak is
-//! the rewritten step's lower bound, but offsets may leave gaps above it. So the pass
+//! models in-place reuse (its shares, when the plan uses the in-place pass), so its peak
+//! predicts the rewritten step's lower bound, but offsets may leave gaps above it. So the pass
 //! iterates. The first problem budget is the byte budget plus the gap between the
 //! problem's peak and the arena of the step without recomputation (the gap the same step
 //! has when nothing is recomputed); after each round whose arena exceeds the budget, the
