@@ -501,8 +501,9 @@ fn the_report_lists_the_recomputes() {
 }
 
 /// Random training steps (`memplan::random_step`), every recomputable op recomputed before
-/// each backward (or optimizer, or loss) op that reads it: every plan is sound and runs
-/// bit-identically to the step as generated. (Memory is not the point: random steps are
+/// each backward (or optimizer, or loss) op that reads it: every plan is sound, runs
+/// bit-identically to the step as generated, and has the lower bound the problem predicts
+/// (the evaluation rule with shares is the in-place pass on the rewritten step). (Memory is not the point: random steps are
 /// small and mostly params; this covers views, several outputs, in-place reuse and updates
 /// meeting recomputation.) Clones that would read an updated param are forbidden as the
 /// pass does.
@@ -514,10 +515,10 @@ fn random_steps_recomputing_everything() {
         let options = PlanOptions::default();
         let step = problem_of(&graph, &options);
         let mut dropped: Vec<bool> = step.problem.nodes.iter().map(|n| n.recomputable).collect();
-        let (rewritten, plan) = loop {
+        let (sequence, (rewritten, plan)) = loop {
             let sequence = support::recompute_before_readers(&step.problem, &dropped);
             match plan_sequence(&graph, &options, &sequence) {
-                Ok(planned) => break planned,
+                Ok(planned) => break (sequence, planned),
                 Err(PlanError::BadSequence(ApplyError::ReadsUpdated(nodes))) => {
                     for n in nodes {
                         assert!(dropped[n as usize], "seed {seed}");
@@ -529,6 +530,9 @@ fn random_steps_recomputing_everything() {
         };
         assert_sound(&graph, &rewritten, &plan);
         assert_runs_identically(&graph, &rewritten, &plan);
+        // The problem (with its shares) predicts the rewritten step's lower bound after
+        // in-place reuse exactly.
+        assert_eq!(evaluate(&step.problem, &sequence).unwrap().peak, plan.lower_bound, "seed {seed}");
         recomputes += plan.remat.as_ref().unwrap().recomputes.len();
     }
     assert!(recomputes >= 100, "only {recomputes} recomputes over 80 seeds");
