@@ -697,4 +697,17 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn pinned_buffers_stay_put_and_the_others_go_around_them() {
+        let l = |first, last, size| Live { first, last, size };
+        // Pinned: a at 10..20 over steps 0..4, b at 0..5 over step 2. Then c (steps 1..3,
+        // 5 bytes) fits 5..10, d (6 bytes, step 4) fits 0..6 (b is dead), e (12 bytes,
+        // step 2) only above a.
+        let intervals = [l(0, 4, 10), l(2, 2, 5), l(1, 3, 5), l(4, 4, 6), l(2, 2, 12)];
+        let offsets = place_pinned(&intervals, &[0, 1, 2, 3, 4], Fit::First, &[(0, 10), (1, 0)]).unwrap();
+        assert_eq!(offsets, [10, 0, 5, 0, 20]);
+        // Without pins, the same order packs from 0.
+        assert_eq!(place(&intervals, &[0, 1, 2, 3, 4], Fit::First).unwrap(), [0, 10, 15, 10, 20]);
+    }
 }

@@ -110,3 +110,109 @@ pub fn peak_window(intervals: &[Live], target: u64, limits: Limits) -> Option<Wi
         half = half.saturating_mul(GROWTH);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::checker::check_offsets;
+    use crate::passes::offsets::{arena_of, exact, greedy, lower_bound};
+
+    fn l(first: usize, last: usize, size: u64) -> Live {
+        Live { first, last, size }
+    }
+
+    fn limits(nodes: u64) -> Limits {
+        Limits { deadline: Instant::now() + Duration::from_secs(600), nodes }
+    }
+
+    fn valid(intervals: &[Live], offsets: &[u64]) -> bool {
+        let triples: Vec<_> = intervals.iter().map(|l| (l.first, l.last, l.size)).collect();
+        check_offsets(&triples, offsets, None).is_ok()
+    }
+
+    /// A peak that greedy fills with a hole, then single buffers far from it (so the first
+    /// window is not the whole list).
+    fn staircase() -> Vec<Live> {
+        // Greedy puts X and Y at 0, P1 and P2 on top of them (they meet at step 2) and the
+        // long buffer L above all: arena 8. At the lower bound (6): L 0, X 1, P2 1, P1 4, Y 3.
+        let mut list = vec![l(0, 1, 3), l(3, 4, 3), l(1, 2, 2), l(2, 3, 2), l(0, 4, 1)];
+        list.extend((0..20).map(|k| l(10 + k, 10 + k, 1 + k as u64 % 3)));
+        list
+    }
+
+    #[test]
+    fn closes_the_hole_greedy_leaves_at_the_peak() {
+        let list = staircase();
+        let lower = lower_bound(&list).unwrap();
+        assert_eq!(lower, 6);
+        let greedy = greedy::greedy_by_size(&list).unwrap();
+        assert_eq!(arena_of(&list, &greedy), Some(8));
+        let found = peak_window(&list, lower, limits(10_000)).unwrap();
+        let offsets = found.offsets.expect("the window fits the bound");
+        assert!(valid(&list, &offsets));
+        assert_eq!(arena_of(&list, &offsets), Some(lower));
+        assert!(!found.proved_infeasible);
+        // Only the steps around the peak were searched: the far buffers went by first fit.
+        assert!(offsets[list.len() - 1] == 0);
+    }
+
+    #[test]
+    fn a_list_the_first_window_covers_is_left_to_the_whole_search() {
+        let list = &staircase()[..5];
+        assert_eq!(peak_window(list, 6, limits(10_000)), Some(Windowed { offsets: None, proved_infeasible: false, nodes: 0 }));
+    }
+
+    #[test]
+    fn below_the_lower_bound_it_proves_that_nothing_fits() {
+        let list = staircase();
+        let found = peak_window(&list, 5, limits(10_000)).unwrap();
+        assert!(found.proved_infeasible);
+        assert_eq!(found.offsets, None);
+    }
+
+    /// Random lists with a sharp peak in the middle of a long schedule.
+    fn peaked(seed: &mut u64, n: usize) -> Vec<Live> {
+        let mut below = |m: u64| {
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (*seed >> 33) % m.max(1)
+        };
+        let horizon = 4 * n as u64;
+        (0..n)
+            .map(|_| {
+                let near = below(2) == 0;
+                let first = if near { horizon / 2 - below(12) } else { below(horizon) } as usize;
+                let len = match below(5) {
+                    0 => below(horizon / 2),
+                    _ => below(if near { 16 } else { 6 }),
+                } as usize;
+                let size = if below(9) == 0 { 0 } else { 1 + below(if near { 512 } else { 16 }) * 8 };
+                l(first, first + len, size)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn random_lists_get_valid_placements_and_proofs_agree_with_the_whole_search() {
+        let (mut seed, mut found) = (3u64, 0);
+        for round in 0..300 {
+            let n = 20 + (round % 7) * 30;
+            let list = peaked(&mut seed, n);
+            let lower = lower_bound(&list).unwrap();
+            // The bound, and a little above it (a capacity).
+            for target in [lower, lower + lower / 50] {
+                let out = peak_window(&list, target, limits(20_000)).unwrap();
+                if let Some(offsets) = &out.offsets {
+                    assert!(valid(&list, offsets), "round {round}: invalid placement");
+                    found += usize::from(arena_of(&list, offsets) == Some(lower));
+                }
+                if out.proved_infeasible {
+                    let whole = exact::exact(&list, target, limits(200_000));
+                    assert!(!matches!(whole, exact::ExactResult::Found(_)), "round {round}: a window's proof is wrong");
+                }
+            }
+        }
+        assert!(found >= 300, "too few lists reached the bound ({found} of 600 runs)");
+    }
+}
