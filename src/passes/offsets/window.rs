@@ -15,13 +15,16 @@
 //! window four times as wide is tried (more steps of the pinned buffers' lives are then
 //! packed together). The smallest arena found is returned.
 //!
-//! Invariants: the result is a valid placement of `intervals` (the window's placement
-//! holds inside the window, where all pinned buffers that meet each other meet; outside
-//! the window only pinned buffers that met inside it can meet, and those already do not
-//! share a byte); clipping only removes overlaps, so a window that the search proves
-//! infeasible shows that no placement of the whole list fits the target either. Every
-//! decision counts search nodes, never time (the deadline is a safety net), so the same
-//! budget gives the same placement on every machine.
+//! Invariants:
+//! - the result is a valid placement of `intervals`: two pinned buffers that meet in time
+//!   also meet inside the window (three pairwise intersecting intervals, theirs and the
+//!   window's, share a point), where the search kept them apart, and the others are
+//!   placed around everything placed before them;
+//! - clipping only removes overlaps, so any placement of the whole list is one of the
+//!   window's list: a window the search proves infeasible shows that no placement of the
+//!   whole list fits the target either;
+//! - every decision counts search nodes, never time (the deadline is a safety net), so the
+//!   same budget gives the same placement on every machine.
 
 use std::cmp::Reverse;
 
