@@ -4,7 +4,7 @@
 //!
 //! Sets: minimalloc's challenging suite at its capacity (1048576; arenas over it are marked
 //! "over") and minimising; idealloc's real lists minimising (with the file's own placement
-//! where it has one); two synthetic 200000-buffer lists (heuristics only): ten rounds of a
+//! where it has one); two synthetic 200000-buffer lists (no exact column): ten rounds of a
 //! 20000-buffer training step one after the other, and one 200000-buffer step whose live
 //! set grows with it (see `passes::offsets::synthetic`). Every solution is checked with
 //! the independent `check_offsets`; a violation aborts the run.
@@ -90,7 +90,7 @@ fn main() {
         row(name, &listed, &heuristics, None, limit)
     })
     .collect();
-    table("synthetic, 200000 buffers (heuristics only)", &synthetic_rows, false);
+    table("synthetic, 200000 buffers (greedy, best-fit, auto)", &synthetic_rows, false);
 }
 
 fn csv_files(dir: &Path) -> Vec<PathBuf> {

@@ -278,7 +278,7 @@ enum SolverArg {
     BestFit,
     /// Branch and bound from best-fit's placement: within --capacity, or the smallest arena it can prove, in the time limit.
     Exact,
-    /// Every heuristic, keeping the best; then the exact solver for the rest of the time limit.
+    /// Every heuristic, keeping the best; then the exact solver around the peak (lists of 1000+ buffers) and on the whole list for the rest of the time limit.
     Auto,
 }
 

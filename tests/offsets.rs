@@ -1,7 +1,8 @@
 //! Offset solvers on random and edge-case instances: every placement passes the
 //! independent `check_offsets`; the fast greedy and best-fit place exactly as the plain
 //! O(n²) scans they replace (the old best-fit, and its first-fit twin) in the same order;
-//! arenas are never above the sum of sizes nor below the lower bound.
+//! arenas are never above the sum of sizes nor below the lower bound; auto's peak windows
+//! never make a large list's arena worse and reach idealloc's pangu bound.
 
 use memplan::checker::check_offsets;
 use memplan::passes::offsets::bestfit::{self, Order};
@@ -190,4 +191,49 @@ fn edge_cases() {
         Err(SolveError::OverCapacity { capacity: 15, best: Some(best), proved_infeasible: true }) => assert_eq!(best.arena, 20),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+#[test]
+fn auto_on_large_lists_is_no_worse_than_any_heuristic() {
+    // From 1000 buffers on, auto tries the peak windows (window.rs) before the exact step.
+    let mut rng = Lcg(23);
+    let mut windows = 0;
+    for round in 0..6 {
+        let n = 1000 + rng.next(600) as usize;
+        let intervals = random_list(&mut rng, n);
+        let heuristics = [Solver::Greedy, Solver::BestFit]
+            .map(|solver| offsets::solve(&intervals, &SolveOptions { solver, ..SolveOptions::default() }).unwrap().arena);
+        let options = SolveOptions { search_nodes: 20_000, time_limit: std::time::Duration::from_secs(600), ..SolveOptions::default() };
+        let mut log = Vec::new();
+        let solution = offsets::solve_logged(&intervals, &options, &mut log).unwrap();
+        let arena = assert_valid(&intervals, &solution.offsets, &format!("auto, round {round}"));
+        assert!(arena <= heuristics[0].min(heuristics[1]), "round {round}: auto {arena} above a heuristic {heuristics:?}");
+        let window = log.iter().find(|a| a.method == Method::PeakWindow);
+        windows += usize::from(window.is_some());
+        let chosen: Vec<&offsets::Attempt> = log.iter().filter(|a| a.chosen).collect();
+        assert_eq!(chosen.len(), 1, "round {round}: one method's offsets are returned");
+        assert_eq!(chosen[0].arena, arena, "round {round}");
+    }
+    assert!(windows >= 3, "the peak windows ran on too few lists ({windows})");
+}
+
+#[test]
+fn auto_reaches_pangus_lower_bound_with_the_plan_node_budget() {
+    // idealloc's pangu_2.6B: greedy leaves a 40 MiB hole at the one peak step
+    // (benches/BENCHMARKS.md); the peak window closes it.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data/idealloc/pangu_2.6B.csv");
+    let list = memplan::buffer_list::parse_buffer_list(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let intervals: Vec<Live> = list.iter().map(|b| Live { first: b.lower as usize, last: (b.upper - 1) as usize, size: b.size }).collect();
+    let options = SolveOptions {
+        search_nodes: memplan::passes::DEFAULT_SEARCH_NODES,
+        time_limit: std::time::Duration::from_secs(600),
+        ..SolveOptions::default()
+    };
+    let mut log = Vec::new();
+    let solution = offsets::solve_logged(&intervals, &options, &mut log).unwrap();
+    let arena = assert_valid(&intervals, &solution.offsets, "auto on pangu");
+    assert_eq!(arena, 5_530_099_775, "{log:?}");
+    assert!(solution.proved_optimal);
+    let chosen: Vec<Method> = log.iter().filter(|a| a.chosen).map(|a| a.method).collect();
+    assert_eq!(chosen, [Method::PeakWindow]);
 }

@@ -537,9 +537,20 @@ pub(super) enum Fit {
 /// no gap holds it. Zero-size buffers take no bytes and get offset 0. `None` if an offset
 /// would overflow `u64`.
 pub(super) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec<u64>> {
+    place_pinned(intervals, order, fit, &[])
+}
+
+/// [`place`], except that the buffers of `pinned` (buffer, offset) are not searched for:
+/// each goes where `pinned` says when its turn in `order` comes (they must not overlap
+/// one another; put them first in `order` so that the others go around them).
+pub(super) fn place_pinned(intervals: &[Live], order: &[usize], fit: Fit, pinned: &[(usize, u64)]) -> Option<Vec<u64>> {
+    let mut pin = vec![None; intervals.len()];
+    for &(i, offset) in pinned {
+        *pin.get_mut(i)? = Some(offset);
+    }
     let mut offsets = vec![0u64; intervals.len()];
     for part in parts(intervals, order)? {
-        place_part(intervals, &part, fit, &mut offsets)?;
+        place_part(intervals, &part, fit, &pin, &mut offsets)?;
     }
     Some(offsets)
 }
@@ -575,7 +586,7 @@ fn parts(intervals: &[Live], order: &[usize]) -> Option<Vec<Vec<usize>>> {
 }
 
 /// [`place`] for the buffers of one part, in `order`, writing their offsets.
-fn place_part(intervals: &[Live], order: &[usize], fit: Fit, offsets: &mut [u64]) -> Option<()> {
+fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>], offsets: &mut [u64]) -> Option<()> {
     let mut index = BusyIndex::new(order.iter().map(|&i| intervals[i].first));
     for &i in order {
         let live = *intervals.get(i)?;
@@ -583,6 +594,11 @@ fn place_part(intervals: &[Live], order: &[usize], fit: Fit, offsets: &mut [u64]
             continue;
         }
         let size = live.size;
+        if let Some(offset) = pin[i] {
+            index.insert(live.first, live.last, offset, offset.checked_add(size)?);
+            offsets[i] = offset;
+            continue;
+        }
         let mut best: Option<(u64, u64)> = None; // (gap length, offset)
         let mut top = None;
         index.gaps(live.first, live.last, size, fit == Fit::Best, |start, end| match end {
@@ -680,5 +696,18 @@ mod tests {
                 assert_eq!(got, brute_gaps(&placed, qf, ql), "query [{qf}, {ql}] after {placed:?}");
             }
         }
+    }
+
+    #[test]
+    fn pinned_buffers_stay_put_and_the_others_go_around_them() {
+        let l = |first, last, size| Live { first, last, size };
+        // Pinned: a at 10..20 over steps 0..4, b at 0..5 over step 2. Then c (steps 1..3,
+        // 5 bytes) fits 5..10, d (6 bytes, step 4) fits 0..6 (b is dead), e (12 bytes,
+        // step 2) only above a.
+        let intervals = [l(0, 4, 10), l(2, 2, 5), l(1, 3, 5), l(4, 4, 6), l(2, 2, 12)];
+        let offsets = place_pinned(&intervals, &[0, 1, 2, 3, 4], Fit::First, &[(0, 10), (1, 0)]).unwrap();
+        assert_eq!(offsets, [10, 0, 5, 0, 20]);
+        // Without pins, the same order packs from 0.
+        assert_eq!(place(&intervals, &[0, 1, 2, 3, 4], Fit::First).unwrap(), [0, 10, 15, 10, 20]);
     }
 }

@@ -14,8 +14,10 @@
 //! on 200000 buffers). The exact solver (`exact.rs`: branch and bound over tight
 //! placements, see docs/PLANNING.md; `minimize.rs` drives it towards the smallest arena)
 //! starts from the best heuristic solution. [`Solver::Auto`] (the default) runs every
-//! heuristic, keeps the smallest arena, and hands the rest of its time limit to the exact
-//! solver (`exact_step`) while the arena is above the lower bound (or above the capacity);
+//! heuristic and keeps the smallest arena; while that is above the lower bound (or above
+//! the capacity), on lists of [`window::WINDOW_FROM`] buffers or more it runs the exact
+//! solver on windows of steps around the peak (`window.rs`: the rest placed around them),
+//! then hands the rest of its time limit to the exact solver on the whole list (`exact_step`);
 //! [`Solver::Exact`] does the same after best-fit alone. Lists too large for the search's
 //! tables ([`exact::searchable`]) keep the heuristics' answer.
 
@@ -25,6 +27,7 @@ pub mod exact;
 pub mod greedy;
 mod minimize;
 pub mod synthetic;
+pub mod window;
 
 use std::time::{Duration, Instant};
 
@@ -41,8 +44,9 @@ pub enum Solver {
     /// Branch and bound (`exact.rs`) from best-fit's solution: within the capacity if one
     /// is given, else the smallest arena it can find, both within the time limit.
     Exact,
-    /// Every heuristic, keeping the best; then the rest of the time limit goes to the exact
-    /// solver while the arena is above the lower bound (or the capacity).
+    /// Every heuristic, keeping the best; then, while the arena is above the lower bound
+    /// (or the capacity), the peak windows (`window.rs`, on large lists) and the exact
+    /// solver for the rest of the time limit.
     #[default]
     Auto,
 }
@@ -98,7 +102,10 @@ pub enum Heuristic {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Method {
     Heuristic(Heuristic),
-    /// The exact solver, started from the best heuristic solution.
+    /// The exact solver on windows around the peak, the rest placed around them
+    /// (`window.rs`).
+    PeakWindow,
+    /// The exact solver, started from the best solution so far.
     Exact,
 }
 
@@ -108,6 +115,7 @@ impl Method {
             Method::Heuristic(Heuristic::Greedy) => "greedy (first fit by size)",
             Method::Heuristic(Heuristic::BestFitSpatial) => "best-fit (spatial order)",
             Method::Heuristic(Heuristic::BestFitTemporal) => "best-fit (temporal order)",
+            Method::PeakWindow => "peak window (exact)",
             Method::Exact => "exact (branch and bound)",
         }
     }
@@ -178,13 +186,39 @@ pub fn solve_reporting(
         a.chosen = true;
     }
     let mut solution = Solution { offsets, arena, proved_optimal: arena == lower };
+    let wanted = options.capacity.map_or(lower, |c| c.max(lower));
+    let deadline = started.checked_add(options.time_limit).unwrap_or_else(Instant::now);
+    // Search nodes left for the exact step, and the bound it starts from.
+    let (mut nodes, mut proved_lower) = (options.search_nodes, lower);
+    if options.solver == Solver::Auto && solution.arena > wanted && intervals.len() >= window::WINDOW_FROM && Instant::now() < deadline {
+        let t = Instant::now();
+        let windowed = window::peak_window(intervals, wanted, exact::Limits { deadline, nodes }).ok_or(SolveError::Overflow)?;
+        nodes = nodes.saturating_sub(windowed.nodes);
+        if let Some(offsets) = windowed.offsets {
+            let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
+            let improved = arena < solution.arena;
+            log.push(Attempt { method: Method::PeakWindow, arena, elapsed: t.elapsed(), chosen: improved });
+            if improved {
+                for a in log.iter_mut().filter(|a| a.method != Method::PeakWindow) {
+                    a.chosen = false;
+                }
+                solution = Solution { offsets, arena, proved_optimal: arena == lower };
+            }
+        }
+        if windowed.proved_infeasible {
+            // No placement of the whole list fits `wanted` either (window.rs).
+            if let Some(capacity) = options.capacity {
+                return Err(SolveError::OverCapacity { capacity, best: Some(solution), proved_infeasible: true });
+            }
+            proved_lower = lower.saturating_add(1);
+        }
+    }
     if matches!(options.solver, Solver::Auto | Solver::Exact) {
-        let remaining = options.time_limit.saturating_sub(started.elapsed());
-        let wanted = options.capacity.map_or(lower, |c| c.max(lower));
-        if solution.arena > wanted && !remaining.is_zero() {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if solution.arena > wanted && !remaining.is_zero() && nodes > 0 {
             let t = Instant::now();
-            let limits = exact::Limits { deadline: Instant::now().checked_add(remaining).unwrap_or_else(Instant::now), nodes: options.search_nodes };
-            let (found, proved_infeasible) = exact_step(intervals, lower, solution.clone(), options.capacity, limits, progress)?;
+            let limits = exact::Limits { deadline, nodes };
+            let (found, proved_infeasible) = exact_step(intervals, proved_lower, solution.clone(), options.capacity, limits, progress)?;
             let improved = found.arena < solution.arena;
             log.push(Attempt { method: Method::Exact, arena: found.arena, elapsed: t.elapsed(), chosen: improved });
             if improved {
