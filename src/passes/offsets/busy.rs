@@ -116,8 +116,8 @@ pub(super) struct BusyIndex {
     merged: Vec<(u64, u64)>,
     pieces: Vec<(u64, u64)>,
     cursors: Vec<usize>,
-    bounds: Vec<(u64, u64)>,
-    runs: (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
+    candidates: Vec<(u64, u64)>,
+    refined: Vec<(u64, u64)>,
 }
 
 /// What a gap visitor tells the walk.
@@ -163,8 +163,8 @@ impl BusyIndex {
             merged: Vec::new(),
             pieces: Vec::new(),
             cursors: Vec::new(),
-            bounds: Vec::new(),
-            runs: (Vec::new(), Vec::new(), Vec::new()),
+            candidates: Vec::new(),
+            refined: Vec::new(),
         }
     }
 
@@ -266,34 +266,37 @@ impl BusyIndex {
         self.collect(2 * node + 1, mid, h, lo, hi);
     }
 
-    /// Calls `visit(start, end)` for every maximal gap of bytes that no buffer live during
-    /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
-    /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
-    /// skipped. Stops early when `visit` says so.
-    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, thorough: bool, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+    /// Collects the unions holding exactly the buffers live during `[first, last]` into
+    /// `sets` and returns the pivot's position among them: the union of everything meeting
+    /// the widest node wholly inside the range (nearly gapless), else the biggest union.
+    fn gather(&mut self, first: usize, last: usize) -> Option<usize> {
         self.sets.clear();
         self.scratch.clear();
         if let Some((lo, hi)) = self.leaves(first, last) {
             self.collect(1, 0, self.width, lo, hi);
         }
-        let slice = |set: Set| -> &[(u64, u64)] {
-            match set {
-                Set::Block(b) => &self.blocks[b].0,
-                Set::All(v) => &self.upper[v].0,
-                Set::Scratch(from, to) => &self.scratch[from..to],
-            }
-        };
-        // The pivot: the union of everything meeting the widest node wholly inside the
-        // range (nearly gapless), else the biggest union.
-        let pivot_at = self
-            .sets
+        self.sets
             .iter()
             .enumerate()
             .max_by_key(|&(_, &set)| match set {
-                Set::All(v) => (1u8, std::cmp::Reverse(level(v)), usize::MAX - slice(set).len()),
-                _ => (0, std::cmp::Reverse(0), slice(set).len()),
+                Set::All(v) => (1u8, std::cmp::Reverse(level(v)), usize::MAX - self.slice(set).len()),
+                _ => (0, std::cmp::Reverse(0), self.slice(set).len()),
             })
-            .map(|(i, _)| i);
+            .map(|(i, _)| i)
+    }
+
+    /// The segments of one union a query reads.
+    fn slice(&self, set: Set) -> &[(u64, u64)] {
+        slice_of(&self.blocks, &self.upper, &self.scratch, set)
+    }
+
+    /// Calls `visit(start, end)` for every maximal gap of bytes that no buffer live during
+    /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
+    /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
+    /// skipped. Stops early when `visit` says so.
+    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+        let pivot_at = self.gather(first, last);
+        let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let pivot: &[(u64, u64)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
         // The others are searched inside each pivot gap. Many small ones cost a search
         // each per gap: once a walk has looked into a few gaps, they are merged into one.
@@ -303,10 +306,6 @@ impl BusyIndex {
             if Some(i) != pivot_at && !segments.is_empty() {
                 others.push(segments);
             }
-        }
-        if thorough {
-            walk_all(pivot, &others, &mut self.bounds, &mut self.runs, min_len, &mut visit);
-            return;
         }
         let (cursors, pieces) = (&mut self.cursors, &mut self.pieces);
         cursors.clear();
@@ -325,6 +324,46 @@ impl BusyIndex {
         cursors.clear();
         cursors.resize(others.len(), 0);
         walk(pivot, resume, &others, cursors, pieces, min_len, usize::MAX, &mut visit);
+    }
+
+    /// Best fit for `size` bytes during `[first, last]`: the start of the smallest maximal
+    /// gap of at least `size` bytes that no buffer live then occupies (the lowest among
+    /// equals), or `None` if no gap holds it; and the top of those buffers.
+    ///
+    /// Only gaps of at least `size` bytes matter, so the candidates are refined union by
+    /// union: the pivot's gaps that are long enough (plus the space between its top and
+    /// the top of all), then each other union cuts them and pieces too short are dropped.
+    /// Each refinement gallops through the union, so a big union costs the candidates
+    /// times a logarithm, not its length (long ranges read many big unions, but their
+    /// pivot, everything meeting a wide node, leaves few candidates).
+    pub(super) fn best(&mut self, first: usize, last: usize, size: u64) -> (Option<u64>, u64) {
+        let pivot_at = self.gather(first, last);
+        let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
+        let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(0);
+        let Some(pivot_at) = pivot_at else { return (None, top) };
+        let pivot = slice(self.sets[pivot_at]);
+        let (candidates, next) = (&mut self.candidates, &mut self.refined);
+        candidates.clear();
+        let mut x = 0u64;
+        for &(s, e) in pivot {
+            if s >= x.saturating_add(size) {
+                candidates.push((x, s));
+            }
+            x = e;
+        }
+        if top >= x.saturating_add(size) && top > x {
+            candidates.push((x, top));
+        }
+        for (i, &set) in self.sets.iter().enumerate() {
+            if i == pivot_at || candidates.is_empty() {
+                continue;
+            }
+            cut(candidates, slice(set), size, next);
+            std::mem::swap(candidates, next);
+        }
+        // The smallest, the first (lowest) among equals.
+        let best = candidates.iter().min_by_key(|c| c.1 - c.0).map(|c| c.0);
+        (best, top)
     }
 }
 
@@ -394,83 +433,40 @@ fn walk(
     None
 }
 
-/// Visits every gap of the union of `pivot` and `others` that lies in a gap of `pivot` at
-/// least `min_len` long (the last, unbounded one included), lowest first: the pivot gaps
-/// that qualify are listed once (`gaps`), each other union's segments are clipped to the
-/// ones they fall in (found by galloping), and the clipped pieces, sorted, cut them. Work
-/// grows with the segments, not with (pivot gaps) x (unions), as a walk would.
-fn walk_all(
-    pivot: &[(u64, u64)],
-    others: &[&[(u64, u64)]],
-    gaps: &mut Vec<(u64, u64)>,
-    scratch: &mut (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
-    min_len: u64,
-    visit: &mut impl FnMut(u64, Option<u64>) -> Walk,
-) {
-    // The pivot's gaps that qualify, then the unbounded one (ending at u64::MAX here: no
-    // segment ends later).
-    gaps.clear();
-    let mut x = 0u64;
-    for &(s, e) in pivot {
-        if s > x && s - x >= min_len {
-            gaps.push((x, s));
-        }
-        x = e;
-    }
-    gaps.push((x, u64::MAX));
-    // Each union's pieces come sorted; they are merged into `pieces` one union at a time.
-    let (pieces, run, tmp) = (&mut scratch.0, &mut scratch.1, &mut scratch.2);
-    pieces.clear();
-    for set in others {
-        let mut c = 0usize;
-        run.clear();
-        for &(s, e) in set.iter() {
-            // The first listed gap that ends after s.
-            c = gallop(gaps, c, |g| g.1 <= s);
-            for &(g0, g1) in &gaps[c..] {
-                if g0 >= e {
-                    break;
-                }
-                run.push((s.max(g0), e.min(g1)));
+/// Replaces `out` with the parts of the `candidates` gaps (sorted, disjoint) that no
+/// segment of `union` covers, keeping those of at least `min_len` bytes. Gallops through
+/// `union` from one candidate to the next.
+fn cut(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64, out: &mut Vec<(u64, u64)>) {
+    out.clear();
+    let mut j = 0usize;
+    for &(mut a, b) in candidates {
+        // The first segment that ends after a.
+        j = gallop(union, j, |s| s.1 <= a);
+        while let Some(&(s, e)) = union.get(j) {
+            if s >= b {
+                break;
             }
-        }
-        if pieces.is_empty() {
-            std::mem::swap(pieces, run);
-        } else if !run.is_empty() {
-            tmp.clear();
-            let (mut a, mut b) = (pieces.iter().peekable(), run.iter().peekable());
-            while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
-                if x <= y {
-                    tmp.push(x);
-                    a.next();
-                } else {
-                    tmp.push(y);
-                    b.next();
-                }
+            if s >= a.saturating_add(min_len) {
+                out.push((a, s));
             }
-            tmp.extend(a);
-            tmp.extend(b);
-            std::mem::swap(pieces, tmp);
+            a = e;
+            if e >= b {
+                break; // it may reach into the next candidate too
+            }
+            j += 1;
+        }
+        if b >= a.saturating_add(min_len) && b > a {
+            out.push((a, b));
         }
     }
-    let mut p = 0usize;
-    let last = gaps.len() - 1;
-    for (i, &(g0, g1)) in gaps.iter().enumerate() {
-        let mut x = g0;
-        while let Some(&(s, e)) = pieces.get(p).filter(|piece| piece.0 < g1) {
-            if s > x && visit(x, Some(s)) == Walk::Stop {
-                return;
-            }
-            x = x.max(e);
-            p += 1;
-        }
-        if i == last {
-            visit(x, None);
-            return;
-        }
-        if x < g1 && visit(x, Some(g1)) == Walk::Stop {
-            return;
-        }
+}
+
+/// The segments of `set`.
+fn slice_of<'a>(blocks: &'a [Segments], upper: &'a [Segments], scratch: &'a [(u64, u64)], set: Set) -> &'a [(u64, u64)] {
+    match set {
+        Set::Block(b) => &blocks[b].0,
+        Set::All(v) => &upper[v].0,
+        Set::Scratch(from, to) => &scratch[from..to],
     }
 }
 
@@ -583,28 +579,21 @@ fn place_part(intervals: &[Live], order: &[usize], fit: Fit, offsets: &mut [u64]
             continue;
         }
         let size = live.size;
-        let mut best: Option<(u64, u64)> = None; // (gap length, offset)
-        let mut top = None;
-        index.gaps(live.first, live.last, size, fit == Fit::Best, |start, end| match end {
-            Some(end) => {
-                let gap = end.saturating_sub(start);
-                if gap >= size && best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, start));
-                    if fit == Fit::First || gap == size {
-                        return Walk::Stop;
+        let offset = match fit {
+            Fit::Best => match index.best(live.first, live.last, size) {
+                (Some(offset), _) | (None, offset) => offset,
+            },
+            Fit::First => {
+                let mut offset = None;
+                index.gaps(live.first, live.last, size, |start, end| match end {
+                    Some(end) if end - start < size => Walk::Continue,
+                    _ => {
+                        offset = Some(start);
+                        Walk::Stop
                     }
-                }
-                Walk::Continue
+                });
+                offset?
             }
-            None => {
-                top = Some(start);
-                Walk::Stop
-            }
-        });
-        let offset = match (best, top) {
-            (Some((_, offset)), _) => offset,
-            (None, Some(top)) => top,
-            (None, None) => return None,
         };
         let end = offset.checked_add(size)?;
         index.insert(live.first, live.last, offset, end);
@@ -673,11 +662,18 @@ mod tests {
                 placed.push((f, l, start, end));
                 let (qf, ql) = ranges[next(n as u64) as usize];
                 let mut got = Vec::new();
-                index.gaps(qf, ql, 0, next(2) == 0, |s, e| {
+                index.gaps(qf, ql, 0, |s, e| {
                     got.push((s, e));
                     Walk::Continue
                 });
-                assert_eq!(got, brute_gaps(&placed, qf, ql), "query [{qf}, {ql}] after {placed:?}");
+                let brute = brute_gaps(&placed, qf, ql);
+                assert_eq!(got, brute, "query [{qf}, {ql}] after {placed:?}");
+                // Best fit: the smallest bounded gap that holds `size` (the lowest among
+                // equals), and the top.
+                let size = 1 + next(30);
+                let fits = brute.iter().filter_map(|&(s, e)| Some((e? - s, s))).filter(|&(len, _)| len >= size);
+                let want = (fits.min().map(|(_, s)| s), brute.last().map_or(0, |g| g.0));
+                assert_eq!(index.best(qf, ql, size), want, "best fit for {size} in [{qf}, {ql}] after {placed:?}");
             }
         }
     }
