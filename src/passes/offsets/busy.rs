@@ -116,6 +116,7 @@ pub(super) struct BusyIndex {
     merged: Vec<(u64, u64)>,
     pieces: Vec<(u64, u64)>,
     cursors: Vec<usize>,
+    order: Vec<usize>,
     candidates: Vec<(u64, u64)>,
     refined: Vec<(u64, u64)>,
 }
@@ -163,6 +164,7 @@ impl BusyIndex {
             merged: Vec::new(),
             pieces: Vec::new(),
             cursors: Vec::new(),
+            order: Vec::new(),
             candidates: Vec::new(),
             refined: Vec::new(),
         }
@@ -342,28 +344,24 @@ impl BusyIndex {
         let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(0);
         let Some(pivot_at) = pivot_at else { return (None, top) };
         let pivot = slice(self.sets[pivot_at]);
+        // The others, biggest first: the last one cuts the candidates on the fly.
+        let order = &mut self.order;
+        order.clear();
+        order.extend((0..self.sets.len()).filter(|&i| i != pivot_at && !slice(self.sets[i]).is_empty()));
+        order.sort_unstable_by_key(|&i| std::cmp::Reverse(slice(self.sets[i]).len()));
+        let Some((&last, rest)) = order.split_last() else { return (smallest_between(pivot, top, &[], size), top) };
+        let Some((&first, rest)) = rest.split_first() else {
+            return (smallest_between(pivot, top, slice(self.sets[last]), size), top);
+        };
         let (candidates, next) = (&mut self.candidates, &mut self.refined);
         candidates.clear();
-        let mut x = 0u64;
-        for &(s, e) in pivot {
-            if s >= x.saturating_add(size) {
-                candidates.push((x, s));
-            }
-            x = e;
-        }
-        if top >= x.saturating_add(size) && top > x {
-            candidates.push((x, top));
-        }
-        for (i, &set) in self.sets.iter().enumerate() {
-            if i == pivot_at || candidates.is_empty() {
-                continue;
-            }
-            cut(candidates, slice(set), size, next);
+        cut(gaps_of(pivot, top, size), slice(self.sets[first]), size, |a, b| candidates.push((a, b)));
+        for &i in rest {
+            next.clear();
+            cut(candidates.iter().copied(), slice(self.sets[i]), size, |a, b| next.push((a, b)));
             std::mem::swap(candidates, next);
         }
-        // The smallest, the first (lowest) among equals.
-        let best = candidates.iter().min_by_key(|c| c.1 - c.0).map(|c| c.0);
-        (best, top)
+        (smallest(candidates, slice(self.sets[last]), size), top)
     }
 }
 
@@ -433,13 +431,21 @@ fn walk(
     None
 }
 
-/// Replaces `out` with the parts of the `candidates` gaps (sorted, disjoint) that no
-/// segment of `union` covers, keeping those of at least `min_len` bytes. Gallops through
-/// `union` from one candidate to the next.
-fn cut(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64, out: &mut Vec<(u64, u64)>) {
-    out.clear();
+/// The gaps of `pivot` below `top` (the first from 0, the last up to `top`) of at least
+/// `min_len` bytes (`min_len > 0`), lowest first.
+fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let ends = std::iter::once(0).chain(pivot.iter().map(|s| s.1));
+    let starts = pivot.iter().map(|s| s.0).chain(std::iter::once(top));
+    ends.zip(starts).filter(move |&(a, b)| b >= a.saturating_add(min_len))
+}
+
+/// Calls `out(a, b)` for each part `[a, b)` of the `candidates` gaps (sorted, disjoint)
+/// that no segment of `union` covers and that is at least `min_len` bytes long (`min_len
+/// > 0`), lowest first. Gallops through `union` from one candidate to the next, so a big
+/// union costs the candidates times a logarithm, a small one its length.
+fn cut(candidates: impl Iterator<Item = (u64, u64)>, union: &[(u64, u64)], min_len: u64, mut out: impl FnMut(u64, u64)) {
     let mut j = 0usize;
-    for &(mut a, b) in candidates {
+    for (mut a, b) in candidates {
         // The first segment that ends after a.
         j = gallop(union, j, |s| s.1 <= a);
         while let Some(&(s, e)) = union.get(j) {
@@ -447,7 +453,7 @@ fn cut(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64, out: &mut 
                 break;
             }
             if s >= a.saturating_add(min_len) {
-                out.push((a, s));
+                out(a, s);
             }
             a = e;
             if e >= b {
@@ -455,10 +461,75 @@ fn cut(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64, out: &mut 
             }
             j += 1;
         }
-        if b >= a.saturating_add(min_len) && b > a {
-            out.push((a, b));
+        if b >= a.saturating_add(min_len) {
+            out(a, b);
         }
     }
+}
+
+/// The smallest part found so far: (length, start); length `u64::MAX` while none.
+type Best = (u64, Option<u64>);
+
+/// Offers the parts of candidate `[a, b)` that `union` leaves free to `best`, starting
+/// from segment `*j` (the first that ends after `a`) and leaving `*j` at the first segment
+/// that may meet the next candidate.
+fn cut_into(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u64, best: &mut Best) {
+    while let Some(&(s, e)) = union.get(*j) {
+        if s >= b {
+            break;
+        }
+        if s >= a.saturating_add(min_len) && s - a < best.0 {
+            *best = (s - a, Some(a));
+        }
+        a = e;
+        if e >= b {
+            break; // it may reach into the next candidate too
+        }
+        *j += 1;
+    }
+    if b >= a.saturating_add(min_len) && b - a < best.0 {
+        *best = (b - a, Some(a));
+    }
+}
+
+/// The start of the smallest part (the lowest among equals) that [`cut`] would give.
+fn smallest(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64) -> Option<u64> {
+    let (mut best, mut j) = ((u64::MAX, None), 0usize);
+    for &(a, b) in candidates {
+        j = gallop(union, j, |s| s.1 <= a);
+        cut_into(a, b, union, &mut j, min_len, &mut best);
+    }
+    best.1
+}
+
+/// [`smallest`] over the gaps of `pivot` below `top` ([`gaps_of`]), for a `union` that is
+/// usually much smaller than the pivot: most gaps meet none of its segments, and those
+/// cost a few branch-free instructions (this loop is most of a short range's query).
+fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_len: u64) -> Option<u64> {
+    let (mut best, mut j) = ((u64::MAX, None), 0usize);
+    // The start of the first segment of `union` not yet behind the gaps looked at.
+    let mut touch = union.first().map_or(u64::MAX, |s| s.0);
+    let mut a = 0u64;
+    for &(b, e) in pivot.iter().chain(std::iter::once(&(top, top))) {
+        let len = b.saturating_sub(a);
+        if touch < b {
+            // A segment of `union` may cut this gap.
+            if len >= min_len {
+                j = gallop(union, j, |s| s.1 <= a);
+                cut_into(a, b, union, &mut j, min_len, &mut best);
+            } else {
+                j = gallop(union, j, |s| s.1 <= b);
+            }
+            touch = union.get(j).map_or(u64::MAX, |s| s.0.max(b));
+        } else {
+            let key = if len >= min_len { len } else { u64::MAX };
+            if key < best.0 {
+                best = (key, Some(a));
+            }
+        }
+        a = e;
+    }
+    best.1
 }
 
 /// The segments of `set`.
@@ -473,7 +544,10 @@ fn slice_of<'a>(blocks: &'a [Segments], upper: &'a [Segments], scratch: &'a [(u6
 /// The first index at or after `from` whose item fails `before` (the items from `from` on
 /// must be those that pass `before`, then those that fail it), galloping from `from`.
 fn gallop<T>(items: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
-    let (mut lo, mut step) = (from, 1usize);
+    if items.get(from).is_none_or(|item| !before(item)) {
+        return from; // the usual case in a walk: no step at all
+    }
+    let (mut lo, mut step) = (from + 1, 1usize);
     // Invariant: every item before lo passes.
     while let Some(item) = items.get(lo + step - 1) {
         if !before(item) {
