@@ -83,15 +83,15 @@ enum Set {
     Scratch(usize, usize),
 }
 
-/// A buffer's bytes `[start, end)` during leaves `first..=last` of one half block (counted
-/// from the half block's first). A half block has at most 2^32 leaves (half the tree's
-/// levels lie below the block level, and a tree has at most 2^64 leaves): u32 holds them.
-#[derive(Clone, Copy, Debug)]
-struct Rect {
-    start: u64,
-    end: u64,
-    first: u32,
-    last: u32,
+/// The rectangles of one half block, sorted by start offset, in two parallel lists (a
+/// query scans the leaves and reads the bytes of those that meet it): rectangle `i` is a
+/// buffer's bytes `bytes[i]` (half-open) during leaves `spans[i]` (inclusive, counted from
+/// the half block's first). A half block has at most 2^32 leaves (half the tree's levels
+/// lie below the block level, and a tree has at most 2^64 leaves): u32 holds them.
+#[derive(Clone, Debug, Default)]
+struct Rects {
+    spans: Vec<(u32, u32)>,
+    bytes: Vec<(u64, u64)>,
 }
 
 /// Which placed bytes are busy during a time range (see the module docs).
@@ -109,7 +109,9 @@ pub(super) struct BusyIndex {
     blocks: Vec<Segments>,
     /// Per half block (a child of a block, index `v - 2^(block_level + 1)`): every buffer
     /// meeting it that does not cover its block, clipped to it, sorted by start offset.
-    rects: Vec<Vec<Rect>>,
+    rects: Vec<Rects>,
+    /// The last answer of [`BusyIndex::leaves`]: (first, last, leaves).
+    last_leaves: Option<(usize, usize, Option<(usize, usize)>)>,
     /// Scratch for queries.
     sets: Vec<Set>,
     scratch: Vec<(u64, u64)>,
@@ -158,7 +160,8 @@ impl BusyIndex {
             block_level,
             upper: vec![Segments::default(); 2 * base],
             blocks: vec![Segments::default(); base],
-            rects: vec![Vec::new(); 2 * base],
+            rects: vec![Rects::default(); 2 * base],
+            last_leaves: None,
             sets: Vec::new(),
             scratch: Vec::new(),
             merged: Vec::new(),
@@ -170,11 +173,19 @@ impl BusyIndex {
         }
     }
 
-    /// The leaves of `[first, last]`, half-open; `None` if no leaf lies in it.
-    fn leaves(&self, first: usize, last: usize) -> Option<(usize, usize)> {
+    /// The leaves of `[first, last]`, half-open; `None` if no leaf lies in it. The last
+    /// answer is kept: placing a buffer asks twice (its query, then its insert).
+    fn leaves(&mut self, first: usize, last: usize) -> Option<(usize, usize)> {
+        if let Some((f, l, leaves)) = self.last_leaves
+            && (f, l) == (first, last)
+        {
+            return leaves;
+        }
         let lo = self.times.partition_point(|&t| t < first);
         let hi = self.times.partition_point(|&t| t <= last);
-        (lo < hi).then_some((lo, hi))
+        let leaves = (lo < hi).then_some((lo, hi));
+        self.last_leaves = Some((first, last, leaves));
+        leaves
     }
 
     /// Marks `[start, end)` busy during `[first, last]` (`first` must be one of the firsts
@@ -203,9 +214,9 @@ impl BusyIndex {
         if lv > bl {
             // A half block: its part of the range, kept in start order.
             let rects = &mut self.rects[node - (2usize << bl)];
-            let rect = Rect { start, end, first: (lo.max(l) - l) as u32, last: (hi.min(h) - l - 1) as u32 };
-            let at = rects.partition_point(|r| r.start <= start);
-            rects.insert(at, rect);
+            let at = rects.bytes.partition_point(|b| b.0 <= start);
+            rects.bytes.insert(at, (start, end));
+            rects.spans.insert(at, ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32));
             return;
         }
         if self.kept(lv) {
@@ -245,10 +256,15 @@ impl BusyIndex {
             let (qfirst, qlast) = ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32);
             let from = self.scratch.len();
             let scratch = &mut self.scratch;
-            for rect in self.rects[node - (2usize << bl)].iter().filter(|r| r.first <= qlast && qfirst <= r.last) {
+            let rects = &self.rects[node - (2usize << bl)];
+            for (i, &(first, last)) in rects.spans.iter().enumerate() {
+                if first > qlast || qfirst > last {
+                    continue;
+                }
+                let (start, end) = rects.bytes[i];
                 match scratch[from..].last_mut() {
-                    Some(last) if rect.start <= last.1 => last.1 = last.1.max(rect.end),
-                    _ => scratch.push((rect.start, rect.end)),
+                    Some(top) if start <= top.1 => top.1 = top.1.max(end),
+                    _ => scratch.push((start, end)),
                 }
             }
             self.sets.push(Set::Scratch(from, self.scratch.len()));
