@@ -40,9 +40,12 @@
 //! - First fit ([`walk`]) looks into the pivot gaps lowest first and stops at the first
 //!   that holds the buffer; inside each, the other unions' segments (found by galloping
 //!   cursors) cut out the true gaps, and after a few gaps the small unions are merged.
-//! - Best fit must see every gap ([`walk_all`]): each other union's segments are clipped
-//!   once to the pivot gaps they fall in (galloping over the list of gaps long enough),
-//!   the clipped pieces are merged in order, and one pass cuts every gap.
+//! - Best fit ([`BusyIndex::best`]) needs only the smallest gap that holds the buffer, so
+//!   it refines candidates: the pivot gaps long enough are cut by each other union in
+//!   turn (galloping through it: a big union costs the candidates times a logarithm),
+//!   pieces too short are dropped, and the last union is cut on the fly while the pivot
+//!   is scanned for the smallest piece ([`smallest_between`]: a gap that meets none of
+//!   its segments, the usual case, costs a compare or two).
 //!
 //! Buffers only meet buffers of their own part of the schedule, so [`place`] first splits
 //! the schedule where no buffer spans a boundary and gives each part an index of its own
@@ -383,7 +386,6 @@ impl BusyIndex {
 
 /// How many pivot gaps a walk looks into before small unions are merged.
 const MERGE_AFTER: usize = 4;
-
 
 /// Walks the gaps of `pivot` from gap `from` (gap `i` ends where `pivot[i]` starts; the
 /// last is unbounded); inside each, the segments of `others` cut it into the gaps of the
