@@ -114,7 +114,7 @@ pub(super) struct BusyIndex {
     /// meeting it that does not cover its block, clipped to it, sorted by start offset.
     rects: Vec<Rects>,
     /// The last answer of [`BusyIndex::leaves`]: (first, last, leaves).
-    last_leaves: Option<(usize, usize, Option<(usize, usize)>)>,
+    last_leaves: Option<(usize, usize, Leaves)>,
     /// Scratch for queries.
     sets: Vec<Set>,
     scratch: Vec<(u64, u64)>,
@@ -125,6 +125,9 @@ pub(super) struct BusyIndex {
     candidates: Vec<(u64, u64)>,
     refined: Vec<(u64, u64)>,
 }
+
+/// The leaves of a range, half-open (`None`: no leaf lies in it).
+type Leaves = Option<(usize, usize)>;
 
 /// What a gap visitor tells the walk.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -178,7 +181,7 @@ impl BusyIndex {
 
     /// The leaves of `[first, last]`, half-open; `None` if no leaf lies in it. The last
     /// answer is kept: placing a buffer asks twice (its query, then its insert).
-    fn leaves(&mut self, first: usize, last: usize) -> Option<(usize, usize)> {
+    fn leaves(&mut self, first: usize, last: usize) -> Leaves {
         if let Some((f, l, leaves)) = self.last_leaves
             && (f, l) == (first, last)
         {
@@ -458,8 +461,8 @@ fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item =
 }
 
 /// Calls `out(a, b)` for each part `[a, b)` of the `candidates` gaps (sorted, disjoint)
-/// that no segment of `union` covers and that is at least `min_len` bytes long (`min_len
-/// > 0`), lowest first. Gallops through `union` from one candidate to the next, so a big
+/// that no segment of `union` covers and that is at least `min_len` bytes long
+/// (`min_len` is positive), lowest first. Gallops through `union` from one candidate to the next, so a big
 /// union costs the candidates times a logarithm, a small one its length.
 fn cut(candidates: impl Iterator<Item = (u64, u64)>, union: &[(u64, u64)], min_len: u64, mut out: impl FnMut(u64, u64)) {
     let mut j = 0usize;
