@@ -11,7 +11,8 @@
 //!
 //! Time per search-based run (auto, exact): `--quick` gives 100 ms, else
 //! `MEMPLAN_BENCH_LIMIT_MS` or 5 s. Heuristic timings are means over repeated runs (at
-//! least 200 ms in all, or one run).
+//! least 200 ms in all, or one run). Other arguments name the sets to run (`minimalloc`,
+//! `idealloc`, `synthetic`): `cargo bench --bench offsets -- synthetic`; none runs all.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -43,6 +44,9 @@ struct Row {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // cargo passes `--bench` to a harness-less bench; other words starting with `-` too.
+    let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let runs = |set: &str| wanted.is_empty() || wanted.iter().any(|w| w == set);
     let limit_ms = if quick {
         100
     } else {
@@ -52,6 +56,26 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/data");
     println!("# memplan offset solvers (release; time limit per search {limit_ms} ms)\n");
 
+    if runs("minimalloc") {
+        minimalloc(&root, limit);
+    }
+    if runs("idealloc") {
+        let idealloc: Vec<Row> = csv_files(&root.join("idealloc"))
+            .iter()
+            .map(|p| {
+                let (name, list) = read(p);
+                row(&name, &list, &SOLVERS, None, limit)
+            })
+            .collect();
+        table("idealloc, minimising", &idealloc, true);
+    }
+    if runs("synthetic") {
+        synthetic_lists(limit);
+    }
+}
+
+/// minimalloc's suite, at its capacity and minimising.
+fn minimalloc(root: &Path, limit: Duration) {
     let mut minimalloc = csv_files(&root.join("minimalloc/challenging"));
     minimalloc.push(root.join("minimalloc/input.12.csv"));
     let lists: Vec<(String, Vec<ListedBuffer>)> = minimalloc.iter().map(|p| read(p)).collect();
@@ -65,16 +89,10 @@ fn main() {
             .collect::<Vec<_>>();
         table(title, &rows, false);
     }
+}
 
-    let idealloc: Vec<Row> = csv_files(&root.join("idealloc"))
-        .iter()
-        .map(|p| {
-            let (name, list) = read(p);
-            row(&name, &list, &SOLVERS, None, limit)
-        })
-        .collect();
-    table("idealloc, minimising", &idealloc, true);
-
+/// The two synthetic 200000-buffer lists, heuristics only.
+fn synthetic_lists(limit: Duration) {
     let heuristics = [SOLVERS[0], SOLVERS[1], SOLVERS[2]];
     let synthetic_rows: Vec<Row> = [
         ("rounds(200000, 20000, seed 1)", synthetic::rounds(200_000, 20_000, 1)),

@@ -10,8 +10,9 @@
 //!   activations) settle at the bottom first and short-lived ones stack above them.
 //!
 //! Ties go to spatial, the order memplan used alone before. Each order costs one pass over
-//! the index of busy bytes (`busy.rs`): O(n log n) union inserts plus one gap walk per
-//! buffer, not a scan of every placed buffer (benches/BENCHMARKS.md times 200000 buffers).
+//! the index of busy bytes (`busy.rs`): O(n log n) union inserts plus one best-fit query
+//! per buffer, which looks only at the gaps long enough for it, not a scan of every placed
+//! buffer (benches/BENCHMARKS.md times 200000 buffers).
 
 use std::cmp::Reverse;
 

@@ -40,9 +40,12 @@
 //! - First fit ([`walk`]) looks into the pivot gaps lowest first and stops at the first
 //!   that holds the buffer; inside each, the other unions' segments (found by galloping
 //!   cursors) cut out the true gaps, and after a few gaps the small unions are merged.
-//! - Best fit must see every gap ([`walk_all`]): each other union's segments are clipped
-//!   once to the pivot gaps they fall in (galloping over the list of gaps long enough),
-//!   the clipped pieces are merged in order, and one pass cuts every gap.
+//! - Best fit ([`BusyIndex::best`]) needs only the smallest gap that holds the buffer, so
+//!   it refines candidates: the pivot gaps long enough are cut by each other union in
+//!   turn (galloping through it: a big union costs the candidates times a logarithm),
+//!   pieces too short are dropped, and the last union is cut on the fly while the pivot
+//!   is scanned for the smallest piece ([`smallest_between`]: a gap that meets none of
+//!   its segments, the usual case, costs a compare or two).
 //!
 //! Buffers only meet buffers of their own part of the schedule, so [`place`] first splits
 //! the schedule where no buffer spans a boundary and gives each part an index of its own
@@ -83,15 +86,15 @@ enum Set {
     Scratch(usize, usize),
 }
 
-/// A buffer's bytes `[start, end)` during leaves `first..=last` of one half block (counted
-/// from the half block's first). A half block has at most 2^32 leaves (half the tree's
-/// levels lie below the block level, and a tree has at most 2^64 leaves): u32 holds them.
-#[derive(Clone, Copy, Debug)]
-struct Rect {
-    start: u64,
-    end: u64,
-    first: u32,
-    last: u32,
+/// The rectangles of one half block, sorted by start offset, in two parallel lists (a
+/// query scans the leaves and reads the bytes of those that meet it): rectangle `i` is a
+/// buffer's bytes `bytes[i]` (half-open) during leaves `spans[i]` (inclusive, counted from
+/// the half block's first). A half block has at most 2^32 leaves (half the tree's levels
+/// lie below the block level, and a tree has at most 2^64 leaves): u32 holds them.
+#[derive(Clone, Debug, Default)]
+struct Rects {
+    spans: Vec<(u32, u32)>,
+    bytes: Vec<(u64, u64)>,
 }
 
 /// Which placed bytes are busy during a time range (see the module docs).
@@ -109,16 +112,22 @@ pub(super) struct BusyIndex {
     blocks: Vec<Segments>,
     /// Per half block (a child of a block, index `v - 2^(block_level + 1)`): every buffer
     /// meeting it that does not cover its block, clipped to it, sorted by start offset.
-    rects: Vec<Vec<Rect>>,
+    rects: Vec<Rects>,
+    /// The last answer of [`BusyIndex::leaves`]: (first, last, leaves).
+    last_leaves: Option<(usize, usize, Leaves)>,
     /// Scratch for queries.
     sets: Vec<Set>,
     scratch: Vec<(u64, u64)>,
     merged: Vec<(u64, u64)>,
     pieces: Vec<(u64, u64)>,
     cursors: Vec<usize>,
-    bounds: Vec<(u64, u64)>,
-    runs: (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
+    order: Vec<usize>,
+    candidates: Vec<(u64, u64)>,
+    refined: Vec<(u64, u64)>,
 }
+
+/// The leaves of a range, half-open (`None`: no leaf lies in it).
+type Leaves = Option<(usize, usize)>;
 
 /// What a gap visitor tells the walk.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -157,22 +166,32 @@ impl BusyIndex {
             block_level,
             upper: vec![Segments::default(); 2 * base],
             blocks: vec![Segments::default(); base],
-            rects: vec![Vec::new(); 2 * base],
+            rects: vec![Rects::default(); 2 * base],
+            last_leaves: None,
             sets: Vec::new(),
             scratch: Vec::new(),
             merged: Vec::new(),
             pieces: Vec::new(),
             cursors: Vec::new(),
-            bounds: Vec::new(),
-            runs: (Vec::new(), Vec::new(), Vec::new()),
+            order: Vec::new(),
+            candidates: Vec::new(),
+            refined: Vec::new(),
         }
     }
 
-    /// The leaves of `[first, last]`, half-open; `None` if no leaf lies in it.
-    fn leaves(&self, first: usize, last: usize) -> Option<(usize, usize)> {
+    /// The leaves of `[first, last]`, half-open; `None` if no leaf lies in it. The last
+    /// answer is kept: placing a buffer asks twice (its query, then its insert).
+    fn leaves(&mut self, first: usize, last: usize) -> Leaves {
+        if let Some((f, l, leaves)) = self.last_leaves
+            && (f, l) == (first, last)
+        {
+            return leaves;
+        }
         let lo = self.times.partition_point(|&t| t < first);
         let hi = self.times.partition_point(|&t| t <= last);
-        (lo < hi).then_some((lo, hi))
+        let leaves = (lo < hi).then_some((lo, hi));
+        self.last_leaves = Some((first, last, leaves));
+        leaves
     }
 
     /// Marks `[start, end)` busy during `[first, last]` (`first` must be one of the firsts
@@ -201,9 +220,9 @@ impl BusyIndex {
         if lv > bl {
             // A half block: its part of the range, kept in start order.
             let rects = &mut self.rects[node - (2usize << bl)];
-            let rect = Rect { start, end, first: (lo.max(l) - l) as u32, last: (hi.min(h) - l - 1) as u32 };
-            let at = rects.partition_point(|r| r.start <= start);
-            rects.insert(at, rect);
+            let at = rects.bytes.partition_point(|b| b.0 <= start);
+            rects.bytes.insert(at, (start, end));
+            rects.spans.insert(at, ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32));
             return;
         }
         if self.kept(lv) {
@@ -243,10 +262,15 @@ impl BusyIndex {
             let (qfirst, qlast) = ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32);
             let from = self.scratch.len();
             let scratch = &mut self.scratch;
-            for rect in self.rects[node - (2usize << bl)].iter().filter(|r| r.first <= qlast && qfirst <= r.last) {
+            let rects = &self.rects[node - (2usize << bl)];
+            for (i, &(first, last)) in rects.spans.iter().enumerate() {
+                if first > qlast || qfirst > last {
+                    continue;
+                }
+                let (start, end) = rects.bytes[i];
                 match scratch[from..].last_mut() {
-                    Some(last) if rect.start <= last.1 => last.1 = last.1.max(rect.end),
-                    _ => scratch.push((rect.start, rect.end)),
+                    Some(top) if start <= top.1 => top.1 = top.1.max(end),
+                    _ => scratch.push((start, end)),
                 }
             }
             self.sets.push(Set::Scratch(from, self.scratch.len()));
@@ -266,34 +290,37 @@ impl BusyIndex {
         self.collect(2 * node + 1, mid, h, lo, hi);
     }
 
-    /// Calls `visit(start, end)` for every maximal gap of bytes that no buffer live during
-    /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
-    /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
-    /// skipped. Stops early when `visit` says so.
-    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, thorough: bool, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+    /// Collects the unions holding exactly the buffers live during `[first, last]` into
+    /// `sets` and returns the pivot's position among them: the union of everything meeting
+    /// the widest node wholly inside the range (nearly gapless), else the biggest union.
+    fn gather(&mut self, first: usize, last: usize) -> Option<usize> {
         self.sets.clear();
         self.scratch.clear();
         if let Some((lo, hi)) = self.leaves(first, last) {
             self.collect(1, 0, self.width, lo, hi);
         }
-        let slice = |set: Set| -> &[(u64, u64)] {
-            match set {
-                Set::Block(b) => &self.blocks[b].0,
-                Set::All(v) => &self.upper[v].0,
-                Set::Scratch(from, to) => &self.scratch[from..to],
-            }
-        };
-        // The pivot: the union of everything meeting the widest node wholly inside the
-        // range (nearly gapless), else the biggest union.
-        let pivot_at = self
-            .sets
+        self.sets
             .iter()
             .enumerate()
             .max_by_key(|&(_, &set)| match set {
-                Set::All(v) => (1u8, std::cmp::Reverse(level(v)), usize::MAX - slice(set).len()),
-                _ => (0, std::cmp::Reverse(0), slice(set).len()),
+                Set::All(v) => (1u8, std::cmp::Reverse(level(v)), usize::MAX - self.slice(set).len()),
+                _ => (0, std::cmp::Reverse(0), self.slice(set).len()),
             })
-            .map(|(i, _)| i);
+            .map(|(i, _)| i)
+    }
+
+    /// The segments of one union a query reads.
+    fn slice(&self, set: Set) -> &[(u64, u64)] {
+        slice_of(&self.blocks, &self.upper, &self.scratch, set)
+    }
+
+    /// Calls `visit(start, end)` for every maximal gap of bytes that no buffer live during
+    /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
+    /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
+    /// skipped. Stops early when `visit` says so.
+    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+        let pivot_at = self.gather(first, last);
+        let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let pivot: &[(u64, u64)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
         // The others are searched inside each pivot gap. Many small ones cost a search
         // each per gap: once a walk has looked into a few gaps, they are merged into one.
@@ -303,10 +330,6 @@ impl BusyIndex {
             if Some(i) != pivot_at && !segments.is_empty() {
                 others.push(segments);
             }
-        }
-        if thorough {
-            walk_all(pivot, &others, &mut self.bounds, &mut self.runs, min_len, &mut visit);
-            return;
         }
         let (cursors, pieces) = (&mut self.cursors, &mut self.pieces);
         cursors.clear();
@@ -326,11 +349,46 @@ impl BusyIndex {
         cursors.resize(others.len(), 0);
         walk(pivot, resume, &others, cursors, pieces, min_len, usize::MAX, &mut visit);
     }
+
+    /// Best fit for `size` bytes during `[first, last]`: the start of the smallest maximal
+    /// gap of at least `size` bytes that no buffer live then occupies (the lowest among
+    /// equals), or `None` if no gap holds it; and the top of those buffers.
+    ///
+    /// Only gaps of at least `size` bytes matter, so the candidates are refined union by
+    /// union: the pivot's gaps that are long enough (plus the space between its top and
+    /// the top of all), then each other union cuts them and pieces too short are dropped.
+    /// Each refinement gallops through the union, so a big union costs the candidates
+    /// times a logarithm, not its length (long ranges read many big unions, but their
+    /// pivot, everything meeting a wide node, leaves few candidates).
+    pub(super) fn best(&mut self, first: usize, last: usize, size: u64) -> (Option<u64>, u64) {
+        let pivot_at = self.gather(first, last);
+        let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
+        let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(0);
+        let Some(pivot_at) = pivot_at else { return (None, top) };
+        let pivot = slice(self.sets[pivot_at]);
+        // The others, biggest first: the last one cuts the candidates on the fly.
+        let order = &mut self.order;
+        order.clear();
+        order.extend((0..self.sets.len()).filter(|&i| i != pivot_at && !slice(self.sets[i]).is_empty()));
+        order.sort_unstable_by_key(|&i| std::cmp::Reverse(slice(self.sets[i]).len()));
+        let Some((&last, rest)) = order.split_last() else { return (smallest_between(pivot, top, &[], size), top) };
+        let Some((&first, rest)) = rest.split_first() else {
+            return (smallest_between(pivot, top, slice(self.sets[last]), size), top);
+        };
+        let (candidates, next) = (&mut self.candidates, &mut self.refined);
+        candidates.clear();
+        cut(gaps_of(pivot, top, size), slice(self.sets[first]), size, |a, b| candidates.push((a, b)));
+        for &i in rest {
+            next.clear();
+            cut(candidates.iter().copied(), slice(self.sets[i]), size, |a, b| next.push((a, b)));
+            std::mem::swap(candidates, next);
+        }
+        (smallest(candidates, slice(self.sets[last]), size), top)
+    }
 }
 
 /// How many pivot gaps a walk looks into before small unions are merged.
 const MERGE_AFTER: usize = 4;
-
 
 /// Walks the gaps of `pivot` from gap `from` (gap `i` ends where `pivot[i]` starts; the
 /// last is unbounded); inside each, the segments of `others` cut it into the gaps of the
@@ -394,90 +452,123 @@ fn walk(
     None
 }
 
-/// Visits every gap of the union of `pivot` and `others` that lies in a gap of `pivot` at
-/// least `min_len` long (the last, unbounded one included), lowest first: the pivot gaps
-/// that qualify are listed once (`gaps`), each other union's segments are clipped to the
-/// ones they fall in (found by galloping), and the clipped pieces, sorted, cut them. Work
-/// grows with the segments, not with (pivot gaps) x (unions), as a walk would.
-fn walk_all(
-    pivot: &[(u64, u64)],
-    others: &[&[(u64, u64)]],
-    gaps: &mut Vec<(u64, u64)>,
-    scratch: &mut (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>),
-    min_len: u64,
-    visit: &mut impl FnMut(u64, Option<u64>) -> Walk,
-) {
-    // The pivot's gaps that qualify, then the unbounded one (ending at u64::MAX here: no
-    // segment ends later).
-    gaps.clear();
-    let mut x = 0u64;
-    for &(s, e) in pivot {
-        if s > x && s - x >= min_len {
-            gaps.push((x, s));
-        }
-        x = e;
-    }
-    gaps.push((x, u64::MAX));
-    // Each union's pieces come sorted; they are merged into `pieces` one union at a time.
-    let (pieces, run, tmp) = (&mut scratch.0, &mut scratch.1, &mut scratch.2);
-    pieces.clear();
-    for set in others {
-        let mut c = 0usize;
-        run.clear();
-        for &(s, e) in set.iter() {
-            // The first listed gap that ends after s.
-            c = gallop(gaps, c, |g| g.1 <= s);
-            for &(g0, g1) in &gaps[c..] {
-                if g0 >= e {
-                    break;
-                }
-                run.push((s.max(g0), e.min(g1)));
+/// The gaps of `pivot` below `top` (the first from 0, the last up to `top`) of at least
+/// `min_len` bytes (`min_len > 0`), lowest first.
+fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let ends = std::iter::once(0).chain(pivot.iter().map(|s| s.1));
+    let starts = pivot.iter().map(|s| s.0).chain(std::iter::once(top));
+    ends.zip(starts).filter(move |&(a, b)| b >= a.saturating_add(min_len))
+}
+
+/// Calls `out(a, b)` for each part `[a, b)` of the `candidates` gaps (sorted, disjoint)
+/// that no segment of `union` covers and that is at least `min_len` bytes long
+/// (`min_len` is positive), lowest first. Gallops through `union` from one candidate to the next, so a big
+/// union costs the candidates times a logarithm, a small one its length.
+fn cut(candidates: impl Iterator<Item = (u64, u64)>, union: &[(u64, u64)], min_len: u64, mut out: impl FnMut(u64, u64)) {
+    let mut j = 0usize;
+    for (mut a, b) in candidates {
+        // The first segment that ends after a.
+        j = gallop(union, j, |s| s.1 <= a);
+        while let Some(&(s, e)) = union.get(j) {
+            if s >= b {
+                break;
             }
-        }
-        if pieces.is_empty() {
-            std::mem::swap(pieces, run);
-        } else if !run.is_empty() {
-            tmp.clear();
-            let (mut a, mut b) = (pieces.iter().peekable(), run.iter().peekable());
-            while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
-                if x <= y {
-                    tmp.push(x);
-                    a.next();
-                } else {
-                    tmp.push(y);
-                    b.next();
-                }
+            if s >= a.saturating_add(min_len) {
+                out(a, s);
             }
-            tmp.extend(a);
-            tmp.extend(b);
-            std::mem::swap(pieces, tmp);
+            a = e;
+            if e >= b {
+                break; // it may reach into the next candidate too
+            }
+            j += 1;
+        }
+        if b >= a.saturating_add(min_len) {
+            out(a, b);
         }
     }
-    let mut p = 0usize;
-    let last = gaps.len() - 1;
-    for (i, &(g0, g1)) in gaps.iter().enumerate() {
-        let mut x = g0;
-        while let Some(&(s, e)) = pieces.get(p).filter(|piece| piece.0 < g1) {
-            if s > x && visit(x, Some(s)) == Walk::Stop {
-                return;
+}
+
+/// The smallest part found so far: (length, start); length `u64::MAX` while none.
+type Best = (u64, Option<u64>);
+
+/// Offers the parts of candidate `[a, b)` that `union` leaves free to `best`, starting
+/// from segment `*j` (the first that ends after `a`) and leaving `*j` at the first segment
+/// that may meet the next candidate.
+fn cut_into(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u64, best: &mut Best) {
+    while let Some(&(s, e)) = union.get(*j) {
+        if s >= b {
+            break;
+        }
+        if s >= a.saturating_add(min_len) && s - a < best.0 {
+            *best = (s - a, Some(a));
+        }
+        a = e;
+        if e >= b {
+            break; // it may reach into the next candidate too
+        }
+        *j += 1;
+    }
+    if b >= a.saturating_add(min_len) && b - a < best.0 {
+        *best = (b - a, Some(a));
+    }
+}
+
+/// The start of the smallest part (the lowest among equals) that [`cut`] would give.
+fn smallest(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64) -> Option<u64> {
+    let (mut best, mut j) = ((u64::MAX, None), 0usize);
+    for &(a, b) in candidates {
+        j = gallop(union, j, |s| s.1 <= a);
+        cut_into(a, b, union, &mut j, min_len, &mut best);
+    }
+    best.1
+}
+
+/// [`smallest`] over the gaps of `pivot` below `top` ([`gaps_of`]), for a `union` that is
+/// usually much smaller than the pivot: most gaps meet none of its segments, and those
+/// cost a few branch-free instructions (this loop is most of a short range's query).
+fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_len: u64) -> Option<u64> {
+    let (mut best, mut j) = ((u64::MAX, None), 0usize);
+    // The start of the first segment of `union` not yet behind the gaps looked at.
+    let mut touch = union.first().map_or(u64::MAX, |s| s.0);
+    let mut a = 0u64;
+    for &(b, e) in pivot.iter().chain(std::iter::once(&(top, top))) {
+        let len = b.saturating_sub(a);
+        if touch < b {
+            // A segment of `union` may cut this gap.
+            if len >= min_len {
+                j = gallop(union, j, |s| s.1 <= a);
+                cut_into(a, b, union, &mut j, min_len, &mut best);
+            } else {
+                j = gallop(union, j, |s| s.1 <= b);
             }
-            x = x.max(e);
-            p += 1;
+            touch = union.get(j).map_or(u64::MAX, |s| s.0.max(b));
+        } else {
+            let key = if len >= min_len { len } else { u64::MAX };
+            if key < best.0 {
+                best = (key, Some(a));
+            }
         }
-        if i == last {
-            visit(x, None);
-            return;
-        }
-        if x < g1 && visit(x, Some(g1)) == Walk::Stop {
-            return;
-        }
+        a = e;
+    }
+    best.1
+}
+
+/// The segments of `set`.
+fn slice_of<'a>(blocks: &'a [Segments], upper: &'a [Segments], scratch: &'a [(u64, u64)], set: Set) -> &'a [(u64, u64)] {
+    match set {
+        Set::Block(b) => &blocks[b].0,
+        Set::All(v) => &upper[v].0,
+        Set::Scratch(from, to) => &scratch[from..to],
     }
 }
 
 /// The first index at or after `from` whose item fails `before` (the items from `from` on
 /// must be those that pass `before`, then those that fail it), galloping from `from`.
 fn gallop<T>(items: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
-    let (mut lo, mut step) = (from, 1usize);
+    if items.get(from).is_none_or(|item| !before(item)) {
+        return from; // the usual case in a walk: no step at all
+    }
+    let (mut lo, mut step) = (from + 1, 1usize);
     // Invariant: every item before lo passes.
     while let Some(item) = items.get(lo + step - 1) {
         if !before(item) {
@@ -599,28 +690,21 @@ fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>]
             offsets[i] = offset;
             continue;
         }
-        let mut best: Option<(u64, u64)> = None; // (gap length, offset)
-        let mut top = None;
-        index.gaps(live.first, live.last, size, fit == Fit::Best, |start, end| match end {
-            Some(end) => {
-                let gap = end.saturating_sub(start);
-                if gap >= size && best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, start));
-                    if fit == Fit::First || gap == size {
-                        return Walk::Stop;
+        let offset = match fit {
+            Fit::Best => match index.best(live.first, live.last, size) {
+                (Some(offset), _) | (None, offset) => offset,
+            },
+            Fit::First => {
+                let mut offset = None;
+                index.gaps(live.first, live.last, size, |start, end| match end {
+                    Some(end) if end - start < size => Walk::Continue,
+                    _ => {
+                        offset = Some(start);
+                        Walk::Stop
                     }
-                }
-                Walk::Continue
+                });
+                offset?
             }
-            None => {
-                top = Some(start);
-                Walk::Stop
-            }
-        });
-        let offset = match (best, top) {
-            (Some((_, offset)), _) => offset,
-            (None, Some(top)) => top,
-            (None, None) => return None,
         };
         let end = offset.checked_add(size)?;
         index.insert(live.first, live.last, offset, end);
@@ -689,11 +773,18 @@ mod tests {
                 placed.push((f, l, start, end));
                 let (qf, ql) = ranges[next(n as u64) as usize];
                 let mut got = Vec::new();
-                index.gaps(qf, ql, 0, next(2) == 0, |s, e| {
+                index.gaps(qf, ql, 0, |s, e| {
                     got.push((s, e));
                     Walk::Continue
                 });
-                assert_eq!(got, brute_gaps(&placed, qf, ql), "query [{qf}, {ql}] after {placed:?}");
+                let brute = brute_gaps(&placed, qf, ql);
+                assert_eq!(got, brute, "query [{qf}, {ql}] after {placed:?}");
+                // Best fit: the smallest bounded gap that holds `size` (the lowest among
+                // equals), and the top.
+                let size = 1 + next(30);
+                let fits = brute.iter().filter_map(|&(s, e)| Some((e? - s, s))).filter(|&(len, _)| len >= size);
+                let want = (fits.min().map(|(_, s)| s), brute.last().map_or(0, |g| g.0));
+                assert_eq!(index.best(qf, ql, size), want, "best fit for {size} in [{qf}, {ql}] after {placed:?}");
             }
         }
     }
