@@ -191,17 +191,16 @@ fn random_steps_match_the_cpu_reference() {
     assert!(left_out * 10 < tensors, "{left_out} of {tensors} tensors hold rounding noise");
 }
 
-/// Runs the `unary` copy kernel from `input` (f32 values) into a tensor of `to`, returning
-/// the stored bits.
-fn cast_f32(values: &[f32], to: DType) -> Vec<u8> {
+/// Runs the `unary` copy kernel on `n` elements stored as `bytes` of dtype `from`, into a
+/// tensor of `to`, returning the stored bits.
+fn cast(bytes: &[u8], from: DType, to: DType) -> Vec<u8> {
     let emu = emulator().unwrap();
-    let n = values.len() as u64;
-    let input = View::dense(Addr::arena(0), DType::F32, &[n]);
-    let output = View::dense(Addr::arena((n * 4).div_ceil(256) * 256), to, &[n]);
+    let n = bytes.len() as u64 / from.size();
+    let input = View::dense(Addr::arena(0), from, &[n]);
+    let output = View::dense(Addr::arena((n * from.size()).div_ceil(256) * 256), to, &[n]);
     let arena = output.addr.offset + n * to.size();
     let mut backend = EmuBackend::new(emu, arena, 1);
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    backend.upload(0, &bytes).unwrap();
+    backend.upload(0, bytes).unwrap();
     let (grid, block) = grid_1d(n);
     let launch = Launch {
         kernel: UNARY,
@@ -214,6 +213,12 @@ fn cast_f32(values: &[f32], to: DType) -> Vec<u8> {
     let mut out = vec![0u8; (n * to.size()) as usize];
     backend.download(output.addr.offset, &mut out).unwrap();
     out
+}
+
+/// [`cast`] from f32 values.
+fn cast_f32(values: &[f32], to: DType) -> Vec<u8> {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    cast(&bytes, DType::F32, to)
 }
 
 /// Values around every rounding boundary of f16 and bf16: specials, the normal and
@@ -276,25 +281,9 @@ fn every_f16_and_bf16_loads_exactly() {
     if emulator().is_none() {
         return;
     }
-    let emu = emulator().unwrap();
     for dtype in [DType::F16, DType::Bf16] {
-        let n = 1u64 << 16;
-        let input = View::dense(Addr::arena(0), dtype, &[n]);
-        let output = View::dense(Addr::arena(n * 2), DType::F32, &[n]);
-        let mut backend = EmuBackend::new(emu, n * 6, 1);
         let bits: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
-        backend.upload(0, &bits).unwrap();
-        let (grid, block) = grid_1d(n);
-        let launch = Launch {
-            kernel: UNARY,
-            grid,
-            block,
-            args: vec![Arg::I32(OP_COPY), Arg::Tensor(output.clone()), Arg::Tensor(input), Arg::F64(0.0)],
-        };
-        let args = launch.resolve(backend.bases()).unwrap();
-        backend.launch(&launch, &args).unwrap();
-        let mut out = vec![0u8; (n * 4) as usize];
-        backend.download(output.addr.offset, &mut out).unwrap();
+        let out = cast(&bits, dtype, DType::F32);
         for b in 0..=u16::MAX {
             let got = f32::from_le_bytes(out[4 * b as usize..4 * b as usize + 4].try_into().unwrap());
             let want = if dtype == DType::F16 { f16::from_bits(b).to_f32() } else { bf16::from_bits(b).to_f32() };

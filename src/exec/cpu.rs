@@ -133,6 +133,27 @@ pub(crate) fn layouts(graph: &Graph) -> IndexVec<ValueId, Layout> {
     layouts
 }
 
+/// The arena offset of every root value in `plan` (0 for views: they use their root's),
+/// after checking that the plan maps every value and each root fits in the arena.
+pub(crate) fn planned_offsets(graph: &Graph, layouts: &IndexVec<ValueId, Layout>, plan: &Plan) -> Result<IndexVec<ValueId, u64>, ExecError> {
+    if plan.value_buffer.len() != graph.values.len() {
+        return Err(ExecError::BadPlan("the plan maps another number of values".into()));
+    }
+    let mut base = IndexVec::from_elem(0u64, graph.values.len());
+    for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
+        let buffer = plan
+            .buffers
+            .get(plan.value_buffer[v])
+            .ok_or_else(|| ExecError::BadPlan(format!("{} has no buffer", graph.value_name(v))))?;
+        let end = buffer.offset.checked_add(graph.values[v].ty.bytes().unwrap_or(u64::MAX));
+        if end.is_none_or(|e| e > plan.arena_bytes) {
+            return Err(ExecError::BadPlan(format!("{} ends past the arena", graph.value_name(v))));
+        }
+        base[v] = buffer.offset;
+    }
+    Ok(base)
+}
+
 /// The memory of one run.
 struct Memory {
     bytes: Vec<u8>,
@@ -145,20 +166,9 @@ impl Memory {
         let too_large = |name: &str, bytes: u64| ExecError::TooLarge { name: name.to_string(), bytes };
         let (size, base) = match placement {
             Placement::Planned(plan) => {
-                if plan.value_buffer.len() != graph.values.len() {
-                    return Err(ExecError::BadPlan("the plan maps another number of values".into()));
-                }
                 let mut base = IndexVec::from_elem(0usize, graph.values.len());
-                for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
-                    let buffer = plan
-                        .buffers
-                        .get(plan.value_buffer[v])
-                        .ok_or_else(|| ExecError::BadPlan(format!("{} has no buffer", graph.value_name(v))))?;
-                    let end = buffer.offset.checked_add(graph.values[v].ty.bytes().unwrap_or(u64::MAX));
-                    if end.is_none_or(|e| e > plan.arena_bytes) {
-                        return Err(ExecError::BadPlan(format!("{} ends past the arena", graph.value_name(v))));
-                    }
-                    base[v] = usize::try_from(buffer.offset).map_err(|_| too_large("arena", plan.arena_bytes))?;
+                for (v, offset) in planned_offsets(graph, layouts, plan)?.iter_enumerated() {
+                    base[v] = usize::try_from(*offset).map_err(|_| too_large("arena", plan.arena_bytes))?;
                 }
                 (plan.arena_bytes, base)
             }

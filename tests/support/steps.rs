@@ -1,4 +1,5 @@
-//! The corpus's step files, for integration tests that run every one of them.
+//! The corpus's step files, for the tests that run every one of them (integration tests,
+//! and the CUDA launch-plan unit tests in src/exec/cuda/program.rs).
 
 use std::path::Path;
 

@@ -8,7 +8,7 @@
 //! Executors rely on that for the memory safety of their launches.
 
 use crate::exec::ExecError;
-use crate::exec::cpu::layouts;
+use crate::exec::cpu::{layouts, planned_offsets};
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::lower::{LowerOptions, Scratch, lower_op};
 use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, Space, View};
@@ -178,22 +178,8 @@ impl Program {
 
 /// The view of every value: layouts as the CPU executor builds them, at the plan's offsets.
 fn views(graph: &Graph, plan: &Plan) -> Result<IndexVec<ValueId, View>, CudaError> {
-    if plan.value_buffer.len() != graph.values.len() {
-        return Err(ExecError::BadPlan("the plan maps another number of values".into()).into());
-    }
     let layouts = layouts(graph);
-    let mut base: IndexVec<ValueId, u64> = IndexVec::from_elem(0, graph.values.len());
-    for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
-        let buffer = plan
-            .buffers
-            .get(plan.value_buffer[v])
-            .ok_or_else(|| ExecError::BadPlan(format!("{} has no buffer", graph.value_name(v))))?;
-        let end = buffer.offset.checked_add(graph.values[v].ty.bytes().unwrap_or(u64::MAX));
-        if end.is_none_or(|e| e > plan.arena_bytes) {
-            return Err(ExecError::BadPlan(format!("{} ends past the arena", graph.value_name(v))).into());
-        }
-        base[v] = buffer.offset;
-    }
+    let base = planned_offsets(graph, &layouts, plan)?;
     Ok(graph
         .values
         .iter_enumerated()
@@ -229,6 +215,11 @@ fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexChec
     checks
 }
 
+/// The corpus's step list, shared with the integration tests.
+#[cfg(test)]
+#[path = "../../../tests/support/steps.rs"]
+mod steps;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,18 +237,7 @@ mod tests {
     }
 
     fn step_files() -> Vec<String> {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut files: Vec<String> = ["ir/models", "ir/features"]
-            .iter()
-            .flat_map(|dir| {
-                std::fs::read_dir(root.join(dir))
-                    .unwrap()
-                    .map(move |e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy()))
-            })
-            .filter(|f| f.ends_with(".step"))
-            .collect();
-        files.sort();
-        files
+        super::steps::step_files(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
     }
 
     /// The launch plan's own consistency: every launch passes what its kernel declares, and
