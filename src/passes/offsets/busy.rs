@@ -359,7 +359,9 @@ impl BusyIndex {
     /// the top of all), then each other union cuts them and pieces too short are dropped.
     /// Each refinement gallops through the union, so a big union costs the candidates
     /// times a logarithm, not its length (long ranges read many big unions, but their
-    /// pivot, everything meeting a wide node, leaves few candidates).
+    /// pivot, everything meeting a wide node, leaves few candidates). The last pass ends
+    /// at the first gap of exactly `size` bytes: none can be smaller, and it is the lowest
+    /// of its length (a third of the queries on the synthetic lists end so).
     pub(super) fn best(&mut self, first: usize, last: usize, size: u64) -> (Option<u64>, u64) {
         let pivot_at = self.gather(first, last);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
@@ -519,6 +521,9 @@ fn smallest(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64) -> Op
     for &(a, b) in candidates {
         j = gallop(union, j, |s| s.1 <= a);
         cut_into(a, b, union, &mut j, min_len, &mut best);
+        if best.0 == min_len {
+            break; // an exact fit: nothing smaller follows, and it is the lowest of its length
+        }
     }
     best.1
 }
@@ -538,6 +543,9 @@ fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_le
             if len >= min_len {
                 j = gallop(union, j, |s| s.1 <= a);
                 cut_into(a, b, union, &mut j, min_len, &mut best);
+                if best.0 == min_len {
+                    break; // an exact fit (as in `smallest`)
+                }
             } else {
                 j = gallop(union, j, |s| s.1 <= b);
             }
@@ -546,6 +554,9 @@ fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_le
             let key = if len >= min_len { len } else { u64::MAX };
             if key < best.0 {
                 best = (key, Some(a));
+                if key == min_len {
+                    break; // an exact fit (as in `smallest`)
+                }
             }
         }
         a = e;
@@ -785,6 +796,15 @@ mod tests {
                 let fits = brute.iter().filter_map(|&(s, e)| Some((e? - s, s))).filter(|&(len, _)| len >= size);
                 let want = (fits.min().map(|(_, s)| s), brute.last().map_or(0, |g| g.0));
                 assert_eq!(index.best(qf, ql, size), want, "best fit for {size} in [{qf}, {ql}] after {placed:?}");
+                // A size that some gap fits exactly (the scan stops at the first such gap):
+                // the lowest gap of that length.
+                let bounded: Vec<(u64, u64)> = brute.iter().filter_map(|&(s, e)| Some((s, e?))).collect();
+                if !bounded.is_empty() {
+                    let (s, e) = bounded[next(bounded.len() as u64) as usize];
+                    let lowest = bounded.iter().find(|g| g.1 - g.0 == e - s).map(|g| g.0);
+                    let top = brute.last().map_or(0, |g| g.0);
+                    assert_eq!(index.best(qf, ql, e - s), (lowest, top), "exact fit for {} in [{qf}, {ql}] after {placed:?}", e - s);
+                }
             }
         }
     }
