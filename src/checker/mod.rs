@@ -42,6 +42,7 @@
 //!   value or a recompute of it); the FLOPs claimed are the graph's; the arena meets the
 //!   budget. With the lifetime checks, that proves every recompute rewrites the original's
 //!   bits from intact inputs.
+//!
 //! Bare buffer lists (no graph) are checked by [`check_offsets`] (`offsets.rs`): overlaps,
 //! capacity and overflow, with the same sweep.
 //!

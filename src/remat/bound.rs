@@ -199,8 +199,8 @@ mod tests {
         let mut items = vec![(4, 6), (4, 5), (9, 10), (0, 0)];
         assert_eq!(cover(&mut items, 10), Some(8));
         assert_eq!(relaxation(&[(4, 6), (4, 5)], 10), 8);
-        assert_eq!(cover(&mut vec![(1, 3)], 4), None);
+        assert_eq!(cover(&mut [(1, 3)], 4), None);
         // Free items are always taken.
-        assert_eq!(cover(&mut vec![(0, 7), (5, 3), (2, 1)], 8), Some(2));
+        assert_eq!(cover(&mut [(0, 7), (5, 3), (2, 1)], 8), Some(2));
     }
 }

@@ -229,10 +229,8 @@ pub fn solve_reporting(
             if improved || found.proved_optimal {
                 solution = found;
             }
-            if proved_infeasible {
-                if let Some(capacity) = options.capacity {
-                    return Err(SolveError::OverCapacity { capacity, best: Some(solution), proved_infeasible: true });
-                }
+            if proved_infeasible && let Some(capacity) = options.capacity {
+                return Err(SolveError::OverCapacity { capacity, best: Some(solution), proved_infeasible: true });
             }
         }
     }
