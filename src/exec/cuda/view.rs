@@ -309,9 +309,11 @@ pub fn grid_1d(n: u64) -> ([u32; 3], [u32; 3]) {
 }
 
 /// Threads for a kernel that gives one block to each line of `n` elements (softmax, norms,
-/// cross-entropy rows): a multiple of 32 covering the line, from 32 to 1024.
+/// cross-entropy rows): a multiple of 32 covering the line, from 32 to [`THREADS`]; longer
+/// lines take several elements per thread. (Blocks of up to 1024 threads, one element
+/// each, spent GPT-2's softmax in block synchronisation: 10 times slower than its bytes.)
 pub fn line_threads(n: u64) -> u32 {
-    (n.div_ceil(32) * 32).clamp(32, 1024) as u32
+    (n.div_ceil(32) * 32).clamp(32, u64::from(THREADS)) as u32
 }
 
 /// Blocks for `lines` lines, one block each, up to [`MAX_BLOCKS`] (kernels loop over the rest).
@@ -393,8 +395,9 @@ mod tests {
         assert_eq!(grid_1d(257).0, [2, 1, 1]);
         assert_eq!(grid_1d(u64::MAX).0, [MAX_BLOCKS as u32, 1, 1]);
         assert_eq!(line_threads(1), 32);
-        assert_eq!(line_threads(768), 768);
-        assert_eq!(line_threads(50257), 1024);
+        assert_eq!(line_threads(100), 128);
+        assert_eq!(line_threads(768), 256);
+        assert_eq!(line_threads(50257), 256);
         assert_eq!(line_blocks(0), 1);
         assert_eq!(line_blocks(1 << 40), MAX_BLOCKS as u32);
     }
