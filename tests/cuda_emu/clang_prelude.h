@@ -6,6 +6,7 @@
 #define __global__ __attribute__((global))
 #define __shared__ __attribute__((shared))
 #define __forceinline__ __inline__ __attribute__((always_inline))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 #include "__clang_cuda_builtin_vars.h"
 __device__ inline float __uint_as_float(unsigned u) { return __builtin_bit_cast(float, u); }
 __device__ inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(unsigned, f); }

@@ -164,14 +164,30 @@ pub enum Param {
     F64,
 }
 
+/// How every kernel definition of the program begins; `__launch_bounds__(...)` may follow
+/// before the name.
+const KERNEL_HEAD: &str = "extern \"C\" __global__ void ";
+
+/// The parameter lists (the text between the parentheses) of the definitions of kernel
+/// `name` in `program`.
+fn definitions<'a>(program: &'a str, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    program.match_indices(KERNEL_HEAD).filter_map(move |(at, _)| {
+        let rest = &program[at + KERNEL_HEAD.len()..];
+        let rest = match rest.strip_prefix("__launch_bounds__(") {
+            Some(bounds) => bounds[bounds.find(')')? + 1..].trim_start(),
+            None => rest,
+        };
+        let params = rest.strip_prefix(name)?.strip_prefix('(')?;
+        Some(&params[..params.find(')')?])
+    })
+}
+
 /// The parameter types of kernel `name`, read from the program's text; `None` if the
 /// program has no such kernel or declares a parameter of another type.
 pub fn signature(name: &str) -> Option<Vec<Param>> {
     let program = program();
-    let head = format!("extern \"C\" __global__ void {name}(");
-    let start = program.find(&head)? + head.len();
-    let end = start + program[start..].find(')')?;
-    program[start..end]
+    definitions(&program, name)
+        .next()?
         .split(',')
         .map(|param| {
             let ty = param.split_whitespace().next()?;
@@ -212,13 +228,15 @@ mod tests {
     fn every_kernel_is_defined_once_with_known_parameter_types() {
         let program = program();
         for name in KERNELS {
-            let head = format!("extern \"C\" __global__ void {name}(");
-            assert_eq!(program.matches(&head).count(), 1, "{name} defined once");
+            assert_eq!(definitions(&program, name).count(), 1, "{name} defined once");
             let params = signature(name).unwrap_or_else(|| panic!("{name}: unreadable signature"));
             assert!(!params.is_empty(), "{name}");
         }
         // And the program defines no kernel the list lacks.
-        assert_eq!(program.matches("extern \"C\" __global__ void ").count(), KERNELS.len());
+        assert_eq!(program.matches(KERNEL_HEAD).count(), KERNELS.len());
+        // Launch bounds are read past (the convolutions have them).
+        assert!(program.contains(&format!("{KERNEL_HEAD}__launch_bounds__(256, 4) {IGEMM}(")));
+        assert_eq!(signature(IGEMM).map(|p| p.len()), Some(12));
         assert_eq!(signature("no_such_kernel"), None);
         assert_eq!(signature(BINARY), Some(vec![Param::I32, Param::Tensor, Param::Tensor, Param::Tensor, Param::F64]));
     }
