@@ -66,32 +66,68 @@ __device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& 
     }
 }
 
-template <typename acc_t>
-__device__ __forceinline__ acc_t igemm_b(int mode, const Tensor& b, const Geom& g, const Mat& mb, i64 k, i64 n) {
-    const int kk = (int)k, nn = (int)n, rs = g.r * g.s;
+// The part of a B element's position that depends on its column n alone. A thread loads
+// the same column of B in every k slice (see igemm_tiles), so this is decoded once, out of
+// the k loop, and only k's part is decoded per element.
+struct Col {
+    int bb;      // CONV_FWD, CONV_BWD_DATA: the image; CONV_BWD_WEIGHT: the input channel c
+    int h0, w0;  // CONV_FWD: p·sh − ph, q·sw − pw; CONV_BWD_DATA: h + ph, w + pw; CONV_BWD_WEIGHT: r − ph, s − pw
+};
+
+__device__ __forceinline__ Col igemm_col(int mode, const Geom& g, i64 n) {
+    const int nn = (int)n;
+    Col col = {0, 0, 0};
     switch (mode) {
-        case MODE_CONV_FWD: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (c, r, s), n = (bb, p, q)
-            const int pq = g.p * g.q, krem = kk % rs, nrem = nn % pq;
-            const int h = (nrem / g.q) * g.sh + krem / g.s - g.ph;
-            const int w = (nrem % g.q) * g.sw + krem % g.s - g.pw;
-            if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
-            return load_at_f(b, at4(b, nn / pq, kk / rs, h, w));
+        case MODE_CONV_FWD: {  // n = (bb, p, q)
+            const int pq = g.p * g.q, nrem = nn % pq;
+            col.bb = nn / pq;
+            col.h0 = (nrem / g.q) * g.sh - g.ph;
+            col.w0 = (nrem % g.q) * g.sw - g.pw;
+            break;
         }
-        case MODE_CONV_BWD_DATA: {  // dy[bb, kk, p, q] with p·sh + r − ph = h, k = (kk, r, s), n = (bb, h, w)
-            const int hw = g.h * g.w, krem = kk % rs, nrem = nn % hw;
-            const int hp = nrem / g.w + g.ph - krem / g.s;
-            const int wp = nrem % g.w + g.pw - krem % g.s;
+        case MODE_CONV_BWD_DATA: {  // n = (bb, h, w)
+            const int hw = g.h * g.w, nrem = nn % hw;
+            col.bb = nn / hw;
+            col.h0 = nrem / g.w + g.ph;
+            col.w0 = nrem % g.w + g.pw;
+            break;
+        }
+        case MODE_CONV_BWD_WEIGHT: {  // n = (c, r, s)
+            const int rs = g.r * g.s, nrem = nn % rs;
+            col.bb = nn / rs;
+            col.h0 = nrem / g.s - g.ph;
+            col.w0 = nrem % g.s - g.pw;
+            break;
+        }
+        default: break;
+    }
+    return col;
+}
+
+template <typename acc_t>
+__device__ __forceinline__ acc_t igemm_b(int mode, const Tensor& b, const Geom& g, const Mat& mb, i64 k, i64 n,
+                                         const Col& col) {
+    const int kk = (int)k, rs = g.r * g.s;
+    switch (mode) {
+        case MODE_CONV_FWD: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (c, r, s)
+            const int krem = kk % rs;
+            const int h = col.h0 + krem / g.s, w = col.w0 + krem % g.s;
+            if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
+            return load_at_f(b, at4(b, col.bb, kk / rs, h, w));
+        }
+        case MODE_CONV_BWD_DATA: {  // dy[bb, kk, p, q] with p·sh + r − ph = h, k = (kk, r, s)
+            const int krem = kk % rs;
+            const int hp = col.h0 - krem / g.s, wp = col.w0 - krem % g.s;
             if (hp < 0 || wp < 0 || hp % g.sh != 0 || wp % g.sw != 0) return 0.0f;
             const int p = hp / g.sh, q = wp / g.sw;
             if (p >= g.p || q >= g.q) return 0.0f;
-            return load_at_f(b, at4(b, nn / hw, kk / rs, p, q));
+            return load_at_f(b, at4(b, col.bb, kk / rs, p, q));
         }
-        case MODE_CONV_BWD_WEIGHT: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (bb, p, q), n = (c, r, s)
-            const int pq = g.p * g.q, krem = kk % pq, nrem = nn % rs;
-            const int h = (krem / g.q) * g.sh + nrem / g.s - g.ph;
-            const int w = (krem % g.q) * g.sw + nrem % g.s - g.pw;
+        case MODE_CONV_BWD_WEIGHT: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (bb, p, q)
+            const int pq = g.p * g.q, krem = kk % pq;
+            const int h = (krem / g.q) * g.sh + col.h0, w = (krem % g.q) * g.sw + col.w0;
             if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
-            return load_at_f(b, at4(b, kk / pq, nn / rs, h, w));
+            return load_at_f(b, at4(b, kk / pq, col.bb, h, w));
         }
         default: return load_at_f(b, mb.base + k * mb.rs + n * mb.cs);
     }
@@ -130,6 +166,9 @@ __device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const T
     const int tid = threadIdx.x;
     const int tx = tid % 16, ty = tid / 16;
     const i64 n0 = (i64)blockIdx.x * TILE_N;
+    // This thread's column of B in every load below (256 is a multiple of TILE_N); one past
+    // the last column decodes as the last (its loads are skipped).
+    const Col col = igemm_col(mode, g, imin(n0 + tid % TILE_N, cols - 1));
     const i64 row_tiles = (rows + TILE_M - 1) / TILE_M;
     for (i64 z = blockIdx.z; z < batches * splits; z += gridDim.z) {
         const i64 batch = z / splits, split = z % splits;
@@ -159,7 +198,7 @@ __device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const T
                     as[ak][am] = (m < rows && ka < k_end) ? igemm_a<acc_t>(mode, a, g, ma, m, ka) : (acc_t)0;
                     const int bk = e / TILE_N, bn = e % TILE_N;
                     const i64 n = n0 + bn, kb = k0 + bk;
-                    bs[bk][bn] = (n < cols && kb < k_end) ? igemm_b<acc_t>(mode, b, g, mb, kb, n) : (acc_t)0;
+                    bs[bk][bn] = (n < cols && kb < k_end) ? igemm_b<acc_t>(mode, b, g, mb, kb, n, col) : (acc_t)0;
                 }
                 __syncthreads();
 #pragma unroll
