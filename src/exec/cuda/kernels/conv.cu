@@ -235,13 +235,15 @@ __device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const T
 // At most 64 registers a thread, so four blocks fit on an SM: unbounded, `igemm` took 152
 // and ran one block (8 warps) per SM, stalled on latency; bounded, ResNet-18's step on an
 // H100 went from 268 to 167 ms (benches/BENCHMARKS.md, "GPU").
-extern "C" __global__ void __launch_bounds__(256, 4) igemm(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows, i64 cols, i64 depth,
-                                 i64 batches, i64 splits, i64 k_chunk, u64 partials) {
+extern "C" __global__ void __launch_bounds__(256, 4) igemm(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows,
+                                                           i64 cols, i64 depth, i64 batches, i64 splits, i64 k_chunk,
+                                                           u64 partials) {
     igemm_tiles<double>(mode, out, a, b, g, rows, cols, depth, batches, splits, k_chunk, partials);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4) igemm_f32(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows, i64 cols, i64 depth,
-                                     i64 batches, i64 splits, i64 k_chunk, u64 partials) {
+extern "C" __global__ void __launch_bounds__(256, 4) igemm_f32(int mode, Tensor out, Tensor a, Tensor b, Geom g, i64 rows,
+                                                               i64 cols, i64 depth, i64 batches, i64 splits, i64 k_chunk,
+                                                               u64 partials) {
     igemm_tiles<float>(mode, out, a, b, g, rows, cols, depth, batches, splits, k_chunk, partials);
 }
 
