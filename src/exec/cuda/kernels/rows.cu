@@ -16,17 +16,26 @@
 // entirely when a row's variance is small against eps), so float statistics would leave
 // errors of float's epsilon times var/eps there.
 
+// The maximum of the n elements base + i·stride of x and Σ exp(element − maximum), for the
+// whole block (softmax and cross-entropy).
+__device__ __forceinline__ void line_max_and_sum(const Tensor& x, i64 base, i64 n, i64 stride, float* mx,
+                                                 float* total) {
+    float m = -f_inf();
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, load_f(x, base + i * stride));
+    m = block_max(m);
+    float t = 0.0f;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) t += expf(load_f(x, base + i * stride) - m);
+    *mx = m;
+    *total = block_sum(t);
+}
+
 // Softmax of x viewed as [lines / inner, n, inner] along the middle axis: line l covers
 // elements (l / inner)·n·inner + l % inner + i·inner, i < n.
 extern "C" __global__ void softmax(Tensor y, Tensor x, i64 lines, i64 n, i64 inner) {
     for (i64 line = blockIdx.x; line < lines; line += gridDim.x) {
         const i64 base = (line / inner) * n * inner + line % inner;
-        float mx = -f_inf();
-        for (i64 i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, load_f(x, base + i * inner));
-        mx = block_max(mx);
-        float total = 0.0f;
-        for (i64 i = threadIdx.x; i < n; i += blockDim.x) total += expf(load_f(x, base + i * inner) - mx);
-        total = block_sum(total);
+        float mx, total;
+        line_max_and_sum(x, base, n, inner, &mx, &total);
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
             const i64 k = base + i * inner;
             store_f(y, k, expf(load_f(x, k) - mx) / total);
@@ -168,12 +177,8 @@ extern "C" __global__ void ce_rows(u64 losses, Tensor logits, Tensor labels, i64
     float* out = (float*)losses;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const i64 base = row * c;
-        float mx = -f_inf();
-        for (i64 j = threadIdx.x; j < c; j += blockDim.x) mx = fmaxf(mx, load_f(logits, base + j));
-        mx = block_max(mx);
-        float total = 0.0f;
-        for (i64 j = threadIdx.x; j < c; j += blockDim.x) total += expf(load_f(logits, base + j) - mx);
-        total = block_sum(total);
+        float mx, total;
+        line_max_and_sum(logits, base, c, 1, &mx, &total);
         if (threadIdx.x == 0) {
             const i64 label = load_index(labels, row);
             out[row] = (label >= 0 && label < c) ? mx + logf(total) - load_f(logits, base + label) : f_nan();
@@ -197,12 +202,8 @@ extern "C" __global__ void ce_backward(Tensor dlogits, Tensor dloss, Tensor logi
         const i64 base = row * c;
         const i64 label = load_index(labels, row);
         const bool valid = label >= 0 && label < c;
-        float mx = -f_inf();
-        for (i64 j = threadIdx.x; j < c; j += blockDim.x) mx = fmaxf(mx, load_f(logits, base + j));
-        mx = block_max(mx);
-        float total = 0.0f;
-        for (i64 j = threadIdx.x; j < c; j += blockDim.x) total += expf(load_f(logits, base + j) - mx);
-        total = block_sum(total);
+        float mx, total;
+        line_max_and_sum(logits, base, c, 1, &mx, &total);
         for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
             const float p = expf(load_f(logits, base + j) - mx) / total;
             const float onehot = j == label ? 1.0f : 0.0f;
