@@ -248,10 +248,11 @@ pub fn solve_reporting(
 /// (where [`spare_cores`] says the machine has room for them).
 const PARALLEL_FROM: usize = 20_000;
 
-/// Whether the machine has at least 4 hardware threads: with fewer, threads of memory-bound
-/// heuristics mostly fight each other and whatever else runs (measured on 2 cores).
+/// Whether the machine has a second hardware thread. On 2 cores the two best-fit orders on
+/// `synthetic::training_like(200000)` take 3.2 to 3.7 s side by side against 5.0 to 5.8 s
+/// one after the other (benches/BENCHMARKS.md), so two is enough.
 fn spare_cores() -> bool {
-    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4)
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
 }
 
 /// Runs one heuristic: its offsets (`None` on overflow) and how long it took.
