@@ -2,7 +2,8 @@
 //! independent `check_offsets`; the fast greedy and best-fit place exactly as the plain
 //! O(n²) scans they replace (the old best-fit, and its first-fit twin) in the same order;
 //! arenas are never above the sum of sizes nor below the lower bound; auto's peak windows
-//! never make a large list's arena worse and reach idealloc's pangu bound.
+//! never make a large list's arena worse and reach idealloc's pangu bound; heuristics run
+//! side by side on large lists choose as if run one after the other.
 
 use memplan::checker::check_offsets;
 use memplan::passes::offsets::bestfit::{self, Order};
@@ -215,6 +216,33 @@ fn auto_on_large_lists_is_no_worse_than_any_heuristic() {
         assert_eq!(chosen[0].arena, arena, "round {round}");
     }
     assert!(windows >= 3, "the peak windows ran on too few lists ({windows})");
+}
+
+#[test]
+fn heuristics_side_by_side_choose_as_one_after_the_other() {
+    // From 20000 buffers on, on a machine with a second hardware thread (CI's two cores),
+    // `solve` runs the heuristics on threads of their own: the offsets and the log must be
+    // those of running them one after the other.
+    let intervals = synthetic::rounds(24_000, 3_000, 5);
+    let spatial = bestfit::best_fit_in(&intervals, Order::Spatial).unwrap();
+    let temporal = bestfit::best_fit_in(&intervals, Order::Temporal).unwrap();
+    let greedy = greedy::greedy_by_size(&intervals).unwrap();
+    let arenas = [&spatial, &temporal, &greedy].map(|o| assert_valid(&intervals, o, "a heuristic on 24000 buffers"));
+    let mut log = Vec::new();
+    let options = SolveOptions { solver: Solver::BestFit, ..SolveOptions::default() };
+    let solution = offsets::solve_logged(&intervals, &options, &mut log).unwrap();
+    assert_eq!(solution.offsets, bestfit::best_fit(&intervals).unwrap());
+    assert_eq!(log.iter().map(|a| a.arena).collect::<Vec<_>>(), arenas[..2]);
+    // Auto logs the three in its order (spatial, temporal, greedy) and keeps the first of
+    // the smallest.
+    let mut log = Vec::new();
+    let options = SolveOptions { search_nodes: 0, ..SolveOptions::default() };
+    offsets::solve_logged(&intervals, &options, &mut log).unwrap();
+    assert_eq!(log.iter().take(3).map(|a| a.arena).collect::<Vec<_>>(), arenas);
+    let smallest = arenas.iter().position(|a| a == arenas.iter().min().unwrap()).unwrap();
+    let heuristic_chosen = log.iter().take(3).position(|a| a.chosen);
+    let later_chosen = log.iter().skip(3).any(|a| a.chosen);
+    assert!(later_chosen || heuristic_chosen == Some(smallest), "{log:?}");
 }
 
 #[test]
