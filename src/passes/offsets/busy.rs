@@ -41,11 +41,12 @@
 //!   that holds the buffer; inside each, the other unions' segments (found by galloping
 //!   cursors) cut out the true gaps, and after a few gaps the small unions are merged.
 //! - Best fit ([`BusyIndex::best`]) needs only the smallest gap that holds the buffer, so
-//!   it refines candidates: the pivot gaps long enough are cut by each other union in
-//!   turn (galloping through it: a big union costs the candidates times a logarithm),
-//!   pieces too short are dropped, and the last union is cut on the fly while the pivot
-//!   is scanned for the smallest piece ([`smallest_between`]: a gap that meets none of
-//!   its segments, the usual case, costs a compare or two).
+//!   it refines candidates: each pivot gap long enough goes through the other unions depth
+//!   first ([`refine`]: each cuts it, galloping, so a big union costs the pieces reaching
+//!   it times a logarithm; pieces too short are dropped), and the first exact fit ends the
+//!   query. With one other union (a short range), it is cut on the fly while the pivot is
+//!   scanned for the smallest piece ([`smallest_between`]: a gap that meets none of its
+//!   segments, the usual case, costs a compare or two).
 //!
 //! Buffers only meet buffers of their own part of the schedule, so [`place`] first splits
 //! the schedule where no buffer spans a boundary and gives each part an index of its own
@@ -118,12 +119,11 @@ pub(super) struct BusyIndex {
     /// Scratch for queries.
     sets: Vec<Set>,
     scratch: Vec<(u64, u64)>,
+    hits: Vec<u32>,
     merged: Vec<(u64, u64)>,
     pieces: Vec<(u64, u64)>,
     cursors: Vec<usize>,
     order: Vec<usize>,
-    candidates: Vec<(u64, u64)>,
-    refined: Vec<(u64, u64)>,
 }
 
 /// The leaves of a range, half-open (`None`: no leaf lies in it).
@@ -170,12 +170,11 @@ impl BusyIndex {
             last_leaves: None,
             sets: Vec::new(),
             scratch: Vec::new(),
+            hits: Vec::new(),
             merged: Vec::new(),
             pieces: Vec::new(),
             cursors: Vec::new(),
             order: Vec::new(),
-            candidates: Vec::new(),
-            refined: Vec::new(),
         }
     }
 
@@ -263,11 +262,17 @@ impl BusyIndex {
             let from = self.scratch.len();
             let scratch = &mut self.scratch;
             let rects = &self.rects[node - (2usize << bl)];
+            // Which rectangles meet the range, without a branch per rectangle (a quarter
+            // or so meet it, in no pattern a predictor could learn).
+            let hits = &mut self.hits;
+            hits.resize(rects.spans.len(), 0);
+            let mut meeting = 0usize;
             for (i, &(first, last)) in rects.spans.iter().enumerate() {
-                if first > qlast || qfirst > last {
-                    continue;
-                }
-                let (start, end) = rects.bytes[i];
+                hits[meeting] = i as u32;
+                meeting += usize::from((first <= qlast) & (qfirst <= last));
+            }
+            for &i in &hits[..meeting] {
+                let (start, end) = rects.bytes[i as usize];
                 match scratch[from..].last_mut() {
                     Some(top) if start <= top.1 => top.1 = top.1.max(end),
                     _ => scratch.push((start, end)),
@@ -354,39 +359,74 @@ impl BusyIndex {
     /// gap of at least `size` bytes that no buffer live then occupies (the lowest among
     /// equals), or `None` if no gap holds it; and the top of those buffers.
     ///
-    /// Only gaps of at least `size` bytes matter, so the candidates are refined union by
-    /// union: the pivot's gaps that are long enough (plus the space between its top and
-    /// the top of all), then each other union cuts them and pieces too short are dropped.
-    /// Each refinement gallops through the union, so a big union costs the candidates
-    /// times a logarithm, not its length (long ranges read many big unions, but their
-    /// pivot, everything meeting a wide node, leaves few candidates). The last pass ends
-    /// at the first gap of exactly `size` bytes: none can be smaller, and it is the lowest
-    /// of its length (a third of the queries on the synthetic lists end so).
+    /// Only gaps of at least `size` bytes matter: the pivot's gaps that are long enough
+    /// (plus the space between its top and the top of all) are the candidates, and each
+    /// goes through the other unions depth first ([`refine`]: each cuts it, pieces too
+    /// short are dropped), so the first piece of exactly `size` bytes ends the query: none
+    /// can be smaller, and it is the lowest of its length (a third of the queries on the
+    /// synthetic lists end so). Each union is galloped through, so a big union costs the
+    /// pieces that reach it times a logarithm, not its length (long ranges read many big
+    /// unions, but their pivot, everything meeting a wide node, leaves few candidates).
+    /// With one other union (a short range: the buffers covering its block and the
+    /// rectangles meeting it), it is cut on the fly while the pivot is scanned
+    /// ([`smallest_between`]).
     pub(super) fn best(&mut self, first: usize, last: usize, size: u64) -> (Option<u64>, u64) {
         let pivot_at = self.gather(first, last);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(0);
         let Some(pivot_at) = pivot_at else { return (None, top) };
         let pivot = slice(self.sets[pivot_at]);
-        // The others, biggest first: the last one cuts the candidates on the fly.
+        // The others, smallest first (measured a little better than biggest first).
         let order = &mut self.order;
         order.clear();
         order.extend((0..self.sets.len()).filter(|&i| i != pivot_at && !slice(self.sets[i]).is_empty()));
-        order.sort_unstable_by_key(|&i| std::cmp::Reverse(slice(self.sets[i]).len()));
-        let Some((&last, rest)) = order.split_last() else { return (smallest_between(pivot, top, &[], size), top) };
-        let Some((&first, rest)) = rest.split_first() else {
-            return (smallest_between(pivot, top, slice(self.sets[last]), size), top);
-        };
-        let (candidates, next) = (&mut self.candidates, &mut self.refined);
-        candidates.clear();
-        cut(gaps_of(pivot, top, size), slice(self.sets[first]), size, |a, b| candidates.push((a, b)));
-        for &i in rest {
-            next.clear();
-            cut(candidates.iter().copied(), slice(self.sets[i]), size, |a, b| next.push((a, b)));
-            std::mem::swap(candidates, next);
+        order.sort_unstable_by_key(|&i| slice(self.sets[i]).len());
+        match order[..] {
+            [] => return (smallest_between(pivot, top, &[], size), top),
+            [one] => return (smallest_between(pivot, top, slice(self.sets[one]), size), top),
+            _ => {}
         }
-        (smallest(candidates, slice(self.sets[last]), size), top)
+        let unions: Vec<&[(u64, u64)]> = order.iter().map(|&i| slice(self.sets[i])).collect();
+        let cursors = &mut self.cursors;
+        cursors.clear();
+        cursors.resize(unions.len(), 0);
+        let mut best = (u64::MAX, None);
+        for (a, b) in gaps_of(pivot, top, size) {
+            if refine(a, b, &unions, cursors, size, &mut best) {
+                break;
+            }
+        }
+        (best.1, top)
     }
+}
+
+/// Offers the parts of `[a, b)` that none of `unions` covers to `best`, depth first: each
+/// part the first union leaves goes through the others before the next; `cursors[i]` is
+/// union `i`'s first segment that may meet what comes next (parts arrive lowest first).
+/// True once `best` is an exact fit: nothing smaller can follow, and it is the lowest of
+/// its length.
+fn refine(mut a: u64, b: u64, unions: &[&[(u64, u64)]], cursors: &mut [usize], min_len: u64, best: &mut Best) -> bool {
+    let (Some((union, unions)), Some((j, cursors))) = (unions.split_first(), cursors.split_first_mut()) else {
+        if b - a < best.0 {
+            *best = (b - a, Some(a));
+        }
+        return best.0 == min_len;
+    };
+    *j = gallop(union, *j, |s| s.1 <= a);
+    while let Some(&(s, e)) = union.get(*j) {
+        if s >= b {
+            break;
+        }
+        if s >= a.saturating_add(min_len) && refine(a, s, unions, cursors, min_len, best) {
+            return true;
+        }
+        a = e;
+        if e >= b {
+            break; // it may reach into the next part too
+        }
+        *j += 1;
+    }
+    b >= a.saturating_add(min_len) && refine(a, b, unions, cursors, min_len, best)
 }
 
 /// How many pivot gaps a walk looks into before small unions are merged.
@@ -462,34 +502,6 @@ fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item =
     ends.zip(starts).filter(move |&(a, b)| b >= a.saturating_add(min_len))
 }
 
-/// Calls `out(a, b)` for each part `[a, b)` of the `candidates` gaps (sorted, disjoint)
-/// that no segment of `union` covers and that is at least `min_len` bytes long
-/// (`min_len` is positive), lowest first. Gallops through `union` from one candidate to the next, so a big
-/// union costs the candidates times a logarithm, a small one its length.
-fn cut(candidates: impl Iterator<Item = (u64, u64)>, union: &[(u64, u64)], min_len: u64, mut out: impl FnMut(u64, u64)) {
-    let mut j = 0usize;
-    for (mut a, b) in candidates {
-        // The first segment that ends after a.
-        j = gallop(union, j, |s| s.1 <= a);
-        while let Some(&(s, e)) = union.get(j) {
-            if s >= b {
-                break;
-            }
-            if s >= a.saturating_add(min_len) {
-                out(a, s);
-            }
-            a = e;
-            if e >= b {
-                break; // it may reach into the next candidate too
-            }
-            j += 1;
-        }
-        if b >= a.saturating_add(min_len) {
-            out(a, b);
-        }
-    }
-}
-
 /// The smallest part found so far: (length, start); length `u64::MAX` while none.
 type Best = (u64, Option<u64>);
 
@@ -515,22 +527,11 @@ fn cut_into(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u6
     }
 }
 
-/// The start of the smallest part (the lowest among equals) that [`cut`] would give.
-fn smallest(candidates: &[(u64, u64)], union: &[(u64, u64)], min_len: u64) -> Option<u64> {
-    let (mut best, mut j) = ((u64::MAX, None), 0usize);
-    for &(a, b) in candidates {
-        j = gallop(union, j, |s| s.1 <= a);
-        cut_into(a, b, union, &mut j, min_len, &mut best);
-        if best.0 == min_len {
-            break; // an exact fit: nothing smaller follows, and it is the lowest of its length
-        }
-    }
-    best.1
-}
-
-/// [`smallest`] over the gaps of `pivot` below `top` ([`gaps_of`]), for a `union` that is
-/// usually much smaller than the pivot: most gaps meet none of its segments, and those
-/// cost a few branch-free instructions (this loop is most of a short range's query).
+/// The start of the smallest part (the lowest among equals) of at least `min_len` bytes
+/// that `union` leaves free in the gaps of `pivot` below `top` ([`gaps_of`]), for a
+/// `union` that is usually much smaller than the pivot: most gaps meet none of its
+/// segments, and those cost a few branch-free instructions (this loop is most of a short
+/// range's query).
 fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_len: u64) -> Option<u64> {
     let (mut best, mut j) = ((u64::MAX, None), 0usize);
     // The start of the first segment of `union` not yet behind the gaps looked at.
@@ -544,7 +545,7 @@ fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_le
                 j = gallop(union, j, |s| s.1 <= a);
                 cut_into(a, b, union, &mut j, min_len, &mut best);
                 if best.0 == min_len {
-                    break; // an exact fit (as in `smallest`)
+                    break; // an exact fit: nothing smaller follows, and it is the lowest of its length
                 }
             } else {
                 j = gallop(union, j, |s| s.1 <= b);
@@ -555,7 +556,7 @@ fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_le
             if key < best.0 {
                 best = (key, Some(a));
                 if key == min_len {
-                    break; // an exact fit (as in `smallest`)
+                    break; // an exact fit: nothing smaller follows, and it is the lowest of its length
                 }
             }
         }
