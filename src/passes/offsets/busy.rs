@@ -406,28 +406,12 @@ impl BusyIndex {
 /// union `i`'s first segment that may meet what comes next (parts arrive lowest first).
 /// True once `best` is an exact fit: nothing smaller can follow, and it is the lowest of
 /// its length.
-fn refine(mut a: u64, b: u64, unions: &[&[(u64, u64)]], cursors: &mut [usize], min_len: u64, best: &mut Best) -> bool {
+fn refine(a: u64, b: u64, unions: &[&[(u64, u64)]], cursors: &mut [usize], min_len: u64, best: &mut Best) -> bool {
     let (Some((union, unions)), Some((j, cursors))) = (unions.split_first(), cursors.split_first_mut()) else {
-        if b - a < best.0 {
-            *best = (b - a, Some(a));
-        }
-        return best.0 == min_len;
+        return offer(a, b, min_len, best);
     };
     *j = gallop(union, *j, |s| s.1 <= a);
-    while let Some(&(s, e)) = union.get(*j) {
-        if s >= b {
-            break;
-        }
-        if s >= a.saturating_add(min_len) && refine(a, s, unions, cursors, min_len, best) {
-            return true;
-        }
-        a = e;
-        if e >= b {
-            break; // it may reach into the next part too
-        }
-        *j += 1;
-    }
-    b >= a.saturating_add(min_len) && refine(a, b, unions, cursors, min_len, best)
+    cut(a, b, union, j, min_len, |a, b| refine(a, b, unions, cursors, min_len, best))
 }
 
 /// How many pivot gaps a walk looks into before small unions are merged.
@@ -506,26 +490,35 @@ fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item =
 /// The smallest part found so far: (length, start); length `u64::MAX` while none.
 type Best = (u64, Option<u64>);
 
-/// Offers the parts of candidate `[a, b)` that `union` leaves free to `best`, starting
-/// from segment `*j` (the first that ends after `a`) and leaving `*j` at the first segment
-/// that may meet the next candidate.
-fn cut_into(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u64, best: &mut Best) {
+/// Calls `part` for each part of `[a, b)` that `union` leaves free and that holds
+/// `min_len` bytes, lowest first, starting from segment `*j` (the first that ends after
+/// `a`) and leaving `*j` at the first segment that may meet what comes after `b`. Stops,
+/// returning true, as soon as `part` returns true.
+fn cut(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u64, mut part: impl FnMut(u64, u64) -> bool) -> bool {
     while let Some(&(s, e)) = union.get(*j) {
         if s >= b {
             break;
         }
-        if s >= a.saturating_add(min_len) && s - a < best.0 {
-            *best = (s - a, Some(a));
+        if s >= a.saturating_add(min_len) && part(a, s) {
+            return true;
         }
         a = e;
         if e >= b {
-            break; // it may reach into the next candidate too
+            break; // it may reach into what comes next too
         }
         *j += 1;
     }
-    if b >= a.saturating_add(min_len) && b - a < best.0 {
+    b >= a.saturating_add(min_len) && part(a, b)
+}
+
+/// Keeps `[a, b)` in `best` if it is smaller (parts arrive lowest first, so the lowest of
+/// equals stays). True once `best` is an exact fit for `min_len`: nothing smaller can
+/// follow, and it is the lowest of its length.
+fn offer(a: u64, b: u64, min_len: u64, best: &mut Best) -> bool {
+    if b - a < best.0 {
         *best = (b - a, Some(a));
     }
+    best.0 == min_len
 }
 
 /// The start of the smallest part (the lowest among equals) of at least `min_len` bytes
@@ -544,9 +537,8 @@ fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_le
             // A segment of `union` may cut this gap.
             if len >= min_len {
                 j = gallop(union, j, |s| s.1 <= a);
-                cut_into(a, b, union, &mut j, min_len, &mut best);
-                if best.0 == min_len {
-                    break; // an exact fit: nothing smaller follows, and it is the lowest of its length
+                if cut(a, b, union, &mut j, min_len, |a, b| offer(a, b, min_len, &mut best)) {
+                    break; // an exact fit
                 }
             } else {
                 j = gallop(union, j, |s| s.1 <= b);
