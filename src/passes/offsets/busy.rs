@@ -266,7 +266,9 @@ impl BusyIndex {
             // meet it (289 of 597 on average on `synthetic::training_like(200000)`), in
             // no pattern a predictor could learn.
             let hits = &mut self.hits;
-            hits.resize(rects.spans.len(), 0);
+            if hits.len() < rects.spans.len() {
+                hits.resize(rects.spans.len(), 0); // never shrunk: no refill per query
+            }
             let mut meeting = 0usize;
             for (i, &(first, last)) in rects.spans.iter().enumerate() {
                 hits[meeting] = i as u32;
