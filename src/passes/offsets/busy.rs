@@ -23,10 +23,15 @@
 //!   clipped to it) sorted by start offset: a query scans them, which is cheaper than the
 //!   dozen small unions a deeper tree would make it read.
 //!
-//! Placing a buffer inserts its bytes into `upper` of the nodes its range meets on two
-//! root paths and, for a node it covers, into `upper` of every kept node under it and into
-//! `blocks` of every block under it (up to O(√n) inserts for a buffer that lives the whole
-//! step), or one rectangle into each half block it meets without covering its block.
+//! Placing a buffer logs its bytes in `covers` of each node at or above the block level
+//! that its range covers (its parent not), adds them to the pending ranges of `upper` of
+//! the kept nodes its range meets on its two root paths, and inserts one rectangle into
+//! each half block it meets without covering its block. The unions are lazy ([`Lazy`]): a
+//! query first brings each union it reads up to date, merging what the `covers` of its
+//! node and of the node's ancestors and its own pending ranges gained since (a batch
+//! costs one merge; inserting a buffer that lives the whole step into every union under
+//! it at once cost O(√n) inserts into cold unions, a dozen cache misses each: a fifth of
+//! a best-fit run).
 //!
 //! A query for a range Q reads exactly the buffers that meet Q: `upper` of each fully
 //! covered node at or above the block level, and for a partly covered block its `blocks`
@@ -76,7 +81,62 @@ impl Segments {
             v.drain(i + 1..j);
         }
     }
+
+    /// Adds every range of `batch` (each `start < end`; reordered), through `spare` (left
+    /// with the old segments): a few one by one, more by one merge of sorted lists.
+    fn insert_all(&mut self, batch: &mut [(u64, u64)], spare: &mut Vec<(u64, u64)>) {
+        if batch.len() <= INSERT_ONE_BY_ONE {
+            for &(start, end) in batch.iter() {
+                self.insert(start, end);
+            }
+            return;
+        }
+        batch.sort_unstable();
+        spare.clear();
+        let (old, mut i) = (&self.0, 0usize);
+        for &(start, end) in batch.iter() {
+            // The old segments ending before `start` go as they are (none of them touches
+            // the top of `spare`: see below).
+            let j = gallop(old, i, |s| s.1 < start);
+            spare.extend_from_slice(&old[i..j]);
+            i = j;
+            match spare.last_mut() {
+                Some(top) if start <= top.1 => top.1 = top.1.max(end),
+                _ => spare.push((start, end)),
+            }
+            // Then the old segments it meets or touches merge into it.
+            let top = spare.last_mut().expect("just pushed");
+            while let Some(&(s, e)) = old.get(i).filter(|s| s.0 <= top.1) {
+                (top.0, top.1) = (top.0.min(s), top.1.max(e));
+                i += 1;
+            }
+        }
+        spare.extend_from_slice(&old[i..]);
+        std::mem::swap(&mut self.0, spare);
+    }
 }
+
+/// A batch of at most this many ranges is inserted one by one (a binary search each),
+/// a bigger one merged in one pass over the union.
+const INSERT_ONE_BY_ONE: usize = 8;
+
+/// A union of the buffers meeting or covering one node, brought up to date only when a
+/// query reads it ([`BusyIndex::refresh`]): a buffer covering a node is logged once, in
+/// `covers` of that node, and reaches the unions under it in batches, not one insert per
+/// union at once (thousands of unions for a buffer that lives the whole step).
+#[derive(Clone, Debug, Default)]
+struct Lazy {
+    segments: Segments,
+    /// Ranges inserted at this node itself, not yet in `segments`.
+    pending: Vec<(u64, u64)>,
+    /// Per level `k` up to the node's own: how many entries of `covers` of the node's
+    /// ancestor at level `k` (the node itself at its own level) are in `segments`.
+    seen: Vec<usize>,
+}
+
+/// A node's own pending ranges are merged once there are this many (so memory stays
+/// bounded for nodes no query reads).
+const PENDING_MAX: usize = 64;
 
 /// One union a query reads.
 #[derive(Clone, Copy, Debug)]
@@ -107,10 +167,16 @@ pub(super) struct BusyIndex {
     width: usize,
     /// The level of the block nodes.
     block_level: u32,
-    /// Per node at or above the block level: every buffer meeting it.
-    upper: Vec<Segments>,
+    /// Per node at or above the block level: every buffer meeting it (kept levels only).
+    upper: Vec<Lazy>,
     /// Per block node `b` (index `b - 2^block_level`): buffers covering it.
-    blocks: Vec<Segments>,
+    blocks: Vec<Lazy>,
+    /// Per node at or above the block level: the buffers whose range covers it and not its
+    /// parent, in placement order (the unions under it take them from here).
+    covers: Vec<Vec<(u64, u64)>>,
+    /// Scratch for [`BusyIndex::refresh`].
+    batch: Vec<(u64, u64)>,
+    spare: Vec<(u64, u64)>,
     /// Per half block (a child of a block, index `v - 2^(block_level + 1)`): every buffer
     /// meeting it that does not cover its block, clipped to it, sorted by start offset.
     rects: Vec<Rects>,
@@ -164,8 +230,11 @@ impl BusyIndex {
             times,
             width,
             block_level,
-            upper: vec![Segments::default(); 2 * base],
-            blocks: vec![Segments::default(); base],
+            upper: (0..2 * base).map(|v| Lazy { seen: vec![0; (level(v.max(1)) + 1) as usize], ..Lazy::default() }).collect(),
+            blocks: (0..base).map(|_| Lazy { seen: vec![0; (block_level + 1) as usize], ..Lazy::default() }).collect(),
+            covers: vec![Vec::new(); 2 * base],
+            batch: Vec::new(),
+            spare: Vec::new(),
             rects: vec![Rects::default(); 2 * base],
             last_leaves: None,
             sets: Vec::new(),
@@ -224,28 +293,40 @@ impl BusyIndex {
             rects.spans.insert(at, ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32));
             return;
         }
-        if self.kept(lv) {
-            self.upper[node].insert(start, end);
-        }
         if lo <= l && h <= hi {
-            // Every node under it down to the block level meets it; every block under it
-            // is covered.
-            for d in 1..=bl - lv {
-                if self.kept(lv + d) {
-                    for w in (node << d)..((node + 1) << d) {
-                        self.upper[w].insert(start, end);
-                    }
-                }
-            }
-            let base = 1usize << bl;
-            for b in (node << (bl - lv))..((node + 1) << (bl - lv)) {
-                self.blocks[b - base].insert(start, end);
-            }
+            // Every union under it takes it when next read.
+            self.covers[node].push((start, end));
             return;
+        }
+        if self.kept(lv) {
+            let union = &mut self.upper[node];
+            union.pending.push((start, end));
+            if union.pending.len() >= PENDING_MAX {
+                self.refresh(node, false);
+            }
         }
         let mid = l + (h - l) / 2;
         self.insert_at(2 * node, l, mid, lo, hi, start, end);
         self.insert_at(2 * node + 1, mid, h, lo, hi, start, end);
+    }
+
+    /// Brings the union of `node` up to date (`upper`, or `blocks` if `block`): merges the
+    /// ranges logged in `covers` of the node and its ancestors since it was last brought up
+    /// to date, and (for `upper`) its own pending ones.
+    fn refresh(&mut self, node: usize, block: bool) {
+        let lv = level(node);
+        let union = if block { &mut self.blocks[node - (1usize << lv)] } else { &mut self.upper[node] };
+        let batch = &mut self.batch;
+        batch.clear();
+        batch.append(&mut union.pending);
+        for (k, seen) in union.seen.iter_mut().enumerate() {
+            let log = &self.covers[node >> (lv - k as u32)];
+            if *seen < log.len() {
+                batch.extend_from_slice(&log[*seen..]);
+                *seen = log.len();
+            }
+        }
+        union.segments.insert_all(batch, &mut self.spare);
     }
 
     /// Pushes the unions that hold exactly the buffers meeting leaves `[lo, hi)` within
@@ -286,10 +367,12 @@ impl BusyIndex {
         }
         let full = lo <= l && h <= hi;
         if full && self.kept(lv) {
+            self.refresh(node, false);
             self.sets.push(Set::All(node));
             return;
         }
         if !full && lv == bl {
+            self.refresh(node, true);
             self.sets.push(Set::Block(node - (1usize << bl)));
         }
         // A node whose union is not kept, or one partly in the range: its children say.
@@ -561,10 +644,10 @@ fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_le
 }
 
 /// The segments of `set`.
-fn slice_of<'a>(blocks: &'a [Segments], upper: &'a [Segments], scratch: &'a [(u64, u64)], set: Set) -> &'a [(u64, u64)] {
+fn slice_of<'a>(blocks: &'a [Lazy], upper: &'a [Lazy], scratch: &'a [(u64, u64)], set: Set) -> &'a [(u64, u64)] {
     match set {
-        Set::Block(b) => &blocks[b].0,
-        Set::All(v) => &upper[v].0,
+        Set::Block(b) => &blocks[b].segments.0,
+        Set::All(v) => &upper[v].segments.0,
         Set::Scratch(from, to) => &scratch[from..to],
     }
 }
@@ -754,6 +837,34 @@ mod tests {
         s.insert(50, 60);
         s.insert(45, 70);
         assert_eq!(s.0, [(0, 40), (45, 70)]);
+    }
+
+    #[test]
+    fn a_batch_merges_as_inserting_one_by_one() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut spare = Vec::new();
+        for round in 0..300 {
+            let (mut batched, mut one_by_one) = (Segments::default(), Segments::default());
+            for _ in 0..1 + next(6) {
+                // Batches of both kinds (one by one up to INSERT_ONE_BY_ONE, merged above),
+                // ranges that nest, overlap, touch and stand apart.
+                let mut batch: Vec<(u64, u64)> = (0..next(3 * INSERT_ONE_BY_ONE as u64))
+                    .map(|_| {
+                        let start = next(400);
+                        (start, start + 1 + next(if round % 2 == 0 { 8 } else { 60 }))
+                    })
+                    .collect();
+                for &(s, e) in &batch {
+                    one_by_one.insert(s, e);
+                }
+                batched.insert_all(&mut batch, &mut spare);
+                assert_eq!(batched.0, one_by_one.0, "round {round}");
+            }
+        }
     }
 
     #[test]
