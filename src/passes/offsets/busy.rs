@@ -49,9 +49,12 @@
 //!   it refines candidates: each pivot gap long enough goes through the other unions depth
 //!   first ([`refine`]: each cuts it, galloping, so a big union costs the pieces reaching
 //!   it times a logarithm; pieces too short are dropped), and the first exact fit ends the
-//!   query. With one other union (a short range), it is cut on the fly while the pivot is
-//!   scanned for the smallest piece ([`smallest_between`]: a gap that meets none of its
-//!   segments, the usual case, costs a compare or two).
+//!   query. A range within one half block (a short-lived buffer: most queries) reads no
+//!   union but its block's: every rectangle meeting it lies inside one gap of that union
+//!   (its buffer is live whenever those covering the block are), so one pass over the
+//!   meeting rectangles in start order, each located in the union by galloping, cuts the
+//!   gaps they touch, and the untouched gaps between are compared without a branch per
+//!   gap ([`BusyIndex::best_in_half_block`]).
 //!
 //! Buffers only meet buffers of their own part of the schedule, so [`place`] first splits
 //! the schedule where no buffer spans a boundary and gives each part an index of its own
@@ -158,10 +161,32 @@ struct Rects {
     bytes: Vec<(u64, u64)>,
 }
 
+impl Rects {
+    /// Calls `each(start, end)` with the bytes of every rectangle meeting leaves
+    /// `[qfirst, qlast]`, in start order, until it returns true (then returns true).
+    /// About half the rectangles meet a range (289 of 597 on average on
+    /// `synthetic::training_like(200000)`), in no pattern a predictor could learn: a mask
+    /// of which ones meet is made without a branch per rectangle, 64 at a time.
+    fn meeting(&self, qfirst: u32, qlast: u32, mut each: impl FnMut(u64, u64) -> bool) -> bool {
+        for (chunk, spans) in self.spans.chunks(64).enumerate() {
+            let mut mask = 0u64;
+            for (k, &(first, last)) in spans.iter().enumerate() {
+                mask |= u64::from((first <= qlast) & (qfirst <= last)) << k;
+            }
+            while mask != 0 {
+                let (start, end) = self.bytes[chunk * 64 + mask.trailing_zeros() as usize];
+                if each(start, end) {
+                    return true;
+                }
+                mask &= mask - 1;
+            }
+        }
+        false
+    }
+}
+
 /// Which placed bytes are busy during a time range (see the module docs).
 pub(super) struct BusyIndex {
-    /// Distinct `first` values, sorted: the leaves.
-    times: Vec<usize>,
     /// Leaves rounded up to a power of two; node `v` has children `2v`, `2v+1`, the root
     /// is node 1 at level 0 and the leaves are at level `log2(width)`.
     width: usize,
@@ -180,20 +205,42 @@ pub(super) struct BusyIndex {
     /// Per half block (a child of a block, index `v - 2^(block_level + 1)`): every buffer
     /// meeting it that does not cover its block, clipped to it, sorted by start offset.
     rects: Vec<Rects>,
-    /// The last answer of [`BusyIndex::leaves`]: (first, last, leaves).
-    last_leaves: Option<(usize, usize, Leaves)>,
     /// Scratch for queries.
     sets: Vec<Set>,
     scratch: Vec<(u64, u64)>,
-    hits: Vec<u32>,
     merged: Vec<(u64, u64)>,
     pieces: Vec<(u64, u64)>,
     cursors: Vec<usize>,
     order: Vec<usize>,
 }
 
-/// The leaves of a range, half-open (`None`: no leaf lies in it).
-type Leaves = Option<(usize, usize)>;
+/// The leaves of a range, half-open: `lo..hi` (empty if `hi <= lo`).
+type Leaves = (usize, usize);
+
+/// The leaves of each of `ranges` (inclusive steps `first..=last`) when time is compressed
+/// to their distinct `first`s (see the module docs), and how many leaves there are. Found
+/// by two sorts, not a binary search per range: those missed the cache at every step
+/// (the leaves of 200000 buffers were a sixteenth of a best-fit run).
+fn leaves_of(ranges: impl Iterator<Item = (usize, usize)>) -> (usize, Vec<Leaves>) {
+    let mut by_first: Vec<(usize, usize, usize)> = ranges.enumerate().map(|(k, (first, last))| (first, last, k)).collect();
+    let mut leaves = vec![(0, 0); by_first.len()];
+    by_first.sort_unstable();
+    let mut firsts: Vec<usize> = Vec::with_capacity(by_first.len());
+    for &(first, _, k) in &by_first {
+        if firsts.last() != Some(&first) {
+            firsts.push(first);
+        }
+        leaves[k].0 = firsts.len() - 1;
+    }
+    let mut by_last: Vec<(usize, usize)> = by_first.iter().map(|&(_, last, k)| (last, k)).collect();
+    by_last.sort_unstable();
+    let mut hi = 0usize;
+    for (last, k) in by_last {
+        hi += firsts[hi..].iter().take_while(|&&first| first <= last).count();
+        leaves[k].1 = hi;
+    }
+    (firsts.len(), leaves)
+}
 
 /// What a gap visitor tells the walk.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -215,19 +262,15 @@ fn level(node: usize) -> u32 {
 }
 
 impl BusyIndex {
-    /// An empty index for buffers whose ranges start at the given `firsts`.
-    pub(super) fn new(firsts: impl Iterator<Item = usize>) -> BusyIndex {
-        let mut times: Vec<usize> = firsts.collect();
-        times.sort_unstable();
-        times.dedup();
-        let width = times.len().max(1).next_power_of_two();
+    /// An empty index over `leaves` leaves ([`leaves_of`]).
+    pub(super) fn new(leaves: usize) -> BusyIndex {
+        let width = leaves.max(1).next_power_of_two();
         let depth = level(width);
         // Blocks of about 2√width leaves, halves of blocks under them (measured best on the
         // synthetic lists of benches/offsets.rs among levels one and two either side).
         let block_level = depth.saturating_sub(2) / 2;
         let base = 1usize << block_level;
         BusyIndex {
-            times,
             width,
             block_level,
             upper: (0..2 * base).map(|v| Lazy { seen: vec![0; (level(v.max(1)) + 1) as usize], ..Lazy::default() }).collect(),
@@ -236,10 +279,8 @@ impl BusyIndex {
             batch: Vec::new(),
             spare: Vec::new(),
             rects: vec![Rects::default(); 2 * base],
-            last_leaves: None,
             sets: Vec::new(),
             scratch: Vec::new(),
-            hits: Vec::new(),
             merged: Vec::new(),
             pieces: Vec::new(),
             cursors: Vec::new(),
@@ -247,29 +288,13 @@ impl BusyIndex {
         }
     }
 
-    /// The leaves of `[first, last]`, half-open; `None` if no leaf lies in it. The last
-    /// answer is kept: placing a buffer asks twice (its query, then its insert).
-    fn leaves(&mut self, first: usize, last: usize) -> Leaves {
-        if let Some((f, l, leaves)) = self.last_leaves
-            && (f, l) == (first, last)
-        {
-            return leaves;
+    /// Marks `[start, end)` busy during leaves `lo..hi` (an empty byte range is ignored).
+    /// The bytes must be free then, as placements are: best fit relies on no two buffers
+    /// live at once sharing a byte.
+    pub(super) fn insert(&mut self, (lo, hi): Leaves, start: u64, end: u64) {
+        if lo < hi && start < end {
+            self.insert_at(1, 0, self.width, lo, hi, start, end);
         }
-        let lo = self.times.partition_point(|&t| t < first);
-        let hi = self.times.partition_point(|&t| t <= last);
-        let leaves = (lo < hi).then_some((lo, hi));
-        self.last_leaves = Some((first, last, leaves));
-        leaves
-    }
-
-    /// Marks `[start, end)` busy during `[first, last]` (`first` must be one of the firsts
-    /// the index was built with; an empty byte range is ignored).
-    pub(super) fn insert(&mut self, first: usize, last: usize, start: u64, end: u64) {
-        let Some((lo, hi)) = self.leaves(first, last) else { return };
-        if start >= end {
-            return;
-        }
-        self.insert_at(1, 0, self.width, lo, hi, start, end);
     }
 
     /// Whether `upper` is kept at nodes of level `lv`: every `STRIDE`-th level, counting up
@@ -342,26 +367,13 @@ impl BusyIndex {
             let (qfirst, qlast) = ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32);
             let from = self.scratch.len();
             let scratch = &mut self.scratch;
-            let rects = &self.rects[node - (2usize << bl)];
-            // Which rectangles meet the range, without a branch per rectangle: about half
-            // meet it (289 of 597 on average on `synthetic::training_like(200000)`), in
-            // no pattern a predictor could learn.
-            let hits = &mut self.hits;
-            if hits.len() < rects.spans.len() {
-                hits.resize(rects.spans.len(), 0); // never shrunk: no refill per query
-            }
-            let mut meeting = 0usize;
-            for (i, &(first, last)) in rects.spans.iter().enumerate() {
-                hits[meeting] = i as u32;
-                meeting += usize::from((first <= qlast) & (qfirst <= last));
-            }
-            for &i in &hits[..meeting] {
-                let (start, end) = rects.bytes[i as usize];
+            self.rects[node - (2usize << bl)].meeting(qfirst, qlast, |start, end| {
                 match scratch[from..].last_mut() {
                     Some(top) if start <= top.1 => top.1 = top.1.max(end),
                     _ => scratch.push((start, end)),
                 }
-            }
+                false
+            });
             self.sets.push(Set::Scratch(from, self.scratch.len()));
             return;
         }
@@ -381,13 +393,13 @@ impl BusyIndex {
         self.collect(2 * node + 1, mid, h, lo, hi);
     }
 
-    /// Collects the unions holding exactly the buffers live during `[first, last]` into
+    /// Collects the unions holding exactly the buffers live during leaves `lo..hi` into
     /// `sets` and returns the pivot's position among them: the union of everything meeting
     /// the widest node wholly inside the range (nearly gapless), else the biggest union.
-    fn gather(&mut self, first: usize, last: usize) -> Option<usize> {
+    fn gather(&mut self, (lo, hi): Leaves) -> Option<usize> {
         self.sets.clear();
         self.scratch.clear();
-        if let Some((lo, hi)) = self.leaves(first, last) {
+        if lo < hi {
             self.collect(1, 0, self.width, lo, hi);
         }
         self.sets
@@ -409,8 +421,8 @@ impl BusyIndex {
     /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
     /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
     /// skipped. Stops early when `visit` says so.
-    pub(super) fn gaps(&mut self, first: usize, last: usize, min_len: u64, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
-        let pivot_at = self.gather(first, last);
+    pub(super) fn gaps(&mut self, leaves: Leaves, min_len: u64, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+        let pivot_at = self.gather(leaves);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let pivot: &[(u64, u64)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
         // The others are searched inside each pivot gap. Many small ones cost a search
@@ -441,9 +453,12 @@ impl BusyIndex {
         walk(pivot, resume, &others, cursors, pieces, min_len, usize::MAX, &mut visit);
     }
 
-    /// Best fit for `size` bytes during `[first, last]`: the start of the smallest maximal
+    /// Best fit for `size` bytes during leaves `lo..hi`: the start of the smallest maximal
     /// gap of at least `size` bytes that no buffer live then occupies (the lowest among
-    /// equals), or `None` if no gap holds it; and the top of those buffers.
+    /// equals), or the top of those buffers if no gap holds it.
+    ///
+    /// A range within one half block (most of them) has a pass of its own
+    /// ([`BusyIndex::best_in_half_block`]). For the others:
     ///
     /// Only gaps of at least `size` bytes matter: the pivot's gaps that are long enough
     /// (plus the space between its top and the top of all) are the candidates, and each
@@ -453,25 +468,26 @@ impl BusyIndex {
     /// synthetic lists end so). Each union is galloped through, so a big union costs the
     /// pieces that reach it times a logarithm, not its length (long ranges read many big
     /// unions, but their pivot, everything meeting a wide node, leaves few candidates).
-    /// With one other union (a short range: the buffers covering its block and the
-    /// rectangles meeting it), it is cut on the fly while the pivot is scanned
-    /// ([`smallest_between`]).
-    pub(super) fn best(&mut self, first: usize, last: usize, size: u64) -> (Option<u64>, u64) {
-        let pivot_at = self.gather(first, last);
+    pub(super) fn best(&mut self, leaves: Leaves, size: u64) -> u64 {
+        let (lo, hi) = leaves;
+        if lo < hi
+            && let Some(shift) = level(self.width).checked_sub(self.block_level + 1)
+            && lo >> shift == (hi - 1) >> shift
+        {
+            let half = lo >> shift;
+            let base = half << shift;
+            return self.best_in_half_block(half, (lo - base) as u32, (hi - 1 - base) as u32, size);
+        }
+        let pivot_at = self.gather(leaves);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(0);
-        let Some(pivot_at) = pivot_at else { return (None, top) };
+        let Some(pivot_at) = pivot_at else { return top };
         let pivot = slice(self.sets[pivot_at]);
         // The others, smallest first (measured a little better than biggest first).
         let order = &mut self.order;
         order.clear();
         order.extend((0..self.sets.len()).filter(|&i| i != pivot_at && !slice(self.sets[i]).is_empty()));
         order.sort_unstable_by_key(|&i| slice(self.sets[i]).len());
-        match order[..] {
-            [] => return (smallest_between(pivot, top, &[], size), top),
-            [one] => return (smallest_between(pivot, top, slice(self.sets[one]), size), top),
-            _ => {}
-        }
         let unions: Vec<&[(u64, u64)]> = order.iter().map(|&i| slice(self.sets[i])).collect();
         let cursors = &mut self.cursors;
         cursors.clear();
@@ -482,7 +498,152 @@ impl BusyIndex {
                 break;
             }
         }
-        (best.1, top)
+        best.1.unwrap_or(top)
+    }
+
+    /// [`BusyIndex::best`] for leaves `[qfirst, qlast]` of half block `half` (counted
+    /// from its first leaf): most queries, those of short-lived buffers. The buffers live
+    /// then are those covering its block and those of the half block's rectangles that
+    /// meet the range. Each such rectangle lies inside one gap of the block's union (its
+    /// buffer is live while every buffer covering the block is), so the free parts are the
+    /// block union's gaps that no meeting rectangle touches, and the parts of the touched
+    /// ones that the rectangles leave free. One pass finds the smallest: the meeting
+    /// rectangles in start order, merged, each located in the block union by galloping;
+    /// the untouched gaps between them are compared without a branch per gap (a thousand
+    /// gaps per block on `synthetic::training_like(200000)`, a hundred touched).
+    fn best_in_half_block(&mut self, half: usize, qfirst: u32, qlast: u32, size: u64) -> u64 {
+        let block = half >> 1;
+        self.refresh(block + (1usize << self.block_level), true);
+        let gaps = Gaps { union: &self.blocks[block].segments.0, next: 0, open: None, cursor: 0 };
+        let mut cut = Cut { gaps, best: Smallest { size, len: u64::MAX, at: 0 }, run: None, top: 0 };
+        let exact = self.rects[half].meeting(qfirst, qlast, |start, end| cut.add(start, end));
+        if exact || cut.finish() {
+            return cut.best.at;
+        }
+        let top = cut.gaps.union.last().map_or(0, |s| s.1).max(cut.top);
+        if cut.best.len == u64::MAX { top } else { cut.best.at }
+    }
+}
+
+/// The smallest free part found so far for `size` bytes (`len == u64::MAX`: none yet):
+/// parts are offered lowest first and only a strictly smaller one replaces it, so it is
+/// the lowest among equals.
+struct Smallest {
+    size: u64,
+    len: u64,
+    at: u64,
+}
+
+impl Smallest {
+    /// Offers `[a, b)`; true once the smallest is an exact fit (nothing can beat it).
+    fn offer(&mut self, a: u64, b: u64) -> bool {
+        let len = b - a;
+        if len >= self.size && len < self.len {
+            (self.len, self.at) = (len, a);
+        }
+        self.len == self.size
+    }
+
+    /// Offers the gaps of `union` numbered `from..to` (gap `i` ends where `union[i]`
+    /// starts), without a branch per gap; true once the smallest is an exact fit.
+    fn offer_gaps(&mut self, union: &[(u64, u64)], from: usize, to: usize) -> bool {
+        if from < to {
+            let mut a = if from == 0 { 0 } else { union[from - 1].1 };
+            let (mut len, mut at) = (self.len, self.at);
+            for &(s, e) in &union[from..to] {
+                let key = if s - a >= self.size { s - a } else { u64::MAX };
+                let smaller = key < len;
+                len = if smaller { key } else { len };
+                at = if smaller { a } else { at };
+                a = e;
+            }
+            (self.len, self.at) = (len, at);
+        }
+        self.len == self.size
+    }
+}
+
+/// The gaps of a union, visited lowest first: gap `i` lies between `union[i - 1]` (or 0)
+/// and `union[i]` (the last, `i == union.len()`, is unbounded).
+struct Gaps<'a> {
+    union: &'a [(u64, u64)],
+    /// The first gap not yet offered whole nor opened.
+    next: usize,
+    /// The gap being cut (its number) and where its free part goes on from.
+    open: Option<(usize, u64)>,
+    /// Where galloping for the next gap starts.
+    cursor: usize,
+}
+
+/// The free parts of the gaps of a union (`gaps`) that rectangles (`add`, lowest start
+/// first, each inside one gap) leave, offered to `best` lowest first.
+struct Cut<'a> {
+    gaps: Gaps<'a>,
+    best: Smallest,
+    /// The rectangles added since the last that did not meet or touch the one before,
+    /// merged.
+    run: Option<(u64, u64)>,
+    /// The highest end added.
+    top: u64,
+}
+
+impl Cut<'_> {
+    /// Adds the bytes of a rectangle; true once the smallest is an exact fit.
+    fn add(&mut self, start: u64, end: u64) -> bool {
+        self.top = self.top.max(end);
+        match &mut self.run {
+            Some(run) if start <= run.1 => {
+                run.1 = run.1.max(end);
+                false
+            }
+            run => match run.replace((start, end)) {
+                Some(done) => self.cut(done),
+                None => false,
+            },
+        }
+    }
+
+    /// Cuts `[start, end)` out of the gap holding it: the gaps before it that nothing cut
+    /// are offered whole, the part of its gap below it is offered.
+    fn cut(&mut self, (start, end): (u64, u64)) -> bool {
+        let gaps = &mut self.gaps;
+        let gap = gallop(gaps.union, gaps.cursor, |s| s.1 <= start);
+        gaps.cursor = gap;
+        let from = match gaps.open {
+            Some((open, from)) if open == gap => from,
+            open => {
+                if let Some((open, from)) = open
+                    && self.best.offer(from, gaps.union[open].0)
+                {
+                    return true;
+                }
+                if self.best.offer_gaps(gaps.union, gaps.next, gap) {
+                    return true;
+                }
+                gaps.next = gap + 1;
+                if gap == 0 { 0 } else { gaps.union[gap - 1].1 }
+            }
+        };
+        gaps.open = Some((gap, end));
+        self.best.offer(from, start)
+    }
+
+    /// Cuts the last run and offers what remains: the rest of the gap being cut and the
+    /// bounded gaps above it; true once the smallest is an exact fit.
+    fn finish(&mut self) -> bool {
+        if let Some(run) = self.run.take()
+            && self.cut(run)
+        {
+            return true;
+        }
+        let gaps = &mut self.gaps;
+        if let Some((open, from)) = gaps.open.take()
+            && open < gaps.union.len()
+            && self.best.offer(from, gaps.union[open].0)
+        {
+            return true;
+        }
+        self.best.offer_gaps(gaps.union, gaps.next, gaps.union.len())
     }
 }
 
@@ -604,43 +765,6 @@ fn offer(a: u64, b: u64, min_len: u64, best: &mut Best) -> bool {
         *best = (b - a, Some(a));
     }
     best.0 == min_len
-}
-
-/// The start of the smallest part (the lowest among equals) of at least `min_len` bytes
-/// that `union` leaves free in the gaps of `pivot` below `top` ([`gaps_of`]), for a
-/// `union` that is usually much smaller than the pivot: most gaps meet none of its
-/// segments, and those cost a few branch-free instructions (this loop is a quarter of a
-/// spatial best-fit run on `synthetic::training_like(200000)`).
-fn smallest_between(pivot: &[(u64, u64)], top: u64, union: &[(u64, u64)], min_len: u64) -> Option<u64> {
-    let (mut best, mut j) = ((u64::MAX, None), 0usize);
-    // The start of the first segment of `union` not yet behind the gaps looked at.
-    let mut touch = union.first().map_or(u64::MAX, |s| s.0);
-    let mut a = 0u64;
-    for &(b, e) in pivot.iter().chain(std::iter::once(&(top, top))) {
-        let len = b.saturating_sub(a);
-        if touch < b {
-            // A segment of `union` may cut this gap.
-            if len >= min_len {
-                j = gallop(union, j, |s| s.1 <= a);
-                if cut(a, b, union, &mut j, min_len, |a, b| offer(a, b, min_len, &mut best)) {
-                    break; // an exact fit
-                }
-            } else {
-                j = gallop(union, j, |s| s.1 <= b);
-            }
-            touch = union.get(j).map_or(u64::MAX, |s| s.0.max(b));
-        } else {
-            let key = if len >= min_len { len } else { u64::MAX };
-            if key < best.0 {
-                best = (key, Some(a));
-                if key == min_len {
-                    break; // an exact fit: nothing smaller follows, and it is the lowest of its length
-                }
-            }
-        }
-        a = e;
-    }
-    best.1
 }
 
 /// The segments of `set`.
@@ -768,25 +892,29 @@ fn parts(intervals: &[Live], order: &[usize]) -> Option<Vec<Vec<usize>>> {
 
 /// [`place`] for the buffers of one part, in `order`, writing their offsets.
 fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>], offsets: &mut [u64]) -> Option<()> {
-    let mut index = BusyIndex::new(order.iter().map(|&i| intervals[i].first));
+    let mut ranges = Vec::with_capacity(order.len());
     for &i in order {
-        let live = *intervals.get(i)?;
+        let live = intervals.get(i)?;
+        ranges.push((live.first, live.last));
+    }
+    let (count, leaves) = leaves_of(ranges.into_iter());
+    let mut index = BusyIndex::new(count);
+    for (&i, &leaves) in order.iter().zip(&leaves) {
+        let live = intervals[i];
         if live.size == 0 {
             continue;
         }
         let size = live.size;
         if let Some(offset) = pin[i] {
-            index.insert(live.first, live.last, offset, offset.checked_add(size)?);
+            index.insert(leaves, offset, offset.checked_add(size)?);
             offsets[i] = offset;
             continue;
         }
         let offset = match fit {
-            Fit::Best => match index.best(live.first, live.last, size) {
-                (Some(offset), _) | (None, offset) => offset,
-            },
+            Fit::Best => index.best(leaves, size),
             Fit::First => {
                 let mut offset = None;
-                index.gaps(live.first, live.last, size, |start, end| match end {
+                index.gaps(leaves, size, |start, end| match end {
                     Some(end) if end - start < size => Walk::Continue,
                     _ => {
                         offset = Some(start);
@@ -797,7 +925,7 @@ fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>]
             }
         };
         let end = offset.checked_add(size)?;
-        index.insert(live.first, live.last, offset, end);
+        index.insert(leaves, offset, end);
         offsets[i] = offset;
     }
     Some(())
@@ -874,24 +1002,41 @@ mod tests {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (seed >> 33) % n
         };
-        for _ in 0..200 {
-            let n = 1 + next(30) as usize;
+        for round in 0..300 {
+            // Small lists, and (every third) lists long enough for blocks whose unions
+            // have many gaps, cut by the rectangles of short ranges.
+            let (n, steps, span) = if round % 3 == 2 { (1 + next(160), 120, 90) } else { (1 + next(30), 25, 8) };
             let ranges: Vec<(usize, usize)> = (0..n)
                 .map(|_| {
-                    let f = next(25) as usize;
-                    (f, f + next(8) as usize)
+                    let f = next(steps) as usize;
+                    let longest = if next(2) == 0 { 4 } else { span };
+                    (f, f + next(longest) as usize)
                 })
                 .collect();
-            let mut index = BusyIndex::new(ranges.iter().map(|r| r.0));
+            let n = n as usize;
+            let (count, leaves) = leaves_of(ranges.iter().copied());
+            let mut index = BusyIndex::new(count);
             let mut placed = Vec::new();
-            for &(f, l) in &ranges {
-                let start = next(200);
-                let end = start + next(40);
-                index.insert(f, l, start, end);
+            for (&(f, l), &at) in ranges.iter().zip(&leaves) {
+                // Somewhere free while it lives (as placements are): in a random gap that
+                // holds it, else on top; some are empty (they take nothing). In every
+                // other list all is a multiple of 8, so that many gaps have equal lengths.
+                let unit = if round % 2 == 0 { 8 } else { 1 };
+                let len = unit * next(40 / unit);
+                let free: Vec<(u64, u64)> = brute_gaps(&placed, f, l)
+                    .into_iter()
+                    .map(|(s, e)| (s, e.unwrap_or(s + 304)))
+                    .filter(|&(s, e)| e - s >= len)
+                    .collect();
+                let (s, e) = free[next(free.len() as u64) as usize];
+                let start = s + unit * next((e - s - len) / unit + 1);
+                let end = start + len;
+                index.insert(at, start, end);
                 placed.push((f, l, start, end));
-                let (qf, ql) = ranges[next(n as u64) as usize];
+                let q = next(n as u64) as usize;
+                let ((qf, ql), query) = (ranges[q], leaves[q]);
                 let mut got = Vec::new();
-                index.gaps(qf, ql, 0, |s, e| {
+                index.gaps(query, 0, |s, e| {
                     got.push((s, e));
                     Walk::Continue
                 });
@@ -899,18 +1044,17 @@ mod tests {
                 assert_eq!(got, brute, "query [{qf}, {ql}] after {placed:?}");
                 // Best fit: the smallest bounded gap that holds `size` (the lowest among
                 // equals), and the top.
-                let size = 1 + next(30);
+                let size = unit * (1 + next(30 / unit));
                 let fits = brute.iter().filter_map(|&(s, e)| Some((e? - s, s))).filter(|&(len, _)| len >= size);
-                let want = (fits.min().map(|(_, s)| s), brute.last().map_or(0, |g| g.0));
-                assert_eq!(index.best(qf, ql, size), want, "best fit for {size} in [{qf}, {ql}] after {placed:?}");
+                let want = fits.min().map_or(brute.last().map_or(0, |g| g.0), |(_, s)| s);
+                assert_eq!(index.best(query, size), want, "best fit for {size} in [{qf}, {ql}] after {placed:?}");
                 // A size that some gap fits exactly (the scan stops at the first such gap):
                 // the lowest gap of that length.
                 let bounded: Vec<(u64, u64)> = brute.iter().filter_map(|&(s, e)| Some((s, e?))).collect();
                 if !bounded.is_empty() {
                     let (s, e) = bounded[next(bounded.len() as u64) as usize];
                     let lowest = bounded.iter().find(|g| g.1 - g.0 == e - s).map(|g| g.0);
-                    let top = brute.last().map_or(0, |g| g.0);
-                    assert_eq!(index.best(qf, ql, e - s), (lowest, top), "exact fit for {} in [{qf}, {ql}] after {placed:?}", e - s);
+                    assert_eq!(Some(index.best(query, e - s)), lowest, "exact fit for {} in [{qf}, {ql}] after {placed:?}", e - s);
                 }
             }
         }
