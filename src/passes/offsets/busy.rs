@@ -869,17 +869,17 @@ const PART_MIN: usize = 1024;
 /// so faster) in the same order, with the same result. `None` if `order` names a buffer
 /// that does not exist.
 fn parts(intervals: &[Live], order: &[usize]) -> Option<Vec<Vec<usize>>> {
-    let mut by_first: Vec<usize> = (0..intervals.len()).collect();
-    by_first.sort_unstable_by_key(|&i| intervals[i].first);
+    // Ranges beside their indices, not looked up at every comparison (cache misses).
+    let mut by_first: Vec<(usize, usize, usize)> = intervals.iter().enumerate().map(|(i, l)| (l.first, l.last, i)).collect();
+    by_first.sort_unstable();
     let mut part_of = vec![0usize; intervals.len()];
     let (mut part, mut count, mut reach) = (0usize, 0usize, None::<usize>);
-    for &i in &by_first {
-        let live = intervals[i];
-        if reach.is_some_and(|r| live.first > r) && count >= PART_MIN {
+    for (first, last, i) in by_first {
+        if reach.is_some_and(|r| first > r) && count >= PART_MIN {
             part += 1;
             count = 0;
         }
-        reach = Some(reach.map_or(live.last, |r| r.max(live.last)));
+        reach = Some(reach.map_or(last, |r| r.max(last)));
         part_of[i] = part;
         count += 1;
     }
