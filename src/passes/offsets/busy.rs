@@ -492,13 +492,13 @@ impl BusyIndex {
         let cursors = &mut self.cursors;
         cursors.clear();
         cursors.resize(unions.len(), 0);
-        let mut best = (u64::MAX, None);
+        let mut best = Smallest::new(size);
         for (a, b) in gaps_of(pivot, top, size) {
-            if refine(a, b, &unions, cursors, size, &mut best) {
+            if refine(a, b, &unions, cursors, &mut best) {
                 break;
             }
         }
-        best.1.unwrap_or(top)
+        best.found().unwrap_or(top)
     }
 
     /// [`BusyIndex::best`] for leaves `[qfirst, qlast]` of half block `half` (counted
@@ -515,13 +515,12 @@ impl BusyIndex {
         let block = half >> 1;
         self.refresh(block + (1usize << self.block_level), true);
         let gaps = Gaps { union: &self.blocks[block].segments.0, next: 0, open: None, cursor: 0 };
-        let mut cut = Cut { gaps, best: Smallest { size, len: u64::MAX, at: 0 }, run: None, top: 0 };
+        let mut cut = Cut { gaps, best: Smallest::new(size), run: None, top: 0 };
         let exact = self.rects[half].meeting(qfirst, qlast, |start, end| cut.add(start, end));
         if exact || cut.finish() {
             return cut.best.at;
         }
-        let top = cut.gaps.union.last().map_or(0, |s| s.1).max(cut.top);
-        if cut.best.len == u64::MAX { top } else { cut.best.at }
+        cut.best.found().unwrap_or_else(|| cut.gaps.union.last().map_or(0, |s| s.1).max(cut.top))
     }
 }
 
@@ -535,6 +534,15 @@ struct Smallest {
 }
 
 impl Smallest {
+    fn new(size: u64) -> Smallest {
+        Smallest { size, len: u64::MAX, at: 0 }
+    }
+
+    /// The start of the smallest part offered, if any held `size` bytes.
+    fn found(&self) -> Option<u64> {
+        (self.len != u64::MAX).then_some(self.at)
+    }
+
     /// Offers `[a, b)`; true once the smallest is an exact fit (nothing can beat it).
     fn offer(&mut self, a: u64, b: u64) -> bool {
         let len = b - a;
@@ -652,12 +660,12 @@ impl Cut<'_> {
 /// union `i`'s first segment that may meet what comes next (parts arrive lowest first).
 /// True once `best` is an exact fit: nothing smaller can follow, and it is the lowest of
 /// its length.
-fn refine(a: u64, b: u64, unions: &[&[(u64, u64)]], cursors: &mut [usize], min_len: u64, best: &mut Best) -> bool {
+fn refine(a: u64, b: u64, unions: &[&[(u64, u64)]], cursors: &mut [usize], best: &mut Smallest) -> bool {
     let (Some((union, unions)), Some((j, cursors))) = (unions.split_first(), cursors.split_first_mut()) else {
-        return offer(a, b, min_len, best);
+        return best.offer(a, b);
     };
     *j = gallop(union, *j, |s| s.1 <= a);
-    cut(a, b, union, j, min_len, |a, b| refine(a, b, unions, cursors, min_len, best))
+    cut(a, b, union, j, best.size, |a, b| refine(a, b, unions, cursors, best))
 }
 
 /// How many pivot gaps a walk looks into before small unions are merged.
@@ -733,9 +741,6 @@ fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item =
     ends.zip(starts).filter(move |&(a, b)| b >= a.saturating_add(min_len))
 }
 
-/// The smallest part found so far: (length, start); length `u64::MAX` while none.
-type Best = (u64, Option<u64>);
-
 /// Calls `part` for each part of `[a, b)` that `union` leaves free and that holds
 /// `min_len` bytes, lowest first, starting from segment `*j` (the first that ends after
 /// `a`) and leaving `*j` at the first segment that may meet what comes after `b`. Stops,
@@ -755,16 +760,6 @@ fn cut(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u64, mu
         *j += 1;
     }
     b >= a.saturating_add(min_len) && part(a, b)
-}
-
-/// Keeps `[a, b)` in `best` if it is smaller (parts arrive lowest first, so the lowest of
-/// equals stays). True once `best` is an exact fit for `min_len`: nothing smaller can
-/// follow, and it is the lowest of its length.
-fn offer(a: u64, b: u64, min_len: u64, best: &mut Best) -> bool {
-    if b - a < best.0 {
-        *best = (b - a, Some(a));
-    }
-    best.0 == min_len
 }
 
 /// The segments of `set`.
