@@ -605,7 +605,7 @@ impl Cut<'_> {
                 false
             }
             run => match run.replace((start, end)) {
-                Some(done) => self.cut(done),
+                Some(done) => self.cut_out(done),
                 None => false,
             },
         }
@@ -613,7 +613,7 @@ impl Cut<'_> {
 
     /// Cuts `[start, end)` out of the gap holding it: the gaps before it that nothing cut
     /// are offered whole, the part of its gap below it is offered.
-    fn cut(&mut self, (start, end): (u64, u64)) -> bool {
+    fn cut_out(&mut self, (start, end): (u64, u64)) -> bool {
         let gaps = &mut self.gaps;
         let gap = gallop(gaps.union, gaps.cursor, |s| s.1 <= start);
         gaps.cursor = gap;
@@ -640,7 +640,7 @@ impl Cut<'_> {
     /// bounded gaps above it; true once the smallest is an exact fit.
     fn finish(&mut self) -> bool {
         if let Some(run) = self.run.take()
-            && self.cut(run)
+            && self.cut_out(run)
         {
             return true;
         }
@@ -700,7 +700,7 @@ fn walk(
         looked += 1;
         pieces.clear();
         for (set, c) in others.iter().zip(cursors.iter_mut()) {
-            *c = skip_ended(set, *c, g0);
+            *c = gallop(set, *c, |s| s.1 <= g0);
             for &(s, e) in &set[*c..] {
                 if g1.is_some_and(|g1| s >= g1) {
                     break;
@@ -805,22 +805,6 @@ fn coalesce(segments: &mut Vec<(u64, u64)>) {
         }
     }
     segments.truncate(kept);
-}
-
-/// The first index at or after `from` whose segment ends after `x` (galloping: cursors
-/// mostly move a step or two).
-fn skip_ended(set: &[(u64, u64)], from: usize, x: u64) -> usize {
-    let (mut lo, mut step) = (from, 1usize);
-    // Invariant: every segment before lo ends at or before x.
-    while let Some(&(_, e)) = set.get(lo + step - 1) {
-        if e > x {
-            break;
-        }
-        lo += step;
-        step *= 2;
-    }
-    let hi = (lo + step).min(set.len());
-    lo + set[lo..hi].partition_point(|s| s.1 <= x)
 }
 
 /// Where a buffer goes among the gaps of the buffers it meets.
