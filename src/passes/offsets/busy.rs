@@ -56,6 +56,9 @@
 //!   gaps they touch, and the untouched gaps between are compared without a branch per
 //!   gap ([`BusyIndex::best_in_half_block`]).
 //!
+//! Bytes are counted in units of the sizes' greatest common divisor, in `u32` where every
+//! end fits ([`Unit`]): half the memory a query reads, for the same placements.
+//!
 //! Buffers only meet buffers of their own part of the schedule, so [`place`] first splits
 //! the schedule where no buffer spans a boundary and gives each part an index of its own
 //! (smaller, so faster; the placements are the same). A query costs O(log n) plus the
@@ -65,13 +68,49 @@
 
 use crate::analysis::liveness::Live;
 
+/// The integer type an index counts bytes in: [`place`] divides every size and offset by
+/// their greatest common divisor and uses `u32` when the result cannot exceed it (then
+/// the unions and rectangles take half the memory, and a query, which mostly waits on
+/// memory, runs a fifth faster on `synthetic::training_like(200000)`), `u64` otherwise.
+pub(super) trait Unit: Copy + Ord + Default + std::fmt::Debug + std::ops::Sub<Output = Self> {
+    const ZERO: Self;
+    const MAX: Self;
+    fn saturating_add(self, other: Self) -> Self;
+    fn checked_add(self, other: Self) -> Option<Self>;
+    fn from_u64(x: u64) -> Option<Self>;
+    fn to_u64(self) -> u64;
+}
+
+macro_rules! unit {
+    ($t:ty) => {
+        impl Unit for $t {
+            const ZERO: $t = 0;
+            const MAX: $t = <$t>::MAX;
+            fn saturating_add(self, other: $t) -> $t {
+                <$t>::saturating_add(self, other)
+            }
+            fn checked_add(self, other: $t) -> Option<$t> {
+                <$t>::checked_add(self, other)
+            }
+            fn from_u64(x: u64) -> Option<$t> {
+                <$t>::try_from(x).ok()
+            }
+            fn to_u64(self) -> u64 {
+                u64::from(self)
+            }
+        }
+    };
+}
+unit!(u32);
+unit!(u64);
+
 /// An insert-only union of half-open byte ranges: sorted, disjoint, never touching.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Segments(Vec<(u64, u64)>);
+pub(super) struct Segments<U>(Vec<(U, U)>);
 
-impl Segments {
+impl<U: Unit> Segments<U> {
     /// Adds `[start, end)` (`start < end`), merging with every segment it meets or touches.
-    fn insert(&mut self, start: u64, end: u64) {
+    fn insert(&mut self, start: U, end: U) {
         let v = &mut self.0;
         let i = v.partition_point(|s| s.1 < start);
         // Segments from i on end at or after `start`; those starting by `end` merge (few).
@@ -87,7 +126,7 @@ impl Segments {
 
     /// Adds every range of `batch` (each `start < end`; reordered), through `spare` (left
     /// with the old segments): a few one by one, more by one merge of sorted lists.
-    fn insert_all(&mut self, batch: &mut [(u64, u64)], spare: &mut Vec<(u64, u64)>) {
+    fn insert_all(&mut self, batch: &mut [(U, U)], spare: &mut Vec<(U, U)>) {
         if batch.len() <= INSERT_ONE_BY_ONE {
             for &(start, end) in batch.iter() {
                 self.insert(start, end);
@@ -128,10 +167,10 @@ const INSERT_ONE_BY_ONE: usize = 8;
 /// `covers` of that node, and reaches the unions under it in batches, not one insert per
 /// union at once (thousands of unions for a buffer that lives the whole step).
 #[derive(Clone, Debug, Default)]
-struct Lazy {
-    segments: Segments,
+struct Lazy<U> {
+    segments: Segments<U>,
     /// Ranges inserted at this node itself, not yet in `segments`.
-    pending: Vec<(u64, u64)>,
+    pending: Vec<(U, U)>,
     /// Per level `k` up to the node's own: how many entries of `covers` of the node's
     /// ancestor at level `k` (the node itself at its own level) are in `segments`.
     seen: Vec<usize>,
@@ -156,18 +195,18 @@ enum Set {
 /// the half block's first). A half block has at most 2^32 leaves (half the tree's levels
 /// lie below the block level, and a tree has at most 2^64 leaves): u32 holds them.
 #[derive(Clone, Debug, Default)]
-struct Rects {
+struct Rects<U> {
     spans: Vec<(u32, u32)>,
-    bytes: Vec<(u64, u64)>,
+    bytes: Vec<(U, U)>,
 }
 
-impl Rects {
+impl<U: Unit> Rects<U> {
     /// Calls `each(start, end)` with the bytes of every rectangle meeting leaves
     /// `[qfirst, qlast]`, in start order, until it returns true (then returns true).
     /// About half the rectangles meet a range (289 of 597 on average on
     /// `synthetic::training_like(200000)`), in no pattern a predictor could learn: a mask
     /// of which ones meet is made without a branch per rectangle, 64 at a time.
-    fn meeting(&self, qfirst: u32, qlast: u32, mut each: impl FnMut(u64, u64) -> bool) -> bool {
+    fn meeting(&self, qfirst: u32, qlast: u32, mut each: impl FnMut(U, U) -> bool) -> bool {
         for (chunk, spans) in self.spans.chunks(64).enumerate() {
             let mut mask = 0u64;
             for (k, &(first, last)) in spans.iter().enumerate() {
@@ -186,30 +225,30 @@ impl Rects {
 }
 
 /// Which placed bytes are busy during a time range (see the module docs).
-pub(super) struct BusyIndex {
+pub(super) struct BusyIndex<U> {
     /// Leaves rounded up to a power of two; node `v` has children `2v`, `2v+1`, the root
     /// is node 1 at level 0 and the leaves are at level `log2(width)`.
     width: usize,
     /// The level of the block nodes.
     block_level: u32,
     /// Per node at or above the block level: every buffer meeting it (kept levels only).
-    upper: Vec<Lazy>,
+    upper: Vec<Lazy<U>>,
     /// Per block node `b` (index `b - 2^block_level`): buffers covering it.
-    blocks: Vec<Lazy>,
+    blocks: Vec<Lazy<U>>,
     /// Per node at or above the block level: the buffers whose range covers it and not its
     /// parent, in placement order (the unions under it take them from here).
-    covers: Vec<Vec<(u64, u64)>>,
+    covers: Vec<Vec<(U, U)>>,
     /// Scratch for [`BusyIndex::refresh`].
-    batch: Vec<(u64, u64)>,
-    spare: Vec<(u64, u64)>,
+    batch: Vec<(U, U)>,
+    spare: Vec<(U, U)>,
     /// Per half block (a child of a block, index `v - 2^(block_level + 1)`): every buffer
     /// meeting it that does not cover its block, clipped to it, sorted by start offset.
-    rects: Vec<Rects>,
+    rects: Vec<Rects<U>>,
     /// Scratch for queries.
     sets: Vec<Set>,
-    scratch: Vec<(u64, u64)>,
-    merged: Vec<(u64, u64)>,
-    pieces: Vec<(u64, u64)>,
+    scratch: Vec<(U, U)>,
+    merged: Vec<(U, U)>,
+    pieces: Vec<(U, U)>,
     cursors: Vec<usize>,
     order: Vec<usize>,
 }
@@ -261,9 +300,9 @@ fn level(node: usize) -> u32 {
     usize::BITS - 1 - node.leading_zeros()
 }
 
-impl BusyIndex {
+impl<U: Unit> BusyIndex<U> {
     /// An empty index over `leaves` leaves ([`leaves_of`]).
-    pub(super) fn new(leaves: usize) -> BusyIndex {
+    pub(super) fn new(leaves: usize) -> BusyIndex<U> {
         let width = leaves.max(1).next_power_of_two();
         let depth = level(width);
         // Blocks of about 2√width leaves, halves of blocks under them (measured best on the
@@ -291,7 +330,7 @@ impl BusyIndex {
     /// Marks `[start, end)` busy during leaves `lo..hi` (an empty byte range is ignored).
     /// The bytes must be free then, as placements are: best fit relies on no two buffers
     /// live at once sharing a byte.
-    pub(super) fn insert(&mut self, (lo, hi): Leaves, start: u64, end: u64) {
+    pub(super) fn insert(&mut self, (lo, hi): Leaves, start: U, end: U) {
         if lo < hi && start < end {
             self.insert_at(1, 0, self.width, lo, hi, start, end);
         }
@@ -304,7 +343,7 @@ impl BusyIndex {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn insert_at(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize, start: u64, end: u64) {
+    fn insert_at(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize, start: U, end: U) {
         if hi <= l || h <= lo {
             return;
         }
@@ -413,7 +452,7 @@ impl BusyIndex {
     }
 
     /// The segments of one union a query reads.
-    fn slice(&self, set: Set) -> &[(u64, u64)] {
+    fn slice(&self, set: Set) -> &[(U, U)] {
         slice_of(&self.blocks, &self.upper, &self.scratch, set)
     }
 
@@ -421,13 +460,13 @@ impl BusyIndex {
     /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
     /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
     /// skipped. Stops early when `visit` says so.
-    pub(super) fn gaps(&mut self, leaves: Leaves, min_len: u64, mut visit: impl FnMut(u64, Option<u64>) -> Walk) {
+    pub(super) fn gaps(&mut self, leaves: Leaves, min_len: U, mut visit: impl FnMut(U, Option<U>) -> Walk) {
         let pivot_at = self.gather(leaves);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
-        let pivot: &[(u64, u64)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
+        let pivot: &[(U, U)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
         // The others are searched inside each pivot gap. Many small ones cost a search
         // each per gap: once a walk has looked into a few gaps, they are merged into one.
-        let mut others: Vec<&[(u64, u64)]> = Vec::with_capacity(self.sets.len());
+        let mut others: Vec<&[(U, U)]> = Vec::with_capacity(self.sets.len());
         for (i, &set) in self.sets.iter().enumerate() {
             let segments = slice(set);
             if Some(i) != pivot_at && !segments.is_empty() {
@@ -468,7 +507,7 @@ impl BusyIndex {
     /// synthetic lists end so). Each union is galloped through, so a big union costs the
     /// pieces that reach it times a logarithm, not its length (long ranges read many big
     /// unions, but their pivot, everything meeting a wide node, leaves few candidates).
-    pub(super) fn best(&mut self, leaves: Leaves, size: u64) -> u64 {
+    pub(super) fn best(&mut self, leaves: Leaves, size: U) -> U {
         let (lo, hi) = leaves;
         if lo < hi
             && let Some(shift) = level(self.width).checked_sub(self.block_level + 1)
@@ -480,7 +519,7 @@ impl BusyIndex {
         }
         let pivot_at = self.gather(leaves);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
-        let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(0);
+        let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(U::ZERO);
         let Some(pivot_at) = pivot_at else { return top };
         let pivot = slice(self.sets[pivot_at]);
         // The others, smallest first (measured a little better than biggest first).
@@ -488,7 +527,7 @@ impl BusyIndex {
         order.clear();
         order.extend((0..self.sets.len()).filter(|&i| i != pivot_at && !slice(self.sets[i]).is_empty()));
         order.sort_unstable_by_key(|&i| slice(self.sets[i]).len());
-        let unions: Vec<&[(u64, u64)]> = order.iter().map(|&i| slice(self.sets[i])).collect();
+        let unions: Vec<&[(U, U)]> = order.iter().map(|&i| slice(self.sets[i])).collect();
         let cursors = &mut self.cursors;
         cursors.clear();
         cursors.resize(unions.len(), 0);
@@ -511,40 +550,40 @@ impl BusyIndex {
     /// rectangles in start order, merged, each located in the block union by galloping;
     /// the untouched gaps between them are compared without a branch per gap (a thousand
     /// gaps per block on `synthetic::training_like(200000)`, a hundred touched).
-    fn best_in_half_block(&mut self, half: usize, qfirst: u32, qlast: u32, size: u64) -> u64 {
+    fn best_in_half_block(&mut self, half: usize, qfirst: u32, qlast: u32, size: U) -> U {
         let block = half >> 1;
         self.refresh(block + (1usize << self.block_level), true);
         let gaps = Gaps { union: &self.blocks[block].segments.0, next: 0, open: None, cursor: 0 };
-        let mut cut = Cut { gaps, best: Smallest::new(size), run: None, top: 0 };
+        let mut cut = Cut { gaps, best: Smallest::new(size), run: None, top: U::ZERO };
         let exact = self.rects[half].meeting(qfirst, qlast, |start, end| cut.add(start, end));
         if exact || cut.finish() {
             return cut.best.at;
         }
-        cut.best.found().unwrap_or_else(|| cut.gaps.union.last().map_or(0, |s| s.1).max(cut.top))
+        cut.best.found().unwrap_or_else(|| cut.gaps.union.last().map_or(U::ZERO, |s| s.1).max(cut.top))
     }
 }
 
-/// The smallest free part found so far for `size` bytes (`len == u64::MAX`: none yet):
+/// The smallest free part found so far for `size` bytes (`len == U::MAX`: none yet):
 /// parts are offered lowest first and only a strictly smaller one replaces it, so it is
 /// the lowest among equals.
-struct Smallest {
-    size: u64,
-    len: u64,
-    at: u64,
+struct Smallest<U> {
+    size: U,
+    len: U,
+    at: U,
 }
 
-impl Smallest {
-    fn new(size: u64) -> Smallest {
-        Smallest { size, len: u64::MAX, at: 0 }
+impl<U: Unit> Smallest<U> {
+    fn new(size: U) -> Smallest<U> {
+        Smallest { size, len: U::MAX, at: U::ZERO }
     }
 
     /// The start of the smallest part offered, if any held `size` bytes.
-    fn found(&self) -> Option<u64> {
-        (self.len != u64::MAX).then_some(self.at)
+    fn found(&self) -> Option<U> {
+        (self.len != U::MAX).then_some(self.at)
     }
 
     /// Offers `[a, b)`; true once the smallest is an exact fit (nothing can beat it).
-    fn offer(&mut self, a: u64, b: u64) -> bool {
+    fn offer(&mut self, a: U, b: U) -> bool {
         let len = b - a;
         if len >= self.size && len < self.len {
             (self.len, self.at) = (len, a);
@@ -554,12 +593,12 @@ impl Smallest {
 
     /// Offers the gaps of `union` numbered `from..to` (gap `i` ends where `union[i]`
     /// starts), without a branch per gap; true once the smallest is an exact fit.
-    fn offer_gaps(&mut self, union: &[(u64, u64)], from: usize, to: usize) -> bool {
+    fn offer_gaps(&mut self, union: &[(U, U)], from: usize, to: usize) -> bool {
         if from < to {
-            let mut a = if from == 0 { 0 } else { union[from - 1].1 };
+            let mut a = if from == 0 { U::ZERO } else { union[from - 1].1 };
             let (mut len, mut at) = (self.len, self.at);
             for &(s, e) in &union[from..to] {
-                let key = if s - a >= self.size { s - a } else { u64::MAX };
+                let key = if s - a >= self.size { s - a } else { U::MAX };
                 let smaller = key < len;
                 len = if smaller { key } else { len };
                 at = if smaller { a } else { at };
@@ -573,31 +612,31 @@ impl Smallest {
 
 /// The gaps of a union, visited lowest first: gap `i` lies between `union[i - 1]` (or 0)
 /// and `union[i]` (the last, `i == union.len()`, is unbounded).
-struct Gaps<'a> {
-    union: &'a [(u64, u64)],
+struct Gaps<'a, U> {
+    union: &'a [(U, U)],
     /// The first gap not yet offered whole nor opened.
     next: usize,
     /// The gap being cut (its number) and where its free part goes on from.
-    open: Option<(usize, u64)>,
+    open: Option<(usize, U)>,
     /// Where galloping for the next gap starts.
     cursor: usize,
 }
 
 /// The free parts of the gaps of a union (`gaps`) that rectangles (`add`, lowest start
 /// first, each inside one gap) leave, offered to `best` lowest first.
-struct Cut<'a> {
-    gaps: Gaps<'a>,
-    best: Smallest,
+struct Cut<'a, U> {
+    gaps: Gaps<'a, U>,
+    best: Smallest<U>,
     /// The rectangles added since the last that did not meet or touch the one before,
     /// merged.
-    run: Option<(u64, u64)>,
+    run: Option<(U, U)>,
     /// The highest end added.
-    top: u64,
+    top: U,
 }
 
-impl Cut<'_> {
+impl<U: Unit> Cut<'_, U> {
     /// Adds the bytes of a rectangle; true once the smallest is an exact fit.
-    fn add(&mut self, start: u64, end: u64) -> bool {
+    fn add(&mut self, start: U, end: U) -> bool {
         self.top = self.top.max(end);
         match &mut self.run {
             Some(run) if start <= run.1 => {
@@ -613,7 +652,7 @@ impl Cut<'_> {
 
     /// Cuts `[start, end)` out of the gap holding it: the gaps before it that nothing cut
     /// are offered whole, the part of its gap below it is offered.
-    fn cut_out(&mut self, (start, end): (u64, u64)) -> bool {
+    fn cut_out(&mut self, (start, end): (U, U)) -> bool {
         let gaps = &mut self.gaps;
         let gap = gallop(gaps.union, gaps.cursor, |s| s.1 <= start);
         gaps.cursor = gap;
@@ -629,7 +668,7 @@ impl Cut<'_> {
                     return true;
                 }
                 gaps.next = gap + 1;
-                if gap == 0 { 0 } else { gaps.union[gap - 1].1 }
+                if gap == 0 { U::ZERO } else { gaps.union[gap - 1].1 }
             }
         };
         gaps.open = Some((gap, end));
@@ -660,7 +699,7 @@ impl Cut<'_> {
 /// union `i`'s first segment that may meet what comes next (parts arrive lowest first).
 /// True once `best` is an exact fit: nothing smaller can follow, and it is the lowest of
 /// its length.
-fn refine(a: u64, b: u64, unions: &[&[(u64, u64)]], cursors: &mut [usize], best: &mut Smallest) -> bool {
+fn refine<U: Unit>(a: U, b: U, unions: &[&[(U, U)]], cursors: &mut [usize], best: &mut Smallest<U>) -> bool {
     let (Some((union, unions)), Some((j, cursors))) = (unions.split_first(), cursors.split_first_mut()) else {
         return best.offer(a, b);
     };
@@ -676,19 +715,19 @@ const MERGE_AFTER: usize = 4;
 /// whole union, which go to `visit`. Gaps shorter than `min_len` are skipped. Returns the
 /// gap to resume from after looking into `limit` gaps, `None` when done or stopped.
 #[allow(clippy::too_many_arguments)]
-fn walk(
-    pivot: &[(u64, u64)],
+fn walk<U: Unit>(
+    pivot: &[(U, U)],
     from: usize,
-    others: &[&[(u64, u64)]],
+    others: &[&[(U, U)]],
     cursors: &mut [usize],
-    pieces: &mut Vec<(u64, u64)>,
-    min_len: u64,
+    pieces: &mut Vec<(U, U)>,
+    min_len: U,
     limit: usize,
-    visit: &mut impl FnMut(u64, Option<u64>) -> Walk,
+    visit: &mut impl FnMut(U, Option<U>) -> Walk,
 ) -> Option<usize> {
     let mut looked = 0usize;
     for i in from..=pivot.len() {
-        let g0 = if i == 0 { 0 } else { pivot[i - 1].1 };
+        let g0 = if i == 0 { U::ZERO } else { pivot[i - 1].1 };
         let g1 = pivot.get(i).map(|s| s.0);
         // Gaps inside a pivot gap are no longer than it.
         if g1.is_some_and(|g1| g1 <= g0 || g1 - g0 < min_len) {
@@ -735,8 +774,8 @@ fn walk(
 
 /// The gaps of `pivot` below `top` (the first from 0, the last up to `top`) of at least
 /// `min_len` bytes (`min_len > 0`), lowest first.
-fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
-    let ends = std::iter::once(0).chain(pivot.iter().map(|s| s.1));
+fn gaps_of<U: Unit>(pivot: &[(U, U)], top: U, min_len: U) -> impl Iterator<Item = (U, U)> + '_ {
+    let ends = std::iter::once(U::ZERO).chain(pivot.iter().map(|s| s.1));
     let starts = pivot.iter().map(|s| s.0).chain(std::iter::once(top));
     ends.zip(starts).filter(move |&(a, b)| b >= a.saturating_add(min_len))
 }
@@ -745,7 +784,7 @@ fn gaps_of(pivot: &[(u64, u64)], top: u64, min_len: u64) -> impl Iterator<Item =
 /// `min_len` bytes, lowest first, starting from segment `*j` (the first that ends after
 /// `a`) and leaving `*j` at the first segment that may meet what comes after `b`. Stops,
 /// returning true, as soon as `part` returns true.
-fn cut(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u64, mut part: impl FnMut(u64, u64) -> bool) -> bool {
+fn cut<U: Unit>(mut a: U, b: U, union: &[(U, U)], j: &mut usize, min_len: U, mut part: impl FnMut(U, U) -> bool) -> bool {
     while let Some(&(s, e)) = union.get(*j) {
         if s >= b {
             break;
@@ -763,7 +802,7 @@ fn cut(mut a: u64, b: u64, union: &[(u64, u64)], j: &mut usize, min_len: u64, mu
 }
 
 /// The segments of `set`.
-fn slice_of<'a>(blocks: &'a [Lazy], upper: &'a [Lazy], scratch: &'a [(u64, u64)], set: Set) -> &'a [(u64, u64)] {
+fn slice_of<'a, U>(blocks: &'a [Lazy<U>], upper: &'a [Lazy<U>], scratch: &'a [(U, U)], set: Set) -> &'a [(U, U)] {
     match set {
         Set::Block(b) => &blocks[b].segments.0,
         Set::All(v) => &upper[v].segments.0,
@@ -791,7 +830,7 @@ fn gallop<T>(items: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
 }
 
 /// Sorts `segments` and merges those that meet or touch, in place.
-fn coalesce(segments: &mut Vec<(u64, u64)>) {
+fn coalesce<U: Unit>(segments: &mut Vec<(U, U)>) {
     segments.sort_unstable();
     let mut kept = 0usize;
     for i in 0..segments.len() {
@@ -869,29 +908,65 @@ fn parts(intervals: &[Live], order: &[usize]) -> Option<Vec<Vec<usize>>> {
     Some(parts)
 }
 
+/// One buffer of a part, as [`place_part`] needs it (read once, in placement order: looking
+/// each one up in the input at its turn missed the cache every time).
+struct Buffer {
+    index: usize,
+    first: usize,
+    last: usize,
+    size: u64,
+    pin: Option<u64>,
+}
+
 /// [`place`] for the buffers of one part, in `order`, writing their offsets.
+///
+/// The index counts in units of the greatest common divisor of the sizes and pinned
+/// offsets (every offset a placement makes is a sum of those, so nothing is lost), in
+/// `u32` when no offset can pass `u32::MAX` units: no buffer ends above the pinned ends
+/// plus the sizes of the others (each goes in a gap below the top of those placed, or on
+/// that top).
 fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>], offsets: &mut [u64]) -> Option<()> {
-    let mut ranges = Vec::with_capacity(order.len());
-    for &i in order {
-        let live = intervals.get(i)?;
-        ranges.push((live.first, live.last));
+    let mut buffers = Vec::with_capacity(order.len());
+    let (mut unit, mut pinned_top, mut sizes) = (0u64, 0u64, Some(0u64));
+    for &index in order {
+        let live = intervals.get(index)?;
+        let pin = if live.size == 0 { None } else { pin[index] };
+        unit = gcd(unit, live.size);
+        match pin {
+            Some(offset) => {
+                unit = gcd(unit, offset);
+                pinned_top = pinned_top.max(offset.checked_add(live.size)?);
+            }
+            None => sizes = sizes.and_then(|total| total.checked_add(live.size)),
+        }
+        buffers.push(Buffer { index, first: live.first, last: live.last, size: live.size, pin });
     }
-    let (count, leaves) = leaves_of(ranges.into_iter());
-    let mut index = BusyIndex::new(count);
-    for (&i, &leaves) in order.iter().zip(&leaves) {
-        let live = intervals[i];
-        if live.size == 0 {
+    if unit == 0 {
+        return Some(()); // only zero-size buffers: offset 0
+    }
+    let top = sizes.and_then(|total| total.checked_add(pinned_top));
+    if top.is_some_and(|top| top / unit <= u64::from(u32::MAX)) {
+        place_in::<u32>(&buffers, fit, unit, offsets)
+    } else {
+        place_in::<u64>(&buffers, fit, unit, offsets)
+    }
+}
+
+/// Places `buffers` in their order with an index counting `U`s of `unit` bytes (`unit`
+/// divides every size and pinned offset), writing their offsets in bytes; `None` if an
+/// end would overflow `u64` bytes (or `U` units, which [`place_part`] rules out for `u32`).
+fn place_in<U: Unit>(buffers: &[Buffer], fit: Fit, unit: u64, offsets: &mut [u64]) -> Option<()> {
+    let (count, leaves) = leaves_of(buffers.iter().map(|b| (b.first, b.last)));
+    let mut index = BusyIndex::<U>::new(count);
+    for (buffer, &leaves) in buffers.iter().zip(&leaves) {
+        if buffer.size == 0 {
             continue;
         }
-        let size = live.size;
-        if let Some(offset) = pin[i] {
-            index.insert(leaves, offset, offset.checked_add(size)?);
-            offsets[i] = offset;
-            continue;
-        }
-        let offset = match fit {
-            Fit::Best => index.best(leaves, size),
-            Fit::First => {
+        let size = U::from_u64(buffer.size / unit)?;
+        let offset = match (buffer.pin, fit) {
+            (Some(offset), _) => U::from_u64(offset / unit)?,
+            (None, Fit::Best) => index.best(leaves, size),
+            (None, Fit::First) => {
                 let mut offset = None;
                 index.gaps(leaves, size, |start, end| match end {
                     Some(end) if end - start < size => Walk::Continue,
@@ -904,10 +979,19 @@ fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>]
             }
         };
         let end = offset.checked_add(size)?;
+        end.to_u64().checked_mul(unit)?;
         index.insert(leaves, offset, end);
-        offsets[i] = offset;
+        offsets[buffer.index] = offset.to_u64() * unit;
     }
     Some(())
+}
+
+/// The greatest common divisor (`gcd(0, x) == x`).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 #[cfg(test)]

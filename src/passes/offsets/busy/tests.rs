@@ -29,7 +29,7 @@ fn brute_gaps(placed: &[(usize, usize, u64, u64)], first: usize, last: usize) ->
 
 #[test]
 fn segments_merge_on_insert() {
-    let mut s = Segments::default();
+    let mut s = Segments::<u32>::default();
     s.insert(10, 20);
     s.insert(30, 40);
     s.insert(0, 5);
@@ -139,4 +139,25 @@ fn pinned_buffers_stay_put_and_the_others_go_around_them() {
     assert_eq!(offsets, [10, 0, 5, 0, 20]);
     // Without pins, the same order packs from 0.
     assert_eq!(place(&intervals, &[0, 1, 2, 3, 4], Fit::First).unwrap(), [0, 10, 15, 10, 20]);
+    // A pinned offset that is no multiple of the sizes sets the index's unit (here 4
+    // bytes, not 8): the 4 bytes below the pinned buffer hold nothing of 8.
+    let intervals = [l(0, 4, 8), l(1, 2, 8), l(2, 3, 16)];
+    for fit in [Fit::First, Fit::Best] {
+        assert_eq!(place_pinned(&intervals, &[0, 1, 2], fit, &[(0, 4)]).unwrap(), [4, 12, 20]);
+    }
+}
+
+#[test]
+fn units_are_the_common_divisor_and_u32_only_where_every_end_fits() {
+    assert_eq!((gcd(0, 0), gcd(0, 12), gcd(12, 18), gcd(7, 5)), (0, 12, 6, 1));
+    let l = |first, last, size| Live { first, last, size };
+    // Ends up to 2^32 units: u32 would wrap the third buffer's end (2^32 + 2^31 units).
+    let big = [l(0, 2, 1 << 31), l(0, 2, 1 << 31), l(0, 2, 1 << 31), l(1, 1, 1)];
+    assert_eq!(place(&big, &[0, 1, 2, 3], Fit::Best).unwrap(), [0, 1 << 31, 1 << 32, 3 << 31]);
+    // The same in units of 2^20 bytes: u32 holds it, and the offsets come back in bytes.
+    let scaled: Vec<Live> = big.iter().map(|b| Live { size: b.size << 20, ..*b }).collect();
+    assert_eq!(place(&scaled, &[0, 1, 2, 3], Fit::Best).unwrap(), [0, 1 << 51, 1 << 52, 3 << 51]);
+    // An end past u64 bytes (though not past u64 units of 2^20 bytes) is an overflow.
+    let over: Vec<Live> = [1u64 << 63, 1 << 63].iter().map(|&size| l(0, 0, size)).collect();
+    assert_eq!(place(&over, &[0, 1], Fit::Best), None);
 }
