@@ -35,7 +35,8 @@
 //!
 //! A query for a range Q reads exactly the buffers that meet Q: `upper` of each fully
 //! covered node at or above the block level, and for a partly covered block its `blocks`
-//! union plus the rectangles of its half blocks that meet Q (merged into a union).
+//! union plus the rectangles of its half blocks that meet Q (first fit merges them into a
+//! union; best fit reads them only where a candidate survives the unions).
 //!
 //! The gaps of the union are found around a *pivot*: the `upper` of the widest covered
 //! node (everything live in a long range: nearly gapless) or else the biggest union (for a
@@ -48,13 +49,15 @@
 //! - Best fit ([`BusyIndex::best`]) needs only the smallest gap that holds the buffer, so
 //!   it refines candidates: each pivot gap long enough goes through the other unions depth
 //!   first ([`refine`]: each cuts it, galloping, so a big union costs the pieces reaching
-//!   it times a logarithm; pieces too short are dropped), and the first exact fit ends the
-//!   query. A range within one half block (a short-lived buffer: most queries) reads no
+//!   it times a logarithm; pieces too short are dropped; the rectangles of the end half
+//!   blocks come last, searched by the highest end so far, [`Rects::cut`]), and the first
+//!   exact fit ends the query. A range within one half block (a short-lived buffer: most
+//!   queries) reads no
 //!   union but its block's: every rectangle meeting it lies inside one gap of that union
 //!   (its buffer is live whenever those covering the block are), so one pass over the
-//!   meeting rectangles in start order, each located in the union by galloping, cuts the
-//!   gaps they touch, and the untouched gaps between are compared without a branch per
-//!   gap ([`BusyIndex::best_in_half_block`]).
+//!   meeting rectangles in start order cuts the gaps they touch, and the untouched gaps
+//!   between, passed on the way, are compared without a branch per gap
+//!   ([`BusyIndex::best_in_half_block`]).
 //!
 //! Bytes are counted in units of the sizes' greatest common divisor, in `u32` where every
 //! end fits ([`Unit`]): half the memory a query reads, for the same placements.
@@ -187,6 +190,9 @@ enum Set {
     All(usize),
     /// `scratch[from..to]`: the rectangles of a half block that meet the range, merged.
     Scratch(usize, usize),
+    /// The rectangles of half block `.0` that meet its leaves `[.1, .2]`, not merged
+    /// (best fit reads them only where a candidate gap survives the unions).
+    Rects(usize, u32, u32),
 }
 
 /// The rectangles of one half block, sorted by start offset, in two parallel lists (a
@@ -198,9 +204,59 @@ enum Set {
 struct Rects<U> {
     spans: Vec<(u32, u32)>,
     bytes: Vec<(U, U)>,
+    /// `reach[i]`: the highest end among `bytes[..=i]` (so the rectangles that may reach
+    /// past an offset are found by a search).
+    reach: Vec<U>,
 }
 
 impl<U: Unit> Rects<U> {
+    /// Adds bytes `[start, end)` during leaves `[first, last]`.
+    fn insert(&mut self, first: u32, last: u32, start: U, end: U) {
+        let at = self.bytes.partition_point(|b| b.0 <= start);
+        self.bytes.insert(at, (start, end));
+        self.spans.insert(at, (first, last));
+        let below = if at == 0 { U::ZERO } else { self.reach[at - 1] };
+        self.reach.insert(at, below.max(end));
+        for reach in &mut self.reach[at + 1..] {
+            if *reach >= end {
+                break; // and so are all after it
+            }
+            *reach = end;
+        }
+    }
+
+    /// The highest end among the rectangles meeting leaves `[qfirst, qlast]` (0 if none).
+    fn top_meeting(&self, qfirst: u32, qlast: u32) -> U {
+        let mut top = U::ZERO;
+        for (&(first, last), &(_, end)) in self.spans.iter().zip(&self.bytes) {
+            let meets = (first <= qlast) & (qfirst <= last);
+            top = top.max(if meets { end } else { U::ZERO });
+        }
+        top
+    }
+
+    /// [`cut`] for the union of the rectangles meeting leaves `[qfirst, qlast]`, without
+    /// making it: the parts of `[a, b)` none of them covers and that hold `min_len`, lowest
+    /// first, starting from rectangle `from` (the first whose `reach` passes `a`).
+    #[allow(clippy::too_many_arguments)]
+    fn cut(&self, mut a: U, b: U, qfirst: u32, qlast: u32, from: usize, min_len: U, mut part: impl FnMut(U, U) -> bool) -> bool {
+        for (&(start, end), &(first, last)) in self.bytes[from..].iter().zip(&self.spans[from..]) {
+            if start >= b {
+                break;
+            }
+            if end > a && first <= qlast && qfirst <= last {
+                if start >= a.saturating_add(min_len) && part(a, start) {
+                    return true;
+                }
+                a = end;
+                if a >= b {
+                    return false;
+                }
+            }
+        }
+        b >= a.saturating_add(min_len) && part(a, b)
+    }
+
     /// Calls `each(start, end)` with the bytes of every rectangle meeting leaves
     /// `[qfirst, qlast]`, in start order, until it returns true (then returns true).
     /// About half the rectangles meet a range (289 of 597 on average on
@@ -351,10 +407,7 @@ impl<U: Unit> BusyIndex<U> {
         let bl = self.block_level;
         if lv > bl {
             // A half block: its part of the range, kept in start order.
-            let rects = &mut self.rects[node - (2usize << bl)];
-            let at = rects.bytes.partition_point(|b| b.0 <= start);
-            rects.bytes.insert(at, (start, end));
-            rects.spans.insert(at, ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32));
+            self.rects[node - (2usize << bl)].insert((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32, start, end);
             return;
         }
         if lo <= l && h <= hi {
@@ -395,7 +448,7 @@ impl<U: Unit> BusyIndex<U> {
 
     /// Pushes the unions that hold exactly the buffers meeting leaves `[lo, hi)` within
     /// node `node` (covering `[l, h)`), given that its ancestors' are pushed.
-    fn collect(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize) {
+    fn collect(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize, merge: bool) {
         if hi <= l || h <= lo {
             return;
         }
@@ -404,6 +457,10 @@ impl<U: Unit> BusyIndex<U> {
         if lv > bl {
             // The half block's rectangles meeting the range, as a union.
             let (qfirst, qlast) = ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32);
+            if !merge {
+                self.sets.push(Set::Rects(node - (2usize << bl), qfirst, qlast));
+                return;
+            }
             let from = self.scratch.len();
             let scratch = &mut self.scratch;
             self.rects[node - (2usize << bl)].meeting(qfirst, qlast, |start, end| {
@@ -428,25 +485,26 @@ impl<U: Unit> BusyIndex<U> {
         }
         // A node whose union is not kept, or one partly in the range: its children say.
         let mid = l + (h - l) / 2;
-        self.collect(2 * node, l, mid, lo, hi);
-        self.collect(2 * node + 1, mid, h, lo, hi);
+        self.collect(2 * node, l, mid, lo, hi, merge);
+        self.collect(2 * node + 1, mid, h, lo, hi, merge);
     }
 
     /// Collects the unions holding exactly the buffers live during leaves `lo..hi` into
     /// `sets` and returns the pivot's position among them: the union of everything meeting
     /// the widest node wholly inside the range (nearly gapless), else the biggest union.
-    fn gather(&mut self, (lo, hi): Leaves) -> Option<usize> {
+    fn gather(&mut self, (lo, hi): Leaves, merge: bool) -> Option<usize> {
         self.sets.clear();
         self.scratch.clear();
         if lo < hi {
-            self.collect(1, 0, self.width, lo, hi);
+            self.collect(1, 0, self.width, lo, hi, merge);
         }
         self.sets
             .iter()
             .enumerate()
             .max_by_key(|&(_, &set)| match set {
-                Set::All(v) => (1u8, std::cmp::Reverse(level(v)), usize::MAX - self.slice(set).len()),
-                _ => (0, std::cmp::Reverse(0), self.slice(set).len()),
+                Set::All(v) => (2u8, std::cmp::Reverse(level(v)), usize::MAX - self.slice(set).len()),
+                Set::Rects(..) => (0, std::cmp::Reverse(0), 0),
+                _ => (1, std::cmp::Reverse(0), self.slice(set).len()),
             })
             .map(|(i, _)| i)
     }
@@ -461,7 +519,7 @@ impl<U: Unit> BusyIndex<U> {
     /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
     /// skipped. Stops early when `visit` says so.
     pub(super) fn gaps(&mut self, leaves: Leaves, min_len: U, mut visit: impl FnMut(U, Option<U>) -> Walk) {
-        let pivot_at = self.gather(leaves);
+        let pivot_at = self.gather(leaves, true);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let pivot: &[(U, U)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
         // The others are searched inside each pivot gap. Many small ones cost a search
@@ -507,6 +565,9 @@ impl<U: Unit> BusyIndex<U> {
     /// synthetic lists end so). Each union is galloped through, so a big union costs the
     /// pieces that reach it times a logarithm, not its length (long ranges read many big
     /// unions, but their pivot, everything meeting a wide node, leaves few candidates).
+    /// The rectangles of the half blocks at the ends come last and are not merged into
+    /// unions first (merging them was a third of the time of these queries): only the
+    /// pieces that every union leaves reach them ([`Rects::cut`]).
     pub(super) fn best(&mut self, leaves: Leaves, size: U) -> U {
         let (lo, hi) = leaves;
         if lo < hi
@@ -517,17 +578,34 @@ impl<U: Unit> BusyIndex<U> {
             let base = half << shift;
             return self.best_in_half_block(half, (lo - base) as u32, (hi - 1 - base) as u32, size);
         }
-        let pivot_at = self.gather(leaves);
+        let pivot_at = self.gather(leaves, false);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
-        let top = self.sets.iter().filter_map(|&set| slice(set).last().map(|s| s.1)).max().unwrap_or(U::ZERO);
+        let rects = &self.rects;
+        let top = self
+            .sets
+            .iter()
+            .map(|&set| match set {
+                Set::Rects(half, qfirst, qlast) => rects[half].top_meeting(qfirst, qlast),
+                _ => slice(set).last().map_or(U::ZERO, |s| s.1),
+            })
+            .max()
+            .unwrap_or(U::ZERO);
         let Some(pivot_at) = pivot_at else { return top };
         let pivot = slice(self.sets[pivot_at]);
-        // The others, smallest first (measured a little better than biggest first).
+        // The other unions, smallest first (measured a little better than biggest first),
+        // then the rectangles.
         let order = &mut self.order;
         order.clear();
-        order.extend((0..self.sets.len()).filter(|&i| i != pivot_at && !slice(self.sets[i]).is_empty()));
+        order.extend((0..self.sets.len()).filter(|&i| i != pivot_at && !matches!(self.sets[i], Set::Rects(..)) && !slice(self.sets[i]).is_empty()));
         order.sort_unstable_by_key(|&i| slice(self.sets[i]).len());
-        let unions: Vec<&[(U, U)]> = order.iter().map(|&i| slice(self.sets[i])).collect();
+        let mut unions: Vec<Source<U>> = order.iter().map(|&i| Source::Union(slice(self.sets[i]))).collect();
+        for &set in &self.sets {
+            if let Set::Rects(half, qfirst, qlast) = set
+                && !rects[half].bytes.is_empty()
+            {
+                unions.push(Source::Rects(&rects[half], qfirst, qlast));
+            }
+        }
         let cursors = &mut self.cursors;
         cursors.clear();
         cursors.resize(unions.len(), 0);
@@ -547,9 +625,10 @@ impl<U: Unit> BusyIndex<U> {
     /// buffer is live while every buffer covering the block is), so the free parts are the
     /// block union's gaps that no meeting rectangle touches, and the parts of the touched
     /// ones that the rectangles leave free. One pass finds the smallest: the meeting
-    /// rectangles in start order, merged, each located in the block union by galloping;
-    /// the untouched gaps between them are compared without a branch per gap (a thousand
-    /// gaps per block on `synthetic::training_like(200000)`, a hundred touched).
+    /// rectangles in start order, merged, each located in the block union by a scan that
+    /// compares the untouched gaps it passes without a branch per gap (a thousand gaps per
+    /// block on `synthetic::training_like(200000)`, a hundred touched; a binary search per
+    /// rectangle missed the cache more than the scan costs).
     fn best_in_half_block(&mut self, half: usize, qfirst: u32, qlast: u32, size: U) -> U {
         let block = half >> 1;
         self.refresh(block + (1usize << self.block_level), true);
@@ -618,7 +697,7 @@ struct Gaps<'a, U> {
     next: usize,
     /// The gap being cut (its number) and where its free part goes on from.
     open: Option<(usize, U)>,
-    /// Where galloping for the next gap starts.
+    /// Where the scan for the next rectangle's gap starts.
     cursor: usize,
 }
 
@@ -654,7 +733,7 @@ impl<U: Unit> Cut<'_, U> {
     /// are offered whole, the part of its gap below it is offered.
     fn cut_out(&mut self, (start, end): (U, U)) -> bool {
         let gaps = &mut self.gaps;
-        let gap = gallop(gaps.union, gaps.cursor, |s| s.1 <= start);
+        let gap = gaps.cursor + gaps.union[gaps.cursor..].iter().take_while(|s| s.1 <= start).count();
         gaps.cursor = gap;
         let from = match gaps.open {
             Some((open, from)) if open == gap => from,
@@ -699,12 +778,28 @@ impl<U: Unit> Cut<'_, U> {
 /// union `i`'s first segment that may meet what comes next (parts arrive lowest first).
 /// True once `best` is an exact fit: nothing smaller can follow, and it is the lowest of
 /// its length.
-fn refine<U: Unit>(a: U, b: U, unions: &[&[(U, U)]], cursors: &mut [usize], best: &mut Smallest<U>) -> bool {
-    let (Some((union, unions)), Some((j, cursors))) = (unions.split_first(), cursors.split_first_mut()) else {
+fn refine<U: Unit>(a: U, b: U, unions: &[Source<U>], cursors: &mut [usize], best: &mut Smallest<U>) -> bool {
+    let (Some((source, unions)), Some((j, cursors))) = (unions.split_first(), cursors.split_first_mut()) else {
         return best.offer(a, b);
     };
-    *j = gallop(union, *j, |s| s.1 <= a);
-    cut(a, b, union, j, best.size, |a, b| refine(a, b, unions, cursors, best))
+    match *source {
+        Source::Union(union) => {
+            *j = gallop(union, *j, |s| s.1 <= a);
+            cut(a, b, union, j, best.size, |a, b| refine(a, b, unions, cursors, best))
+        }
+        Source::Rects(rects, qfirst, qlast) => {
+            *j = gallop(&rects.reach, *j, |&reach| reach <= a);
+            rects.cut(a, b, qfirst, qlast, *j, best.size, |a, b| refine(a, b, unions, cursors, best))
+        }
+    }
+}
+
+/// What [`refine`] cuts a candidate gap with.
+#[derive(Clone, Copy)]
+enum Source<'a, U> {
+    Union(&'a [(U, U)]),
+    /// The rectangles of a half block meeting its leaves `[.1, .2]`.
+    Rects(&'a Rects<U>, u32, u32),
 }
 
 /// How many pivot gaps a walk looks into before small unions are merged.
@@ -807,6 +902,7 @@ fn slice_of<'a, U>(blocks: &'a [Lazy<U>], upper: &'a [Lazy<U>], scratch: &'a [(U
         Set::Block(b) => &blocks[b].segments.0,
         Set::All(v) => &upper[v].segments.0,
         Set::Scratch(from, to) => &scratch[from..to],
+        Set::Rects(..) => &[],
     }
 }
 
