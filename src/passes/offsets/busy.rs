@@ -225,16 +225,6 @@ impl<U: Unit> Rects<U> {
         }
     }
 
-    /// The highest end among the rectangles meeting leaves `[qfirst, qlast]` (0 if none).
-    fn top_meeting(&self, qfirst: u32, qlast: u32) -> U {
-        let mut top = U::ZERO;
-        for (&(first, last), &(_, end)) in self.spans.iter().zip(&self.bytes) {
-            let meets = (first <= qlast) & (qfirst <= last);
-            top = top.max(if meets { end } else { U::ZERO });
-        }
-        top
-    }
-
     /// [`cut`] for the union of the rectangles meeting leaves `[qfirst, qlast]`, without
     /// making it: the parts of `[a, b)` none of them covers and that hold `min_len`, lowest
     /// first, starting from rectangle `from` (the first whose `reach` passes `a`).
@@ -558,7 +548,8 @@ impl<U: Unit> BusyIndex<U> {
     /// ([`BusyIndex::best_in_half_block`]). For the others:
     ///
     /// Only gaps of at least `size` bytes matter: the pivot's gaps that are long enough
-    /// (plus the space between its top and the top of all) are the candidates, and each
+    /// (plus all above its top, whose last free part starts at the top of all: found so,
+    /// not by reading the rectangles once more) are the candidates, and each
     /// goes through the other unions depth first ([`refine`]: each cuts it, pieces too
     /// short are dropped), so the first piece of exactly `size` bytes ends the query: none
     /// can be smaller, and it is the lowest of its length (a third of the queries on the
@@ -578,19 +569,9 @@ impl<U: Unit> BusyIndex<U> {
             let base = half << shift;
             return self.best_in_half_block(half, (lo - base) as u32, (hi - 1 - base) as u32, size);
         }
-        let pivot_at = self.gather(leaves, false);
+        let Some(pivot_at) = self.gather(leaves, false) else { return U::ZERO };
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let rects = &self.rects;
-        let top = self
-            .sets
-            .iter()
-            .map(|&set| match set {
-                Set::Rects(half, qfirst, qlast) => rects[half].top_meeting(qfirst, qlast),
-                _ => slice(set).last().map_or(U::ZERO, |s| s.1),
-            })
-            .max()
-            .unwrap_or(U::ZERO);
-        let Some(pivot_at) = pivot_at else { return top };
         let pivot = slice(self.sets[pivot_at]);
         // The other unions, smallest first (measured a little better than biggest first),
         // then the rectangles.
@@ -610,12 +591,12 @@ impl<U: Unit> BusyIndex<U> {
         cursors.clear();
         cursors.resize(unions.len(), 0);
         let mut best = Smallest::new(size);
-        for (a, b) in gaps_of(pivot, top, size) {
+        for (a, b) in gaps_of(pivot, size) {
             if refine(a, b, &unions, cursors, &mut best) {
                 break;
             }
         }
-        best.found().unwrap_or(top)
+        best.found().unwrap_or(best.top)
     }
 
     /// [`BusyIndex::best`] for leaves `[qfirst, qlast]` of half block `half` (counted
@@ -649,11 +630,13 @@ struct Smallest<U> {
     size: U,
     len: U,
     at: U,
+    /// The top of the buffers live then, once [`refine`] has found it.
+    top: U,
 }
 
 impl<U: Unit> Smallest<U> {
     fn new(size: U) -> Smallest<U> {
-        Smallest { size, len: U::MAX, at: U::ZERO }
+        Smallest { size, len: U::MAX, at: U::ZERO, top: U::ZERO }
     }
 
     /// The start of the smallest part offered, if any held `size` bytes.
@@ -780,6 +763,10 @@ impl<U: Unit> Cut<'_, U> {
 /// its length.
 fn refine<U: Unit>(a: U, b: U, unions: &[Source<U>], cursors: &mut [usize], best: &mut Smallest<U>) -> bool {
     let (Some((source, unions)), Some((j, cursors))) = (unions.split_first(), cursors.split_first_mut()) else {
+        if b == U::MAX {
+            best.top = a; // the space above every union: not a gap
+            return false;
+        }
         return best.offer(a, b);
     };
     match *source {
@@ -867,11 +854,11 @@ fn walk<U: Unit>(
     None
 }
 
-/// The gaps of `pivot` below `top` (the first from 0, the last up to `top`) of at least
-/// `min_len` bytes (`min_len > 0`), lowest first.
-fn gaps_of<U: Unit>(pivot: &[(U, U)], top: U, min_len: U) -> impl Iterator<Item = (U, U)> + '_ {
+/// The gaps of `pivot` (the first from 0) of at least `min_len` bytes (`min_len > 0`),
+/// lowest first, the last one above its top, up to `U::MAX`.
+fn gaps_of<U: Unit>(pivot: &[(U, U)], min_len: U) -> impl Iterator<Item = (U, U)> + '_ {
     let ends = std::iter::once(U::ZERO).chain(pivot.iter().map(|s| s.1));
-    let starts = pivot.iter().map(|s| s.0).chain(std::iter::once(top));
+    let starts = pivot.iter().map(|s| s.0).chain(std::iter::once(U::MAX));
     ends.zip(starts).filter(move |&(a, b)| b >= a.saturating_add(min_len))
 }
 
