@@ -162,8 +162,12 @@ impl<U: Unit> Segments<U> {
 }
 
 /// A batch of at most this many ranges is inserted one by one (a binary search each),
-/// a bigger one merged in one pass over the union.
-const INSERT_ONE_BY_ONE: usize = 8;
+/// a bigger one merged in one pass over the union. Inserting in place touches only the
+/// union above the lowest range, where a merge copied all of it into a cold buffer
+/// (cachegrind, spatial order on `synthetic::training_like(200000)`: 8 -> 32 took L2
+/// misses 60.6 -> 57.4 M and D1 misses 88.5 -> 81.4 M, for 0.4% fewer instructions).
+/// A large batch (a union no query read for long) still costs one pass.
+const INSERT_ONE_BY_ONE: usize = 32;
 
 /// A union of the buffers meeting or covering one node, brought up to date only when a
 /// query reads it ([`BusyIndex::refresh`]): a buffer covering a node is logged once, in
