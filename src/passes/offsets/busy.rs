@@ -187,6 +187,12 @@ struct Lazy<U> {
 /// bounded for nodes no query reads).
 const PENDING_MAX: usize = 64;
 
+/// A leaf counted from the first of its half block: half blocks have at most
+/// 2^[`HALF_BLOCK_LEVELS`] leaves. Rectangles keep their leaves so, and a query scans
+/// them: half the bytes of a `u32`.
+type Leaf = u16;
+const HALF_BLOCK_LEVELS: u32 = Leaf::BITS;
+
 /// One union a query reads.
 #[derive(Clone, Copy, Debug)]
 enum Set {
@@ -196,17 +202,16 @@ enum Set {
     Scratch(usize, usize),
     /// The rectangles of half block `.0` that meet its leaves `[.1, .2]`, not merged
     /// (best fit reads them only where a candidate gap survives the unions).
-    Rects(usize, u32, u32),
+    Rects(usize, Leaf, Leaf),
 }
 
 /// The rectangles of one half block, sorted by start offset, in two parallel lists (a
 /// query scans the leaves and reads the bytes of those that meet it): rectangle `i` is a
 /// buffer's bytes `bytes[i]` (half-open) during leaves `spans[i]` (inclusive, counted from
-/// the half block's first). A half block has at most 2^32 leaves (half the tree's levels
-/// lie below the block level, and a tree has at most 2^64 leaves): u32 holds them.
+/// the half block's first, as a [`Leaf`]).
 #[derive(Clone, Debug, Default)]
 struct Rects<U> {
-    spans: Vec<(u32, u32)>,
+    spans: Vec<(Leaf, Leaf)>,
     bytes: Vec<(U, U)>,
     /// `reach[i]`: the highest end among `bytes[..=i]` (so the rectangles that may reach
     /// past an offset are found by a search).
@@ -215,7 +220,7 @@ struct Rects<U> {
 
 impl<U: Unit> Rects<U> {
     /// Adds bytes `[start, end)` during leaves `[first, last]`.
-    fn insert(&mut self, first: u32, last: u32, start: U, end: U) {
+    fn insert(&mut self, first: Leaf, last: Leaf, start: U, end: U) {
         let at = self.bytes.partition_point(|b| b.0 <= start);
         self.bytes.insert(at, (start, end));
         self.spans.insert(at, (first, last));
@@ -233,7 +238,7 @@ impl<U: Unit> Rects<U> {
     /// making it: the parts of `[a, b)` none of them covers and that hold `min_len`, lowest
     /// first, starting from rectangle `from` (the first whose `reach` passes `a`).
     #[allow(clippy::too_many_arguments)]
-    fn cut(&self, mut a: U, b: U, qfirst: u32, qlast: u32, from: usize, min_len: U, mut part: impl FnMut(U, U) -> bool) -> bool {
+    fn cut(&self, mut a: U, b: U, qfirst: Leaf, qlast: Leaf, from: usize, min_len: U, mut part: impl FnMut(U, U) -> bool) -> bool {
         for (&(start, end), &(first, last)) in self.bytes[from..].iter().zip(&self.spans[from..]) {
             if start >= b {
                 break;
@@ -256,7 +261,7 @@ impl<U: Unit> Rects<U> {
     /// About half the rectangles meet a range (289 of 597 on average on
     /// `synthetic::training_like(200000)`), in no pattern a predictor could learn: a mask
     /// of which ones meet is made without a branch per rectangle, 64 at a time.
-    fn meeting(&self, qfirst: u32, qlast: u32, mut each: impl FnMut(U, U) -> bool) -> bool {
+    fn meeting(&self, qfirst: Leaf, qlast: Leaf, mut each: impl FnMut(U, U) -> bool) -> bool {
         for (chunk, spans) in self.spans.chunks(64).enumerate() {
             let mut mask = 0u64;
             for (k, &(first, last)) in spans.iter().enumerate() {
@@ -357,7 +362,9 @@ impl<U: Unit> BusyIndex<U> {
         let depth = level(width);
         // Blocks of about 2√width leaves, halves of blocks under them (measured best on the
         // synthetic lists of benches/offsets.rs among levels one and two either side).
-        let block_level = depth.saturating_sub(2) / 2;
+        // A half block has at most 2^16 leaves, so that a leaf in it is a `Leaf` (only
+        // trees of over 2^32 leaves need deeper blocks for that).
+        let block_level = (depth.saturating_sub(2) / 2).max(depth.saturating_sub(HALF_BLOCK_LEVELS + 1));
         let base = 1usize << block_level;
         BusyIndex {
             width,
@@ -401,7 +408,7 @@ impl<U: Unit> BusyIndex<U> {
         let bl = self.block_level;
         if lv > bl {
             // A half block: its part of the range, kept in start order.
-            self.rects[node - (2usize << bl)].insert((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32, start, end);
+            self.rects[node - (2usize << bl)].insert((lo.max(l) - l) as Leaf, (hi.min(h) - l - 1) as Leaf, start, end);
             return;
         }
         if lo <= l && h <= hi {
@@ -450,7 +457,7 @@ impl<U: Unit> BusyIndex<U> {
         let bl = self.block_level;
         if lv > bl {
             // The half block's rectangles meeting the range, as a union.
-            let (qfirst, qlast) = ((lo.max(l) - l) as u32, (hi.min(h) - l - 1) as u32);
+            let (qfirst, qlast) = ((lo.max(l) - l) as Leaf, (hi.min(h) - l - 1) as Leaf);
             if !merge {
                 self.sets.push(Set::Rects(node - (2usize << bl), qfirst, qlast));
                 return;
@@ -571,7 +578,7 @@ impl<U: Unit> BusyIndex<U> {
         {
             let half = lo >> shift;
             let base = half << shift;
-            return self.best_in_half_block(half, (lo - base) as u32, (hi - 1 - base) as u32, size);
+            return self.best_in_half_block(half, (lo - base) as Leaf, (hi - 1 - base) as Leaf, size);
         }
         let Some(pivot_at) = self.gather(leaves, false) else { return U::ZERO };
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
@@ -614,7 +621,7 @@ impl<U: Unit> BusyIndex<U> {
     /// compares the untouched gaps it passes without a branch per gap (a thousand gaps per
     /// block on `synthetic::training_like(200000)`, a hundred touched; a binary search per
     /// rectangle missed the cache more than the scan costs).
-    fn best_in_half_block(&mut self, half: usize, qfirst: u32, qlast: u32, size: U) -> U {
+    fn best_in_half_block(&mut self, half: usize, qfirst: Leaf, qlast: Leaf, size: U) -> U {
         let block = half >> 1;
         self.refresh(block + (1usize << self.block_level), true);
         let gaps = Gaps { union: &self.blocks[block].segments.0, next: 0, open: None, cursor: 0 };
@@ -790,7 +797,7 @@ fn refine<U: Unit>(a: U, b: U, unions: &[Source<U>], cursors: &mut [usize], best
 enum Source<'a, U> {
     Union(&'a [(U, U)]),
     /// The rectangles of a half block meeting its leaves `[.1, .2]`.
-    Rects(&'a Rects<U>, u32, u32),
+    Rects(&'a Rects<U>, Leaf, Leaf),
 }
 
 /// How many pivot gaps a walk looks into before small unions are merged.
