@@ -624,7 +624,7 @@ impl<U: Unit> BusyIndex<U> {
     fn best_in_half_block(&mut self, half: usize, qfirst: Leaf, qlast: Leaf, size: U) -> U {
         let block = half >> 1;
         self.refresh(block + (1usize << self.block_level), true);
-        let gaps = Gaps { union: &self.blocks[block].segments.0, next: 0, open: None, cursor: 0 };
+        let gaps = Gaps { union: &self.blocks[block].segments.0, next: 0, open: None };
         let mut cut = Cut { gaps, best: Smallest::new(size), run: None, top: U::ZERO };
         let exact = self.rects[half].meeting(qfirst, qlast, |start, end| cut.add(start, end));
         if exact || cut.finish() {
@@ -664,21 +664,30 @@ impl<U: Unit> Smallest<U> {
         self.len == self.size
     }
 
-    /// Offers the gaps of `union` numbered `from..to` (gap `i` ends where `union[i]`
-    /// starts), without a branch per gap; true once the smallest is an exact fit.
-    fn offer_gaps(&mut self, union: &[(U, U)], from: usize, to: usize) -> bool {
-        if from < to {
-            let mut a = if from == 0 { U::ZERO } else { union[from - 1].1 };
-            let (mut len, mut at) = (self.len, self.at);
-            for &(s, e) in &union[from..to] {
-                let key = if s - a >= self.size { s - a } else { U::MAX };
-                let smaller = key < len;
-                len = if smaller { key } else { len };
-                at = if smaller { a } else { at };
-                a = e;
-            }
-            (self.len, self.at) = (len, at);
+    /// Offers the gaps of `union` from gap `from` on (gap `i` ends where `union[i]`
+    /// starts) up to the one holding offset `below` (not offered), and returns that one's
+    /// number; one branch per gap, to stop, the offers without one.
+    fn offer_gaps_below(&mut self, union: &[(U, U)], from: usize, below: U) -> usize {
+        if from > union.len() {
+            return from; // past the unbounded gap
         }
+        let mut a = if from == 0 { U::ZERO } else { union[from - 1].1 };
+        let (mut len, mut at) = (self.len, self.at);
+        let mut i = from;
+        while let Some(&(s, e)) = union.get(i).filter(|s| s.1 <= below) {
+            let key = if s - a >= self.size { s - a } else { U::MAX };
+            let smaller = key < len;
+            len = if smaller { key } else { len };
+            at = if smaller { a } else { at };
+            a = e;
+            i += 1;
+        }
+        (self.len, self.at) = (len, at);
+        i
+    }
+
+    /// Whether the smallest is an exact fit (nothing can beat it).
+    fn exact(&self) -> bool {
         self.len == self.size
     }
 }
@@ -691,8 +700,6 @@ struct Gaps<'a, U> {
     next: usize,
     /// The gap being cut (its number) and where its free part goes on from.
     open: Option<(usize, U)>,
-    /// Where the scan for the next rectangle's gap starts.
-    cursor: usize,
 }
 
 /// The free parts of the gaps of a union (`gaps`) that rectangles (`add`, lowest start
@@ -727,23 +734,22 @@ impl<U: Unit> Cut<'_, U> {
     /// are offered whole, the part of its gap below it is offered.
     fn cut_out(&mut self, (start, end): (U, U)) -> bool {
         let gaps = &mut self.gaps;
-        let gap = gaps.cursor + gaps.union[gaps.cursor..].iter().take_while(|s| s.1 <= start).count();
-        gaps.cursor = gap;
-        let from = match gaps.open {
-            Some((open, from)) if open == gap => from,
-            open => {
-                if let Some((open, from)) = open
-                    && self.best.offer(from, gaps.union[open].0)
-                {
-                    return true;
-                }
-                if self.best.offer_gaps(gaps.union, gaps.next, gap) {
-                    return true;
-                }
-                gaps.next = gap + 1;
-                if gap == 0 { U::ZERO } else { gaps.union[gap - 1].1 }
+        if let Some((open, from)) = gaps.open {
+            if gaps.union.get(open).is_none_or(|s| s.1 > start) {
+                // In the gap being cut.
+                gaps.open = Some((open, end));
+                return self.best.offer(from, start);
             }
-        };
+            if self.best.offer(from, gaps.union[open].0) {
+                return true;
+            }
+        }
+        let gap = self.best.offer_gaps_below(gaps.union, gaps.next, start);
+        if self.best.exact() {
+            return true;
+        }
+        gaps.next = gap + 1;
+        let from = if gap == 0 { U::ZERO } else { gaps.union[gap - 1].1 };
         gaps.open = Some((gap, end));
         self.best.offer(from, start)
     }
@@ -763,7 +769,8 @@ impl<U: Unit> Cut<'_, U> {
         {
             return true;
         }
-        self.best.offer_gaps(gaps.union, gaps.next, gaps.union.len())
+        self.best.offer_gaps_below(gaps.union, gaps.next, U::MAX);
+        self.best.exact()
     }
 }
 
