@@ -205,8 +205,8 @@ enum Set {
     Rects(usize, Leaf, Leaf),
 }
 
-/// The rectangles of one half block, sorted by start offset, in two parallel lists (a
-/// query scans the leaves and reads the bytes of those that meet it): rectangle `i` is a
+/// The rectangles of one half block, sorted by start offset, in parallel lists (a query
+/// scans the leaves and reads the bytes of those that meet it): rectangle `i` is a
 /// buffer's bytes `bytes[i]` (half-open) during leaves `spans[i]` (inclusive, counted from
 /// the half block's first, as a [`Leaf`]).
 #[derive(Clone, Debug, Default)]
