@@ -62,112 +62,21 @@
 //! Bytes are counted in units of the sizes' greatest common divisor, in `u32` where every
 //! end fits ([`Unit`]): half the memory a query reads, for the same placements.
 //!
-//! Buffers only meet buffers of their own part of the schedule, so [`place`] first splits
+//! Buffers only meet buffers of their own part of the schedule, so [`place()`] first splits
 //! the schedule where no buffer spans a boundary and gives each part an index of its own
 //! (smaller, so faster; the placements are the same). A query costs O(log n) plus the
 //! segments of the unions it reads and the rectangles of at most two half blocks, which
 //! grows with how fragmented memory is around that time, not with how many buffers live
 //! then (benches/BENCHMARKS.md has the timings).
+//!
+//! The unions and rectangles are in `busy/sets.rs`, the loop that places buffers with an
+//! index in `busy/place.rs`.
 
-use crate::analysis::liveness::Live;
+mod place;
+mod sets;
 
-/// The integer type an index counts bytes in: [`place`] divides every size and offset by
-/// their greatest common divisor and uses `u32` when the result cannot exceed it (then
-/// the unions and rectangles take half the memory, and a query, which mostly waits on
-/// memory, runs a fifth faster on `synthetic::training_like(200000)`), `u64` otherwise.
-pub(super) trait Unit: Copy + Ord + Default + std::fmt::Debug + std::ops::Sub<Output = Self> {
-    const ZERO: Self;
-    const MAX: Self;
-    fn saturating_add(self, other: Self) -> Self;
-    fn checked_add(self, other: Self) -> Option<Self>;
-    fn from_u64(x: u64) -> Option<Self>;
-    fn to_u64(self) -> u64;
-}
-
-macro_rules! unit {
-    ($t:ty) => {
-        impl Unit for $t {
-            const ZERO: $t = 0;
-            const MAX: $t = <$t>::MAX;
-            fn saturating_add(self, other: $t) -> $t {
-                <$t>::saturating_add(self, other)
-            }
-            fn checked_add(self, other: $t) -> Option<$t> {
-                <$t>::checked_add(self, other)
-            }
-            fn from_u64(x: u64) -> Option<$t> {
-                <$t>::try_from(x).ok()
-            }
-            fn to_u64(self) -> u64 {
-                u64::from(self)
-            }
-        }
-    };
-}
-unit!(u32);
-unit!(u64);
-
-/// An insert-only union of half-open byte ranges: sorted, disjoint, never touching.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Segments<U>(Vec<(U, U)>);
-
-impl<U: Unit> Segments<U> {
-    /// Adds `[start, end)` (`start < end`), merging with every segment it meets or touches.
-    fn insert(&mut self, start: U, end: U) {
-        let v = &mut self.0;
-        let i = v.partition_point(|s| s.1 < start);
-        // Segments from i on end at or after `start`; those starting by `end` merge (few).
-        let j = i + v[i..].iter().take_while(|s| s.0 <= end).count();
-        if i == j {
-            v.insert(i, (start, end));
-        } else {
-            let merged = (v[i].0.min(start), v[j - 1].1.max(end));
-            v[i] = merged;
-            v.drain(i + 1..j);
-        }
-    }
-
-    /// Adds every range of `batch` (each `start < end`; reordered), through `spare` (left
-    /// with the old segments): a few one by one, more by one merge of sorted lists.
-    fn insert_all(&mut self, batch: &mut [(U, U)], spare: &mut Vec<(U, U)>) {
-        if batch.len() <= INSERT_ONE_BY_ONE {
-            for &(start, end) in batch.iter() {
-                self.insert(start, end);
-            }
-            return;
-        }
-        batch.sort_unstable();
-        spare.clear();
-        let (old, mut i) = (&self.0, 0usize);
-        for &(start, end) in batch.iter() {
-            // The old segments ending before `start` go as they are (none of them touches
-            // the top of `spare`: see below).
-            let j = gallop(old, i, |s| s.1 < start);
-            spare.extend_from_slice(&old[i..j]);
-            i = j;
-            match spare.last_mut() {
-                Some(top) if start <= top.1 => top.1 = top.1.max(end),
-                _ => spare.push((start, end)),
-            }
-            // Then the old segments it meets or touches merge into it.
-            let top = spare.last_mut().expect("just pushed");
-            while let Some(&(s, e)) = old.get(i).filter(|s| s.0 <= top.1) {
-                (top.0, top.1) = (top.0.min(s), top.1.max(e));
-                i += 1;
-            }
-        }
-        spare.extend_from_slice(&old[i..]);
-        std::mem::swap(&mut self.0, spare);
-    }
-}
-
-/// A batch of at most this many ranges is inserted one by one (a binary search each),
-/// a bigger one merged in one pass over the union. Inserting in place touches only the
-/// union above the lowest range, where a merge copied all of it into a cold buffer
-/// (cachegrind, spatial order on `synthetic::training_like(200000)`: 8 -> 32 took L2
-/// misses 60.6 -> 57.4 M and D1 misses 88.5 -> 81.4 M, for 0.4% fewer instructions).
-/// A large batch (a union no query read for long) still costs one pass.
-const INSERT_ONE_BY_ONE: usize = 32;
+pub(super) use place::{Fit, place, place_pinned};
+use sets::{HALF_BLOCK_LEVELS, Leaf, Rects, Segments, Unit};
 
 /// A union of the buffers meeting or covering one node, brought up to date only when a
 /// query reads it ([`BusyIndex::refresh`]): a buffer covering a node is logged once, in
@@ -187,12 +96,6 @@ struct Lazy<U> {
 /// bounded for nodes no query reads).
 const PENDING_MAX: usize = 64;
 
-/// A leaf counted from the first of its half block: half blocks have at most
-/// 2^[`HALF_BLOCK_LEVELS`] leaves. Rectangles keep their leaves so, and a query scans
-/// them: half the bytes of a `u32`.
-type Leaf = u16;
-const HALF_BLOCK_LEVELS: u32 = Leaf::BITS;
-
 /// One union a query reads.
 #[derive(Clone, Copy, Debug)]
 enum Set {
@@ -205,82 +108,8 @@ enum Set {
     Rects(usize, Leaf, Leaf),
 }
 
-/// The rectangles of one half block, sorted by start offset, in parallel lists (a query
-/// scans the leaves and reads the bytes of those that meet it): rectangle `i` is a
-/// buffer's bytes `bytes[i]` (half-open) during leaves `spans[i]` (inclusive, counted from
-/// the half block's first, as a [`Leaf`]).
-#[derive(Clone, Debug, Default)]
-struct Rects<U> {
-    spans: Vec<(Leaf, Leaf)>,
-    bytes: Vec<(U, U)>,
-    /// `reach[i]`: the highest end among `bytes[..=i]` (so the rectangles that may reach
-    /// past an offset are found by a search).
-    reach: Vec<U>,
-}
-
-impl<U: Unit> Rects<U> {
-    /// Adds bytes `[start, end)` during leaves `[first, last]`.
-    fn insert(&mut self, first: Leaf, last: Leaf, start: U, end: U) {
-        let at = self.bytes.partition_point(|b| b.0 <= start);
-        self.bytes.insert(at, (start, end));
-        self.spans.insert(at, (first, last));
-        let below = if at == 0 { U::ZERO } else { self.reach[at - 1] };
-        self.reach.insert(at, below.max(end));
-        for reach in &mut self.reach[at + 1..] {
-            if *reach >= end {
-                break; // and so are all after it
-            }
-            *reach = end;
-        }
-    }
-
-    /// [`cut`] for the union of the rectangles meeting leaves `[qfirst, qlast]`, without
-    /// making it: the parts of `[a, b)` none of them covers and that hold `min_len`, lowest
-    /// first, starting from rectangle `from` (the first whose `reach` passes `a`).
-    #[allow(clippy::too_many_arguments)]
-    fn cut(&self, mut a: U, b: U, qfirst: Leaf, qlast: Leaf, from: usize, min_len: U, mut part: impl FnMut(U, U) -> bool) -> bool {
-        for (&(start, end), &(first, last)) in self.bytes[from..].iter().zip(&self.spans[from..]) {
-            if start >= b {
-                break;
-            }
-            if end > a && first <= qlast && qfirst <= last {
-                if start >= a.saturating_add(min_len) && part(a, start) {
-                    return true;
-                }
-                a = end;
-                if a >= b {
-                    return false;
-                }
-            }
-        }
-        b >= a.saturating_add(min_len) && part(a, b)
-    }
-
-    /// Calls `each(start, end)` with the bytes of every rectangle meeting leaves
-    /// `[qfirst, qlast]`, in start order, until it returns true (then returns true).
-    /// About half the rectangles meet a range (289 of 597 on average on
-    /// `synthetic::training_like(200000)`), in no pattern a predictor could learn: a mask
-    /// of which ones meet is made without a branch per rectangle, 64 at a time.
-    fn meeting(&self, qfirst: Leaf, qlast: Leaf, mut each: impl FnMut(U, U) -> bool) -> bool {
-        for (chunk, spans) in self.spans.chunks(64).enumerate() {
-            let mut mask = 0u64;
-            for (k, &(first, last)) in spans.iter().enumerate() {
-                mask |= u64::from((first <= qlast) & (qfirst <= last)) << k;
-            }
-            while mask != 0 {
-                let (start, end) = self.bytes[chunk * 64 + mask.trailing_zeros() as usize];
-                if each(start, end) {
-                    return true;
-                }
-                mask &= mask - 1;
-            }
-        }
-        false
-    }
-}
-
 /// Which placed bytes are busy during a time range (see the module docs).
-pub(super) struct BusyIndex<U> {
+struct BusyIndex<U> {
     /// Leaves rounded up to a power of two; node `v` has children `2v`, `2v+1`, the root
     /// is node 1 at level 0 and the leaves are at level `log2(width)`.
     width: usize,
@@ -338,7 +167,7 @@ fn leaves_of(ranges: impl Iterator<Item = (usize, usize)>) -> (usize, Vec<Leaves
 
 /// What a gap visitor tells the walk.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Walk {
+enum Walk {
     Continue,
     Stop,
 }
@@ -357,7 +186,7 @@ fn level(node: usize) -> u32 {
 
 impl<U: Unit> BusyIndex<U> {
     /// An empty index over `leaves` leaves ([`leaves_of`]).
-    pub(super) fn new(leaves: usize) -> BusyIndex<U> {
+    fn new(leaves: usize) -> BusyIndex<U> {
         let width = leaves.max(1).next_power_of_two();
         let depth = level(width);
         // Blocks of about 2√width leaves, halves of blocks under them (measured best on the
@@ -387,7 +216,7 @@ impl<U: Unit> BusyIndex<U> {
     /// Marks `[start, end)` busy during leaves `lo..hi` (an empty byte range is ignored).
     /// The bytes must be free then, as placements are: best fit relies on no two buffers
     /// live at once sharing a byte.
-    pub(super) fn insert(&mut self, (lo, hi): Leaves, start: U, end: U) {
+    fn insert(&mut self, (lo, hi): Leaves, start: U, end: U) {
         if lo < hi && start < end {
             self.insert_at(1, 0, self.width, lo, hi, start, end);
         }
@@ -519,7 +348,7 @@ impl<U: Unit> BusyIndex<U> {
     /// `[first, last]` occupies, lowest first; the last gap is unbounded (`end == None`)
     /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
     /// skipped. Stops early when `visit` says so.
-    pub(super) fn gaps(&mut self, leaves: Leaves, min_len: U, mut visit: impl FnMut(U, Option<U>) -> Walk) {
+    fn gaps(&mut self, leaves: Leaves, min_len: U, mut visit: impl FnMut(U, Option<U>) -> Walk) {
         let pivot_at = self.gather(leaves, true);
         let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
         let pivot: &[(U, U)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
@@ -570,7 +399,7 @@ impl<U: Unit> BusyIndex<U> {
     /// The rectangles of the half blocks at the ends come last and are not merged into
     /// unions first (merging them was a third of the time of these queries): only the
     /// pieces that every union leaves reach them ([`Rects::cut`]).
-    pub(super) fn best(&mut self, leaves: Leaves, size: U) -> U {
+    fn best(&mut self, leaves: Leaves, size: U) -> U {
         let (lo, hi) = leaves;
         if lo < hi
             && let Some(shift) = level(self.width).checked_sub(self.block_level + 1)
@@ -945,154 +774,6 @@ fn coalesce<U: Unit>(segments: &mut Vec<(U, U)>) {
         }
     }
     segments.truncate(kept);
-}
-
-/// Where a buffer goes among the gaps of the buffers it meets.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Fit {
-    /// The lowest gap that holds it.
-    First,
-    /// The smallest gap that holds it (the lowest among equals).
-    Best,
-}
-
-/// Places the buffers of `intervals` one by one in `order` (every index once), each in a gap
-/// among the already placed buffers it meets in time chosen by `fit`, or on top of them if
-/// no gap holds it. Zero-size buffers take no bytes and get offset 0. `None` if an offset
-/// would overflow `u64`.
-pub(super) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec<u64>> {
-    place_pinned(intervals, order, fit, &[])
-}
-
-/// [`place`], except that the buffers of `pinned` (buffer, offset) are not searched for:
-/// each goes where `pinned` says when its turn in `order` comes (they must not overlap
-/// one another; put them first in `order` so that the others go around them).
-pub(super) fn place_pinned(intervals: &[Live], order: &[usize], fit: Fit, pinned: &[(usize, u64)]) -> Option<Vec<u64>> {
-    let mut pin = vec![None; intervals.len()];
-    for &(i, offset) in pinned {
-        *pin.get_mut(i)? = Some(offset);
-    }
-    let mut offsets = vec![0u64; intervals.len()];
-    for part in parts(intervals, order)? {
-        place_part(intervals, &part, fit, &pin, &mut offsets)?;
-    }
-    Some(offsets)
-}
-
-/// Parts of fewer buffers are joined with the next (an index per tiny part costs more
-/// than it saves).
-const PART_MIN: usize = 1024;
-
-/// `order` split by parts of the schedule that no buffer spans: a buffer only ever meets
-/// buffers of its own part, so each part can be placed with an index of its own (smaller,
-/// so faster) in the same order, with the same result. `None` if `order` names a buffer
-/// that does not exist.
-fn parts(intervals: &[Live], order: &[usize]) -> Option<Vec<Vec<usize>>> {
-    // Ranges beside their indices, not looked up at every comparison (cache misses).
-    let mut by_first: Vec<(usize, usize, usize)> = intervals.iter().enumerate().map(|(i, l)| (l.first, l.last, i)).collect();
-    by_first.sort_unstable();
-    let mut part_of = vec![0usize; intervals.len()];
-    let (mut part, mut count, mut reach) = (0usize, 0usize, None::<usize>);
-    for (first, last, i) in by_first {
-        if reach.is_some_and(|r| first > r) && count >= PART_MIN {
-            part += 1;
-            count = 0;
-        }
-        reach = Some(reach.map_or(last, |r| r.max(last)));
-        part_of[i] = part;
-        count += 1;
-    }
-    let mut parts = vec![Vec::new(); part + 1];
-    for &i in order {
-        parts[*part_of.get(i)?].push(i);
-    }
-    Some(parts)
-}
-
-/// One buffer of a part, as [`place_part`] needs it (read once, in placement order: looking
-/// each one up in the input at its turn missed the cache every time).
-struct Buffer {
-    index: usize,
-    first: usize,
-    last: usize,
-    size: u64,
-    pin: Option<u64>,
-}
-
-/// [`place`] for the buffers of one part, in `order`, writing their offsets.
-///
-/// The index counts in units of the greatest common divisor of the sizes and pinned
-/// offsets (every offset a placement makes is a sum of those, so nothing is lost), in
-/// `u32` when no offset can pass `u32::MAX` units: no buffer ends above the pinned ends
-/// plus the sizes of the others (each goes in a gap below the top of those placed, or on
-/// that top).
-fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>], offsets: &mut [u64]) -> Option<()> {
-    let mut buffers = Vec::with_capacity(order.len());
-    let (mut unit, mut pinned_top, mut sizes) = (0u64, 0u64, Some(0u64));
-    for &index in order {
-        let live = intervals.get(index)?;
-        let pin = if live.size == 0 { None } else { pin[index] };
-        unit = gcd(unit, live.size);
-        match pin {
-            Some(offset) => {
-                unit = gcd(unit, offset);
-                pinned_top = pinned_top.max(offset.checked_add(live.size)?);
-            }
-            None => sizes = sizes.and_then(|total| total.checked_add(live.size)),
-        }
-        buffers.push(Buffer { index, first: live.first, last: live.last, size: live.size, pin });
-    }
-    if unit == 0 {
-        return Some(()); // only zero-size buffers: offset 0
-    }
-    let top = sizes.and_then(|total| total.checked_add(pinned_top));
-    if top.is_some_and(|top| top / unit <= u64::from(u32::MAX)) {
-        place_in::<u32>(&buffers, fit, unit, offsets)
-    } else {
-        place_in::<u64>(&buffers, fit, unit, offsets)
-    }
-}
-
-/// Places `buffers` in their order with an index counting `U`s of `unit` bytes (`unit`
-/// divides every size and pinned offset), writing their offsets in bytes; `None` if an
-/// end would overflow `u64` bytes (or `U` units, which [`place_part`] rules out for `u32`).
-fn place_in<U: Unit>(buffers: &[Buffer], fit: Fit, unit: u64, offsets: &mut [u64]) -> Option<()> {
-    let (count, leaves) = leaves_of(buffers.iter().map(|b| (b.first, b.last)));
-    let mut index = BusyIndex::<U>::new(count);
-    for (buffer, &leaves) in buffers.iter().zip(&leaves) {
-        if buffer.size == 0 {
-            continue;
-        }
-        let size = U::from_u64(buffer.size / unit)?;
-        let offset = match (buffer.pin, fit) {
-            (Some(offset), _) => U::from_u64(offset / unit)?,
-            (None, Fit::Best) => index.best(leaves, size),
-            (None, Fit::First) => {
-                let mut offset = None;
-                index.gaps(leaves, size, |start, end| match end {
-                    Some(end) if end - start < size => Walk::Continue,
-                    _ => {
-                        offset = Some(start);
-                        Walk::Stop
-                    }
-                });
-                offset?
-            }
-        };
-        let end = offset.checked_add(size)?;
-        end.to_u64().checked_mul(unit)?;
-        index.insert(leaves, offset, end);
-        offsets[buffer.index] = offset.to_u64() * unit;
-    }
-    Some(())
-}
-
-/// The greatest common divisor (`gcd(0, x) == x`).
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 #[cfg(test)]

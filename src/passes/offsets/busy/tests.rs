@@ -1,7 +1,10 @@
 //! Tests of the busy index (`busy.rs`): unions, batches, and every query against brute
 //! force over explicit placements.
 
+use super::place::gcd;
+use super::sets::INSERT_ONE_BY_ONE;
 use super::*;
+use crate::analysis::liveness::Live;
 
 /// A seeded generator of numbers below `n` (an LCG: no dependency, the same every run).
 fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
