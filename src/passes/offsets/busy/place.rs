@@ -144,7 +144,7 @@ fn place_in<U: Unit>(buffers: &[Buffer], fit: Fit, unit: u64, offsets: &mut [u64
             }
         };
         let end = offset.checked_add(size)?;
-        end.to_u64().checked_mul(unit)?;
+        end.to_u64().checked_mul(unit)?; // its end in bytes must fit a u64 too
         index.insert(leaves, offset, end);
         offsets[buffer.index] = offset.to_u64() * unit;
     }

@@ -143,9 +143,10 @@ impl<U: Unit> Rects<U> {
         }
     }
 
-    /// [`cut`](super::cut) for the union of the rectangles meeting leaves `[qfirst, qlast]`, without
-    /// making it: the parts of `[a, b)` none of them covers and that hold `min_len`, lowest
-    /// first, starting from rectangle `from` (the first whose `reach` passes `a`).
+    /// [`cut`](super::cut) for the union of the rectangles meeting leaves `[qfirst,
+    /// qlast]`, without making it: the parts of `[a, b)` none of them covers and that hold
+    /// `min_len`, lowest first, starting from rectangle `from` (the first whose `reach`
+    /// passes `a`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn cut(&self, mut a: U, b: U, qfirst: Leaf, qlast: Leaf, from: usize, min_len: U, mut part: impl FnMut(U, U) -> bool) -> bool {
         for (&(start, end), &(first, last)) in self.bytes[from..].iter().zip(&self.spans[from..]) {
