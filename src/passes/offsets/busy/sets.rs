@@ -159,7 +159,7 @@ impl<U: Unit> Rects<U> {
                 }
                 a = end;
                 if a >= b {
-                    return false;
+                    break; // as in `cut`: the check below still reports a top at U::MAX
                 }
             }
         }

@@ -163,4 +163,12 @@ fn units_are_the_common_divisor_and_u32_only_where_every_end_fits() {
     // An end past u64 bytes (though not past u64 units of 2^20 bytes) is an overflow.
     let over: Vec<Live> = [1u64 << 63, 1 << 63].iter().map(|&size| l(0, 0, size)).collect();
     assert_eq!(place(&over, &[0, 1], Fit::Best), None);
+    // So is one on a buffer that ends at the very top of u64, found by a range longer than
+    // a half block (eight leaves from the empty buffers: blocks of eight, halves of four).
+    let mut top = vec![l(1, 1, u64::MAX), l(1, 6, 1)];
+    top.extend((0..8).map(|step| l(step, step, 0)));
+    let order: Vec<usize> = (0..top.len()).collect();
+    for fit in [Fit::First, Fit::Best] {
+        assert_eq!(place(&top, &order, fit), None, "{fit:?}");
+    }
 }
