@@ -52,11 +52,10 @@
 //!   it times a logarithm; pieces too short are dropped; the rectangles of the end half
 //!   blocks come last, searched by the highest end so far, [`Rects::cut`]), and the first
 //!   exact fit ends the query. A range within one half block (a short-lived buffer: most
-//!   queries) reads no
-//!   union but its block's: every rectangle meeting it lies inside one gap of that union
-//!   (its buffer is live whenever those covering the block are), so one pass over the
-//!   meeting rectangles in start order cuts the gaps they touch, and the untouched gaps
-//!   between, passed on the way, are compared without a branch per gap
+//!   queries) reads no union but its block's: every rectangle meeting it lies inside one
+//!   gap of that union (its buffer is live whenever those covering the block are), so one
+//!   pass over the meeting rectangles in start order cuts the gaps they touch, and the
+//!   untouched gaps between, passed on the way, are compared without a branch per gap
 //!   ([`BusyIndex::best_in_half_block`]).
 //!
 //! Bytes are counted in units of the sizes' greatest common divisor, in `u32` where every
@@ -490,7 +489,7 @@ impl<U: Unit> Smallest<U> {
         if len >= self.size && len < self.len {
             (self.len, self.at) = (len, a);
         }
-        self.len == self.size
+        self.exact()
     }
 
     /// Offers the gaps of `union` from gap `from` on (gap `i` ends where `union[i]`
