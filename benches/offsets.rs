@@ -6,7 +6,7 @@
 //! "over") and minimising; idealloc's real lists minimising (with the file's own placement
 //! where it has one); two synthetic 200000-buffer lists (no exact column): ten rounds of a
 //! 20000-buffer training step one after the other, and one 200000-buffer step whose live
-//! set grows with it (see `passes::offsets::synthetic`). Every solution is checked with
+//! set grows with it (see `solve::offsets::synthetic`). Every solution is checked with
 //! the independent `check_offsets`; a violation aborts the run.
 //!
 //! Time per search-based run (auto, exact): `--quick` gives 100 ms, else
@@ -17,10 +17,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use memplan::analysis::liveness::Live;
+use memplan::solve::offsets::Live;
 use memplan::buffer_list::{ListedBuffer, parse_buffer_list};
 use memplan::checker::check_offsets;
-use memplan::passes::offsets::{self, Attempt, SolveError, SolveOptions, Solver, synthetic};
+use memplan::solve::offsets::{self, Attempt, SolveError, SolveOptions, Solver, synthetic};
 
 /// The columns: a solver each (`None` would print a dash).
 const SOLVERS: [(&str, Option<Solver>); 4] =

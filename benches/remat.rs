@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use memplan::checkmate::parse_remat;
-use memplan::remat::bound::lower_bound;
-use memplan::remat::{Node, Problem, RematError, Strategy, evaluate, solve_with};
+use memplan::solve::remat::bound::lower_bound;
+use memplan::solve::Node;
+use memplan::solve::remat::{Problem, RematError, Strategy, evaluate, solve_with};
 
 /// The README's rows: file, label, budget fraction, optimal overhead (%) as printed there.
 const ROWS: &[(&str, &str, f64, &str)] = &[

@@ -16,8 +16,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use memplan::passes::{Budget, PlanError, PlanOptions, plan_step, plan_with_solver};
-use memplan::remat::Strategy;
+use memplan::passes::{Budget, PlanError, PlanOptions, plan_step, plan_with_strategy};
+use memplan::solve::remat::Strategy;
 
 #[path = "../tests/support/drop_and_recompute.rs"]
 mod baseline;
@@ -60,7 +60,7 @@ fn table(file: &std::path::Path) -> Result<(), String> {
             let started = Instant::now();
             let result = match strategy {
                 Some(checkpoint) => plan_step(&graph, &PlanOptions { checkpoint, ..options }),
-                None => plan_with_solver(&graph, &options, name, &baseline::drop_and_recompute),
+                None => plan_with_strategy(&graph, &options, name, &baseline::drop_and_recompute),
             };
             let seconds = started.elapsed().as_secs_f64();
             let row = match result {

@@ -38,7 +38,7 @@ fn report(file: &std::path::Path) -> Result<(), String> {
     // Which of the search's candidates the schedule pass keeps (as `schedule::schedule` does).
     let found = memplan::passes::schedule::step_dag(&graph, memplan::plan::DEFAULT_ALIGNMENT).map(|dag| {
         let program: Vec<u32> = (0..graph.ops.len() as u32).collect();
-        dag.best_order(&[&program], memplan::passes::schedule::dag::Effort::for_nodes(graph.ops.len())).by
+        dag.best_order(&[&program], memplan::solve::order::Effort::for_nodes(graph.ops.len())).by
     });
     println!(
         "{} (@{}, {} ops; the memory order is {})",

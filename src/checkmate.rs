@@ -21,8 +21,9 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 use thiserror::Error;
 
-use crate::passes::schedule::dag::{Dag, DagError, Node, Value};
-use crate::remat::{NodeInfo, Problem, Value as RematValue};
+use crate::solve::order::{Dag, DagError};
+use crate::solve::remat::{NodeInfo, Problem};
+use crate::solve::{DagValue, Node};
 
 /// A graph read from a file.
 #[derive(Clone, Debug)]
@@ -96,8 +97,8 @@ pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
     let index = |id: u64, what: &str| -> Result<Node, ReadError> {
         ids.binary_search(&id).map(|i| i as Node).map_err(|_| shape(format!("{what} names node {id}, which does not exist")))
     };
-    let mut values: Vec<Value> =
-        (0..ids.len()).map(|i| Value { size: by_id[&ids[i]], def: Some(i as Node), readers: Vec::new(), to_end: false }).collect();
+    let mut values: Vec<DagValue> =
+        (0..ids.len()).map(|i| DagValue { size: by_id[&ids[i]], def: Some(i as Node), readers: Vec::new(), to_end: false }).collect();
     for (i, link) in links.iter().enumerate() {
         let what = format!("links[{i}]");
         let source = index(integer(link, &["source", "0"], &what)?, &what)?;
@@ -177,11 +178,11 @@ pub fn parse_remat(text: &str) -> Result<RematGraph, ReadError> {
             NodeInfo { cost, recomputable: true, forward: !backward }
         })
         .collect();
-    let mut values: Vec<RematValue> = vec![RematValue { size: 0, def: None, readers: Vec::new(), to_end: false }; order.len()];
+    let mut values: Vec<DagValue> = vec![DagValue { size: 0, def: None, readers: Vec::new(), to_end: false }; order.len()];
     for value in dag.values() {
         let def = value.def.map(|d| rank[d as usize]).expect("every file value has a writer");
         let readers = value.readers.iter().map(|&r| rank[r as usize]).collect();
-        values[def as usize] = RematValue { size: value.size, def: Some(def), readers, to_end: false };
+        values[def as usize] = DagValue { size: value.size, def: Some(def), readers, to_end: false };
     }
     Ok(RematGraph { name: graph.name, ids, links: graph.links, problem: Problem { nodes: problem_nodes, values, shares: Vec::new() } })
 }
@@ -221,9 +222,9 @@ mod tests {
         assert_eq!((g.ids.clone(), g.links, g.name.as_deref()), (vec![0, 1, 2], 3, Some("m")));
         let nodes: Vec<(u64, bool, bool)> = g.problem.nodes.iter().map(|n| (n.cost, n.recomputable, n.forward)).collect();
         assert_eq!(nodes, vec![(5, true, true), (1, true, false), (7, true, false)]);
-        assert_eq!(g.problem.values[0], RematValue { size: 100, def: Some(0), readers: vec![1, 2], to_end: false });
+        assert_eq!(g.problem.values[0], DagValue { size: 100, def: Some(0), readers: vec![1, 2], to_end: false });
         // 0: 100; 1: 100 + 4; 2: 100 + 4 + 100.
-        assert_eq!(crate::remat::evaluate(&g.problem, &[0, 1, 2]).unwrap().peak, 204);
+        assert_eq!(crate::solve::remat::evaluate(&g.problem, &[0, 1, 2]).unwrap().peak, 204);
 
         // Ids ascending is not an order here (1 is the sink): the problem follows graph.order.
         let layered = r#"{"graph": {"order": [0, 2, 1]},
@@ -233,7 +234,7 @@ mod tests {
         let g = parse_remat(layered).unwrap();
         assert_eq!(g.ids, vec![0, 2, 1]);
         assert_eq!(g.problem.nodes.iter().map(|n| n.cost).collect::<Vec<_>>(), vec![3, 2, 0]);
-        assert_eq!(g.problem.values[1], RematValue { size: 7, def: Some(1), readers: vec![2], to_end: false });
+        assert_eq!(g.problem.values[1], DagValue { size: 7, def: Some(1), readers: vec![2], to_end: false });
         assert!(g.problem.nodes.iter().all(|n| n.forward && n.recomputable));
 
         let err = |text: &str| parse_remat(text).unwrap_err().to_string();

@@ -24,8 +24,9 @@ pub mod passes;
 pub mod plan;
 pub mod progress;
 pub mod random_step;
-pub mod remat;
 pub mod report;
+pub mod rng;
+pub mod solve;
 
 pub use autodiff::{AutodiffError, expand};
 pub use checker::{Violation, Violations, check};

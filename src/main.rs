@@ -17,10 +17,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+mod cli;
 use memplan::diagnostics;
 use memplan::ir::graph::Graph;
-use memplan::passes::offsets::{self, Solver};
-use memplan::passes::{Pass, PlanOptions, ScheduleKind};
+use memplan::solve::offsets::{self, Solver};
+use memplan::passes::{Context, Observer, Pass, PlanOptions, ScheduleKind};
 use memplan::progress::Progress;
 use memplan::plan::{DEFAULT_ALIGNMENT, Plan};
 use memplan::report::emit::Emit;
@@ -181,8 +183,8 @@ enum Command {
         #[arg(long, value_name = "FRACTION")]
         budget: f64,
         /// How to choose what to recompute.
-        #[arg(long, value_enum, default_value_t = memplan::remat::Strategy::Auto, value_name = "STRATEGY")]
-        checkpoint: memplan::remat::Strategy,
+        #[arg(long, value_enum, default_value_t = memplan::solve::remat::Strategy::Auto, value_name = "STRATEGY")]
+        checkpoint: memplan::solve::remat::Strategy,
         /// Time limit of the search in seconds.
         #[arg(long, default_value_t = 1.0, value_name = "SECS")]
         time_limit: f64,
@@ -406,7 +408,12 @@ impl Source {
     /// Plans `graph` and checks the plan independently; returns the graph the plan refers
     /// to (rewritten when ops are recomputed under a budget). Exit 2: a budget not met.
     fn plan(&self, graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), Failure> {
-        let (graph, plan) = memplan::passes::plan_step(graph, options).map_err(|e| {
+        self.plan_observed(graph, options, &mut |_, _| {})
+    }
+
+    /// [`Source::plan`], showing the pipeline's context to `observe` after each pass.
+    fn plan_observed(&self, graph: &Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), Failure> {
+        let (graph, plan) = memplan::passes::plan_step_observed(graph, options, observe).map_err(|e| {
             let code = if matches!(e, memplan::PlanError::BudgetUnmet { .. }) { 2 } else { 1 };
             self.failure(&e, code)
         })?;
@@ -444,17 +451,6 @@ fn load_subject(path: &Path, options: &PlanOptions) -> Result<(String, Subject),
     Ok((name, source.subject(graph, plan)))
 }
 
-/// `--print-ir-after`: the step after each of `passes`, annotated, on stderr.
-fn dump_ir_after(source: &Source, graph: &Graph, options: &PlanOptions, passes: &[Pass]) -> Result<(), Failure> {
-    use std::io::Write;
-    for &pass in passes {
-        let options = PlanOptions { stop_after: Some(pass), ..options.clone() };
-        let pipeline = memplan::passes::run(graph, &options).map_err(|e| source.failure(&e, 1))?;
-        let _ = std::io::stderr().write_all(memplan::passes::dump::dump(graph, pass, &pipeline).as_bytes());
-    }
-    Ok(())
-}
-
 fn run(command: Command) -> Result<(), Failure> {
     match command {
         Command::Check { file, passes } => {
@@ -478,8 +474,14 @@ fn run(command: Command) -> Result<(), Failure> {
             }
             print_ir_after.sort();
             print_ir_after.dedup();
-            dump_ir_after(&source, &graph, &options, &print_ir_after)?;
-            let (graph, plan) = source.plan(&graph, &options)?;
+            // `--print-ir-after`: the step after each pass asked for, annotated, on stderr.
+            let mut dump = |pass: Pass, cx: &Context<'_>| {
+                if print_ir_after.contains(&pass) {
+                    use std::io::Write;
+                    let _ = std::io::stderr().write_all(memplan::passes::dump::dump(pass, cx).as_bytes());
+                }
+            };
+            let (graph, plan) = source.plan_observed(&graph, &options, &mut dump)?;
             let subject = source.subject(graph, plan);
             let report = Report::new(&subject.graph, &subject.plan);
             emit.sort();
@@ -543,7 +545,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Remat { file, budget, checkpoint, time_limit, output } => {
             let limit = std::time::Duration::try_from_secs_f64(time_limit)
                 .map_err(|_| Failure { message: format!("error: --time-limit {time_limit}: expected seconds, a number ≥ 0\n"), code: 1 })?;
-            let report = memplan::remat::cli::run(&file, budget, checkpoint, limit, output.as_deref())
+            let report = cli::remat::run(&file, budget, checkpoint, limit, output.as_deref())
                 .map_err(|e| Failure { message: format!("error: {e}\n"), code: e.exit_code() })?;
             out!("{report}");
         }
@@ -562,7 +564,7 @@ fn run(command: Command) -> Result<(), Failure> {
 
 /// `memplan schedule`: our order of a Checkmate/Moccasin graph beside its reference orders.
 fn schedule_graph(path: &Path, output: Option<&Path>) -> Result<(), Failure> {
-    use memplan::passes::schedule::dag::Effort;
+    use memplan::solve::order::Effort;
     let fail = |message: String| Failure { message: format!("error: {message}\n"), code: 1 };
     let file = path.display().to_string();
     if let Some(out) = output

@@ -6,8 +6,8 @@
 //! side by side on large lists choose as if run one after the other.
 
 use memplan::checker::check_offsets;
-use memplan::passes::offsets::bestfit::{self, Order};
-use memplan::passes::offsets::{self, Live, Method, SolveError, SolveOptions, Solver, greedy, synthetic};
+use memplan::solve::offsets::bestfit::{self, Order};
+use memplan::solve::offsets::{self, Live, Method, SolveError, SolveOptions, Solver, greedy, synthetic};
 
 /// Deterministic pseudo-random numbers (no dependency).
 struct Lcg(u64);

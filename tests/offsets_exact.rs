@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use memplan::analysis::liveness::Live;
-use memplan::passes::offsets::exact::{ExactResult, Limits, exact, minimize, searchable};
-use memplan::passes::offsets::{SolveError, SolveOptions, Solution, Solver, lower_bound, solve};
+use memplan::solve::offsets::Live;
+use memplan::solve::offsets::exact::{ExactResult, Limits, exact, minimize, searchable};
+use memplan::solve::offsets::{SolveError, SolveOptions, Solution, Solver, lower_bound, solve};
 
 /// xorshift64*: deterministic, no dependencies.
 struct Rng(u64);
@@ -380,7 +380,7 @@ fn a_node_budget_gives_the_same_answer_whatever_the_clock() {
 fn lists_too_large_to_search_are_left_as_they_are() {
     // 200000 buffers with thousands live at once: the search's tables would need billions
     // of entries, so the search is not tried (counted, not timed: no node is spent).
-    let intervals = memplan::passes::offsets::synthetic::training_like(200_000, 1);
+    let intervals = memplan::solve::offsets::synthetic::training_like(200_000, 1);
     let lower = lower_bound(&intervals).unwrap();
     let stacked: Vec<u64> = intervals.iter().scan(0u64, |top, l| Some(std::mem::replace(top, *top + l.size))).collect();
     let arena = stacked.last().unwrap() + intervals.last().unwrap().size;
@@ -390,5 +390,5 @@ fn lists_too_large_to_search_are_left_as_they_are() {
     assert_eq!(minimize(&intervals, lower, start, limits).offsets, stacked);
     assert_eq!(exact(&intervals, arena, limits), ExactResult::TimedOut);
     // Small lists are searched.
-    assert!(searchable(&memplan::passes::offsets::synthetic::training_like(2_000, 1)));
+    assert!(searchable(&memplan::solve::offsets::synthetic::training_like(2_000, 1)));
 }

@@ -19,8 +19,9 @@ use memplan::exec::data::init_args;
 use memplan::ir::graph::Graph;
 use memplan::ir::ops::Attr;
 use memplan::passes::remat::{ApplyError, Budget, StepProblem, step_problem};
-use memplan::passes::{Pass, PlanError, PlanOptions, plan_sequence, plan_step, plan_with_solver, run};
-use memplan::remat::{Node, Problem, Solution, Strategy, evaluate};
+use memplan::passes::{Pass, PlanError, PlanOptions, plan_sequence, plan_step, plan_with_strategy, run};
+use memplan::solve::Node;
+use memplan::solve::remat::{Problem, Recomputation, Strategy, evaluate};
 use memplan::{Plan, parse, print};
 
 #[path = "support/drop_and_recompute.rs"]
@@ -37,7 +38,7 @@ fn load(file: &str) -> Graph {
 /// The schedule the remat pass sees, and the step's problem for it.
 fn problem_of(graph: &Graph, options: &PlanOptions) -> StepProblem {
     let options = PlanOptions { stop_after: Some(Pass::Inplace), ..options.clone() };
-    let schedule = run(graph, &options).unwrap().schedule;
+    let schedule = run(graph, &options).unwrap().input_schedule;
     step_problem(graph, &schedule, options.alignment, options.inplace).unwrap()
 }
 
@@ -224,7 +225,7 @@ fn clones_after_an_update_are_forbidden_and_the_strategy_asked_again() {
             }
         })
         .expect("some recompute lands after an update");
-    let first = Solution { eval: evaluate(&step.problem, &first).unwrap(), sequence: first, strategy: Strategy::None };
+    let first = Recomputation { eval: evaluate(&step.problem, &first).unwrap(), sequence: first, strategy: Strategy::None };
     assert!(matches!(plan_sequence(&graph, &options, &first.sequence), Err(PlanError::BadSequence(ApplyError::ReadsUpdated(_)))));
     let forbidden_ops: Vec<String> = forbidden.iter().map(|&n| graph.describe_op(step.ops[n as usize])).collect();
     assert!(forbidden_ops.iter().all(|op| op.contains("layer_norm")), "{forbidden_ops:?}");
@@ -238,7 +239,7 @@ fn clones_after_an_update_are_forbidden_and_the_strategy_asked_again() {
         drop_and_recompute(problem, budget)
     };
     let options = PlanOptions { budget: Some(Budget::Bytes(budget)), ..options };
-    let (rewritten, plan) = plan_with_solver(&graph, &options, "test", &counting).unwrap();
+    let (rewritten, plan) = plan_with_strategy(&graph, &options, "test", &counting).unwrap();
     assert!(calls.get() >= 2, "asked again after the first sequence was refused");
     assert!(plan.arena_bytes <= budget);
     assert_sound(&graph, &rewritten, &plan);
@@ -263,7 +264,7 @@ fn budgets_on_the_tiny_models() {
         for fraction in [0.98, 0.95, 0.9, 0.8, 0.7] {
             let options = PlanOptions { budget: Some(Budget::Fraction(fraction)), ..PlanOptions::default() };
             let budget = (fraction * plain.arena_bytes as f64).floor() as u64;
-            match plan_with_solver(&graph, &options, "drop-and-recompute", &drop_and_recompute) {
+            match plan_with_strategy(&graph, &options, "drop-and-recompute", &drop_and_recompute) {
                 Ok((rewritten, plan)) => {
                     assert!(plan.arena_bytes <= budget, "{file} {fraction}x: arena {} > budget {budget}", plan.arena_bytes);
                     let remat = plan.remat.as_ref().unwrap();
@@ -318,7 +319,7 @@ fn strategy_none_meets_only_budgets_at_or_above_the_arena() {
     // `plan` (without the graph) refuses a plan that recomputes, and accepts one that does not.
     assert!(memplan::plan(&graph, &with(Budget::Fraction(1.0))).is_ok());
     let options = PlanOptions { budget: Some(Budget::Fraction(0.95)), ..PlanOptions::default() };
-    let (rewritten, _) = plan_with_solver(&graph, &options, "t", &drop_and_recompute).unwrap();
+    let (rewritten, _) = plan_with_strategy(&graph, &options, "t", &drop_and_recompute).unwrap();
     assert_ne!(rewritten, graph);
     let none = PlanOptions { checkpoint: Strategy::None, ..options.clone() };
     assert!(matches!(memplan::plan(&graph, &none), Err(PlanError::BudgetUnmet { .. })), "strategy none cannot");
@@ -332,11 +333,11 @@ fn strategy_none_meets_only_budgets_at_or_above_the_arena() {
 fn stop_after_remat_stops_there() {
     let graph = load("ir/models/mlp.step");
     let options = PlanOptions { stop_after: Some(Pass::Remat), budget: Some(Budget::Fraction(2.0)), ..PlanOptions::default() };
-    let pipeline = run(&graph, &options).unwrap();
-    assert!(pipeline.graph.is_none() && pipeline.buffers.is_none() && pipeline.plan.is_none(), "a budget met as is rewrites nothing");
-    assert_eq!(pipeline.schedule.len(), graph.ops.len());
+    let cx = run(&graph, &options).unwrap();
+    assert!(cx.recomputed.is_none() && cx.buffers.is_none() && cx.plan.is_none(), "a budget met as is rewrites nothing");
+    assert_eq!(cx.schedule().len(), graph.ops.len());
     let without = run(&graph, &PlanOptions { stop_after: Some(Pass::Remat), ..PlanOptions::default() }).unwrap();
-    assert!(without.reuse.is_some() && without.buffers.is_none(), "no budget: the pipeline still stops after remat");
+    assert!(without.reuse().is_some() && without.buffers.is_none(), "no budget: the pipeline still stops after remat");
     assert_eq!(Pass::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(), ["schedule", "inplace", "remat", "buffers", "offsets"]);
 }
 

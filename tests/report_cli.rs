@@ -173,6 +173,28 @@ fn print_ir_after_dumps_steps_that_parse() {
     assert!(text(&out.stderr).contains("the passes are schedule, inplace"), "{}", text(&out.stderr));
 }
 
+/// Under a budget that recomputes, the dumps after remat show the rewritten step (its
+/// clones included) and parse; a budget no plan meets exits 2 with dumps asked for as
+/// without them.
+#[test]
+fn print_ir_after_shows_the_step_remat_rewrote() {
+    let out = memplan(&["plan", "ir/models/gpt2_tiny.step", "--budget", "0.8x", "--print-ir-after-all"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let dumps: Vec<&str> = stderr.split("// -----// IR Dump After ").skip(1).collect();
+    assert_eq!(dumps.len(), memplan::passes::Pass::ALL.len(), "{stderr}");
+    for (dump, pass) in dumps.iter().zip(memplan::passes::Pass::ALL) {
+        let body = dump.split_once('\n').unwrap().1;
+        let graph = memplan::parse(body).unwrap_or_else(|e| panic!("after {pass}: {e:?}\n{body}"));
+        memplan::verify(&graph).unwrap();
+        let clones = body.lines().filter(|l| l.contains(".remat1")).count();
+        assert_eq!(clones > 0, pass >= memplan::passes::Pass::Remat, "after {pass}: {clones} lines name a clone");
+    }
+    let unmet = memplan(&["plan", "ir/models/mlp.step", "--budget", "0.5x", "--print-ir-after", "schedule"]);
+    assert_eq!(unmet.status.code(), Some(2), "{}", text(&unmet.stderr));
+    assert_eq!(text(&unmet.stderr).matches("IR Dump After schedule").count(), 1);
+}
+
 #[test]
 fn progress_stays_off_stderr_when_it_is_not_a_terminal() {
     let out = memplan(&["run", "ir/models/mlp.step", "--steps", "3"]);

@@ -11,7 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
-use memplan::passes::schedule::dag::{Effort, Node};
+use memplan::solve::Node;
+use memplan::solve::order::Effort;
 use memplan::passes::schedule::step_dag;
 use memplan::passes::{PlanOptions, ScheduleKind};
 use memplan::{Graph, check, expand, parse, plan, verify};

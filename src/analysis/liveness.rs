@@ -12,7 +12,7 @@
 //!   to its last read: after that its new value takes its place.
 //!
 //! Assumes a verified graph and a schedule that is a topological order of all its ops.
-//! The lower bound of offset assignment follows from these lifetimes (`max_live`).
+//! The buffer pass turns these lifetimes into the live ranges offsets are assigned for.
 
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, ValueDef};
@@ -75,54 +75,4 @@ pub fn lifetimes(graph: &Graph, schedule: &[OpId]) -> Lifetimes {
         last[root[v]] = end;
     }
     Lifetimes { root, def, last, position }
-}
-
-/// An interval `[first, last]` of schedule positions during which `size` bytes are held.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Live {
-    pub first: usize,
-    pub last: usize,
-    pub size: u64,
-}
-
-/// The most bytes live at once, and the first position where that happens.
-/// `None` if the sum overflows `u64`.
-pub fn max_live(intervals: &[Live]) -> Option<(u64, usize)> {
-    // +size at `first`, -size after `last`; at equal times frees come after allocations of
-    // the same position only when they belong to a later one, which `last + 1` ensures.
-    let mut events: Vec<(usize, bool, u64)> = Vec::with_capacity(intervals.len() * 2);
-    for live in intervals {
-        events.push((live.first, true, live.size));
-        events.push((live.last + 1, false, live.size));
-    }
-    // Frees (false) sort before allocations (true) at the same position.
-    events.sort_unstable();
-    let (mut current, mut best, mut at) = (0u64, 0u64, 0usize);
-    for (t, alloc, size) in events {
-        if alloc {
-            current = current.checked_add(size)?;
-            if current > best {
-                best = current;
-                at = t;
-            }
-        } else {
-            current -= size;
-        }
-    }
-    Some((best, at))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn max_live_counts_touching_intervals_apart() {
-        let l = |first, last, size| Live { first, last, size };
-        // [0,1] and [2,3] never overlap; [1,2] overlaps both.
-        assert_eq!(max_live(&[l(0, 1, 10), l(2, 3, 10)]), Some((10, 0)));
-        assert_eq!(max_live(&[l(0, 1, 10), l(2, 3, 10), l(1, 2, 5)]), Some((15, 1)));
-        assert_eq!(max_live(&[]), Some((0, 0)));
-        assert_eq!(max_live(&[l(0, 0, u64::MAX), l(0, 0, 1)]), None);
-    }
 }

@@ -27,7 +27,8 @@
 use indexmap::IndexMap;
 
 use crate::exec::cpu::{Placement, StepResult, run_step};
-use crate::exec::data::{HostTensor, Rng, Tensors};
+use crate::exec::data::{HostTensor, Tensors};
+use crate::rng::Rng;
 use crate::exec::{Dense, ExecError, kernels};
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Graph;

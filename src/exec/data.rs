@@ -5,11 +5,11 @@
 //! through `f64` ([`decode`], [`encode`]): exact for every dtype memplan has (i64 up to
 //! 2^53); floats round to nearest even when encoded.
 //!
-//! Initialisation is seeded and deterministic on every platform (SplitMix64, no outside
-//! crate whose stream could change): params by how the step uses them (norm scales 1,
-//! shifts and 1-D biases 0, embedding tables N(0, 0.02), other weights uniform in
-//! ±1/sqrt(fan_in)); state 0; float inputs N(0, 1); integer inputs that are labels or ids in
-//! their valid range; other integer inputs in 0..10; bool inputs fair coins.
+//! Initialisation is seeded and deterministic on every platform (`crate::rng`): params by
+//! how the step uses them (norm scales 1, shifts and 1-D biases 0, embedding tables
+//! N(0, 0.02), other weights uniform in ±1/sqrt(fan_in)); state 0; float inputs N(0, 1);
+//! integer inputs that are labels or ids in their valid range; other integer inputs in
+//! 0..10; bool inputs fair coins.
 
 use std::path::Path;
 
@@ -21,6 +21,7 @@ use crate::index::{OpId, ValueId};
 use crate::ir::graph::{Graph, Role};
 use crate::ir::ops::OpKind;
 use crate::ir::types::{DType, Shape, TensorType};
+use crate::rng::Rng;
 
 /// A tensor in host memory: dense row-major little-endian bytes of `ty.dtype`.
 #[derive(Clone, PartialEq, Debug)]
@@ -72,41 +73,6 @@ pub fn encode(dtype: DType, value: f64, out: &mut [u8]) {
         DType::I32 => out[..4].copy_from_slice(&(value as i32).to_le_bytes()),
         DType::I64 => out[..8].copy_from_slice(&(value as i64).to_le_bytes()),
         DType::Bool => out[0] = (value != 0.0) as u8,
-    }
-}
-
-/// SplitMix64: a small, fast, well-mixed generator whose stream never changes.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform integer in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-
-    /// Standard normal (Box-Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.uniform(); // (0, 1]
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
     }
 }
 
@@ -260,15 +226,6 @@ mod tests {
         assert_eq!(decode(DType::Bf16, &b), 1.0, "bf16 rounds to nearest even");
         encode(DType::I64, -(1i64 << 52) as f64, &mut b);
         assert_eq!(decode(DType::I64, &b), -(1i64 << 52) as f64);
-    }
-
-    #[test]
-    fn rng_is_stable() {
-        let mut r = Rng::new(42);
-        let first: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
-        let mut again = Rng::new(42);
-        assert_eq!(first, (0..3).map(|_| again.next_u64()).collect::<Vec<_>>());
-        assert!((0..1000).all(|_| r.below(7) < 7));
     }
 
     #[test]

@@ -10,25 +10,27 @@
 //! ignored by the parser, so the dump round-trips: `parse(dump)` is the step with its ops
 //! in schedule order.
 //!
-//! Annotations follow what a [`Pipeline`] holds, not which pass made it, so a new pass in
-//! [`Pass`] gets a dump without a change here.
+//! Annotations follow what the [`Context`] holds, not which pass made it, so a new pass in
+//! [`Pass`] gets a dump without a change here. The step dumped is the context's step as
+//! planned: after the remat pass recomputes values, the rewritten step with its clones.
 
 use std::fmt::Write;
 
 use crate::analysis::liveness::lifetimes;
 use crate::index::{IndexVec, ValueId};
-use crate::ir::graph::{Graph, ValueDef};
+use crate::ir::graph::ValueDef;
 use crate::ir::print::{Line, print_annotated};
-use crate::passes::{Pass, Pipeline};
+use crate::passes::{Context, Pass};
 
 /// The header comment of a dump.
 pub fn header(pass: Pass) -> String {
     format!("// -----// IR Dump After {pass} //----- //")
 }
 
-/// The step after `pass`, as `pipeline` (the pipeline run up to that pass) has it.
-pub fn dump(graph: &Graph, pass: Pass, pipeline: &Pipeline) -> String {
-    let life = lifetimes(graph, &pipeline.schedule);
+/// The step after `pass`, as `cx` (the pipeline run up to that pass) has it.
+pub fn dump(pass: Pass, cx: &Context<'_>) -> String {
+    let (graph, schedule) = (cx.graph(), cx.schedule());
+    let life = lifetimes(graph, schedule);
     let mut survives: IndexVec<ValueId, bool> =
         graph.values.iter().map(|v| matches!(v.def, ValueDef::Arg(role) if role.persists())).collect();
     for &target in graph.updates.iter().map(|u| &u.target) {
@@ -37,7 +39,7 @@ pub fn dump(graph: &Graph, pass: Pass, pipeline: &Pipeline) -> String {
     for v in graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().map(|u| u.value)) {
         survives[life.root[v]] = true;
     }
-    let mut kills: Vec<Vec<ValueId>> = vec![Vec::new(); pipeline.schedule.len()];
+    let mut kills: Vec<Vec<ValueId>> = vec![Vec::new(); schedule.len()];
     for v in graph.values.indices().filter(|&v| life.is_root(v) && !survives[v]) {
         if let Some(list) = kills.get_mut(life.last[v]) {
             list.push(v);
@@ -47,12 +49,12 @@ pub fn dump(graph: &Graph, pass: Pass, pipeline: &Pipeline) -> String {
         if !life.is_root(v) {
             return Some(format!("{} views {}", graph.value_name(v), graph.value_name(life.root[v])));
         }
-        let (buffer, size, first, last, offset) = if let Some(plan) = &pipeline.plan {
+        let (buffer, size, first, last, offset) = if let Some(plan) = &cx.plan {
             let id = plan.value_buffer[v];
             let b = &plan.buffers[id];
             (id, b.size, b.first, b.last, Some(b.offset))
         } else {
-            let buffers = pipeline.buffers.as_ref()?;
+            let buffers = cx.buffers.as_ref()?;
             let id = buffers.value_buffer[v];
             let b = &buffers.buffers[id];
             (id, b.size, b.first, b.last, None)
@@ -68,7 +70,7 @@ pub fn dump(graph: &Graph, pass: Pass, pipeline: &Pipeline) -> String {
                 let mut parts = vec![format!("t={t}")];
                 for &v in &graph.ops[op].outputs {
                     parts.extend(placement(v));
-                    if let Some(x) = pipeline.reuse.as_ref().and_then(|r| r[v]) {
+                    if let Some(x) = cx.reuse().and_then(|r| r[v]) {
                         parts.push(format!("{} in place over {}", graph.value_name(v), graph.value_name(x)));
                     }
                 }
@@ -82,7 +84,7 @@ pub fn dump(graph: &Graph, pass: Pass, pipeline: &Pipeline) -> String {
     };
     let mut out = header(pass);
     out.push('\n');
-    let _ = write!(out, "{}", print_annotated(graph, &pipeline.schedule, &note));
+    let _ = write!(out, "{}", print_annotated(graph, schedule, &note));
     out
 }
 
@@ -98,8 +100,8 @@ mod tests {
         let graph = crate::parse(STEP).unwrap();
         for pass in Pass::ALL {
             let options = PlanOptions { stop_after: Some(pass), ..PlanOptions::default() };
-            let pipeline = run(&graph, &options).unwrap();
-            let text = dump(&graph, pass, &pipeline);
+            let cx = run(&graph, &options).unwrap();
+            let text = dump(pass, &cx);
             assert!(text.starts_with(&header(pass)), "{text}");
             let again = crate::parse(&text).unwrap_or_else(|e| panic!("{pass}: {e:?}\n{text}"));
             assert_eq!(again.ops.len(), graph.ops.len());

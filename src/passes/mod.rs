@@ -1,33 +1,44 @@
-//! The pipeline: runs the passes in order and verifies after each one.
+//! The pipeline: runs the passes in order on a [`Context`] and verifies after each one.
 //!
 //! ```text
 //! schedule ─▶ inplace ─▶ remat (with a budget) ─▶ buffers ─▶ offsets
 //! ```
-//! Each pass is a free function in its own file. After every pass the pipeline re-runs the
-//! verifier on the graph and checks the schedule is a topological order of every op, and
-//! labels a failure with the pass that caused it ("after pass schedule"): such a failure is
-//! always a planner bug. `PlanOptions::stop_after` ends the pipeline early, for inspecting
-//! what a pass produced.
+//! Each pass is a free function over the graph in its own file; the driver ([`run`]) is
+//! one loop: run a pass, store what it decided in the context, re-run the verifier on the
+//! graph and check the schedule is a topological order of every op (a failure is labelled
+//! with the pass, "after pass schedule", and is always a planner bug), show the context to
+//! an observer (`--print-ir-after`), and stop if [`PlanOptions::stop_after`] says so.
+//!
+//! The context (Cranelift's `Context` shape) holds the step as given and what each pass
+//! decided: the schedule and in-place pairs of the step, what the remat pass did, the
+//! buffers and the plan. Its accessors ([`Context::graph`], [`Context::schedule`],
+//! [`Context::reuse`]) give the step as planned: the step rewritten by the remat pass when
+//! it recomputes values, else the input.
 //!
 //! The passes take expanded steps: the full flow is parse → verify → `autodiff::expand` →
-//! verify → passes, and `run`/`plan` refuse a graph whose `backward` is still present.
+//! verify → passes, and the entry points refuse a graph whose `backward` is still present.
 //!
-//! Rematerialisation (`remat/`) runs only under a budget ([`PlanOptions::budget`]): it may
-//! rewrite the step, adding *clones* of forward ops that recompute values instead of keeping
-//! them, and then in-place reuse is redone on the rewritten step. The plan then refers to
-//! the rewritten graph, so [`plan_step`] returns both; [`plan`] refuses to return a plan
-//! without its graph. [`plan_with_solver`] and [`plan_sequence`] let a caller supply the
-//! strategy or the sequence itself.
+//! The schedule pass and the remat pass judge candidate orders by the tail of the pipeline
+//! ([`measure`]: in-place reuse, buffers, and their lower bound or arena), handed to them
+//! as a closure, so no pass calls another.
 //!
-//! The plan records what each pass saved ([`Savings`]): the lower bound (most bytes live at
-//! once) with the ops in program order, after the schedule, after in-place reuse, and the
-//! arena after offsets.
+//! Rematerialisation (`remat/`) runs only under a budget ([`PlanOptions::budget`]) or with a
+//! caller's sequence ([`plan_sequence`]): it may rewrite the step, adding *clones* of
+//! forward ops that recompute values instead of keeping them, and in-place reuse is then
+//! redone on the rewritten step. The plan then refers to the rewritten graph, so
+//! [`plan_step`] returns both; [`plan`] refuses to return a plan without its graph.
+//! [`plan_with_strategy`] lets a caller supply the strategy.
+//!
+//! The plan records what each pass saved (`savings.rs`): the lower bound with the ops in
+//! program order, after the schedule, after in-place reuse, and the arena after offsets.
 
 pub mod buffers;
 pub mod dump;
 pub mod inplace;
+pub mod lower;
 pub mod offsets;
 pub mod remat;
+pub mod savings;
 pub mod schedule;
 
 use std::fmt;
@@ -36,16 +47,16 @@ use std::time::Duration;
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
-use crate::analysis::liveness::Live;
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
-use crate::plan::{Buffer, DEFAULT_ALIGNMENT, Plan, SCHEMA_VERSION, Savings, align_up};
-use crate::remat::{Node, Strategy};
-use buffers::Buffers;
-use inplace::Reuse;
-use offsets::Solver;
-use remat::Sequence;
+use crate::plan::{DEFAULT_ALIGNMENT, Plan, Remat};
+use crate::solve::Node;
+use crate::solve::offsets::Solver;
+use crate::solve::remat::Strategy;
+use buffers::{Buffers, assign_buffers};
+use inplace::{Reuse, inplace, no_reuse};
+use remat::{Rewritten, Sequence, StrategyFn};
 pub use remat::{ApplyError, Budget, BudgetError};
 pub use schedule::ScheduleKind;
 
@@ -215,75 +226,134 @@ pub enum PlanError {
     },
 }
 
-/// What the pipeline produced, up to the pass it stopped after.
+/// The step, and what the passes have decided so far.
 #[derive(Clone, Debug)]
-pub struct Pipeline {
-    /// The step rewritten by the remat pass, when it recomputes ops (or reorders them);
-    /// `None`: everything refers to the input graph.
-    pub graph: Option<Graph>,
-    pub schedule: Vec<OpId>,
-    /// The in-place pairs chosen (all `None` when the pass is off).
-    pub reuse: Option<Reuse>,
+pub struct Context<'g> {
+    /// The step as given (expanded and verified).
+    pub input: &'g Graph,
+    /// The order of the input's ops (the schedule pass).
+    pub input_schedule: Vec<OpId>,
+    /// The input's in-place pairs for that order (the in-place pass; all `None` when off).
+    pub input_reuse: Option<Reuse>,
+    /// What the remat pass recorded, when it ran.
+    pub remat: Option<Remat>,
+    /// The step rewritten by the remat pass, when it recomputes values.
+    pub recomputed: Option<Recomputed>,
+    /// The buffers of the step as planned (the buffers pass).
     pub buffers: Option<Buffers>,
+    /// The plan (the offsets pass).
     pub plan: Option<Plan>,
 }
 
-impl Pipeline {
-    /// The graph the schedule and the plan refer to: the rewritten one, or `input`.
-    pub fn graph<'a>(&'a self, input: &'a Graph) -> &'a Graph {
-        self.graph.as_ref().unwrap_or(input)
+/// A step rewritten by the remat pass, and its in-place pairs.
+#[derive(Clone, Debug)]
+pub struct Recomputed {
+    pub step: Rewritten,
+    pub reuse: Reuse,
+}
+
+impl<'g> Context<'g> {
+    fn new(input: &'g Graph) -> Context<'g> {
+        Context { input, input_schedule: Vec::new(), input_reuse: None, remat: None, recomputed: None, buffers: None, plan: None }
+    }
+
+    /// The step the plan is for: the one the remat pass rewrote, or the input.
+    pub fn graph(&self) -> &Graph {
+        self.recomputed.as_ref().map_or(self.input, |r| &r.step.graph)
+    }
+
+    /// The order of [`Context::graph`]'s ops.
+    pub fn schedule(&self) -> &[OpId] {
+        self.recomputed.as_ref().map_or(&self.input_schedule, |r| &r.step.schedule)
+    }
+
+    /// The in-place pairs of [`Context::graph`], once the in-place pass ran.
+    pub fn reuse(&self) -> Option<&Reuse> {
+        self.recomputed.as_ref().map(|r| &r.reuse).or(self.input_reuse.as_ref())
+    }
+
+    /// The graph the plan refers to and the plan, once the offsets pass ran.
+    fn into_planned(self) -> (Graph, Plan) {
+        let plan = self.plan.expect("the full pipeline makes a plan");
+        (self.recomputed.map_or_else(|| self.input.clone(), |r| r.step.graph), plan)
+    }
+
+    /// The plan, once the offsets pass ran on the input itself.
+    fn into_planned_of_input(self) -> Plan {
+        debug_assert!(self.recomputed.is_none());
+        self.plan.expect("the full pipeline makes a plan")
     }
 }
+
+/// Sees the context after each pass (for `--print-ir-after`).
+pub type Observer<'a> = dyn FnMut(Pass, &Context<'_>) + 'a;
 
 /// Plans `graph` with every pass; `Err(PlanError::Rewritten)` if the plan recomputes ops
 /// (use [`plan_step`], which returns the graph too).
 pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
-    let options = PlanOptions { stop_after: None, ..options.clone() };
-    let pipeline = run(graph, &options)?;
-    if pipeline.graph.is_some() {
+    let strategy = remat::strategy_fn(options.checkpoint);
+    let cx = drive(graph, &PlanOptions { stop_after: None, ..options.clone() }, budgeted(options, &strategy), &mut |_, _| {})?;
+    if cx.recomputed.is_some() {
         return Err(PlanError::Rewritten);
     }
-    Ok(pipeline.plan.expect("the full pipeline makes a plan"))
+    Ok(cx.into_planned_of_input())
 }
 
 /// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
 /// unless the remat pass rewrote it) and the plan.
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
-    let solver = remat::solver(options.checkpoint);
-    full(graph, options, Sequence::Solve { strategy: options.checkpoint.name(), solver: &solver })
+    plan_step_observed(graph, options, &mut |_, _| {})
 }
 
-/// [`plan_step`] with the caller's strategy (named `strategy` in the plan and errors).
-pub fn plan_with_solver(
+/// [`plan_step`], showing the context to `observe` after each pass.
+pub fn plan_step_observed(graph: &Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
+    let strategy = remat::strategy_fn(options.checkpoint);
+    full(graph, options, budgeted(options, &strategy), observe)
+}
+
+/// [`plan_step`] with the caller's strategy (named `name` in the plan and errors).
+pub fn plan_with_strategy(
     graph: &Graph,
     options: &PlanOptions,
-    strategy: &str,
-    solver: &remat::Solver<'_>,
+    name: &str,
+    strategy: &StrategyFn<'_>,
 ) -> Result<(Graph, Plan), PlanError> {
-    full(graph, options, Sequence::Solve { strategy, solver })
+    let sequence = options.budget.map(|budget| Sequence::Solve { name, strategy, budget });
+    full(graph, options, sequence, &mut |_, _| {})
 }
 
 /// Plans `graph` running `sequence`, a valid sequence of the step's rematerialisation
-/// problem ([`remat::step_problem`] of the schedule that `run` with `stop_after:
+/// problem ([`remat::step_problem`] of the schedule that [`run`] with `stop_after:
 /// Some(Pass::Inplace)` gives); `options.budget` is ignored (the plan records none).
 pub fn plan_sequence(graph: &Graph, options: &PlanOptions, sequence: &[Node]) -> Result<(Graph, Plan), PlanError> {
-    full(graph, options, Sequence::Given(sequence))
-}
-
-fn full(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Result<(Graph, Plan), PlanError> {
-    let options = PlanOptions { stop_after: None, ..options.clone() };
-    let pipeline = run_with(graph, &options, sequence)?;
-    let plan = pipeline.plan.expect("the full pipeline makes a plan");
-    Ok((pipeline.graph.unwrap_or_else(|| graph.clone()), plan))
+    full(graph, options, Some(Sequence::Given(sequence)), &mut |_, _| {})
 }
 
 /// Runs the passes up to `options.stop_after`.
-pub fn run(graph: &Graph, options: &PlanOptions) -> Result<Pipeline, PlanError> {
-    let solver = remat::solver(options.checkpoint);
-    run_with(graph, options, Sequence::Solve { strategy: options.checkpoint.name(), solver: &solver })
+pub fn run<'g>(graph: &'g Graph, options: &PlanOptions) -> Result<Context<'g>, PlanError> {
+    let strategy = remat::strategy_fn(options.checkpoint);
+    drive(graph, options, budgeted(options, &strategy), &mut |_, _| {})
 }
 
-fn run_with(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Result<Pipeline, PlanError> {
+/// The remat pass's sequence under `options.budget`, chosen by `strategy` (`None` without
+/// a budget: the pass then does nothing).
+fn budgeted<'a>(options: &PlanOptions, strategy: &'a StrategyFn<'a>) -> Option<Sequence<'a>> {
+    options.budget.map(|budget| Sequence::Solve { name: options.checkpoint.name(), strategy, budget })
+}
+
+fn full(graph: &Graph, options: &PlanOptions, sequence: Option<Sequence<'_>>, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
+    let options = PlanOptions { stop_after: None, ..options.clone() };
+    Ok(drive(graph, &options, sequence, observe)?.into_planned())
+}
+
+/// The driver loop (see the module docs); `sequence`: where the remat pass gets its
+/// sequence (`None`: the pass does nothing).
+fn drive<'g>(
+    graph: &'g Graph,
+    options: &PlanOptions,
+    sequence: Option<Sequence<'_>>,
+    observe: &mut Observer<'_>,
+) -> Result<Context<'g>, PlanError> {
     if !options.alignment.is_power_of_two() {
         return Err(PlanError::BadAlignment(options.alignment));
     }
@@ -291,138 +361,84 @@ fn run_with(graph: &Graph, options: &PlanOptions, sequence: Sequence<'_>) -> Res
         return Err(PlanError::NotExpanded { step: graph.name.clone(), span: backward.span.into() });
     }
     verify(graph).map_err(PlanError::Invalid)?;
-    let stop = |pass: Pass| options.stop_after == Some(pass);
-
-    let mut schedule = schedule::schedule(graph, options.schedule, options.alignment);
-    // The schedule search counts no in-place reuse. Judge its order on what will be planned:
-    // with reuse on, program order with the optimizer updates hoisted (or plain program
-    // order) is kept when it ends lower, since a reordering can stop a big input from dying
-    // at the op that could overwrite it. Ties keep the search's order.
-    if options.inplace && options.schedule == ScheduleKind::Memory {
-        let bound = |order: &[OpId]| -> Result<u64, PlanError> {
-            lower_bound(&buffers::assign_buffers(graph, order, &inplace::inplace(graph, order))?, options.alignment)
-        };
-        let mut best = bound(&schedule)?;
-        for candidate in [schedule::program_order_hoisted(graph, options.alignment), schedule::program_order(graph)] {
-            let candidate_bound = bound(&candidate)?;
-            if candidate_bound < best {
-                (schedule, best) = (candidate, candidate_bound);
+    let reuse_for = |g: &Graph, order: &[OpId]| if options.inplace { inplace(g, order) } else { no_reuse(g) };
+    let mut cx = Context::new(graph);
+    for pass in Pass::ALL {
+        let ran = match pass {
+            Pass::Schedule => {
+                let lower_bound = |order: &[OpId]| Ok(measure(graph, order, options)?.lower_bound);
+                let judge: Option<&schedule::Bound<'_>> = options.inplace.then_some(&lower_bound);
+                cx.input_schedule = schedule::choose(graph, options.schedule, options.alignment, judge)?;
+                true
             }
+            Pass::Inplace => {
+                cx.input_reuse = Some(reuse_for(graph, &cx.input_schedule));
+                true
+            }
+            Pass::Remat => match sequence {
+                None => false,
+                Some(sequence) => {
+                    let arena = |g: &Graph, order: &[OpId]| measure(g, order, options)?.arena(options);
+                    let done = remat::pass(graph, &cx.input_schedule, (options.alignment, options.inplace), sequence, &arena)?;
+                    cx.remat = Some(done.record);
+                    cx.recomputed = done.rewritten.map(|step| {
+                        let reuse = reuse_for(&step.graph, &step.schedule);
+                        Recomputed { step, reuse }
+                    });
+                    true
+                }
+            },
+            Pass::Buffers => {
+                let reuse = cx.reuse().expect("the in-place pass ran");
+                cx.buffers = Some(assign_buffers(cx.graph(), cx.schedule(), reuse)?);
+                true
+            }
+            Pass::Offsets => {
+                let buffers = cx.buffers.as_ref().expect("the buffers pass ran");
+                let same_buffers = cx.recomputed.is_none().then_some(buffers);
+                let reuse = cx.input_reuse.as_ref().expect("the in-place pass ran");
+                let savings = savings::savings(graph, &cx.input_schedule, reuse, same_buffers, options.alignment)?;
+                cx.plan = Some(offsets::assign_offsets(cx.graph(), cx.schedule(), buffers, options, savings, cx.remat.clone())?);
+                true
+            }
+        };
+        if ran {
+            verify(cx.graph())
+                .and_then(|()| verify_schedule(cx.graph(), cx.schedule()))
+                .map_err(|e| PlanError::AfterPass { pass, errors: e.errors })?;
+        }
+        observe(pass, &cx);
+        if options.stop_after == Some(pass) {
+            break;
         }
     }
-    after_pass(Pass::Schedule, graph, &schedule)?;
-    let mut pipeline = Pipeline { graph: None, schedule, reuse: None, buffers: None, plan: None };
-    if stop(Pass::Schedule) {
-        return Ok(pipeline);
-    }
-
-    let reuse = if options.inplace { inplace::inplace(graph, &pipeline.schedule) } else { inplace::no_reuse(graph) };
-    after_pass(Pass::Inplace, graph, &pipeline.schedule)?;
-    let reuse = pipeline.reuse.insert(reuse);
-    if stop(Pass::Inplace) {
-        return Ok(pipeline);
-    }
-
-    let mut buffers = buffers::assign_buffers(graph, &pipeline.schedule, reuse)?;
-    // What each pass saved: the same buffers without in-place pairs, in this schedule and
-    // in program order (all of the step before recomputation).
-    let after_inplace = lower_bound(&buffers, options.alignment)?;
-
-    let remat = match sequence {
-        Sequence::Solve { .. } if options.budget.is_none() => None,
-        _ => Some(remat::pass(graph, &mut pipeline, options, sequence)?),
-    };
-    if remat.is_some() {
-        after_pass(Pass::Remat, pipeline.graph(graph), &pipeline.schedule)?;
-    }
-    if stop(Pass::Remat) {
-        return Ok(pipeline);
-    }
-    let g = pipeline.graph(graph);
-    if pipeline.graph.is_some() {
-        buffers = buffers::assign_buffers(g, &pipeline.schedule, pipeline.reuse.as_ref().expect("set by remat"))?;
-    }
-    after_pass(Pass::Buffers, g, &pipeline.schedule)?;
-    if stop(Pass::Buffers) {
-        pipeline.buffers = Some(buffers);
-        return Ok(pipeline);
-    }
-
-    let no_reuse = inplace::no_reuse(graph);
-    let scheduled = remat.as_ref().map_or(&pipeline.schedule, |r| &r.schedule);
-    let after_schedule = lower_bound(&buffers::assign_buffers(graph, scheduled, &no_reuse)?, options.alignment)?;
-    let program = schedule::program_order(graph);
-    let program_order = if *scheduled == program {
-        after_schedule
-    } else {
-        lower_bound(&buffers::assign_buffers(graph, &program, &no_reuse)?, options.alignment)?
-    };
-    let savings = Savings { program_order, after_schedule, after_inplace, arena: 0 };
-    let mut plan = assign_offsets(g, &pipeline.schedule, &buffers, options, savings)?;
-    after_pass(Pass::Offsets, g, &pipeline.schedule)?;
-    plan.remat = remat.map(|r| r.record);
-    pipeline.buffers = Some(buffers);
-    pipeline.plan = Some(plan);
-    Ok(pipeline)
+    Ok(cx)
 }
 
-/// The buffers' live ranges, sizes rounded up to `alignment`.
-fn intervals(buffers: &Buffers, alignment: u64) -> Result<Vec<Live>, PlanError> {
-    buffers
-        .buffers
-        .iter()
-        .map(|b| Some(Live { first: b.first, last: b.last, size: align_up(b.size, alignment)? }))
-        .collect::<Option<Vec<_>>>()
-        .ok_or(PlanError::ArenaOverflow)
+/// The tail of the pipeline for `graph` run in `order`: in-place reuse (if on), buffers,
+/// and their lower bound ([`Measured::arena`] adds offsets). How the schedule pass and the
+/// remat pass judge a candidate order.
+pub fn measure(graph: &Graph, order: &[OpId], options: &PlanOptions) -> Result<Measured, PlanError> {
+    let reuse = if options.inplace { inplace(graph, order) } else { no_reuse(graph) };
+    let buffers = assign_buffers(graph, order, &reuse)?;
+    let lower_bound = offsets::lower_bound(&buffers, options.alignment)?;
+    Ok(Measured { buffers, lower_bound })
 }
 
-/// The lower bound of `buffers`: the most aligned bytes live at one schedule position.
-fn lower_bound(buffers: &Buffers, alignment: u64) -> Result<u64, PlanError> {
-    offsets::lower_bound(&intervals(buffers, alignment)?).ok_or(PlanError::ArenaOverflow)
+/// What [`measure`] found.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub buffers: Buffers,
+    /// The most aligned bytes live at one position.
+    pub lower_bound: u64,
 }
 
-/// The offsets pass: solve, then assemble the plan (`savings` gains the arena).
-fn assign_offsets(
-    graph: &Graph,
-    schedule: &[OpId],
-    buffers: &Buffers,
-    options: &PlanOptions,
-    savings: Savings,
-) -> Result<Plan, PlanError> {
-    let intervals = intervals(buffers, options.alignment)?;
-    let solve_options = offsets::SolveOptions {
-        solver: options.solver,
-        capacity: None,
-        time_limit: options.time_limit,
-        search_nodes: options.search_nodes,
-    };
-    let solution = offsets::solve(&intervals, &solve_options).map_err(|_| PlanError::ArenaOverflow)?;
-    let (offsets, arena_bytes) = (solution.offsets, solution.arena);
-    let lower_bound = offsets::lower_bound(&intervals).ok_or(PlanError::ArenaOverflow)?;
-    let buffers_out = buffers
-        .buffers
-        .iter()
-        .zip(offsets)
-        .map(|(b, offset)| Buffer { offset, size: b.size, first: b.first, last: b.last, values: b.values.clone() })
-        .collect();
-    Ok(Plan {
-        schema_version: SCHEMA_VERSION,
-        step: graph.name.clone(),
-        alignment: options.alignment,
-        schedule: schedule.to_vec(),
-        buffers: buffers_out,
-        value_buffer: buffers.value_buffer.clone(),
-        arena_bytes,
-        lower_bound,
-        savings: Savings { arena: arena_bytes, ..savings },
-        remat: None,
-    })
-}
-
-fn after_pass(pass: Pass, graph: &Graph, schedule: &[OpId]) -> Result<(), PlanError> {
-    verify(graph)
-        .and_then(|()| verify_schedule(graph, schedule))
-        .map_err(|e| PlanError::AfterPass { pass, errors: e.errors })
+impl Measured {
+    /// The arena offsets give these buffers (the offsets solver of `options`, its default
+    /// limits).
+    pub fn arena(&self, options: &PlanOptions) -> Result<u64, PlanError> {
+        offsets::arena(&self.buffers, options)
+    }
 }
 
 #[cfg(test)]
@@ -488,9 +504,9 @@ mod tests {
     fn stop_after_ends_the_pipeline_early() {
         let g = step(false);
         let options = PlanOptions { stop_after: Some(Pass::Schedule), ..PlanOptions::default() };
-        let pipeline = run(&g, &options).unwrap();
-        assert_eq!(pipeline.schedule.len(), 3);
-        assert!(pipeline.buffers.is_none() && pipeline.plan.is_none());
+        let cx = run(&g, &options).unwrap();
+        assert_eq!(cx.schedule().len(), 3);
+        assert!(cx.buffers.is_none() && cx.plan.is_none());
     }
 
     #[test]

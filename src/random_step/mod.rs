@@ -61,7 +61,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::exec::data::Rng;
+use crate::rng::Rng;
 use crate::index::ValueId;
 use crate::ir::graph::{Graph, Return, Role, Span, Update};
 use crate::ir::ops::{Attr, Attrs, OpKind, broadcast};

@@ -1,16 +1,18 @@
 //! A crude rematerialisation strategy for tests and as a baseline in
-//! `examples/remat_pareto.rs`: not a `--checkpoint` strategy (those live in `crate::remat`).
+//! `examples/remat_pareto.rs`: not a `--checkpoint` strategy (those live in
+//! `memplan::solve::remat`).
 //! It ignores cost and often recomputes far more than needed, but it does recompute, so it
 //! exercises the remat pass (applying sequences, the arena loop, the checker, executors) on
 //! real steps. Included with `#[path]` by tests/remat.rs and the example.
 
-use memplan::remat::{Node, Problem, RematError, Solution, Strategy, evaluate};
+use memplan::solve::Node;
+use memplan::solve::remat::{Problem, RematError, Recomputation, Strategy, evaluate};
 
 /// The strategy (not a good one: it ignores cost): choose forward nodes to *drop*,
 /// greedily, largest values first, keeping a choice when it does not raise the peak (so
 /// chains of drops can form); a dropped node's values are recomputed as
 /// [`recompute_before_readers`] does. Stops as soon as the peak fits the budget.
-pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Solution, RematError> {
+pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Recomputation, RematError> {
     let n = problem.nodes.len();
     let mut size_written = vec![0u64; n];
     for value in &problem.values {
@@ -38,7 +40,7 @@ pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Solution, Re
         }
     }
     if best.peak <= budget {
-        Ok(Solution { sequence: best_sequence, eval: best, strategy: Strategy::None }) // a test strategy: not one of the enum's
+        Ok(Recomputation { sequence: best_sequence, eval: best, strategy: Strategy::None }) // a test strategy: not one of the enum's
     } else {
         Err(RematError::Infeasible { budget, smallest: best.peak })
     }

@@ -28,7 +28,8 @@ use thiserror::Error;
 use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Return, Update, ValueDef};
 use crate::plan::Recompute;
-use crate::remat::{Node, SequenceError, evaluate};
+use crate::solve::Node;
+use crate::solve::remat::{SequenceError, evaluate};
 
 use super::problem::StepProblem;
 

@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::remat::Strategy;
+use crate::solve::remat::Strategy;
 
 /// How much memory the step may use (its arena, after in-place reuse and offsets).
 #[derive(Clone, Copy, PartialEq, Debug)]

@@ -2,17 +2,19 @@
 //!
 //! Runs after the schedule and in-place passes, on the scheduled step:
 //! 1. [`problem::step_problem`] turns the step and its schedule into a
-//!    [`Problem`](crate::remat::Problem) of the IR-free core (`crate::remat`): node `i` is the
-//!    op at schedule position `i`, values are the buffers the buffer pass would make (views
-//!    share their root's bytes, an update's new value its target's), params, inputs and
-//!    state exist before the first node, updated params and returned values survive;
-//! 2. a strategy (`crate::remat::solve`) picks a sequence of nodes, repeats being
+//!    [`Problem`](crate::solve::remat::Problem) of the IR-free solver
+//!    (`crate::solve::remat`): node `i` is the op at schedule position `i`, values are the
+//!    buffers the buffer pass would make (views share their root's bytes, an update's new
+//!    value its target's), params, inputs and state exist before the first node, updated
+//!    params and returned values survive;
+//! 2. a strategy (`crate::solve::remat::solve`) picks a sequence of nodes, repeats being
 //!    recomputes, whose peak under the core's evaluation rule fits a problem budget;
 //! 3. [`apply::apply`] rewrites the step to run that sequence: each repeat becomes a
 //!    *clone* (a new op, same kind and attributes, fresh values `%h.remat1`), every later
 //!    reader reads the latest run, and the new program order is the sequence;
 //! 4. in-place reuse, buffers and offsets are redone on the rewritten step by the caller's
-//!    `measure`, which gives the ARENA the step would get.
+//!    `measure` (the pipeline's, see `passes/mod.rs`), which gives the ARENA the step would
+//!    get.
 //!
 //! **The budget is for the arena**, which can differ from the problem's peak: the problem
 //! models in-place reuse (its shares, when the plan uses the in-place pass), so its peak
@@ -62,9 +64,10 @@ use std::collections::HashSet;
 
 use crate::index::OpId;
 use crate::ir::graph::Graph;
-use crate::passes::{PlanError, PlanOptions, Pipeline, buffers, inplace, intervals, offsets};
+use crate::passes::PlanError;
 use crate::plan::Remat;
-use crate::remat::{Node, Problem, RematError, Solution, Strategy, evaluate};
+use crate::solve::Node;
+use crate::solve::remat::{Problem, Recomputation, RematError, Strategy, evaluate};
 pub use apply::{ApplyError, Rewritten};
 pub use budget::{Budget, BudgetError};
 pub use problem::{StepProblem, step_problem};
@@ -73,79 +76,64 @@ pub use problem::{StepProblem, step_problem};
 pub const ROUNDS: usize = 8;
 
 /// A strategy: a sequence whose peak fits the budget, or the smallest peak it can reach.
-pub type Solver<'a> = dyn Fn(&Problem, u64) -> Result<Solution, RematError> + 'a;
+pub type StrategyFn<'a> = dyn Fn(&Problem, u64) -> Result<Recomputation, RematError> + 'a;
 
 /// The arena a step gets in an order (in-place reuse, buffers, offsets).
 pub type Measure<'a> = dyn Fn(&Graph, &[OpId]) -> Result<u64, PlanError> + 'a;
 
-/// A `--checkpoint` strategy as a [`Solver`].
-pub fn solver(strategy: Strategy) -> impl Fn(&Problem, u64) -> Result<Solution, RematError> {
-    move |problem, budget| crate::remat::solve(problem, budget, strategy)
+/// A `--checkpoint` strategy as a [`StrategyFn`].
+pub fn strategy_fn(strategy: Strategy) -> impl Fn(&Problem, u64) -> Result<Recomputation, RematError> {
+    move |problem, budget| crate::solve::remat::solve(problem, budget, strategy)
 }
 
 /// Where the pass gets its sequence.
 #[derive(Clone, Copy)]
-pub(super) enum Sequence<'a> {
-    /// From a strategy, under `PlanOptions::budget` (the pass runs only with one).
-    Solve { strategy: &'a str, solver: &'a Solver<'a> },
+pub enum Sequence<'a> {
+    /// From a strategy (named `name` in the plan and errors), under a budget.
+    Solve { name: &'a str, strategy: &'a StrategyFn<'a>, budget: Budget },
     /// Given by the caller.
     Given(&'a [Node]),
 }
 
-/// What the pass leaves for the rest of the pipeline.
-pub(super) struct Done {
-    /// The schedule before the pass (savings are figures of the step before recomputation).
-    pub(super) schedule: Vec<OpId>,
-    pub(super) record: Remat,
+/// What the pass did: the plan's record, and the rewritten step when it recomputes.
+pub struct Done {
+    pub record: Remat,
+    pub rewritten: Option<Rewritten>,
 }
 
-/// The pass in the pipeline: sets the pipeline's graph, schedule and in-place pairs when it
-/// rewrites the step, and returns the plan's record.
-pub(super) fn pass(graph: &Graph, pipeline: &mut Pipeline, options: &PlanOptions, sequence: Sequence<'_>) -> Result<Done, PlanError> {
-    let before = pipeline.schedule.clone();
-    let measure = |g: &Graph, order: &[OpId]| arena_of(g, order, options);
-    let (rewritten, budget, arena_without, strategy) = match sequence {
+/// The pass: fits `graph`, run in `schedule`, into the budget by recomputing (or runs the
+/// given sequence); `measure` gives the arena of a step in an order. `inplace`: whether the
+/// plan reuses bytes in place (the problem then models it).
+pub fn pass(
+    graph: &Graph,
+    schedule: &[OpId],
+    (alignment, inplace): (u64, bool),
+    sequence: Sequence<'_>,
+    measure: &Measure<'_>,
+) -> Result<Done, PlanError> {
+    let (rewritten, budget, arena_without, name) = match sequence {
         Sequence::Given(seq) => {
-            let rewritten = apply_sequence(graph, &before, options.alignment, seq)?;
-            (Some(rewritten), None, measure(graph, &before)?, "given")
+            let rewritten = apply_sequence(graph, schedule, alignment, seq)?;
+            (Some(rewritten), None, measure(graph, schedule)?, "given")
         }
-        Sequence::Solve { strategy, solver } => {
-            let budget = options.budget.expect("the pass runs under a budget");
-            let outcome = remat(graph, &before, budget, (options.alignment, options.inplace), strategy, solver, &measure)?;
-            (outcome.rewritten, Some(outcome.budget), outcome.arena_without, strategy)
+        Sequence::Solve { name, strategy, budget } => {
+            let outcome = remat(graph, schedule, budget, (alignment, inplace), name, strategy, measure)?;
+            (outcome.rewritten, Some(outcome.budget), outcome.arena_without, name)
         }
     };
-    let recomputes = match rewritten {
-        Some(r) => {
-            let reuse = if options.inplace { inplace::inplace(&r.graph, &r.schedule) } else { inplace::no_reuse(&r.graph) };
-            pipeline.reuse = Some(reuse);
-            pipeline.schedule = r.schedule;
-            pipeline.graph = Some(r.graph);
-            r.recomputes
-        }
-        None => Vec::new(),
-    };
-    let g = pipeline.graph(graph);
+    let g = rewritten.as_ref().map_or(graph, |r| &r.graph);
+    let recomputes = rewritten.as_ref().map_or(Vec::new(), |r| r.recomputes.clone());
     let clones: HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
     let flops = |op: OpId| problem::op_flops(g, op);
     let record = Remat {
         budget,
-        strategy: strategy.to_string(),
+        strategy: name.to_string(),
         arena_without,
         base_flops: g.ops.indices().filter(|op| !clones.contains(op)).map(flops).fold(0, u64::saturating_add),
         flops: g.ops.indices().map(flops).fold(0, u64::saturating_add),
         recomputes,
     };
-    Ok(Done { schedule: before, record })
-}
-
-/// The arena of `graph` run in `order`: in-place reuse (if on), buffers, offsets.
-fn arena_of(graph: &Graph, order: &[OpId], options: &PlanOptions) -> Result<u64, PlanError> {
-    let reuse = if options.inplace { inplace::inplace(graph, order) } else { inplace::no_reuse(graph) };
-    let buffers = buffers::assign_buffers(graph, order, &reuse)?;
-    let solve_options = offsets::SolveOptions { solver: options.solver, ..offsets::SolveOptions::default() };
-    let intervals = intervals(&buffers, options.alignment)?;
-    offsets::solve(&intervals, &solve_options).map(|s| s.arena).map_err(|_| PlanError::ArenaOverflow)
+    Ok(Done { record, rewritten })
 }
 
 /// What the pass decided.
@@ -160,15 +148,15 @@ pub struct Outcome {
 }
 
 /// Fits `graph`, run in `schedule`, into `budget` (see the module docs), for a plan with
-/// `alignment` that reuses bytes in place if `inplace`. `strategy` names the solver in
+/// `alignment` that reuses bytes in place if `inplace`. `name` names the strategy in
 /// errors.
 pub fn remat(
     graph: &Graph,
     schedule: &[OpId],
     budget: Budget,
     (alignment, inplace): (u64, bool),
-    strategy: &str,
-    solver: &Solver<'_>,
+    name: &str,
+    strategy: &StrategyFn<'_>,
     measure: &Measure<'_>,
 ) -> Result<Outcome, PlanError> {
     let arena_without = measure(graph, schedule)?;
@@ -184,9 +172,9 @@ pub fn remat(
     let mut target = clamp(i128::from(budget) + gap);
     let mut smallest = arena_without;
     for _ in 0..ROUNDS {
-        let (rewritten, last) = match solve(graph, &mut step, target, solver)? {
+        let (rewritten, last) = match solve(graph, &mut step, target, strategy)? {
             Ok(rewritten) => (rewritten, false),
-            Err(least) => match least_sequence(graph, &mut step, least, solver)? {
+            Err(least) => match least_sequence(graph, &mut step, least, strategy)? {
                 Some(rewritten) => (rewritten, true),
                 None => break,
             },
@@ -201,7 +189,7 @@ pub fn remat(
         }
         target = target.saturating_sub(arena - budget);
     }
-    Err(PlanError::BudgetUnmet { budget, smallest, strategy: strategy.to_string() })
+    Err(PlanError::BudgetUnmet { budget, smallest, strategy: name.to_string() })
 }
 
 /// Rewrites `graph` to run a sequence the caller chose (no budget; sequences do not depend
@@ -213,9 +201,9 @@ pub fn apply_sequence(graph: &Graph, schedule: &[OpId], alignment: u64, sequence
 
 /// The sequence at the smallest peak the strategy reaches, `least` or above (forbidding a
 /// recompute can raise it); `None` if the strategy cannot even meet its own smallest.
-fn least_sequence(graph: &Graph, step: &mut StepProblem, mut least: u64, solver: &Solver<'_>) -> Result<Option<Rewritten>, PlanError> {
+fn least_sequence(graph: &Graph, step: &mut StepProblem, mut least: u64, strategy: &StrategyFn<'_>) -> Result<Option<Rewritten>, PlanError> {
     loop {
-        match solve(graph, step, least, solver)? {
+        match solve(graph, step, least, strategy)? {
             Ok(rewritten) => return Ok(Some(rewritten)),
             Err(higher) if higher > least => least = higher,
             Err(_) => return Ok(None),
@@ -226,9 +214,9 @@ fn least_sequence(graph: &Graph, step: &mut StepProblem, mut least: u64, solver:
 /// Solves and applies; `Ok(Err(smallest))` when no sequence fits `target`. Nodes whose
 /// clones would read an updated param after its update are made not recomputable and the
 /// solver is asked again.
-fn solve(graph: &Graph, step: &mut StepProblem, target: u64, solver: &Solver<'_>) -> Result<Result<Rewritten, u64>, PlanError> {
+fn solve(graph: &Graph, step: &mut StepProblem, target: u64, strategy: &StrategyFn<'_>) -> Result<Result<Rewritten, u64>, PlanError> {
     loop {
-        let solution = match solver(&step.problem, target) {
+        let solution = match strategy(&step.problem, target) {
             Ok(solution) => solution,
             Err(RematError::Infeasible { smallest, .. }) => return Ok(Err(smallest)),
             // The strategy asked for cannot go lower than `reached` (another might): the

@@ -1,17 +1,12 @@
-//! A scheduled step as a rematerialisation [`Problem`] (the IR-free core of `crate::remat`).
+//! A scheduled step as a rematerialisation [`Problem`] (the IR-free solver,
+//! `crate::solve::remat`).
 //!
 //! Node `i` is the op at schedule position `i`, so the identity sequence is the schedule.
-//! Values are the bytes the buffer pass will hold (as in the schedule pass's DAG, whose
-//! peak is the lower bound): without shares the identity sequence's peak is exactly the
-//! plan's lower bound without in-place reuse.
-//! - a root value (not a view) is a value; its size is its bytes rounded up to the
-//!   alignment; a view owns no bytes, so reading a view reads its root;
-//! - arguments exist before the first node; params and state that are not updated survive
-//!   (`to_end`); an update's new value shares its target's buffer, so target and new value
-//!   are one value that exists before the first node and survives; returned values (their
-//!   roots) survive;
-//! - each view op writes a *token*: a value of 0 bytes that the view's readers read, so
-//!   every valid sequence runs a view before its readers (the view's bytes are its root's);
+//! Values are the step's lowering (`passes/lower.rs`): the bytes the buffer pass will hold,
+//! so without shares the identity sequence's peak is exactly the plan's lower bound
+//! without in-place reuse. The lowering's two orderings become *tokens*, values of 0 bytes:
+//! - each view op writes a token that the view's readers read, so every valid sequence
+//!   runs a view before its readers (the view's bytes are its root's);
 //! - for each update, every op that reads the target (directly or through a view) writes a
 //!   token the update's writer reads: a valid sequence runs those ops (once at least)
 //!   before the new value lands in the target's bytes.
@@ -24,7 +19,7 @@
 //!
 //! Cost: the op table's FLOPs, at least 1 (so no recomputation looks free to a strategy).
 //!
-//! Shares (in-place reuse, `crate::remat::Share`): every `(output, input)` pair of an op
+//! Shares (in-place reuse, `crate::solve::remat::Share`): every `(output, input)` pair of an op
 //! that the in-place pass (`passes::inplace`) could take in some order: all of its rule but
 //! "the input dies at this op", which the evaluation rule decides per execution; in the
 //! op table's order, as the pass tries them. So the identity sequence's peak is the plan's
@@ -32,13 +27,13 @@
 //! that recomputing an elementwise op's input can let the op run in place.
 
 use crate::analysis::classes::{Class, classify};
-use crate::analysis::liveness::lifetimes;
 use crate::index::{IndexVec, OpId, ValueId};
-use crate::ir::graph::{Graph, ValueDef};
+use crate::ir::graph::Graph;
 use crate::ir::ops::OpClass;
 use crate::ir::types::TensorType;
-use crate::plan::align_up;
-use crate::remat::{Node, NodeInfo, Problem, Share, Value};
+use crate::passes::lower::lower;
+use crate::solve::remat::{NodeInfo, Problem, Share};
+use crate::solve::{DagValue, Node};
 
 /// A step's rematerialisation problem and which op each node is.
 #[derive(Clone, Debug)]
@@ -59,56 +54,13 @@ pub fn op_flops(graph: &Graph, op: OpId) -> u64 {
 /// sizes rounded up to `alignment`; with the shares of in-place reuse if `inplace` (the
 /// plan uses the in-place pass). `None` if a size overflows.
 pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: bool) -> Option<StepProblem> {
-    let life = lifetimes(graph, schedule);
-    let (root, position) = (&life.root, &life.position);
-    let node = |op: OpId| position[op] as Node;
-    // The value each root's bytes are counted in: an update's new value joins its target.
-    let mut home: IndexVec<ValueId, ValueId> = graph.values.indices().collect();
-    for update in &graph.updates {
-        if root[update.value] == update.value {
-            home[update.value] = update.target;
-        }
-    }
-    let mut index: IndexVec<ValueId, Option<usize>> = IndexVec::from_elem(None, graph.values.len());
-    let mut values: Vec<Value> = Vec::new();
-    for v in graph.values.indices().filter(|&v| root[v] == v && home[v] == v) {
-        index[v] = Some(values.len());
-        let to_end = matches!(graph.values[v].def, ValueDef::Arg(role) if role.persists());
-        values.push(Value { size: 0, def: graph.def_op(v).map(node), readers: Vec::new(), to_end });
-    }
-    let slot = |v: ValueId| index[home[root[v]]].expect("every root's home is a value");
-    for v in graph.values.indices().filter(|&v| root[v] == v) {
-        let bytes = align_up(graph.values[v].ty.bytes()?, alignment)?;
-        let value = &mut values[slot(v)];
-        value.size = value.size.max(bytes);
-    }
-    for v in graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().flat_map(|u| [u.target, u.value])) {
-        values[slot(v)].to_end = true;
-    }
-    for (op_id, op) in graph.ops.iter_enumerated() {
-        for &input in &op.inputs {
-            values[slot(input)].readers.push(node(op_id));
-        }
-    }
-    // Tokens: views before their readers.
-    let users = graph.users();
-    for (op_id, op) in graph.ops.iter_enumerated() {
-        if op.kind.def().view_of.is_some() {
-            let readers = users[op.outputs[0]].iter().map(|&r| node(r)).collect();
-            values.push(Value { size: 0, def: Some(node(op_id)), readers, to_end: false });
-        }
-    }
-    // Tokens: reads of an updated target before its new value is written.
-    for update in &graph.updates {
-        let writer = graph.def_op(update.value)?;
-        for (op_id, op) in graph.ops.iter_enumerated() {
-            if op_id != writer && op.inputs.iter().any(|&i| root[i] == update.target) {
-                values.push(Value { size: 0, def: Some(node(op_id)), readers: vec![node(writer)], to_end: false });
-            }
-        }
-    }
+    let step = lower(graph, schedule, alignment)?;
+    let (slot, root, mut values) = (step.slot, step.root, step.values);
+    let token = |def: Node, readers: Vec<Node>| DagValue { size: 0, def: Some(def), readers, to_end: false };
+    values.extend(step.views.into_iter().map(|(view, readers)| token(view, readers)));
+    values.extend(step.update_reads.into_iter().map(|(reader, writer)| token(reader, vec![writer])));
     let classes = classify(graph);
-    let survives: IndexVec<ValueId, bool> = graph.values.indices().map(|v| values[slot(v)].to_end).collect();
+    let survives: IndexVec<ValueId, bool> = graph.values.indices().map(|v| values[slot[v]].to_end).collect();
     let nodes = schedule
         .iter()
         .map(|&op_id| {
@@ -137,7 +89,7 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
                 && x_ty.dtype == out_ty.dtype
                 && x_ty.bytes() == out_ty.bytes();
             if possible {
-                shares.push(Share { input: slot(x) as u32, output: slot(out) as u32 });
+                shares.push(Share { input: slot[x] as u32, output: slot[out] as u32 });
             }
         }
     }

@@ -41,9 +41,9 @@
 
 use std::time::Instant;
 
-use super::stages::{Plan, Score, Sim};
+use super::stages::{Score, Sim, StagePlan};
 use super::{Node, Problem, bound};
-use crate::exec::data::Rng;
+use crate::rng::Rng;
 
 /// How many candidate moves are evaluated exactly in each step of the repair.
 const EXACT_PER_STEP: usize = 12;
@@ -157,7 +157,7 @@ impl<'p> Search<'p> {
         (self.sim.runs, self.sim.work)
     }
 
-    pub fn score(&mut self, plan: &Plan) -> Score {
+    pub fn score(&mut self, plan: &StagePlan) -> Score {
         self.sim.score(plan, self.budget)
     }
 
@@ -179,7 +179,7 @@ impl<'p> Search<'p> {
     }
 
     /// Every move whose gap covers a position over budget, from the last detailed run.
-    fn candidates(&mut self, plan: &Plan) -> Vec<Candidate> {
+    fn candidates(&mut self, plan: &StagePlan) -> Vec<Candidate> {
         let sim = &self.sim;
         let problem = self.problem;
         let budget = self.budget;
@@ -257,7 +257,7 @@ impl<'p> Search<'p> {
     /// their cost, and an estimate of the area the inputs' extensions add.
     fn closure(
         &self,
-        plan: &Plan,
+        plan: &StagePlan,
         stage: Node,
         w: Node,
         q: u32,
@@ -319,7 +319,7 @@ impl<'p> Search<'p> {
     /// cheapest moves that might fix every position at once: if one of them, added at some
     /// step, would have made a cheaper plan than the greedy's end, that plan is returned
     /// (the knapsack greedy's classic guard against a run of cheap small items).
-    pub fn repair(&mut self, plan: &mut Plan) -> bool {
+    pub fn repair(&mut self, plan: &mut StagePlan) -> bool {
         let mut added: Vec<(Node, Node)> = Vec::new();
         let mut finish: Option<(u64, Vec<(Node, Node)>)> = None;
         let fits = loop {
@@ -391,7 +391,7 @@ impl<'p> Search<'p> {
     /// When no single move lowers the excess area (a plateau: fixing one position moves the
     /// peak to another), the pair of moves — one of the best few by estimate, then one of
     /// the best few after it — that lowers it the most per unit of cost, if any does.
-    fn two_moves(&mut self, plan: &mut Plan, firsts: &[Candidate], excess: u128) -> Option<Vec<(Node, Node)>> {
+    fn two_moves(&mut self, plan: &mut StagePlan, firsts: &[Candidate], excess: u128) -> Option<Vec<(Node, Node)>> {
         let mut best: Option<(f64, Vec<(Node, Node)>)> = None;
         for first in firsts.iter().take(LOOKAHEAD) {
             let inserted: Vec<(Node, Node)> = first.pairs.iter().copied().filter(|&(s, v)| plan.insert(s, v)).collect();
@@ -419,7 +419,7 @@ impl<'p> Search<'p> {
     }
 
     /// Removes recomputes whose values nothing reads (and so on, transitively).
-    pub fn prune(&mut self, plan: &mut Plan) {
+    pub fn prune(&mut self, plan: &mut StagePlan) {
         loop {
             self.sim.detail(plan, self.budget);
             let sim = &self.sim;
@@ -448,7 +448,7 @@ impl<'p> Search<'p> {
     /// still fits. A removal is tried only if no value of the recompute, extended back to
     /// its previous execution, would then cross a position over budget in the last
     /// detailed run (a removal that fails that test almost never fits).
-    pub fn cleanup(&mut self, plan: &mut Plan) {
+    pub fn cleanup(&mut self, plan: &mut StagePlan) {
         self.prune(plan);
         let mut pairs = plan.pairs();
         pairs.sort_by_key(|&(s, v)| (std::cmp::Reverse(self.problem.nodes[v as usize].cost), s, v));
@@ -468,7 +468,7 @@ impl<'p> Search<'p> {
 
     /// Whether removing the recompute of `v` in stage `s` might fit (see [`Search::cleanup`];
     /// the simulator holds the detailed run of `plan`).
-    fn may_remove(&self, plan: &Plan, s: Node, v: Node) -> bool {
+    fn may_remove(&self, plan: &StagePlan, s: Node, v: Node) -> bool {
         let sim = &self.sim;
         let index = plan.stages[s as usize].binary_search(&v).expect("the pair is in the plan");
         let at = sim.stage_start[s as usize] as usize + index;
@@ -483,7 +483,7 @@ impl<'p> Search<'p> {
     }
 
     /// Removes some recomputes at random.
-    fn ruin(&mut self, plan: &mut Plan) {
+    fn ruin(&mut self, plan: &mut StagePlan) {
         let pairs = plan.pairs();
         if pairs.is_empty() {
             return;
@@ -516,7 +516,7 @@ impl<'p> Search<'p> {
     /// Ruin-and-recreate from `start` (which fits) for `iterations` rounds, or until a plan
     /// costs no more than `floor` (a lower bound: it is optimal); the cheapest plan found
     /// (then the lowest peak).
-    pub fn improve(&mut self, start: Plan, iterations: usize, floor: u64) -> Plan {
+    pub fn improve(&mut self, start: StagePlan, iterations: usize, floor: u64) -> StagePlan {
         let mut current = start;
         let mut current_cost = current.extra_cost(self.problem);
         let mut best = current.clone();
@@ -553,7 +553,7 @@ impl<'p> Search<'p> {
     /// Lowers the peak of `plan` as far as the greedy can, whatever it costs, stopping
     /// once it is at most `goal`; returns the peak reached. Each round aims one byte below
     /// the current peak, so the path taken does not depend on `goal` or the budget.
-    pub fn lower_peak(&mut self, plan: &mut Plan, goal: u64) -> u64 {
+    pub fn lower_peak(&mut self, plan: &mut StagePlan, goal: u64) -> u64 {
         let budget = self.budget;
         let mut peak = self.sim.score(plan, budget).peak;
         while peak > goal && !self.out_of_time() {
@@ -584,11 +584,11 @@ const SEEDS: usize = 8;
 
 /// The cheapest plan the search finds that fits `budget`, or the smallest peak it can reach
 /// (never above a seed's).
-pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[Plan], deadline: Instant) -> Result<Plan, u64> {
+pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[StagePlan], deadline: Instant) -> Result<StagePlan, u64> {
     let n = problem.nodes.len();
     let mut search = Search::new(problem, budget, deadline);
     let mut starts = Vec::new();
-    let mut greedy = Plan::empty(n);
+    let mut greedy = StagePlan::empty(n);
     if search.repair(&mut greedy) {
         starts.push(greedy);
     }
@@ -597,7 +597,7 @@ pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[Plan], deadline: In
     fitting.sort_by_key(|(score, _)| (score.extra, score.peak));
     starts.extend(fitting.into_iter().take(SEEDS).map(|(_, seed)| seed.clone()));
     if starts.is_empty() {
-        let mut plan = Plan::empty(n);
+        let mut plan = StagePlan::empty(n);
         let reached = search.lower_peak(&mut plan, budget);
         if reached > budget {
             let lowest_seed = seeds.iter().map(|seed| search.score(seed).peak).min().unwrap_or(u64::MAX);
@@ -605,7 +605,7 @@ pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[Plan], deadline: In
         }
         starts.push(plan);
     }
-    let mut best: Option<((u64, u64), Plan)> = None;
+    let mut best: Option<((u64, u64), StagePlan)> = None;
     for mut start in starts {
         search.cleanup(&mut start);
         let score = search.score(&start);
@@ -620,9 +620,9 @@ pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[Plan], deadline: In
 }
 
 /// The smallest peak the search can reach (never above a seed's).
-pub fn smallest_peak(problem: &Problem, seeds: &[Plan], deadline: Instant) -> u64 {
+pub fn smallest_peak(problem: &Problem, seeds: &[StagePlan], deadline: Instant) -> u64 {
     let mut search = Search::new(problem, u64::MAX, deadline);
-    let mut plan = Plan::empty(problem.nodes.len());
+    let mut plan = StagePlan::empty(problem.nodes.len());
     let reached = search.lower_peak(&mut plan, 0);
     seeds.iter().map(|seed| search.score(seed).peak).fold(reached, u64::min)
 }

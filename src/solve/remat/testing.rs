@@ -6,8 +6,8 @@
 //! a value without a writer, a value that must survive, a node that cannot be recomputed,
 //! a node that may write a value over one it reads (a share).
 
-use super::{Node, NodeInfo, Problem, Share, Value};
-use crate::exec::data::Rng;
+use super::{Node, NodeInfo, Problem, Share, DagValue};
+use crate::rng::Rng;
 
 /// A random problem of `n ≥ 2` nodes.
 pub fn random_problem(rng: &mut Rng, n: usize) -> Problem {
@@ -29,12 +29,12 @@ pub fn random_problem(rng: &mut Rng, n: usize) -> Problem {
                 }
             }
             let to_end = rng.below(12) == 0;
-            values.push(Value { size: 1 + rng.below(20), def: Some(k as Node), readers, to_end });
+            values.push(DagValue { size: 1 + rng.below(20), def: Some(k as Node), readers, to_end });
         }
     }
     if rng.below(3) == 0 {
         let readers = vec![rng.below(n as u64) as Node];
-        values.push(Value { size: 1 + rng.below(20), def: None, readers, to_end: rng.below(2) == 0 });
+        values.push(DagValue { size: 1 + rng.below(20), def: None, readers, to_end: rng.below(2) == 0 });
     }
     // Now and then a node may write one of its values over one it reads.
     let mut shares = Vec::new();
@@ -70,7 +70,7 @@ pub fn training_chain(f: usize, size: u64, cost: u64) -> Problem {
             }
         }
         let size = if k < f { size } else { 1 };
-        values.push(Value { size, def: Some(k as Node), readers, to_end: false });
+        values.push(DagValue { size, def: Some(k as Node), readers, to_end: false });
     }
     Problem { nodes, values, shares: Vec::new() }
 }

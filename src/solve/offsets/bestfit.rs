@@ -17,7 +17,7 @@
 use std::cmp::Reverse;
 
 use super::busy::{Fit, place};
-use crate::analysis::liveness::Live;
+use crate::solve::offsets::Live;
 
 /// XLA's two placement orders.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

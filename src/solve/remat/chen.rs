@@ -21,7 +21,7 @@
 //!   checkpoint and restart the sum. Sweeping `B` gives a family of plans: the caller keeps
 //!   the cheapest that fits (Checkmate's "best point of the greedy sweep").
 
-use super::stages::{Plan, Sim};
+use super::stages::{Sim, StagePlan};
 use super::{Node, Problem};
 
 /// Forward nodes, other than the first and the last, that no edge between forward nodes
@@ -57,11 +57,11 @@ pub fn articulation_points(problem: &Problem) -> Vec<Node> {
 
 /// The plan that keeps `checkpoint` forward values (and every value that is not a
 /// recomputable forward one) and recomputes the others when the backward part needs them.
-pub fn plan_for(sim: &Sim, checkpoint: &[bool]) -> Plan {
+pub fn plan_for(sim: &Sim, checkpoint: &[bool]) -> StagePlan {
     let problem = sim.problem();
     let n = problem.nodes.len();
     let dropped: Vec<bool> = (0..n).map(|k| problem.nodes[k].forward && problem.nodes[k].recomputable && !checkpoint[k]).collect();
-    let mut plan = Plan::empty(n);
+    let mut plan = StagePlan::empty(n);
     // The last stage at which each node's latest execution was written or read, and
     // whether that execution is a recompute (kept to its last use).
     let mut last_stage: Vec<usize> = (0..n).collect();
@@ -94,7 +94,7 @@ pub fn plan_for(sim: &Sim, checkpoint: &[bool]) -> Plan {
 }
 
 /// Chen's sqrt(n): every ⌊√count⌋-th articulation point is a checkpoint.
-pub fn sqrt_plan(sim: &Sim) -> Plan {
+pub fn sqrt_plan(sim: &Sim) -> StagePlan {
     let problem = sim.problem();
     let points = articulation_points(problem);
     let k = ((points.len() as f64).sqrt().floor() as usize).max(1);
@@ -126,7 +126,7 @@ fn greedy_checkpoints(problem: &Problem, points: &[bool], bytes: &[u64], segment
 
 /// Chen's greedy over a sweep of segment budgets: one plan per distinct checkpoint set
 /// (from every articulation point a checkpoint to none).
-pub fn greedy_plans(sim: &Sim) -> Vec<Plan> {
+pub fn greedy_plans(sim: &Sim) -> Vec<StagePlan> {
     let problem = sim.problem();
     let n = problem.nodes.len();
     let mut bytes = vec![0u64; n];
@@ -166,7 +166,7 @@ mod tests {
     use super::super::evaluate;
     use super::super::testing::{random_problem, training_chain};
     use super::*;
-    use crate::exec::data::Rng;
+    use crate::rng::Rng;
 
     #[test]
     fn every_node_inside_a_chain_is_an_articulation_point() {
@@ -202,7 +202,7 @@ mod tests {
         // At the loss: the 4 checkpoints and nodes 14 and 15 (600 bytes, and 1 byte of
         // gradient). In the backward pass: the checkpoints still needed, one recomputed
         // segment (at most 2 values), the values a backward node reads, its gradient.
-        let plain = evaluate(&p, &Plan::empty(2 * f).sequence()).unwrap();
+        let plain = evaluate(&p, &StagePlan::empty(2 * f).sequence()).unwrap();
         assert_eq!(plain.peak, 1600 + 1);
         assert!(eval.peak <= 700, "{}", eval.peak);
     }

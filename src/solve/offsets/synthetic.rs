@@ -13,59 +13,48 @@
 //! Sizes are log-uniform (256 B to 4 MiB except the persistent ones) and multiples of 256,
 //! as planned sizes are. Thousands of buffers are live at once, so any solver that looks at
 //! every pair of overlapping buffers is quadratic here. The same `(n, seed)` always gives
-//! the same list (SplitMix64, no dependency).
+//! the same list (`crate::rng`).
 
-use crate::analysis::liveness::Live;
+use crate::rng::Rng;
+use crate::solve::offsets::Live;
 
-struct SplitMix(u64);
+/// Uniform in `0..n` (`n > 0`; the modulo bias is irrelevant here).
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.next_u64() % n.max(1)
+}
 
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`; the modulo bias is irrelevant here).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// Log-uniform in `[2^lo, 2^hi)`.
-    fn log_uniform(&mut self, lo: u32, hi: u32) -> u64 {
-        let bits = lo + self.below(u64::from(hi - lo)) as u32;
-        (1u64 << bits) + self.below(1u64 << bits)
-    }
+/// Log-uniform in `[2^lo, 2^hi)`.
+fn log_uniform(rng: &mut Rng, lo: u32, hi: u32) -> u64 {
+    let bits = lo + below(rng, u64::from(hi - lo)) as u32;
+    (1u64 << bits) + below(rng, 1u64 << bits)
 }
 
 /// `n` buffers shaped like a training step (see the module docs).
 pub fn training_like(n: usize, seed: u64) -> Vec<Live> {
-    let mut rng = SplitMix(seed ^ 0x5EED_0FF5_E75E_ED00);
+    let mut rng = Rng::new(seed ^ 0x5EED_0FF5_E75E_ED00);
     let end = n.max(1) - 1;
     let half = n / 2;
-    let size = |rng: &mut SplitMix, lo: u32, hi: u32| rng.log_uniform(lo, hi).div_ceil(256) * 256;
+    let size = |rng: &mut Rng, lo: u32, hi: u32| log_uniform(rng, lo, hi).div_ceil(256) * 256;
     (0..n)
         .map(|_| {
-            let kind = rng.below(1000);
+            let kind = below(&mut rng, 1000);
             if kind < 5 {
                 Live { first: 0, last: end, size: size(&mut rng, 12, 24) }
             } else if kind < 55 {
-                let f = rng.below(half.max(1) as u64) as usize;
+                let f = below(&mut rng, half.max(1) as u64) as usize;
                 let mirror = end - f;
-                let last = mirror - (rng.below(64) as usize).min(mirror - f);
+                let last = mirror - (below(&mut rng, 64) as usize).min(mirror - f);
                 Live { first: f, last, size: size(&mut rng, 8, 22) }
             } else if kind < 85 {
-                let f = half + rng.below((n - half).max(1) as u64) as usize;
+                let f = half + below(&mut rng, (n - half).max(1) as u64) as usize;
                 Live { first: f.min(end), last: end, size: size(&mut rng, 8, 22) }
             } else if kind < 165 {
-                let f = rng.below(n.max(1) as u64) as usize;
-                let len = rng.log_uniform(6, (usize::BITS - (n / 10).max(128).leading_zeros()).max(7)) as usize;
+                let f = below(&mut rng, n.max(1) as u64) as usize;
+                let len = log_uniform(&mut rng, 6, (usize::BITS - (n / 10).max(128).leading_zeros()).max(7)) as usize;
                 Live { first: f, last: (f + len - 1).min(end), size: size(&mut rng, 8, 22) }
             } else {
-                let f = rng.below(n.max(1) as u64) as usize;
-                let len = rng.log_uniform(0, 6) as usize;
+                let f = below(&mut rng, n.max(1) as u64) as usize;
+                let len = log_uniform(&mut rng, 0, 6) as usize;
                 Live { first: f, last: (f + len - 1).min(end), size: size(&mut rng, 8, 22) }
             }
         })

@@ -4,7 +4,7 @@
 use super::place::gcd;
 use super::sets::INSERT_ONE_BY_ONE;
 use super::*;
-use crate::analysis::liveness::Live;
+use crate::solve::offsets::Live;
 
 /// A seeded generator of numbers below `n` (an LCG: no dependency, the same every run).
 fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {

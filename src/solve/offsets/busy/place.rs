@@ -9,11 +9,11 @@
 //! buffers, which the index's best fit relies on.
 
 use super::{BusyIndex, Unit, Walk, leaves_of};
-use crate::analysis::liveness::Live;
+use crate::solve::offsets::Live;
 
 /// Where a buffer goes among the gaps of the buffers it meets.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(in crate::passes::offsets) enum Fit {
+pub(in crate::solve::offsets) enum Fit {
     /// The lowest gap that holds it.
     First,
     /// The smallest gap that holds it (the lowest among equals).
@@ -24,14 +24,14 @@ pub(in crate::passes::offsets) enum Fit {
 /// among the already placed buffers it meets in time chosen by `fit`, or on top of them if
 /// no gap holds it. Zero-size buffers take no bytes and get offset 0. `None` if an offset
 /// would overflow `u64`.
-pub(in crate::passes::offsets) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec<u64>> {
+pub(in crate::solve::offsets) fn place(intervals: &[Live], order: &[usize], fit: Fit) -> Option<Vec<u64>> {
     place_pinned(intervals, order, fit, &[])
 }
 
 /// [`place`], except that the buffers of `pinned` (buffer, offset) are not searched for:
 /// each goes where `pinned` says when its turn in `order` comes (they must not overlap
 /// one another; put them first in `order` so that the others go around them).
-pub(in crate::passes::offsets) fn place_pinned(intervals: &[Live], order: &[usize], fit: Fit, pinned: &[(usize, u64)]) -> Option<Vec<u64>> {
+pub(in crate::solve::offsets) fn place_pinned(intervals: &[Live], order: &[usize], fit: Fit, pinned: &[(usize, u64)]) -> Option<Vec<u64>> {
     let mut pin = vec![None; intervals.len()];
     for &(i, offset) in pinned {
         *pin.get_mut(i)? = Some(offset);

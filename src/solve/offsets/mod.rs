@@ -31,8 +31,40 @@ pub mod window;
 
 use std::time::{Duration, Instant};
 
-pub use crate::analysis::liveness::Live;
-use crate::analysis::liveness::max_live;
+/// An interval `[first, last]` of schedule positions during which `size` bytes are held.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Live {
+    pub first: usize,
+    pub last: usize,
+    pub size: u64,
+}
+
+/// The most bytes live at once, and the first position where that happens.
+/// `None` if the sum overflows `u64`.
+pub fn max_live(intervals: &[Live]) -> Option<(u64, usize)> {
+    // +size at `first`, -size after `last`; at equal times frees come after allocations of
+    // the same position only when they belong to a later one, which `last + 1` ensures.
+    let mut events: Vec<(usize, bool, u64)> = Vec::with_capacity(intervals.len() * 2);
+    for live in intervals {
+        events.push((live.first, true, live.size));
+        events.push((live.last + 1, false, live.size));
+    }
+    // Frees (false) sort before allocations (true) at the same position.
+    events.sort_unstable();
+    let (mut current, mut best, mut at) = (0u64, 0u64, 0usize);
+    for (t, alloc, size) in events {
+        if alloc {
+            current = current.checked_add(size)?;
+            if current > best {
+                best = current;
+                at = t;
+            }
+        } else {
+            current -= size;
+        }
+    }
+    Some((best, at))
+}
 
 /// The offset solvers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -316,4 +348,19 @@ pub fn arena_of(intervals: &[Live], offsets: &[u64]) -> Option<u64> {
 /// The most bytes live at once: no assignment's arena is smaller.
 pub fn lower_bound(intervals: &[Live]) -> Option<u64> {
     max_live(intervals).map(|(bytes, _)| bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_live_counts_touching_intervals_apart() {
+        let l = |first, last, size| Live { first, last, size };
+        // [0,1] and [2,3] never overlap; [1,2] overlaps both.
+        assert_eq!(max_live(&[l(0, 1, 10), l(2, 3, 10)]), Some((10, 0)));
+        assert_eq!(max_live(&[l(0, 1, 10), l(2, 3, 10), l(1, 2, 5)]), Some((15, 1)));
+        assert_eq!(max_live(&[]), Some((0, 0)));
+        assert_eq!(max_live(&[l(0, 0, u64::MAX), l(0, 0, 1)]), None);
+    }
 }

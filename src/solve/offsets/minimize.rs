@@ -10,8 +10,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::exact::{ExactResult, Limits, Prepared, Restart};
-use super::{Solution, arena_of};
-use crate::analysis::liveness::Live;
+use super::{Live, Solution, arena_of};
 use crate::progress::{Progress, Silent};
 
 /// Search nodes each probe may take in the first round (doubled each round without a
@@ -119,7 +118,11 @@ fn minimize_rounds(intervals: &[Live], lower_bound: u64, start: Solution, limits
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::time::Duration;
+
     use super::*;
+    use crate::solve::offsets::{bestfit, lower_bound};
 
     /// Splits the rectangle `times` x `bytes` at random into `out` (a perfect packing of
     /// height `bytes.1 - bytes.0`, so the lower bound is reachable).
@@ -148,7 +151,7 @@ mod tests {
         for k in 0..30u64 {
             let (mut seed, mut intervals) = (k, Vec::new());
             tile(&mut seed, (0, 40), (0, 64 * 60), 9, &mut intervals);
-            let lower = crate::analysis::liveness::max_live(&intervals).unwrap().0;
+            let lower = crate::solve::offsets::max_live(&intervals).unwrap().0;
             let far = Instant::now() + std::time::Duration::from_secs(600);
             let mut prepared = Prepared::new(&intervals);
             let (whole, used) = prepared.solve_from(lower, Limits { deadline: far, nodes: 200_000 }, &mut Restart::default());
@@ -170,5 +173,41 @@ mod tests {
             searched += usize::from(used > 50 && pieces > 1);
         }
         assert!(searched >= 3, "too few tilings needed a search in pieces ({searched})");
+    }
+
+    /// Remembers every report.
+    #[derive(Default)]
+    struct Record(RefCell<Vec<String>>);
+
+    impl Progress for Record {
+        fn start(&self, what: &str, total: u64) {
+            self.0.borrow_mut().push(format!("start {what} {}", total > 0));
+        }
+        fn update(&self, _: u64, note: &str) {
+            self.0.borrow_mut().push(format!("update {note}"));
+        }
+        fn finish(&self) {
+            self.0.borrow_mut().push("finish".into());
+        }
+    }
+
+    #[test]
+    fn the_exact_search_reports_each_probe() {
+        // Best-fit places these in 5 bytes; 4 is optimal (a placement exists at the bound).
+        let live = |first, last, size| Live { first, last, size };
+        let intervals = [live(0, 1, 2), live(0, 0, 1), live(1, 2, 1), live(2, 3, 2), live(3, 3, 2), live(1, 1, 1)];
+        let offsets = bestfit::best_fit(&intervals).unwrap();
+        let arena = arena_of(&intervals, &offsets).unwrap();
+        let lower = lower_bound(&intervals).unwrap();
+        let start = Solution { offsets, arena, proved_optimal: arena == lower };
+        let record = Record::default();
+        let limits = Limits::until(Instant::now() + Duration::from_secs(5));
+        let found = minimize_reporting(&intervals, lower, start, limits, &record);
+        assert!(found.proved_optimal && found.arena == lower, "{found:?}");
+        let log = record.0.into_inner();
+        assert_eq!(log.first().map(String::as_str), Some("start exact offsets true"));
+        assert_eq!(log.last().map(String::as_str), Some("finish"));
+        let last_update = log.iter().rev().find(|l| l.starts_with("update")).unwrap();
+        assert_eq!(last_update, &format!("update best arena {lower} B, none below {lower} B"));
     }
 }

@@ -41,7 +41,7 @@
 use std::time::Instant;
 
 pub use super::minimize::{minimize, minimize_reporting};
-use crate::analysis::liveness::Live;
+use crate::solve::offsets::Live;
 
 /// The verdict of [`exact`] at one capacity.
 #[derive(Clone, PartialEq, Eq, Debug)]

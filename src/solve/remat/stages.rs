@@ -4,9 +4,9 @@
 //! setting — a strategy is a set of pairs *(stage t, node v < t)*: "recompute v just before
 //! node t runs". Stage `t` is `R_t` (its recomputes, in ascending node order: index order is
 //! topological, so a recompute's inputs are written before it within the stage) followed by
-//! `t` itself. [`Plan`] holds the sets; [`Plan::sequence`] concatenates the stages. Every
-//! such sequence is valid: a recompute of `v` reads values whose writers are `< v`, and each
-//! already ran at its own stage. Conversely every Checkmate schedule for the fixed order is
+//! `t` itself. [`StagePlan`] holds the sets; [`StagePlan::sequence`] concatenates the
+//! stages. Every such sequence is valid: a recompute of `v` reads values whose writers are
+//! `< v`, and each already ran at its own stage. Conversely every Checkmate schedule for the fixed order is
 //! a plan, and the rule frees each execution right after its last bound reader, which is the
 //! least memory that schedule's recompute matrix allows.
 //!
@@ -21,14 +21,14 @@ use super::{Node, Problem, Share, shared_bytes};
 
 /// Recomputes by stage: `stages[t]` runs, ascending, just before node `t`.
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Plan {
+pub struct StagePlan {
     pub stages: Vec<Vec<Node>>,
 }
 
-impl Plan {
+impl StagePlan {
     /// No recomputes: the problem's own order.
-    pub fn empty(nodes: usize) -> Plan {
-        Plan { stages: vec![Vec::new(); nodes] }
+    pub fn empty(nodes: usize) -> StagePlan {
+        StagePlan { stages: vec![Vec::new(); nodes] }
     }
 
     /// The execution sequence: each stage's recomputes, then its node.
@@ -232,7 +232,7 @@ impl<'p> Sim<'p> {
     }
 
     /// Runs `plan`: fills the sequence, the intervals and (with `log`) the read log.
-    fn run(&mut self, plan: &Plan, log: bool) {
+    fn run(&mut self, plan: &StagePlan, log: bool) {
         self.runs += 1;
         self.sequence.clear();
         self.stage_of.clear();
@@ -306,7 +306,7 @@ impl<'p> Sim<'p> {
     }
 
     /// The peak, extra cost and excess area over `budget` of `plan`.
-    pub fn score(&mut self, plan: &Plan, budget: u64) -> Score {
+    pub fn score(&mut self, plan: &StagePlan, budget: u64) -> Score {
         self.run(plan, false);
         self.deltas();
         let (mut live, mut peak, mut excess) = (0i128, 0i128, 0u128);
@@ -322,7 +322,7 @@ impl<'p> Sim<'p> {
 
     /// Like [`Sim::score`], also keeping the profile, the intervals and each interval's
     /// reads.
-    pub fn detail(&mut self, plan: &Plan, budget: u64) -> Score {
+    pub fn detail(&mut self, plan: &StagePlan, budget: u64) -> Score {
         self.run(plan, true);
         self.deltas();
         self.profile.clear();
@@ -364,12 +364,12 @@ mod tests {
     use super::super::testing::random_problem;
     use super::super::{Node, evaluate};
     use super::*;
-    use crate::exec::data::Rng;
+    use crate::rng::Rng;
 
     /// A random plan: each useful pair (v read by t, or by another recompute) with some odds.
-    fn random_plan(problem: &Problem, rng: &mut Rng) -> Plan {
+    fn random_plan(problem: &Problem, rng: &mut Rng) -> StagePlan {
         let n = problem.nodes.len();
-        let mut plan = Plan::empty(n);
+        let mut plan = StagePlan::empty(n);
         for t in 1..n {
             for v in 0..t {
                 if problem.nodes[v].recomputable && rng.below(4) == 0 {

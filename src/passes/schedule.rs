@@ -1,40 +1,33 @@
 //! The schedule pass: the order ops run in, chosen to lower the peak of live bytes.
 //!
 //! [`ScheduleKind::Program`] keeps program order (a verified graph guarantees it is
-//! topological). [`ScheduleKind::Memory`] (the default) turns the step into the plain DAG
-//! of [`dag`] and searches it (greedy list scheduling refined by a beam search; see
-//! `dag.rs`), then keeps whichever of program order and the search's order has the lower
-//! peak, so the result is never worse than program order (program order wins ties).
+//! topological). [`ScheduleKind::Memory`] (the default) turns the step into a plain DAG
+//! ([`step_dag`]) and searches it with the order solver (`crate::solve::order`: greedy list
+//! scheduling refined by a beam search), then keeps whichever of program order and the
+//! search's order has the lower peak, so the result is never worse than program order
+//! (program order wins ties). In the pipeline ([`choose`]) the order is then judged once
+//! more with in-place reuse counted.
 //!
-//! How a step becomes a DAG ([`step_dag`]): nodes are ops; values are the *buffers* the
-//! buffer pass will make, so the DAG's peak of an order is exactly the plan's lower bound
-//! for it (before in-place reuse):
-//! - a root value (not a view) is a value; a view owns no bytes, so reading a view reads
-//!   its root, and the root lives until the view's last reader;
-//! - arguments exist before the first op (no writer); params and state that are not
-//!   updated, returned values (their roots) and new values of updates survive the step;
-//! - an update's new value shares its target's buffer, which therefore lives the whole step:
-//!   one value with no writer that survives;
-//! - sizes are rounded up to the alignment, as the lower bound rounds them;
-//! - edges: every input's writer runs before its reader, and (the buffer pass's in-place
-//!   rule for updates) every op that reads an updated param or state (or a view of it)
-//!   runs before the op writing its new value, so the new value can land in place.
+//! How a step becomes a DAG ([`step_dag`]): the step's lowering (`lower.rs`), whose values
+//! are the buffers the buffer pass will make (so the DAG's peak of an order is exactly the
+//! plan's lower bound for it, before in-place reuse), with an edge from the writer of every
+//! input to its reader (a view's writer included) and from every reader of an updated param
+//! or state to the op writing its new value.
 //!
 //! The optimizer ops write only new values of updates, so they allocate nothing and the
-//! search runs each as soon as its gradient is final (see `dag.rs`).
+//! search runs each as soon as its gradient is final (see `solve/order.rs`).
 //!
 //! A step whose program order already breaks the update rule (an op reads a param after
 //! its new value is written) keeps program order, so the buffer pass reports the read in
 //! the way: memplan does not silently reorder a step its author got wrong. A step whose
 //! constraints form a cycle (no order works) likewise keeps program order.
 
-pub mod dag;
-
-use crate::analysis::liveness::lifetimes;
-use crate::index::{Idx, IndexVec, OpId, ValueId};
-use crate::ir::graph::{Graph, ValueDef};
-use crate::plan::align_up;
-use dag::{Dag, Effort, Node, Value};
+use crate::index::{Idx, OpId};
+use crate::ir::graph::Graph;
+use crate::passes::PlanError;
+use crate::passes::lower::lower;
+use crate::solve::Node;
+use crate::solve::order::{Dag, Effort};
 
 /// Which order the schedule pass produces.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -53,6 +46,30 @@ impl ScheduleKind {
             ScheduleKind::Memory => "memory",
         }
     }
+}
+
+/// The lower bound of the step in an order, in-place reuse included (the pipeline's
+/// `measure`).
+pub type Bound<'a> = dyn Fn(&[OpId]) -> Result<u64, PlanError> + 'a;
+
+/// The pass: [`schedule`], then, when the plan reuses bytes in place (`with_reuse`, the
+/// lower bound in an order with in-place reuse), the order judged on what will be planned:
+/// the schedule search counts no in-place reuse, and a reordering can stop a big input
+/// from dying at the op that could overwrite it, so program order with the optimizer
+/// updates hoisted (or plain program order) is kept when it ends lower. Ties keep the
+/// search's order.
+pub fn choose(graph: &Graph, kind: ScheduleKind, alignment: u64, with_reuse: Option<&Bound<'_>>) -> Result<Vec<OpId>, PlanError> {
+    let mut schedule = schedule(graph, kind, alignment);
+    if let (Some(bound), ScheduleKind::Memory) = (with_reuse, kind) {
+        let mut best = bound(&schedule)?;
+        for candidate in [program_order_hoisted(graph, alignment), program_order(graph)] {
+            let candidate_bound = bound(&candidate)?;
+            if candidate_bound < best {
+                (schedule, best) = (candidate, candidate_bound);
+            }
+        }
+    }
+    Ok(schedule)
 }
 
 /// Program order: every op once, in the order the step lists them.
@@ -95,50 +112,14 @@ pub fn program_order_hoisted(graph: &Graph, alignment: u64) -> Vec<OpId> {
 /// The DAG of a verified step (see the module docs); `None` if a size overflows or the
 /// update rule's constraints form a cycle.
 pub fn step_dag(graph: &Graph, alignment: u64) -> Option<Dag> {
-    let life = lifetimes(graph, &program_order(graph));
-    let root = &life.root;
-    // The buffer each root value ends in: an update's new value (a root) joins its target.
-    let mut home: IndexVec<ValueId, ValueId> = graph.values.indices().collect();
-    for update in &graph.updates {
-        if root[update.value] == update.value {
-            home[update.value] = update.target;
-        }
-    }
-    let mut index: IndexVec<ValueId, Option<u32>> = IndexVec::from_elem(None, graph.values.len());
-    let mut values: Vec<Value> = Vec::new();
-    for v in graph.values.indices().filter(|&v| root[v] == v && home[v] == v) {
-        index[v] = Some(values.len() as u32);
-        let to_end = matches!(graph.values[v].def, ValueDef::Arg(role) if role.persists());
-        values.push(Value { size: 0, def: graph.def_op(v).map(|op| op.0), readers: Vec::new(), to_end });
-    }
-    let slot = |v: ValueId| index[home[root[v]]].map(|i| i as usize);
-    for v in graph.values.indices().filter(|&v| root[v] == v) {
-        let i = slot(v)?;
-        let bytes = align_up(graph.values[v].ty.bytes()?, alignment)?;
-        values[i].size = values[i].size.max(bytes);
-    }
-    // An updated target is needed only until its last read, but its buffer also holds the
-    // new value, which survives: the buffer lives the whole step.
-    for v in graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().flat_map(|u| [u.target, u.value])) {
-        values[slot(v)?].to_end = true;
-    }
+    let program = program_order(graph);
+    let step = lower(graph, &program, alignment)?;
     let mut edges: Vec<(Node, Node)> = Vec::new();
-    // The ops reading each root value, directly or through a view.
-    let mut root_readers: IndexVec<ValueId, Vec<OpId>> = IndexVec::from_elem(Vec::new(), graph.values.len());
     for (op, o) in graph.ops.iter_enumerated() {
-        for &input in &o.inputs {
-            values[slot(input)?].readers.push(op.0);
-            root_readers[root[input]].push(op);
-            if let Some(writer) = graph.def_op(input) {
-                edges.push((writer.0, op.0));
-            }
-        }
+        edges.extend(o.inputs.iter().filter_map(|&input| graph.def_op(input)).map(|writer| (writer.0, op.0)));
     }
-    for update in &graph.updates {
-        let writer = graph.def_op(update.value)?;
-        edges.extend(root_readers[update.target].iter().filter(|&&op| op != writer).map(|op| (op.0, writer.0)));
-    }
-    Dag::new(graph.ops.len(), edges, values).ok()
+    edges.extend(step.update_reads);
+    Dag::new(graph.ops.len(), edges, step.values).ok()
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use std::cmp::Reverse;
 
 use super::busy::{Fit, place_pinned};
 use super::exact::{ExactResult, Limits, Prepared, Restart};
-use crate::analysis::liveness::{Live, max_live};
+use crate::solve::offsets::{Live, max_live};
 
 /// Lists with fewer buffers skip the windows: the exact search on the whole list is cheap
 /// there, and a window would hold most of the list anyway.
@@ -120,7 +120,7 @@ mod tests {
 
     use super::*;
     use crate::checker::check_offsets;
-    use crate::passes::offsets::{arena_of, exact, greedy, lower_bound};
+    use crate::solve::offsets::{arena_of, exact, greedy, lower_bound};
 
     fn l(first: usize, last: usize, size: u64) -> Live {
         Live { first, last, size }

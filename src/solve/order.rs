@@ -52,21 +52,8 @@ use std::collections::{BinaryHeap, HashSet};
 
 use thiserror::Error;
 
-/// A node: an index in `0..n`.
-pub type Node = u32;
-
-/// A value written by at most one node and read by any number.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Value {
-    /// Bytes it occupies while live.
-    pub size: u64,
-    /// The node that writes it; `None`: it exists before the first node (live from position 0).
-    pub def: Option<Node>,
-    /// The nodes that read it (any order; repeats are ignored).
-    pub readers: Vec<Node>,
-    /// It must survive to the last position (a persisting parameter, a returned value).
-    pub to_end: bool,
-}
+use super::{DagValue, Node};
+use crate::rng::Rng;
 
 /// Why a [`Dag`] cannot be built.
 #[derive(Clone, PartialEq, Eq, Debug, Error)]
@@ -149,7 +136,7 @@ pub struct Found {
 pub struct Dag {
     preds: Vec<Vec<Node>>,
     succs: Vec<Vec<Node>>,
-    values: Vec<Value>,
+    values: Vec<DagValue>,
     /// The distinct values each node reads.
     reads: Vec<Vec<u32>>,
     /// Bytes each node writes.
@@ -166,7 +153,7 @@ pub struct Dag {
 
 impl Dag {
     /// Builds the DAG and checks it: every node named exists, and there is no cycle.
-    pub fn new(nodes: usize, edges: impl IntoIterator<Item = (Node, Node)>, values: Vec<Value>) -> Result<Dag, DagError> {
+    pub fn new(nodes: usize, edges: impl IntoIterator<Item = (Node, Node)>, values: Vec<DagValue>) -> Result<Dag, DagError> {
         if nodes >= u32::MAX as usize {
             return Err(DagError::TooLarge);
         }
@@ -224,7 +211,8 @@ impl Dag {
                 }
             }
         }
-        let zobrist = (0..nodes as u64).map(splitmix64).collect();
+        let mut rng = Rng::new(0);
+        let zobrist = (0..nodes).map(|_| rng.next_u64()).collect();
         let dag = Dag { preds, succs, values, reads, alloc, dies_at_def, start_live, start_dead, zobrist };
         if let Some(node) = dag.cycle_node() {
             return Err(DagError::Cycle(node));
@@ -236,7 +224,7 @@ impl Dag {
         self.preds.len()
     }
 
-    pub fn values(&self) -> &[Value] {
+    pub fn values(&self) -> &[DagValue] {
         &self.values
     }
 
@@ -604,20 +592,12 @@ fn saturate(bytes: u128) -> u64 {
     u64::try_from(bytes).unwrap_or(u64::MAX)
 }
 
-/// SplitMix64: a fixed, well-mixed 64-bit key per node (deterministic across runs).
-fn splitmix64(i: u64) -> u64 {
-    let mut z = i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn value(size: u64, def: Option<Node>, readers: &[Node]) -> Value {
-        Value { size, def, readers: readers.to_vec(), to_end: false }
+    fn value(size: u64, def: Option<Node>, readers: &[Node]) -> DagValue {
+        DagValue { size, def, readers: readers.to_vec(), to_end: false }
     }
 
     /// Node i writes value i; `links` are (writer, reader).
@@ -647,10 +627,10 @@ mod tests {
     #[test]
     fn values_without_a_writer_and_surviving_values_count() {
         let values = vec![
-            Value { size: 100, def: None, readers: vec![0], to_end: false },
-            Value { size: 7, def: None, readers: vec![], to_end: false },
-            Value { size: 1, def: Some(0), readers: vec![1], to_end: false },
-            Value { size: 50, def: Some(1), readers: vec![], to_end: true },
+            DagValue { size: 100, def: None, readers: vec![0], to_end: false },
+            DagValue { size: 7, def: None, readers: vec![], to_end: false },
+            DagValue { size: 1, def: Some(0), readers: vec![1], to_end: false },
+            DagValue { size: 50, def: Some(1), readers: vec![], to_end: true },
         ];
         let dag = Dag::new(3, [], values).unwrap();
         // Position 0: 100 + 7 + 1; position 1: 1 + 50; position 2: 50.
@@ -705,22 +685,19 @@ mod tests {
 
     /// A seeded random DAG: values with or without a writer, some surviving, extra edges.
     fn random_dag(seed: u64) -> Dag {
-        let mut rng = seed;
-        let mut next = |bound: u64| {
-            rng = splitmix64(rng);
-            rng % bound.max(1)
-        };
+        let mut rng = Rng::new(seed);
+        let mut next = |bound: u64| rng.next_u64() % bound.max(1);
         let n = 1 + next(9) as usize;
         let mut values = Vec::new();
         for node in 0..n as Node {
             for _ in 0..next(3) {
                 let readers = (node + 1..n as Node).filter(|_| next(3) == 0).collect();
-                values.push(Value { size: next(100), def: Some(node), readers, to_end: next(6) == 0 });
+                values.push(DagValue { size: next(100), def: Some(node), readers, to_end: next(6) == 0 });
             }
         }
         for _ in 0..next(3) {
             let readers = (0..n as Node).filter(|_| next(3) == 0).collect();
-            values.push(Value { size: next(100), def: None, readers, to_end: next(4) == 0 });
+            values.push(DagValue { size: next(100), def: None, readers, to_end: next(4) == 0 });
         }
         let edges: Vec<(Node, Node)> =
             (0..next(4)).map(|_| (next(n as u64) as Node, next(n as u64) as Node)).filter(|(a, b)| a < b).collect();

@@ -1,6 +1,6 @@
 //! Rematerialisation (activation checkpointing) as a problem on a plain DAG.
 //!
-//! The core knows nothing of the IR, like the scheduling core (`passes::schedule::dag`).
+//! The solver knows nothing of the IR, like the order solver (`solve::order`).
 //! A [`Problem`] has nodes `0..n` in a topological order (index order is a valid order; it
 //! is the order the caller plans to run) and values. Each node has a compute cost and may
 //! or may not be recomputed; each value has a size, the node that writes it (or none: it
@@ -42,7 +42,6 @@
 
 pub mod bound;
 pub mod chen;
-pub mod cli;
 pub mod search;
 pub mod stages;
 #[cfg(test)]
@@ -54,10 +53,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use stages::{Plan, Sim};
-
-/// A node: an index in `0..n`.
-pub type Node = u32;
+use super::{DagValue, Node};
+use stages::{Sim, StagePlan};
 
 /// One node of the problem.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -69,19 +66,6 @@ pub struct NodeInfo {
     /// It belongs to the forward pass: Chen's strategies checkpoint or recompute only
     /// these (the near-optimal search may recompute any recomputable node).
     pub forward: bool,
-}
-
-/// A value written by at most one node and read by any number.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Value {
-    /// Bytes it occupies while live.
-    pub size: u64,
-    /// The node that writes it; `None`: it exists before the first node.
-    pub def: Option<Node>,
-    /// The nodes that read it (any order; repeats are ignored).
-    pub readers: Vec<Node>,
-    /// It must survive to the last position.
-    pub to_end: bool,
 }
 
 /// An output that its writer may write over the bytes of one of its inputs.
@@ -97,7 +81,7 @@ pub struct Share {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Problem {
     pub nodes: Vec<NodeInfo>,
-    pub values: Vec<Value>,
+    pub values: Vec<DagValue>,
     /// In-place reuse the evaluation rule applies (see the module doc), in the order of
     /// preference; empty for graphs without it.
     pub shares: Vec<Share>,
@@ -304,7 +288,7 @@ impl Strategy {
 
 /// A strategy's sequence and what it costs.
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Solution {
+pub struct Recomputation {
     pub sequence: Vec<Node>,
     pub eval: Eval,
     /// The strategy that found it (for `auto`, the one that won).
@@ -337,23 +321,23 @@ pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(1);
 
 /// Finds a sequence whose peak is at most `budget`, at the least cost the strategy can,
 /// within [`DEFAULT_TIME_LIMIT`].
-pub fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> Result<Solution, RematError> {
+pub fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> Result<Recomputation, RematError> {
     solve_with(problem, budget, strategy, DEFAULT_TIME_LIMIT)
 }
 
 /// [`solve`] with a time limit for the search (`near-optimal`, `auto`, and finding the
 /// smallest peak when a budget cannot be met). The search's result does not depend on the
 /// limit unless the limit cuts it short.
-pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit: Duration) -> Result<Solution, RematError> {
+pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit: Duration) -> Result<Recomputation, RematError> {
     let deadline = Instant::now() + time_limit;
     let plain: Vec<Node> = (0..problem.nodes.len() as Node).collect();
     evaluate(problem, &plain).map_err(RematError::BadProblem)?;
     let mut sim = Sim::new(problem);
     let mut chen_plans = vec![(chen::sqrt_plan(&sim), Strategy::ChenSqrt)];
     chen_plans.extend(chen::greedy_plans(&sim).into_iter().map(|p| (p, Strategy::ChenGreedy)));
-    let seeds: Vec<Plan> = chen_plans.iter().map(|(p, _)| p.clone()).collect();
-    let own: Vec<(Plan, Strategy)> = match strategy {
-        Strategy::None => vec![(Plan::empty(problem.nodes.len()), strategy)],
+    let seeds: Vec<StagePlan> = chen_plans.iter().map(|(p, _)| p.clone()).collect();
+    let own: Vec<(StagePlan, Strategy)> = match strategy {
+        Strategy::None => vec![(StagePlan::empty(problem.nodes.len()), strategy)],
         Strategy::ChenSqrt | Strategy::ChenGreedy => chen_plans.into_iter().filter(|(_, s)| *s == strategy).collect(),
         Strategy::NearOptimal | Strategy::Auto => match search::near_optimal(problem, budget, &seeds, deadline) {
             Ok(plan) if strategy == Strategy::Auto => {
@@ -391,7 +375,7 @@ pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit
     if eval.peak > budget {
         return Err(RematError::OverBudget { strategy: *found_by, peak: eval.peak, budget });
     }
-    Ok(Solution { sequence, eval, strategy: *found_by })
+    Ok(Recomputation { sequence, eval, strategy: *found_by })
 }
 
 #[cfg(test)]
@@ -401,7 +385,7 @@ mod tests {
     /// a → b → c, and a → c: a chain with a skip.
     fn chain() -> Problem {
         let node = |cost| NodeInfo { cost, recomputable: true, forward: true };
-        let value = |size, def, readers: &[Node]| Value { size, def: Some(def), readers: readers.to_vec(), to_end: false };
+        let value = |size, def, readers: &[Node]| DagValue { size, def: Some(def), readers: readers.to_vec(), to_end: false };
         Problem { nodes: vec![node(1), node(2), node(3)], values: vec![value(10, 0, &[1, 2]), value(5, 1, &[2]), value(1, 2, &[])], shares: Vec::new() }
     }
 
@@ -430,7 +414,7 @@ mod tests {
         // a (10 B) is read by b and c; b (10 B, read by nobody) may be written over a.
         let mut p = chain();
         p.values[0].size = 10;
-        p.values[1] = Value { size: 10, def: Some(1), readers: Vec::new(), to_end: false };
+        p.values[1] = DagValue { size: 10, def: Some(1), readers: Vec::new(), to_end: false };
         p.shares = vec![Share { input: 0, output: 1 }];
         // a is still read by c: no sharing at b, a + b = 20 there.
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 20);
@@ -444,7 +428,7 @@ mod tests {
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 20);
         // Only the first of two shares of the same input is taken.
         p.values[0].to_end = false;
-        p.values.push(Value { size: 7, def: Some(1), readers: Vec::new(), to_end: false });
+        p.values.push(DagValue { size: 7, def: Some(1), readers: Vec::new(), to_end: false });
         p.shares.push(Share { input: 0, output: 3 });
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 17);
         p.shares.reverse();
@@ -475,7 +459,7 @@ mod tests {
     #[test]
     fn survivors_and_values_from_before() {
         let mut p = chain();
-        p.values.push(Value { size: 7, def: None, readers: vec![1], to_end: false });
+        p.values.push(DagValue { size: 7, def: None, readers: vec![1], to_end: false });
         p.values[2].to_end = true;
         // 0: 10+7; 1: 10+5+7; 2: 10+5+1.
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 22);

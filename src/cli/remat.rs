@@ -7,7 +7,7 @@
 //! plain step, by the file's costs) beside the lower bound no plan can beat, the strategy
 //! and the time. `-o OUT.json` writes the execution sequence as the file's node ids (a
 //! repeated id is a recompute) so that anyone can re-check it with the README's rule; it
-//! never overwrites a file. Everything is re-checked with [`super::evaluate`] first.
+//! never overwrites a file. Everything is re-checked with [`evaluate`] first.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::bound::lower_bound;
-use super::{Node, RematError, Strategy, evaluate, solve_with};
-use crate::checkmate::{ReadError, parse_remat};
+use memplan::checkmate::{ReadError, parse_remat};
+use memplan::solve::Node;
+use memplan::solve::remat::bound::lower_bound;
+use memplan::solve::remat::{RematError, Strategy, evaluate, solve_with};
 
 /// Why `memplan remat` failed; [`CliError::exit_code`] is the command's exit status.
 #[derive(Debug, Error)]

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::bound::lower_bound;
 use super::search::smallest_peak;
-use super::stages::{Plan, Sim};
+use super::stages::{Sim, StagePlan};
 use super::testing::random_problem;
 use super::*;
-use crate::exec::data::Rng;
+use crate::rng::Rng;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -25,7 +25,7 @@ fn exhaustive(problem: &Problem, budget: u64) -> (Option<u64>, u64) {
     let mut best: Option<u64> = None;
     let mut smallest = u64::MAX;
     for mask in 0u32..(1 << pairs.len()) {
-        let mut plan = Plan::empty(n);
+        let mut plan = StagePlan::empty(n);
         for (i, &(t, v)) in pairs.iter().enumerate() {
             if mask & (1 << i) != 0 {
                 plan.insert(t, v);
@@ -51,7 +51,7 @@ fn tiny(seed: u64) -> (Problem, u64, u64) {
         if pairs > 16 {
             continue;
         }
-        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let plain = evaluate(&problem, &StagePlan::empty(n).sequence()).unwrap().peak;
         let (_, smallest) = exhaustive(&problem, u64::MAX);
         let budget = smallest + rng.below(plain - smallest + 1);
         return (problem, budget, smallest);
@@ -64,7 +64,7 @@ fn every_strategy_returns_a_valid_sequence_within_budget() {
         let mut rng = Rng::new(seed);
         let n = 2 + rng.below(24) as usize;
         let problem = random_problem(&mut rng, n);
-        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let plain = evaluate(&problem, &StagePlan::empty(n).sequence()).unwrap().peak;
         let budget = plain - rng.below(plain / 2 + 1);
         for strategy in Strategy::ALL {
             match solve_with(&problem, budget, strategy, LIMIT) {
@@ -96,7 +96,7 @@ fn auto_is_never_worse_than_the_other_strategies() {
         let mut rng = Rng::new(1000 + seed);
         let n = 4 + rng.below(24) as usize;
         let problem = random_problem(&mut rng, n);
-        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let plain = evaluate(&problem, &StagePlan::empty(n).sequence()).unwrap().peak;
         let budget = plain - rng.below(plain / 3 + 1);
         let Ok(auto) = solve_with(&problem, budget, Strategy::Auto, LIMIT) else { continue };
         for strategy in [Strategy::None, Strategy::ChenSqrt, Strategy::ChenGreedy, Strategy::NearOptimal] {
@@ -152,7 +152,7 @@ fn the_search_is_deterministic() {
         let mut rng = Rng::new(5000 + seed);
         let n = 10 + rng.below(30) as usize;
         let problem = random_problem(&mut rng, n);
-        let plain = evaluate(&problem, &Plan::empty(n).sequence()).unwrap().peak;
+        let plain = evaluate(&problem, &StagePlan::empty(n).sequence()).unwrap().peak;
         let budget = plain - plain / 4;
         let first = solve_with(&problem, budget, Strategy::Auto, LIMIT);
         assert_eq!(first, solve_with(&problem, budget, Strategy::Auto, LIMIT), "seed {seed}");
@@ -169,7 +169,7 @@ fn degenerate_problems() {
     // One node writing 10 bytes: nothing to recompute; 9 bytes cannot fit.
     let one = Problem {
         nodes: vec![NodeInfo { cost: 1, recomputable: true, forward: true }],
-        values: vec![Value { size: 10, def: Some(0), readers: Vec::new(), to_end: false }],
+        values: vec![DagValue { size: 10, def: Some(0), readers: Vec::new(), to_end: false }],
         shares: Vec::new(),
     };
     assert_eq!(solve(&one, 10, Strategy::Auto).unwrap().sequence, vec![0]);
