@@ -60,7 +60,7 @@ impl GradCall {
 /// where the input has no gradient, such as index inputs).
 pub type Grads = Vec<Option<ValueId>>;
 
-/// A gradient rule: the op table's `grad` column. See the module docs.
+/// A gradient rule, as `rules::rule` gives it for an op kind. See the module docs.
 pub type GradFn = fn(&mut Builder, &GradCall) -> Result<Grads, String>;
 
 /// Builds the expanded step: the forward graph plus the ops gradient rules and the

@@ -4,7 +4,7 @@
 //! [`expand`] runs in four stages (docs/AUTODIFF.md is the user's description):
 //! 1. **Needs-grad analysis.** A value needs a gradient when it lies on a path from a float
 //!    `param` to the loss through float values (integer and bool values never get one).
-//!    Every op on such a path must have a gradient rule (the op table's `grad` column).
+//!    Every op on such a path must have a gradient rule (`rules::rule`).
 //! 2. **Seed.** `%loss.grad = fill(shape=[], dtype=<loss dtype>, value=1.0)`.
 //! 3. **Reverse sweep.** Ops on a path, in reverse program order: the gradient of each
 //!    output is final once every later reader has contributed (program order is
@@ -142,7 +142,7 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
         if !op.outputs.iter().any(|&v| needs[v]) {
             continue;
         }
-        if op.kind.def().grad.is_none() {
+        if rules::rule(op.kind).is_none() {
             let param = op
                 .inputs
                 .iter()
@@ -208,7 +208,7 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
             dy,
         };
         let first_new = b.graph().values.len();
-        let rule = op.kind.def().grad.expect("analyse checked every active op has a rule");
+        let rule = rules::rule(op.kind).expect("analyse checked every active op has a rule");
         let grads = rule(b, &call).map_err(&failed)?;
         if grads.len() != op.inputs.len() {
             return Err(failed(format!("it gave {} gradients for {} inputs", grads.len(), op.inputs.len())));

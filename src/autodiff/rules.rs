@@ -1,7 +1,11 @@
-//! The gradient rules: one function per forward op family, pointed to by the op table's
-//! `grad` column (src/ir/ops/table.rs). Each maps the gradient `dy` of the op's output to
-//! the contribution of that op to the gradient of each input that wants one, using
-//! existing ops only; docs/AUTODIFF.md has the same rules as a table.
+//! The gradient rules: one function per forward op family, chosen by [`rule`], one
+//! exhaustive match from `OpKind` to its rule. Each maps the gradient `dy` of the op's
+//! output to the contribution of that op to the gradient of each input that wants one,
+//! using existing ops only; docs/AUTODIFF.md has the same rules as a table.
+//!
+//! The rules live here rather than in the op table (src/ir/ops/table.rs) so that the IR
+//! does not depend on autodiff. [`rule`] has no `_` arm on purpose: a new `OpKind` does
+//! not compile until it is given a rule here, or `None`.
 //!
 //! Conventions: `x`, `a`, `b`, ... are the forward op's inputs, `y` its output, `dy` the
 //! gradient of `y` (same type as `y`); every built value is a temporary of the input whose
@@ -9,11 +13,57 @@
 //! want a gradient (index inputs never do: only float values get gradients). Backward,
 //! optimizer and `fill` rows have no rule.
 
-use super::builder::{Builder, GradCall, Grads, shape_attr};
+use super::builder::{Builder, GradCall, GradFn, Grads, shape_attr};
 use crate::index::ValueId;
 use crate::ir::ops::{Attr, OpKind};
 
 type Rule = Result<Grads, String>;
+
+/// The gradient rule of `kind`: maps the gradient of the output to the gradients of the
+/// inputs. `None` for ops autodiff cannot differentiate through: backward and optimizer
+/// ops, and `fill`, which has no inputs. Every `OpKind` is listed, in the op table's order.
+pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
+    match kind {
+        OpKind::Add => Some(grad_add),
+        OpKind::Sub => Some(grad_sub),
+        OpKind::Mul => Some(grad_mul),
+        OpKind::Div => Some(grad_div),
+        OpKind::AddScalar => Some(grad_add_scalar),
+        OpKind::MulScalar => Some(grad_mul_scalar),
+        OpKind::Relu => Some(grad_relu),
+        OpKind::ReluBackward => None,
+        OpKind::Gelu => Some(grad_gelu),
+        OpKind::GeluBackward => None,
+        OpKind::Softmax => Some(grad_softmax),
+        OpKind::SoftmaxBackward => None,
+        OpKind::CausalMask => Some(grad_causal_mask),
+        OpKind::Matmul => Some(grad_matmul),
+        OpKind::Sum => Some(grad_sum),
+        OpKind::Mean => Some(grad_mean),
+        OpKind::Reshape => Some(grad_reshape),
+        OpKind::Transpose => Some(grad_transpose),
+        OpKind::Expand => Some(grad_expand),
+        OpKind::Contiguous => Some(grad_contiguous),
+        OpKind::Cast => Some(grad_cast),
+        OpKind::Fill => None,
+        OpKind::Embedding => Some(grad_embedding),
+        OpKind::EmbeddingBackward => None,
+        OpKind::LayerNorm => Some(grad_layer_norm),
+        OpKind::LayerNormBackward => None,
+        OpKind::BatchNorm => Some(grad_batch_norm),
+        OpKind::BatchNormBackward => None,
+        OpKind::Conv2d => Some(grad_conv2d),
+        OpKind::Conv2dBackward => None,
+        OpKind::MaxPool2d => Some(grad_max_pool2d),
+        OpKind::MaxPool2dBackward => None,
+        OpKind::CrossEntropy => Some(grad_cross_entropy),
+        OpKind::CrossEntropyBackward => None,
+        OpKind::Sgd => None,
+        OpKind::SgdMomentum => None,
+        OpKind::Adam => None,
+        OpKind::Adamw => None,
+    }
+}
 
 /// Runs `grad(b, k)` for every input `k` that wants a gradient.
 fn each(
@@ -38,14 +88,14 @@ fn negate(b: &mut Builder, owner: ValueId, g: ValueId) -> Result<ValueId, String
 
 /// `add(a, b)`: ∂/∂a = ∂/∂b = 1, so `da = unbroadcast(dy)`, `db = unbroadcast(dy)`
 /// (summed over the dimensions each operand was broadcast along).
-pub(crate) fn grad_add(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_add(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, k| unbroadcast_to_input(b, call, k, dy))
 }
 
 /// `sub(a, b)`: `da = unbroadcast(dy)`, `db = -unbroadcast(dy)` (negated after the
 /// reduction, on the smaller tensor).
-pub(crate) fn grad_sub(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_sub(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, k| {
         let g = unbroadcast_to_input(b, call, k, dy)?;
@@ -54,7 +104,7 @@ pub(crate) fn grad_sub(b: &mut Builder, call: &GradCall) -> Rule {
 }
 
 /// `mul(a, b)`: ∂(ab)/∂a = b, so `da = unbroadcast(dy * b)`, `db = unbroadcast(dy * a)`.
-pub(crate) fn grad_mul(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_mul(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, k| {
         let (x, other) = (call.inputs[k], call.inputs[1 - k]);
@@ -65,7 +115,7 @@ pub(crate) fn grad_mul(b: &mut Builder, call: &GradCall) -> Rule {
 
 /// `y = div(a, b)`: ∂y/∂a = 1/b and ∂y/∂b = -a/b² = -y/b, so `da = unbroadcast(dy / b)`,
 /// `db = -unbroadcast(dy * y / b)` (reusing the forward output y instead of squaring b).
-pub(crate) fn grad_div(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_div(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (num, den, y) = (call.inputs[0], call.inputs[1], call.outputs[0]);
     each(b, call, |b, k| {
@@ -81,13 +131,13 @@ pub(crate) fn grad_div(b: &mut Builder, call: &GradCall) -> Rule {
 }
 
 /// `add_scalar(x, value)`: a shift, `dx = dy` (no op).
-pub(crate) fn grad_add_scalar(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_add_scalar(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |_, _| Ok(dy))
 }
 
 /// `mul_scalar(x, value)`: `dx = mul_scalar(dy, value)`.
-pub(crate) fn grad_mul_scalar(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_mul_scalar(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let value = call.attrs.float("value");
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::MulScalar, vec![dy], &[("value", Attr::Float(value))]))
@@ -95,21 +145,21 @@ pub(crate) fn grad_mul_scalar(b: &mut Builder, call: &GradCall) -> Rule {
 
 /// `y = relu(x)`: `dx = relu_backward(dy, y)`, dy where y > 0 (x > 0), else 0; it reads
 /// the OUTPUT, so x need not be kept. At x = 0 this picks the subgradient 0.
-pub(crate) fn grad_relu(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_relu(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::ReluBackward, vec![dy, call.outputs[0]], &[]))
 }
 
 /// `gelu(x)`: `dx = gelu_backward(dy, x)` = dy · gelu'(x) (the tanh approximation's
 /// exact derivative).
-pub(crate) fn grad_gelu(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_gelu(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::GeluBackward, vec![dy, call.inputs[0]], &[]))
 }
 
 /// `y = softmax(x, axis)`: `dx = softmax_backward(dy, y, axis)` = y · (dy - Σ_axis dy·y),
 /// the Jacobian-vector product of softmax, from its output.
-pub(crate) fn grad_softmax(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_softmax(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let attrs = call.attrs.clone();
     each(b, call, |b, _| {
@@ -119,7 +169,7 @@ pub(crate) fn grad_softmax(b: &mut Builder, call: &GradCall) -> Rule {
 
 /// `causal_mask(x, value)`: masked entries are constants, the rest pass x through, so
 /// `dx = causal_mask(dy, value=0)` (dy with the masked entries zeroed).
-pub(crate) fn grad_causal_mask(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_causal_mask(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::CausalMask, vec![dy], &[("value", Attr::Float(0.0))]))
 }
@@ -136,7 +186,7 @@ pub(crate) fn grad_causal_mask(b: &mut Builder, call: &GradCall) -> Rule {
 /// each one matmul with transpose flags (no transposed copies), then summed over the batch
 /// dimensions the operand was broadcast along (`unbroadcast`). Soundness: for
 /// y = A B, dA = dy Bᵀ and dB = Aᵀ dy; with A = aᵀ, da = (dA)ᵀ, and so on.
-pub(crate) fn grad_matmul(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_matmul(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (a, m) = (call.inputs[0], call.inputs[1]);
     let (ta, tb) = (call.attrs.bool("transpose_a"), call.attrs.bool("transpose_b"));
@@ -193,18 +243,18 @@ fn grad_reduce(b: &mut Builder, call: &GradCall, mean: bool) -> Rule {
 }
 
 /// `sum(x, axes, keepdim)`: see [`grad_reduce`].
-pub(crate) fn grad_sum(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_sum(b: &mut Builder, call: &GradCall) -> Rule {
     grad_reduce(b, call, false)
 }
 
 /// `mean(x, axes, keepdim)`: see [`grad_reduce`].
-pub(crate) fn grad_mean(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_mean(b: &mut Builder, call: &GradCall) -> Rule {
     grad_reduce(b, call, true)
 }
 
 /// `reshape(x, shape)`: the same elements in the same order, so `dx = reshape(dy, x's
 /// shape)`, through `contiguous` when dy is a transposed or broadcast view.
-pub(crate) fn grad_reshape(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_reshape(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let x = call.inputs[0];
     each(b, call, |b, _| {
@@ -216,7 +266,7 @@ pub(crate) fn grad_reshape(b: &mut Builder, call: &GradCall) -> Rule {
 
 /// `transpose(x, perm)`: y dim i is x dim perm[i], so `dx = transpose(dy, inverse perm)`
 /// (a view).
-pub(crate) fn grad_transpose(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_transpose(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let perm = call.attrs.ints("perm");
     let mut inverse = vec![0i64; perm.len()];
@@ -227,13 +277,13 @@ pub(crate) fn grad_transpose(b: &mut Builder, call: &GradCall) -> Rule {
 }
 
 /// `expand(x, shape)`: a broadcast, so `dx = unbroadcast(dy)`.
-pub(crate) fn grad_expand(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_expand(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, k| unbroadcast_to_input(b, call, k, dy))
 }
 
 /// `contiguous(x)`: a copy, `dx = dy` (no op).
-pub(crate) fn grad_contiguous(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_contiguous(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |_, _| Ok(dy))
 }
@@ -242,7 +292,7 @@ pub(crate) fn grad_contiguous(b: &mut Builder, call: &GradCall) -> Rule {
 /// to=x's dtype)` (dy itself when the dtypes are equal). Casts to or from integer and bool
 /// dtypes cut the gradient path (those values never get gradients), so the rule is never
 /// asked for them.
-pub(crate) fn grad_cast(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_cast(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let x = call.inputs[0];
     each(b, call, |b, _| {
@@ -254,7 +304,7 @@ pub(crate) fn grad_cast(b: &mut Builder, call: &GradCall) -> Rule {
 /// `embedding(table, ids)`: row ids[i] of the table is copied to out[i], so
 /// `dtable = embedding_backward(dy, ids, vocab=V)` adds each dy row into the row it came
 /// from. ids get no gradient.
-pub(crate) fn grad_embedding(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_embedding(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (table, ids) = (call.inputs[0], call.inputs[1]);
     each(b, call, |b, k| {
@@ -277,21 +327,21 @@ fn grad_norm(b: &mut Builder, call: &GradCall, backward: OpKind) -> Rule {
 }
 
 /// `layer_norm(x, gamma, beta)`: `dx, dgamma, dbeta = layer_norm_backward(dy, x, gamma)`.
-pub(crate) fn grad_layer_norm(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_layer_norm(b: &mut Builder, call: &GradCall) -> Rule {
     grad_norm(b, call, OpKind::LayerNormBackward)
 }
 
 /// `batch_norm(x, gamma, beta)` (training mode): `dx, dgamma, dbeta =
 /// batch_norm_backward(dy, x, gamma)`, which includes the paths through the batch mean
 /// and variance.
-pub(crate) fn grad_batch_norm(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_batch_norm(b: &mut Builder, call: &GradCall) -> Rule {
     grad_norm(b, call, OpKind::BatchNormBackward)
 }
 
 /// `conv2d(x, w, stride, padding)`: `dx, dw = conv2d_backward(dy, x, w, stride,
 /// padding)` (the transposed convolution and the correlation of x with dy), one op for
 /// both.
-pub(crate) fn grad_conv2d(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_conv2d(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (x, w) = (call.inputs[0], call.inputs[1]);
     let outputs = b.op_attrs(&[x, w], OpKind::Conv2dBackward, vec![dy, x, w], call.attrs.clone())?;
@@ -301,7 +351,7 @@ pub(crate) fn grad_conv2d(b: &mut Builder, call: &GradCall) -> Rule {
 /// `max_pool2d(x, kernel, stride, padding)`: each window's output is its (first) maximum,
 /// so `dx = max_pool2d_backward(dy, x, ...)` routes dy to that element (overlapping
 /// windows add). Exact away from ties.
-pub(crate) fn grad_max_pool2d(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_max_pool2d(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let x = call.inputs[0];
     each(b, call, |b, _| Ok(b.op_attrs(&[x], OpKind::MaxPool2dBackward, vec![dy, x], call.attrs.clone())?[0]))
@@ -310,7 +360,7 @@ pub(crate) fn grad_max_pool2d(b: &mut Builder, call: &GradCall) -> Rule {
 /// `loss = cross_entropy(logits, labels)`: `dlogits = cross_entropy_backward(dloss,
 /// logits, labels)` = dloss · (softmax(logits) - onehot(labels)) / N. Labels get no
 /// gradient.
-pub(crate) fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
+fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (logits, labels) = (call.inputs[0], call.inputs[1]);
     each(b, call, |b, k| {

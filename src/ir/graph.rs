@@ -151,7 +151,7 @@ pub struct Return {
 }
 
 /// `backward %loss with adam(lr=0.001)`: the step is written forward-only; autodiff
-/// (`crate::autodiff`) expands it into the full step (gradients, optimizer, updates).
+/// (src/autodiff/) expands it into the full step (gradients, optimizer, updates).
 #[derive(Clone, PartialEq, Debug)]
 pub struct Backward {
     /// The scalar to minimise.

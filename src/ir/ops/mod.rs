@@ -4,16 +4,19 @@
 //! its attributes with defaults, its class (forward, backward, optimizer), its type rule
 //! (output types from input types and attributes), its FLOPs, and its memory behaviour:
 //! whether its output is a *view* of an input (shares the input's bytes, no copy) and over
-//! which inputs it *may* write its outputs in place; and its gradient rule for autodiff
-//! (`grad`, pointing into `crate::autodiff::rules`). Adding an op means adding a row here
-//! (and its kernels, where executors exist).
+//! which inputs it *may* write its outputs in place. Adding an op means adding a row here,
+//! a gradient rule (or `None`) in the exhaustive match of `rule` in src/autodiff/rules.rs,
+//! and its kernels, where executors exist.
+//!
+//! Gradient rules live with autodiff, not in this table, so that the IR depends on nothing
+//! above it: the match there names every `OpKind`, so a new op does not compile until it
+//! has been given a rule or declared not differentiable.
 //!
 //! Invariant: `OPS[k as usize].kind == k` for every `OpKind` (a test checks it), so
 //! [`OpKind::def`] is an array index.
 
 use std::fmt;
 
-use crate::autodiff::GradFn;
 use crate::ir::types::{DType, TensorType};
 
 /// Every op memplan knows. The order is the table's order.
@@ -311,10 +314,6 @@ pub struct OpDef {
     pub inplace: &'static [(usize, usize)],
     /// One line for docs/IR.md and `--help`.
     pub doc: &'static str,
-    /// The gradient rule (`crate::autodiff::rules`): maps the gradient of the output to
-    /// the gradients of the inputs. `None` for ops autodiff cannot differentiate through
-    /// (backward and optimizer ops, and `fill`, which has no inputs).
-    pub grad: Option<GradFn>,
 }
 
 impl fmt::Debug for OpDef {

@@ -1,6 +1,5 @@
 //! The op table itself: one row per op, in `OpKind` order.
 
-use crate::autodiff::rules::*;
 use crate::ir::ops::rules::*;
 use crate::ir::ops::{AttrDefault, AttrKind, AttrSpec, OpClass, OpDef, OpKind, attr};
 
@@ -39,7 +38,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a + b, numpy broadcasting",
-        grad: Some(grad_add),
     },
     OpDef {
         kind: OpKind::Sub,
@@ -53,7 +51,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a - b, numpy broadcasting",
-        grad: Some(grad_sub),
     },
     OpDef {
         kind: OpKind::Mul,
@@ -67,7 +64,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a * b, numpy broadcasting",
-        grad: Some(grad_mul),
     },
     OpDef {
         kind: OpKind::Div,
@@ -81,7 +77,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "a / b, numpy broadcasting",
-        grad: Some(grad_div),
     },
     OpDef {
         kind: OpKind::AddScalar,
@@ -95,7 +90,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "x + value",
-        grad: Some(grad_add_scalar),
     },
     OpDef {
         kind: OpKind::MulScalar,
@@ -109,7 +103,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "x * value",
-        grad: Some(grad_mul_scalar),
     },
     OpDef {
         kind: OpKind::Relu,
@@ -123,7 +116,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "max(x, 0)",
-        grad: Some(grad_relu),
     },
     OpDef {
         kind: OpKind::ReluBackward,
@@ -137,7 +129,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "dy where relu's output y > 0, else 0",
-        grad: None,
     },
     OpDef {
         kind: OpKind::Gelu,
@@ -151,7 +142,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "GELU, tanh approximation",
-        grad: Some(grad_gelu),
     },
     OpDef {
         kind: OpKind::GeluBackward,
@@ -165,7 +155,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (0, 1)],
         doc: "dy * gelu'(x), x being gelu's input",
-        grad: None,
     },
     OpDef {
         kind: OpKind::Softmax,
@@ -179,7 +168,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "exp(x) / sum(exp(x)) along axis (max-subtracted)",
-        grad: Some(grad_softmax),
     },
     OpDef {
         kind: OpKind::SoftmaxBackward,
@@ -193,7 +181,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "y * (dy - sum(dy * y) along axis), y being softmax's output",
-        grad: None,
     },
     OpDef {
         kind: OpKind::CausalMask,
@@ -207,7 +194,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "x with entries [..., i, j] for j > i set to value",
-        grad: Some(grad_causal_mask),
     },
     OpDef {
         kind: OpKind::Matmul,
@@ -224,7 +210,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "a @ b over the last two dims (each optionally transposed), batch dims broadcast",
-        grad: Some(grad_matmul),
     },
     OpDef {
         kind: OpKind::Sum,
@@ -238,7 +223,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "sum over axes",
-        grad: Some(grad_sum),
     },
     OpDef {
         kind: OpKind::Mean,
@@ -252,7 +236,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "mean over axes",
-        grad: Some(grad_mean),
     },
     OpDef {
         kind: OpKind::Reshape,
@@ -266,7 +249,6 @@ pub static OPS: &[OpDef] = &[
         view_of: Some(0),
         inplace: &[],
         doc: "x's elements in row-major order with a new shape (a view)",
-        grad: Some(grad_reshape),
     },
     OpDef {
         kind: OpKind::Transpose,
@@ -280,7 +262,6 @@ pub static OPS: &[OpDef] = &[
         view_of: Some(0),
         inplace: &[],
         doc: "x with dimensions permuted: out dim i = x dim perm[i] (a view)",
-        grad: Some(grad_transpose),
     },
     OpDef {
         kind: OpKind::Expand,
@@ -294,7 +275,6 @@ pub static OPS: &[OpDef] = &[
         view_of: Some(0),
         inplace: &[],
         doc: "x broadcast to shape (a view)",
-        grad: Some(grad_expand),
     },
     OpDef {
         kind: OpKind::Contiguous,
@@ -308,7 +288,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "a dense row-major copy of x",
-        grad: Some(grad_contiguous),
     },
     OpDef {
         kind: OpKind::Cast,
@@ -322,7 +301,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "x converted to dtype `to`",
-        grad: Some(grad_cast),
     },
     OpDef {
         kind: OpKind::Fill,
@@ -340,7 +318,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "a new tensor with every element = value",
-        grad: None,
     },
     OpDef {
         kind: OpKind::Embedding,
@@ -354,7 +331,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "rows of table[V,D] picked by ids: out[..., :] = table[ids[...], :]",
-        grad: Some(grad_embedding),
     },
     OpDef {
         kind: OpKind::EmbeddingBackward,
@@ -368,7 +344,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "dtable[vocab,D]: rows of dy summed into the rows ids name",
-        grad: None,
     },
     OpDef {
         kind: OpKind::LayerNorm,
@@ -382,7 +357,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "normalise the last dim D to mean 0, variance 1; then * gamma + beta",
-        grad: Some(grad_layer_norm),
     },
     OpDef {
         kind: OpKind::LayerNormBackward,
@@ -396,7 +370,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "layer_norm's gradients w.r.t. x, gamma and beta",
-        grad: None,
     },
     OpDef {
         kind: OpKind::BatchNorm,
@@ -410,7 +383,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "normalise each channel (dim 1) with batch statistics; then * gamma + beta",
-        grad: Some(grad_batch_norm),
     },
     OpDef {
         kind: OpKind::BatchNormBackward,
@@ -424,7 +396,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "batch_norm's gradients w.r.t. x, gamma and beta",
-        grad: None,
     },
     OpDef {
         kind: OpKind::Conv2d,
@@ -438,7 +409,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "2-d cross-correlation of x[N,C,H,W] with w[K,C,R,S], zero padding",
-        grad: Some(grad_conv2d),
     },
     OpDef {
         kind: OpKind::Conv2dBackward,
@@ -452,7 +422,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "conv2d's gradients w.r.t. x and w",
-        grad: None,
     },
     OpDef {
         kind: OpKind::MaxPool2d,
@@ -466,7 +435,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "maximum over kernel windows of x[N,C,H,W] (padding counts as -inf)",
-        grad: Some(grad_max_pool2d),
     },
     OpDef {
         kind: OpKind::MaxPool2dBackward,
@@ -480,7 +448,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "dy routed to each window's (first) maximum in x; overlaps add",
-        grad: None,
     },
     OpDef {
         kind: OpKind::CrossEntropy,
@@ -494,7 +461,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "mean over N of -log softmax(logits[n])[labels[n]]",
-        grad: Some(grad_cross_entropy),
     },
     OpDef {
         kind: OpKind::CrossEntropyBackward,
@@ -508,7 +474,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 1)],
         doc: "dloss * (softmax(logits) - onehot(labels)) / N",
-        grad: None,
     },
     OpDef {
         kind: OpKind::Sgd,
@@ -522,7 +487,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0)],
         doc: "p - lr * g",
-        grad: None,
     },
     OpDef {
         kind: OpKind::SgdMomentum,
@@ -536,7 +500,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (1, 2)],
         doc: "buf_new = momentum * buf + g; p_new = p - lr * buf_new",
-        grad: None,
     },
     OpDef {
         kind: OpKind::Adam,
@@ -550,7 +513,6 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (1, 2), (2, 3)],
         doc: "Adam with bias correction by step count t",
-        grad: None,
     },
     OpDef {
         kind: OpKind::Adamw,
@@ -564,6 +526,5 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (1, 2), (2, 3)],
         doc: "Adam with decoupled weight decay: p_new also loses lr * weight_decay * p",
-        grad: None,
     },
 ];

@@ -403,7 +403,6 @@ static FAKE: OpDef = OpDef {
     view_of: None,
     inplace: &[],
     doc: "a test row",
-    grad: None,
 };
 
 /// Resolves the attributes of the first def of `body` against `FAKE`.
