@@ -11,7 +11,8 @@
 //!    one go.
 //!
 //! This file holds the errors ([`ParseError`], [`ParseErrors`]) and [`parse`], which runs
-//! the three stages; the unit tests are in `tests`.
+//! the three stages; the unit tests are in `tests`. `suggest` (did-you-mean suggestions
+//! for help texts) serves stages 2 and 3 and depends on neither.
 //!
 //! Errors that are facts about single tokens (an unknown dtype or role, an integer literal
 //! too large for its use) are found in stage 2 but collected with stage 3's.
@@ -33,6 +34,7 @@
 
 mod lex;
 mod resolve;
+mod suggest;
 mod syntax;
 #[cfg(test)]
 mod tests;

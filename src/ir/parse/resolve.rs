@@ -11,12 +11,13 @@
 //! skipped silently. Establishes: when no error was pushed, a graph whose values all have
 //! types, whose ops have valid kinds and complete attribute lists in row order, and whose
 //! ops are in text order (so every input is defined by an earlier op or an argument); the
-//! verifier checks the rest. Also holds the helpers of help texts: did-you-mean
-//! suggestions by edit distance (the parser uses them too) and op signatures.
+//! verifier checks the rest. Also holds the op signatures of help texts; did-you-mean
+//! suggestions come from `suggest`.
 
 use std::collections::HashMap;
 
 use super::lex::Sp;
+use super::suggest::did_you_mean;
 use super::syntax::{Ast, AttrAst, AttrVal, BackwardAst, DefAst, unknown_dtype};
 use super::{PResult, ParseError};
 use crate::index::{Idx, OpId, ValueId};
@@ -478,36 +479,4 @@ fn signature(row: &OpDef) -> String {
         s.push_str(&format!(" [{}]", attrs.join(", ")));
     }
     s
-}
-
-/// The candidate closest to `word` by edit distance, if close enough to be a likely typo.
-pub(super) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
-    candidates.into_iter().map(|c| (edit_distance(word, c), c)).filter(|&(d, _)| d <= limit).min().map(|(_, c)| c)
-}
-
-/// Optimal-string-alignment distance: insertions, deletions, substitutions and
-/// transpositions of adjacent characters each cost 1.
-pub(super) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // d[i][j]: distance between a[..i] and b[..j].
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
 }

@@ -10,7 +10,7 @@
 //! are left `None`.
 
 use super::lex::{Sp, Tok, Token, unquote};
-use super::resolve::did_you_mean;
+use super::suggest::did_you_mean;
 use super::{PResult, ParseError, syntax};
 use crate::ir::graph::{Loc, Role};
 use crate::ir::types::{DType, Shape, TensorType};

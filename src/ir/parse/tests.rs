@@ -6,7 +6,7 @@
 use miette::Diagnostic;
 
 use super::lex::{Sp, Tok, lex};
-use super::resolve::{attr_value, did_you_mean, edit_distance, resolve_attrs};
+use super::resolve::{attr_value, resolve_attrs};
 use super::syntax::{AttrVal, Parser};
 use super::{ParseError, parse};
 use crate::index::{OpId, ValueId};
@@ -605,16 +605,6 @@ fn renders_with_file_line_and_column() {
     let errs = parse("").unwrap_err();
     let text = crate::diagnostics::render(&errs, "x.step", "", false);
     assert!(text.contains("expected `step`"), "{text}");
-}
-
-#[test]
-fn edit_distance_and_suggestions() {
-    assert_eq!(edit_distance("relu", "relu"), 0);
-    assert_eq!(edit_distance("reul", "relu"), 1);
-    assert_eq!(edit_distance("matmull", "matmul"), 1);
-    assert_eq!(edit_distance("", "abc"), 3);
-    assert_eq!(did_you_mean("prm", ["param", "input", "state"]), None);
-    assert_eq!(did_you_mean("inptu", ["param", "input", "state"]), Some("input"));
 }
 
 #[test]
