@@ -14,9 +14,8 @@ use std::sync::{Mutex, OnceLock};
 
 use memplan::exec::cuda::CudaError;
 use memplan::exec::cuda::executor::Backend;
-use memplan::exec::cuda::gemm::GemmCall;
 use memplan::exec::cuda::source::{KERNELS, program};
-use memplan::exec::cuda::view::{Addr, Bases, Launch, ResolvedArg, Space};
+use memplan::exec::cuda::view::{Addr, Bases, GemmCall, Launch, ResolvedArg, Space};
 use memplan::exec::data::{decode, encode};
 
 type LaunchFn =

@@ -29,9 +29,8 @@ use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::executor::Backend;
-use crate::exec::cuda::gemm::GemmCall;
 use crate::exec::cuda::source::{KERNELS, program};
-use crate::exec::cuda::view::{Bases, DeviceTensor, Geom, Launch, ResolvedArg};
+use crate::exec::cuda::view::{Bases, DeviceTensor, GemmCall, Geom, Launch, ResolvedArg};
 use crate::ir::types::DType;
 
 // SAFETY: both are #[repr(C)] plain data whose layouts equal the program's `struct Tensor`

@@ -13,9 +13,8 @@
 use crate::exec::ExecError;
 use crate::exec::cpu::{POISON, StepResult};
 use crate::exec::cuda::CudaError;
-use crate::exec::cuda::gemm::GemmCall;
 use crate::exec::cuda::program::Program;
-use crate::exec::cuda::view::{Bases, Command, Launch, ResolvedArg, Space, View};
+use crate::exec::cuda::view::{Bases, Command, GemmCall, Launch, ResolvedArg, Space, View};
 use crate::exec::data::{HostTensor, Tensors};
 use crate::ir::graph::Role;
 

@@ -23,79 +23,8 @@
 //! Operands cuBLAS cannot read (a stride-0 matrix dimension from `expand`, sizes past
 //! `i32`) run on `igemm`, which reads any strides. A product with k = 0 is a `fill` of zeros.
 
-use crate::exec::cuda::lower::Scratch;
 use crate::exec::cuda::source::{FILL, IGEMM, IGEMM_F32, IGEMM_FINISH, MODE_MATMUL};
-use crate::exec::cuda::view::{Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, View, grid_1d};
-use crate::ir::types::DType;
-
-/// One `cublasGemmStridedBatchedEx` call in cuBLAS's column-major terms: for each batch
-/// `z < batch`, `C_z = op(A_z)·op(B_z)` (m×n, inner dimension k) where `X_z` starts
-/// `z·stride_x` elements after `x`. Data of `dtype`, f32 accumulation, alpha 1, beta 0.
-#[derive(Clone, PartialEq, Debug)]
-pub struct GemmCall {
-    pub dtype: DType,
-    pub trans_a: bool,
-    pub trans_b: bool,
-    pub m: i32,
-    pub n: i32,
-    pub k: i32,
-    pub a: Addr,
-    pub lda: i32,
-    pub stride_a: i64,
-    pub b: Addr,
-    pub ldb: i32,
-    pub stride_b: i64,
-    pub c: Addr,
-    pub ldc: i32,
-    pub stride_c: i64,
-    pub batch: i32,
-}
-
-impl GemmCall {
-    /// The span of bytes each operand touches from its address (for bounds checks):
-    /// `(a, b, c)`.
-    pub fn spans(&self) -> (u64, u64, u64) {
-        let size = self.dtype.size();
-        // A stored (rows × cols) column-major with leading dimension ld, in `batch` copies.
-        let span = |rows: i32, cols: i32, ld: i32, stride: i64| -> u64 {
-            if rows == 0 || cols == 0 || self.batch == 0 {
-                return 0;
-            }
-            let last = (rows as u64 - 1) + (cols as u64 - 1) * ld as u64 + (self.batch as u64 - 1) * stride as u64;
-            (last + 1) * size
-        };
-        let (ar, ac) = if self.trans_a { (self.k, self.m) } else { (self.m, self.k) };
-        let (br, bc) = if self.trans_b { (self.n, self.k) } else { (self.k, self.n) };
-        (
-            span(ar, ac, self.lda, self.stride_a),
-            span(br, bc, self.ldb, self.stride_b),
-            span(self.m, self.n, self.ldc, self.stride_c),
-        )
-    }
-
-    /// Runs the call on host memory: cuBLAS's semantics, the specification the tests hold
-    /// the mapping to. `read(addr)` gives the element at a byte address, `write` stores one;
-    /// sums are taken in f32, as cuBLAS's compute type is.
-    pub fn run_on_host(&self, read: &dyn Fn(Addr) -> f64, write: &mut dyn FnMut(Addr, f64)) {
-        let size = self.dtype.size();
-        let at = |base: Addr, element: i64| Addr { space: base.space, offset: base.offset + element as u64 * size };
-        for z in 0..self.batch as i64 {
-            for i in 0..self.m as i64 {
-                for j in 0..self.n as i64 {
-                    let mut acc = 0f32;
-                    for p in 0..self.k as i64 {
-                        let a = if self.trans_a { p + i * self.lda as i64 } else { i + p * self.lda as i64 };
-                        let b = if self.trans_b { j + p * self.ldb as i64 } else { p + j * self.ldb as i64 };
-                        let x = read(at(self.a, z * self.stride_a + a)) as f32;
-                        let y = read(at(self.b, z * self.stride_b + b)) as f32;
-                        acc += x * y;
-                    }
-                    write(at(self.c, z * self.stride_c + i + j * self.ldc as i64), acc as f64);
-                }
-            }
-        }
-    }
-}
+use crate::exec::cuda::view::{Addr, Arg, Command, GemmCall, Geom, Launch, MAX_GRID_YZ, Scratch, View, grid_1d};
 
 /// How cuBLAS reads Lᵀ from the memory of the logical matrix L (`rows × cols`, element
 /// (i, j) at `i·rs + j·cs`): `Some((op_t, ld))` where op_t says op = T. Dimensions of
@@ -352,7 +281,7 @@ mod tests {
     use crate::exec::cuda::view::Space;
     use crate::exec::kernels::eval;
     use crate::ir::ops::{Attr, Attrs, OpKind};
-    use crate::ir::types::TensorType;
+    use crate::ir::types::{DType, TensorType};
 
     #[test]
     fn operands_by_layout() {

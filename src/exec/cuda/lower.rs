@@ -16,7 +16,7 @@ use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
 use crate::exec::cuda::source::*;
 use crate::exec::cuda::view::{
-    Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, View, grid_1d, line_blocks, line_threads,
+    Arg, Command, Geom, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
@@ -28,30 +28,6 @@ pub struct LowerOptions {
     /// Convolutions (and matmuls cuBLAS cannot take) accumulate in float (`igemm_f32`)
     /// rather than double (`igemm`): faster, further from the CPU reference (kernels/conv.cu).
     pub conv_f32: bool,
-}
-
-/// Alignment of scratch regions in the workspace.
-pub const SCRATCH_ALIGN: u64 = 256;
-
-/// Scratch regions of one op in the workspace (a bump allocator; the workspace is as large
-/// as the largest op's scratch, and ops run one after another on one stream).
-#[derive(Default, Debug)]
-pub struct Scratch {
-    used: u64,
-}
-
-impl Scratch {
-    /// A fresh region of `bytes`.
-    pub fn alloc(&mut self, bytes: u64) -> Addr {
-        let at = self.used.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN;
-        self.used = at + bytes;
-        Addr::workspace(at)
-    }
-
-    /// Bytes of workspace this op needs.
-    pub fn used(&self) -> u64 {
-        self.used
-    }
 }
 
 /// How to split `rows` (reduced) elements among groups of blocks, given `col_blocks`
@@ -462,16 +438,8 @@ fn reduce(out: &View, x: &View, axes: &[i64], mean: bool, scratch: &mut Scratch)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::cuda::view::Addr;
     use crate::ir::types::DType;
-
-    #[test]
-    fn scratch_regions_are_aligned_and_disjoint() {
-        let mut s = Scratch::default();
-        assert_eq!(s.alloc(10), Addr::workspace(0));
-        assert_eq!(s.alloc(1), Addr::workspace(256));
-        assert_eq!(s.alloc(0), Addr::workspace(512));
-        assert_eq!(s.used(), 512);
-    }
 
     #[test]
     fn row_groups_split_long_reductions() {

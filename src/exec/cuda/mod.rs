@@ -1,14 +1,16 @@
 //! The CUDA executor: a planned step on an NVIDIA GPU in ONE device allocation of the plan's
 //! `arena_bytes`, every value a byte-offset view into it. See docs/CUDA.md.
 //!
-//! Layers, each testable without a GPU except the last:
-//! - `view.rs`: addresses (arena or workspace + byte offset), tensor views (dtype, shape,
-//!   element strides), kernel arguments, launches and commands;
-//! - `lower.rs` and `gemm.rs`: each op as launches of the program's kernels and cuBLAS
+//! Layers, each testable without a GPU except the last; each imports only layers listed
+//! before it (and this file's [`CudaError`]), so there is no cycle among them:
+//! - `view.rs`: the plain-data vocabulary: addresses (arena or workspace + byte offset),
+//!   scratch regions, tensor views (dtype, shape, element strides), kernel arguments,
+//!   launches, cuBLAS calls and commands;
+//! - `source.rs` and `kernels/`: the CUDA C++ program, one NVRTC compile per process;
+//! - `gemm.rs`, then `lower.rs`: each op as launches of the program's kernels and cuBLAS
 //!   calls (row-major products mapped to column-major cuBLAS, batches folded);
 //! - `program.rs`: the whole step lowered and validated (every access inside the arena or
 //!   the workspace, every launch within CUDA's limits);
-//! - `source.rs` and `kernels/`: the CUDA C++ program, one NVRTC compile per process;
 //! - `executor.rs`: runs a program on any [`Backend`](executor::Backend): uploads
 //!   arguments, launches, reads results back;
 //! - `device.rs` (feature `cuda`): the real backend through cudarc (driver, NVRTC and cuBLAS

@@ -10,8 +10,8 @@
 use crate::exec::ExecError;
 use crate::exec::cpu::{layouts, planned_offsets};
 use crate::exec::cuda::CudaError;
-use crate::exec::cuda::lower::{LowerOptions, Scratch, lower_op};
-use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, Space, View};
+use crate::exec::cuda::lower::{LowerOptions, lower_op};
+use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, Scratch, Space, View};
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
 use crate::ir::ops::OpKind;

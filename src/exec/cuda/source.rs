@@ -61,7 +61,7 @@ pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
 
 /// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
 ///
-/// [`GemmCall`]: crate::exec::cuda::gemm::GemmCall
+/// [`GemmCall`]: crate::exec::cuda::view::GemmCall
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.

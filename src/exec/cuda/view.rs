@@ -1,6 +1,11 @@
 //! What a launch plan is made of: addresses as byte offsets into the arena or the
-//! workspace, tensor views (a dtype, a shape and element strides from an address), kernel
-//! arguments, launches and commands, and the `#[repr(C)]` structs kernels receive.
+//! workspace, scratch regions in the workspace ([`Scratch`]), tensor views (a dtype, a shape
+//! and element strides from an address), kernel arguments, launches, cuBLAS calls
+//! ([`GemmCall`]) and commands, and the `#[repr(C)]` structs kernels receive.
+//!
+//! This is the vocabulary the other layers of the CUDA executor share (`gemm`, `lower`,
+//! `program`, the executors), so it imports none of them: every layer builds on it without
+//! an import cycle.
 //!
 //! Everything here is plain data without a device: a [`Command`] names its memory by
 //! [`Addr`] (arena or workspace + byte offset) and an executor turns those into device
@@ -8,7 +13,6 @@
 //! have exactly the layout of `struct Tensor` and `struct Geom` in `kernels/common.cuh`
 //! (sizes are asserted on both sides).
 
-use crate::exec::cuda::gemm::GemmCall;
 use crate::ir::types::DType;
 
 /// The most dimensions a kernel's tensor may have (`MAX_RANK` in common.cuh).
@@ -62,6 +66,30 @@ impl Addr {
 pub struct Bases {
     pub arena: u64,
     pub workspace: u64,
+}
+
+/// Alignment of scratch regions in the workspace.
+pub const SCRATCH_ALIGN: u64 = 256;
+
+/// Scratch regions of one op in the workspace (a bump allocator; the workspace is as large
+/// as the largest op's scratch, and ops run one after another on one stream).
+#[derive(Default, Debug)]
+pub struct Scratch {
+    used: u64,
+}
+
+impl Scratch {
+    /// A fresh region of `bytes`.
+    pub fn alloc(&mut self, bytes: u64) -> Addr {
+        let at = self.used.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN;
+        self.used = at + bytes;
+        Addr::workspace(at)
+    }
+
+    /// Bytes of workspace this op needs.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
 }
 
 /// A tensor as kernels see it: element `[i0, i1, ...]` lies `Σ ik · strides[k]` elements
@@ -293,6 +321,75 @@ impl Launch {
     }
 }
 
+/// One `cublasGemmStridedBatchedEx` call in cuBLAS's column-major terms: for each batch
+/// `z < batch`, `C_z = op(A_z)·op(B_z)` (m×n, inner dimension k) where `X_z` starts
+/// `z·stride_x` elements after `x`. Data of `dtype`, f32 accumulation, alpha 1, beta 0.
+#[derive(Clone, PartialEq, Debug)]
+pub struct GemmCall {
+    pub dtype: DType,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub a: Addr,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub b: Addr,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub c: Addr,
+    pub ldc: i32,
+    pub stride_c: i64,
+    pub batch: i32,
+}
+
+impl GemmCall {
+    /// The span of bytes each operand touches from its address (for bounds checks):
+    /// `(a, b, c)`.
+    pub fn spans(&self) -> (u64, u64, u64) {
+        let size = self.dtype.size();
+        // A stored (rows × cols) column-major with leading dimension ld, in `batch` copies.
+        let span = |rows: i32, cols: i32, ld: i32, stride: i64| -> u64 {
+            if rows == 0 || cols == 0 || self.batch == 0 {
+                return 0;
+            }
+            let last = (rows as u64 - 1) + (cols as u64 - 1) * ld as u64 + (self.batch as u64 - 1) * stride as u64;
+            (last + 1) * size
+        };
+        let (ar, ac) = if self.trans_a { (self.k, self.m) } else { (self.m, self.k) };
+        let (br, bc) = if self.trans_b { (self.n, self.k) } else { (self.k, self.n) };
+        (
+            span(ar, ac, self.lda, self.stride_a),
+            span(br, bc, self.ldb, self.stride_b),
+            span(self.m, self.n, self.ldc, self.stride_c),
+        )
+    }
+
+    /// Runs the call on host memory: cuBLAS's semantics, the specification the tests hold
+    /// the mapping to. `read(addr)` gives the element at a byte address, `write` stores one;
+    /// sums are taken in f32, as cuBLAS's compute type is.
+    pub fn run_on_host(&self, read: &dyn Fn(Addr) -> f64, write: &mut dyn FnMut(Addr, f64)) {
+        let size = self.dtype.size();
+        let at = |base: Addr, element: i64| Addr { space: base.space, offset: base.offset + element as u64 * size };
+        for z in 0..self.batch as i64 {
+            for i in 0..self.m as i64 {
+                for j in 0..self.n as i64 {
+                    let mut acc = 0f32;
+                    for p in 0..self.k as i64 {
+                        let a = if self.trans_a { p + i * self.lda as i64 } else { i + p * self.lda as i64 };
+                        let b = if self.trans_b { j + p * self.ldb as i64 } else { p + j * self.ldb as i64 };
+                        let x = read(at(self.a, z * self.stride_a + a)) as f32;
+                        let y = read(at(self.b, z * self.stride_b + b)) as f32;
+                        acc += x * y;
+                    }
+                    write(at(self.c, z * self.stride_c + i + j * self.ldc as i64), acc as f64);
+                }
+            }
+        }
+    }
+}
+
 /// One step of an op's work on the device.
 #[derive(Clone, PartialEq, Debug)]
 pub enum Command {
@@ -400,5 +497,14 @@ mod tests {
         assert_eq!(line_threads(50257), 256);
         assert_eq!(line_blocks(0), 1);
         assert_eq!(line_blocks(1 << 40), MAX_BLOCKS as u32);
+    }
+
+    #[test]
+    fn scratch_regions_are_aligned_and_disjoint() {
+        let mut s = Scratch::default();
+        assert_eq!(s.alloc(10), Addr::workspace(0));
+        assert_eq!(s.alloc(1), Addr::workspace(256));
+        assert_eq!(s.alloc(0), Addr::workspace(512));
+        assert_eq!(s.used(), 512);
     }
 }
