@@ -2,8 +2,8 @@
 //!
 //! `cargo run --example plan_a_step -- ir/models/mlp.step`
 
+use memplan::bytes::format_bytes;
 use memplan::passes::PlanOptions;
-use memplan::report::format_bytes;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args().nth(1).unwrap_or_else(|| "ir/models/mlp.step".into());

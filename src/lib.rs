@@ -14,6 +14,7 @@
 pub mod analysis;
 pub mod autodiff;
 pub mod buffer_list;
+pub mod bytes;
 pub mod checker;
 pub mod checkmate;
 pub mod diagnostics;

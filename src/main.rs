@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use memplan::bytes::format_bytes;
 
 mod cli;
 use memplan::diagnostics;
@@ -462,7 +463,7 @@ fn run(command: Command) -> Result<(), Failure> {
                 graph.name,
                 graph.args.len(),
                 graph.ops.len(),
-                report::format_bytes(plan.arena_bytes)
+                format_bytes(plan.arena_bytes)
             );
         }
         Command::Plan { file, format, alignment, top, mut emit, output, mut print_ir_after, print_ir_after_all, passes } => {
@@ -593,10 +594,10 @@ fn schedule_graph(path: &Path, output: Option<&Path>) -> Result<(), Failure> {
         .enumerate()
         .find_map(|(i, name)| found.by.strip_prefix(&format!("baseline {i}")).map(|rest| format!("{name}{rest}")))
         .unwrap_or_else(|| found.by.clone());
-    outln!("  {:15} {:>30}   (found by {method})", "ours", report::format_bytes(found.peak));
+    outln!("  {:15} {:>30}   (found by {method})", "ours", format_bytes(found.peak));
     let row = |label: &str, peak: u64| {
         let ratio = if peak == 0 { 1.0 } else { found.peak as f64 / peak as f64 };
-        outln!("  {label:15} {:>30}   ours / this {ratio:.4}", report::format_bytes(peak));
+        outln!("  {label:15} {:>30}   ours / this {ratio:.4}", format_bytes(peak));
     };
     match &reference {
         Some((_, Ok(peak))) => row("graph.order", *peak),
@@ -664,8 +665,8 @@ fn alloc(path: &Path, capacity: Option<u64>, solver: SolverArg, time_limit: Dura
     }
     let ratio = |arena: u64| if lower == 0 { 1.0 } else { arena as f64 / lower as f64 };
     outln!("{}: {} buffers", source.file, list.len());
-    outln!("lower bound: {}", report::format_bytes(lower));
-    outln!("arena:       {}  ratio {:.4}", report::format_bytes(solution.arena), ratio(solution.arena));
+    outln!("lower bound: {}", format_bytes(lower));
+    outln!("arena:       {}  ratio {:.4}", format_bytes(solution.arena), ratio(solution.arena));
     let chosen = log.iter().find(|a| a.chosen).map_or("-", |a| a.method.name());
     let label = match solver {
         SolverArg::Exact => "exact",
@@ -693,7 +694,7 @@ fn alloc(path: &Path, capacity: Option<u64>, solver: SolverArg, time_limit: Dura
         match memplan::checker::check_offsets(&triples, &own, None) {
             Ok(()) => {
                 let arena = offsets::arena_of(&intervals, &own).unwrap_or(u64::MAX);
-                outln!("file's own placement: {}  ratio {:.4}", report::format_bytes(arena), ratio(arena));
+                outln!("file's own placement: {}  ratio {:.4}", format_bytes(arena), ratio(arena));
             }
             Err(v) => outln!("file's own placement: invalid ({} violations, e.g. {})", v.0.len(), name_buffers(&v.0[0].to_string(), &list)),
         }
@@ -703,16 +704,16 @@ fn alloc(path: &Path, capacity: Option<u64>, solver: SolverArg, time_limit: Dura
             return Err(Failure {
                 message: format!(
                     "error: no placement within the capacity of {} was found in {:.1} ms (time limit {:.1} s); the best arena is {}{}\n",
-                    report::format_bytes(capacity),
+                    format_bytes(capacity),
                     elapsed.as_secs_f64() * 1000.0,
                     time_limit.as_secs_f64(),
-                    report::format_bytes(solution.arena),
+                    format_bytes(solution.arena),
                     if lower > capacity { " (none exists: the lower bound is above the capacity)" } else { "" }
                 ),
                 code: 2,
             });
         }
-        outln!("capacity:    {}: fits", report::format_bytes(capacity));
+        outln!("capacity:    {}: fits", format_bytes(capacity));
     }
     if let Some(out) = output {
         use std::io::Write;
@@ -821,7 +822,7 @@ fn run_steps(
         "@{}: {} ops in one arena of {}; {} step(s) on the CPU",
         graph.name,
         graph.ops.len(),
-        report::format_bytes(plan.arena_bytes),
+        format_bytes(plan.arena_bytes),
         steps
     );
     let bar = Bar::new();

@@ -13,8 +13,9 @@ use std::fmt::Write;
 use indexmap::IndexMap;
 
 use crate::analysis::liveness::lifetimes;
+use crate::bytes::format_bytes;
 use crate::report::text::change;
-use crate::report::{Report, Subject, format_bytes};
+use crate::report::{Report, Subject};
 
 /// What a diff knows of one value of one side.
 struct ValueFacts {

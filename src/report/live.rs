@@ -15,8 +15,9 @@ use thiserror::Error;
 
 use crate::analysis::classes::{Class, classify};
 use crate::analysis::liveness::lifetimes;
+use crate::bytes::format_bytes;
 use crate::ir::graph::ValueDef;
-use crate::report::{Subject, format_bytes, live_at, live_bytes, peak_position};
+use crate::report::{Subject, live_at, live_bytes, peak_position};
 
 /// Which step to look at.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

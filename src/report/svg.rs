@@ -14,9 +14,10 @@
 use std::fmt::Write;
 
 use crate::analysis::classes::Class;
+use crate::bytes::format_bytes;
 use crate::ir::graph::ValueDef;
 use crate::plan::align_up;
-use crate::report::{Report, Subject, format_bytes, live_bytes};
+use crate::report::{Report, Subject, live_bytes};
 
 const WIDTH: f64 = 1200.0;
 const HEIGHT: f64 = 720.0;

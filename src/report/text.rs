@@ -7,8 +7,9 @@
 
 use std::fmt::Write;
 
+use crate::bytes::format_bytes;
 use crate::plan::Savings;
-use crate::report::{RematReport, Report, format_bytes};
+use crate::report::{RematReport, Report};
 
 /// Renders `report` as text; `top` limits the live values listed at the peak.
 pub fn render(report: &Report, top: usize) -> String {

@@ -11,6 +11,7 @@
 
 use thiserror::Error;
 
+use crate::bytes::format_bytes;
 use crate::exec::compare::{check_step, worst_by_dtype};
 use crate::exec::cpu::advance;
 use crate::exec::cuda::CudaError;
@@ -22,7 +23,6 @@ use crate::exec::cuda::view::Command;
 use crate::exec::data::Tensors;
 use crate::ir::graph::Graph;
 use crate::plan::Plan;
-use crate::report::format_bytes;
 
 /// Why a GPU run failed.
 #[derive(Debug, Error)]
