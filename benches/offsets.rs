@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use memplan::solve::offsets::Live;
-use memplan::buffer_list::{ListedBuffer, parse_buffer_list};
+use memplan::formats::buffer_list::{ListedBuffer, parse_buffer_list};
 use memplan::checker::check_offsets;
 use memplan::solve::offsets::{self, Attempt, SolveError, SolveOptions, Solver, synthetic};
 

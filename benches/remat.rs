@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use memplan::checkmate::parse_remat;
+use memplan::formats::checkmate::parse_remat;
 use memplan::solve::remat::bound::lower_bound;
 use memplan::solve::Node;
 use memplan::solve::remat::{Problem, RematError, Strategy, evaluate, solve_with};

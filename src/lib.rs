@@ -13,12 +13,11 @@
 
 pub mod analysis;
 pub mod autodiff;
-pub mod buffer_list;
 pub mod bytes;
 pub mod checker;
-pub mod checkmate;
 pub mod diagnostics;
 pub mod exec;
+pub mod formats;
 pub mod index;
 pub mod ir;
 pub mod passes;

@@ -7,7 +7,7 @@ use bin::*;
 
 use std::path::PathBuf;
 
-use memplan::buffer_list::parse_buffer_list;
+use memplan::formats::buffer_list::parse_buffer_list;
 use memplan::checker::check_offsets;
 
 /// A fresh, empty directory for one test.

@@ -250,7 +250,7 @@ fn auto_reaches_pangus_lower_bound_with_the_plan_node_budget() {
     // idealloc's pangu_2.6B: greedy leaves a 40 MiB hole at the one peak step
     // (benches/BENCHMARKS.md); the peak window closes it.
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data/idealloc/pangu_2.6B.csv");
-    let list = memplan::buffer_list::parse_buffer_list(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let list = memplan::formats::buffer_list::parse_buffer_list(&std::fs::read_to_string(path).unwrap()).unwrap();
     let intervals: Vec<Live> = list.iter().map(|b| Live { first: b.lower as usize, last: (b.upper - 1) as usize, size: b.size }).collect();
     let options = SolveOptions {
         search_nodes: memplan::passes::DEFAULT_SEARCH_NODES,

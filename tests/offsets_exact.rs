@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use memplan::solve::offsets::Live;
-use memplan::solve::offsets::exact::{ExactResult, Limits, exact, minimize, searchable};
+use memplan::solve::offsets::exact::{ExactResult, Limits, exact, searchable};
+use memplan::solve::offsets::minimize::minimize;
 use memplan::solve::offsets::{SolveError, SolveOptions, Solution, Solver, lower_bound, solve};
 
 /// xorshift64*: deterministic, no dependencies.

@@ -10,7 +10,7 @@ use bin::*;
 use std::path::PathBuf;
 use std::process::Output;
 
-use memplan::report::emit::Emit;
+use memplan::formats::emit::Emit;
 
 /// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {

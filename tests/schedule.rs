@@ -140,7 +140,7 @@ fn random_layered_graphs_beat_both_reference_orders() {
     let Some(dir) = checkmate_dir() else { return };
     for n in [100, 250, 500, 1000] {
         let path = dir.join(format!("random_layered_n{n}.json"));
-        let graph = memplan::checkmate::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let graph = memplan::formats::checkmate::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let dag = &graph.dag;
         let reference = graph.reference.as_ref().expect("random_layered files have graph.order");
         let ids = dag.smallest_first();
@@ -168,7 +168,7 @@ fn checkmate_training_graphs_are_never_worse_than_ids_ascending() {
         .collect();
     assert!(!training.is_empty());
     for path in training {
-        let graph = memplan::checkmate::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let graph = memplan::formats::checkmate::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
         let ids = graph.dag.smallest_first();
         let found = graph.dag.best_order(&[&ids], Effort::for_nodes(graph.dag.nodes()));
         assert!(found.peak <= graph.dag.peak(&ids).unwrap(), "{}", path.display());

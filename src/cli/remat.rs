@@ -10,55 +10,59 @@
 //! never overwrites a file. Everything is re-checked with [`evaluate`] first.
 
 use std::fmt::Write as _;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Instant;
 
-use thiserror::Error;
-
-use memplan::checkmate::{ReadError, parse_remat};
+use clap::ValueEnum;
+use memplan::formats::checkmate::parse_remat;
 use memplan::solve::Node;
 use memplan::solve::remat::bound::lower_bound;
 use memplan::solve::remat::{RematError, Strategy, evaluate, solve_with};
 
-/// Why `memplan remat` failed; [`CliError::exit_code`] is the command's exit status.
-#[derive(Debug, Error)]
-pub enum CliError {
-    /// The graph file cannot be read.
-    #[error("cannot read {file}: {source}")]
-    Read { file: String, source: std::io::Error },
-    /// The graph file is not a node-link graph; `at` is `:line:col` for JSON syntax errors.
-    #[error("{file}{at}: {error}")]
-    Parse { file: String, at: String, error: ReadError },
-    /// The budget fraction is not a positive finite number.
-    #[error("--budget {0}: expected a fraction of the topological peak, a number above 0 (e.g. 0.8)")]
-    Budget(f64),
-    /// The output file already exists.
-    #[error("{0} exists; memplan never overwrites a file")]
-    Exists(String),
-    /// The output file cannot be written.
-    #[error("cannot write {file}: {source}")]
-    Write { file: String, source: std::io::Error },
-    /// No strategy fits the budget (exit 2); the message gives the smallest budget found.
-    #[error(
-        "{file}: no schedule fits the budget of {budget} bytes ({fraction} of the topological peak); \
-         the smallest peak found is {smallest} bytes: try --budget {suggestion}"
-    )]
-    Infeasible { file: String, budget: u64, fraction: f64, smallest: u64, suggestion: String },
-    /// The chosen strategy does not fit, another does (exit 2).
-    #[error("{file}: {error}")]
-    Strategy { file: String, error: RematError },
-    /// A memplan bug: a strategy's sequence failed the evaluation rule.
-    #[error("internal error (a memplan bug; please report it): {0}")]
-    Internal(RematError),
+use super::files::{read_text, refuse_existing, write_new};
+use super::{Exit, Failure, out};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The graph (.json, as in ../shared/bench/checkmate).
+    file: PathBuf,
+    /// The budget, as a fraction of the peak of the graph's plain topological order.
+    #[arg(long, value_name = "FRACTION")]
+    budget: f64,
+    /// How to choose what to recompute.
+    #[arg(long, value_enum, default_value_t = StrategyArg::Auto, value_name = "STRATEGY")]
+    checkpoint: StrategyArg,
+    /// Time limit of the search in seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    time_limit: f64,
+    /// Write the execution sequence (node ids, repeats are recomputes) to this new file (never overwritten).
+    #[arg(short = 'o', long = "output", value_name = "OUT.json")]
+    output: Option<PathBuf>,
 }
 
-impl CliError {
-    /// 1 bad input, 2 the budget cannot be met, 3 internal error.
-    pub fn exit_code(&self) -> u8 {
+/// The strategies, as the command line names them (`Strategy::name`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+enum StrategyArg {
+    /// Recompute nothing: the problem's own order.
+    None,
+    /// Chen et al.'s sqrt(n): every ⌊√k⌋-th of the k articulation points is a checkpoint.
+    ChenSqrt,
+    /// Chen et al.'s greedy segment-budget sweep: its cheapest point that fits.
+    ChenGreedy,
+    /// The greedy on bytes over budget per unit of compute, then a ruin-and-recreate search.
+    NearOptimal,
+    /// The cheapest of the strategies above that fits.
+    Auto,
+}
+
+impl StrategyArg {
+    fn strategy(self) -> Strategy {
         match self {
-            CliError::Infeasible { .. } | CliError::Strategy { .. } => 2,
-            CliError::Internal(_) => 3,
-            _ => 1,
+            StrategyArg::None => Strategy::None,
+            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
+            StrategyArg::ChenGreedy => Strategy::ChenGreedy,
+            StrategyArg::NearOptimal => Strategy::NearOptimal,
+            StrategyArg::Auto => Strategy::Auto,
         }
     }
 }
@@ -87,39 +91,47 @@ struct OutFile {
     sequence: Vec<u64>,
 }
 
-/// Runs the command; returns the report to print.
-pub fn run(path: &Path, fraction: f64, strategy: Strategy, time_limit: Duration, output: Option<&Path>) -> Result<String, CliError> {
+/// Solves, re-checks and reports; writes the sequence if asked.
+pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }: Args) -> Result<(), Failure> {
+    let strategy = checkpoint.strategy();
+    let time_limit = std::time::Duration::try_from_secs_f64(time_limit)
+        .map_err(|_| Failure::bad_input(format_args!("--time-limit {time_limit}: expected seconds, a number ≥ 0")))?;
     let file = path.display().to_string();
+    let internal = |e: RematError| Failure::error(Exit::Bug, format_args!("internal error (a memplan bug; please report it): {e}"));
     if !(fraction.is_finite() && fraction > 0.0) {
-        return Err(CliError::Budget(fraction));
+        return Err(Failure::bad_input(format_args!(
+            "--budget {fraction}: expected a fraction of the topological peak, a number above 0 (e.g. 0.8)"
+        )));
     }
-    if let Some(out) = output
-        && out.exists()
-    {
-        return Err(CliError::Exists(out.display().to_string()));
+    if let Some(out) = &output {
+        refuse_existing(out)?;
     }
-    let text = std::fs::read_to_string(path).map_err(|source| CliError::Read { file: file.clone(), source })?;
-    let graph = parse_remat(&text).map_err(|error| {
+    let graph = parse_remat(&read_text(&path)?).map_err(|error| {
         let at = error.location().map(|(line, column)| format!(":{line}:{column}")).unwrap_or_default();
-        CliError::Parse { file: file.clone(), at, error }
+        Failure::bad_input(format_args!("{file}{at}: {error}"))
     })?;
     let problem = &graph.problem;
     let plain: Vec<Node> = (0..problem.nodes.len() as Node).collect();
-    let topological = evaluate(problem, &plain).map_err(|e| CliError::Internal(RematError::BadProblem(e)))?.peak;
+    let topological = evaluate(problem, &plain).map_err(|e| internal(RematError::BadProblem(e)))?.peak;
     let budget = (topological as f64 * fraction).floor() as u64;
     let started = Instant::now();
     let solution = solve_with(problem, budget, strategy, time_limit).map_err(|error| match error {
-        RematError::Infeasible { budget, smallest } => {
-            CliError::Infeasible { file: file.clone(), budget, fraction, smallest, suggestion: fraction_for(smallest, topological) }
-        }
-        RematError::StrategyCannot { .. } => CliError::Strategy { file: file.clone(), error },
-        _ => CliError::Internal(error),
+        RematError::Infeasible { budget, smallest } => Failure::error(
+            Exit::Unmet,
+            format_args!(
+                "{file}: no schedule fits the budget of {budget} bytes ({fraction} of the topological peak); \
+                 the smallest peak found is {smallest} bytes: try --budget {}",
+                fraction_for(smallest, topological)
+            ),
+        ),
+        RematError::StrategyCannot { .. } => Failure::error(Exit::Unmet, format_args!("{file}: {error}")),
+        _ => internal(error),
     })?;
     let seconds = started.elapsed().as_secs_f64();
     // Re-check the sequence exactly as the file's README says, from the ids.
-    let eval = evaluate(problem, &solution.sequence).map_err(|e| CliError::Internal(RematError::BadProblem(e)))?;
+    let eval = evaluate(problem, &solution.sequence).map_err(|e| internal(RematError::BadProblem(e)))?;
     if eval.peak > budget {
-        return Err(CliError::Internal(RematError::OverBudget { strategy: solution.strategy, peak: eval.peak, budget }));
+        return Err(internal(RematError::OverBudget { strategy: solution.strategy, peak: eval.peak, budget }));
     }
     let bound = lower_bound(problem, budget);
     let percent = |x: f64| format!("{:.3}%", x * 100.0);
@@ -136,7 +148,7 @@ pub fn run(path: &Path, fraction: f64, strategy: Strategy, time_limit: Duration,
         writeln!(report, "  overhead          {} ({recomputes} recomputes; no plan can do better than {lower})", percent(eval.overhead()));
     let _ = writeln!(report, "  strategy          {} (asked: {})", solution.strategy.name(), strategy.name());
     let _ = writeln!(report, "  time              {seconds:.3} s");
-    if let Some(out) = output {
+    if let Some(out) = &output {
         let ids: Vec<u64> = solution.sequence.iter().map(|&k| graph.ids[k as usize]).collect();
         let count = ids.len();
         let graph_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.clone());
@@ -150,13 +162,22 @@ pub fn run(path: &Path, fraction: f64, strategy: Strategy, time_limit: Duration,
             sequence: ids,
         })
         .expect("plain data serialises");
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(out)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{json}\n").as_bytes()));
-        written.map_err(|source| CliError::Write { file: out.display().to_string(), source })?;
+        write_new(out, format!("{json}\n").as_bytes())?;
         let _ = writeln!(report, "wrote {} ({} node ids in execution order; a repeated id is a recompute)", out.display(), count);
     }
-    Ok(report)
+    out!("{report}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_have_their_library_names() {
+        for arg in StrategyArg::value_variants() {
+            assert_eq!(arg.to_possible_value().unwrap().get_name(), arg.strategy().name());
+        }
+        assert_eq!(StrategyArg::value_variants().len(), Strategy::ALL.len());
+    }
 }

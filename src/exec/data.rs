@@ -1,5 +1,5 @@
 //! Step arguments and results as named host tensors; the dtype codec; seeded
-//! initialisation; safetensors files.
+//! initialisation (safetensors files of them: `formats/safetensors.rs`).
 //!
 //! A [`HostTensor`] holds dense row-major little-endian bytes in its dtype. Conversions go
 //! through `f64` ([`decode`], [`encode`]): exact for every dtype memplan has (i64 up to
@@ -11,16 +11,13 @@
 //! integer inputs that are labels or ids in their valid range; other integer inputs in
 //! 0..10; bool inputs fair coins.
 
-use std::path::Path;
-
 use half::{bf16, f16};
 use indexmap::IndexMap;
 
-use crate::exec::ExecError;
 use crate::index::{OpId, ValueId};
 use crate::ir::graph::{Graph, Role};
 use crate::ir::ops::OpKind;
-use crate::ir::types::{DType, Shape, TensorType};
+use crate::ir::types::{DType, TensorType};
 use crate::rng::Rng;
 
 /// A tensor in host memory: dense row-major little-endian bytes of `ty.dtype`.
@@ -131,86 +128,6 @@ fn index_bound(graph: &Graph, op: OpId, slot: &str) -> u64 {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// safetensors: 8-byte little-endian header length, a JSON header
-// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...}, then data.
-
-fn st_dtype(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F32 => "F32",
-        DType::F16 => "F16",
-        DType::Bf16 => "BF16",
-        DType::I32 => "I32",
-        DType::I64 => "I64",
-        DType::Bool => "BOOL",
-    }
-}
-
-/// Reads every tensor of a safetensors file.
-pub fn load_safetensors(path: &Path) -> Result<Tensors, ExecError> {
-    let fail = |message: String| ExecError::Weights { path: path.display().to_string(), message };
-    let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-    let header_len = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).ok_or_else(|| fail("shorter than a safetensors header".into()))?;
-    let data_start = 8usize.checked_add(usize::try_from(header_len).map_err(|_| fail("header length too large".into()))?).filter(|&s| s <= bytes.len()).ok_or_else(|| fail("header length past the end of the file".into()))?;
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&bytes[8..data_start]).map_err(|e| fail(format!("bad header: {e}")))?;
-    let data = &bytes[data_start..];
-    let mut tensors = Tensors::new();
-    for (name, entry) in header {
-        if name == "__metadata__" {
-            continue;
-        }
-        let field = |key: &str| entry.get(key).ok_or_else(|| fail(format!("tensor {name}: no `{key}`")));
-        let dtype_name = field("dtype")?.as_str().unwrap_or("");
-        let dtype = DType::ALL.into_iter().find(|&d| st_dtype(d) == dtype_name).ok_or_else(|| fail(format!("tensor {name}: dtype {dtype_name} is not supported")))?;
-        let shape: Vec<u64> = field("shape")?.as_array().and_then(|a| a.iter().map(|d| d.as_u64()).collect()).ok_or_else(|| fail(format!("tensor {name}: bad shape")))?;
-        let offsets: Vec<u64> = field("data_offsets")?.as_array().and_then(|a| a.iter().map(|d| d.as_u64()).collect()).ok_or_else(|| fail(format!("tensor {name}: bad data_offsets")))?;
-        let ty = TensorType { dtype, shape: Shape(shape) };
-        let (begin, end) = match offsets[..] {
-            [b, e] if b <= e && e <= data.len() as u64 => (b as usize, e as usize),
-            _ => return Err(fail(format!("tensor {name}: data_offsets outside the file"))),
-        };
-        if ty.bytes() != Some((end - begin) as u64) {
-            return Err(fail(format!("tensor {name}: {ty} needs {:?} bytes, the file has {}", ty.bytes(), end - begin)));
-        }
-        tensors.insert(name, HostTensor { ty, bytes: data[begin..end].to_vec() });
-    }
-    Ok(tensors)
-}
-
-/// Writes `tensors` as a new safetensors file; refuses to overwrite an existing file.
-pub fn save_safetensors(path: &Path, tensors: &Tensors) -> Result<(), ExecError> {
-    let fail = |message: String| ExecError::Weights { path: path.display().to_string(), message };
-    let mut header = serde_json::Map::new();
-    let mut offset = 0usize;
-    for (name, t) in tensors {
-        let entry = serde_json::json!({
-            "dtype": st_dtype(t.ty.dtype),
-            "shape": t.ty.dims(),
-            "data_offsets": [offset, offset + t.bytes.len()],
-        });
-        header.insert(name.clone(), entry);
-        offset += t.bytes.len();
-    }
-    let mut header = serde_json::to_vec(&header).expect("a JSON map serialises");
-    while !header.len().is_multiple_of(8) {
-        header.push(b' ');
-    }
-    let mut out = Vec::with_capacity(8 + header.len() + offset);
-    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    out.extend_from_slice(&header);
-    for t in tensors.values() {
-        out.extend_from_slice(&t.bytes);
-    }
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| fail(format!("cannot create (memplan never overwrites a file): {e}")))?;
-    file.write_all(&out).map_err(|e| fail(format!("cannot write: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,23 +143,5 @@ mod tests {
         assert_eq!(decode(DType::Bf16, &b), 1.0, "bf16 rounds to nearest even");
         encode(DType::I64, -(1i64 << 52) as f64, &mut b);
         assert_eq!(decode(DType::I64, &b), -(1i64 << 52) as f64);
-    }
-
-    #[test]
-    fn safetensors_round_trip_and_never_overwrite() {
-        let dir = std::env::temp_dir().join(format!("memplan-st-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("w.safetensors");
-        let _ = std::fs::remove_file(&path);
-        let mut t = Tensors::new();
-        t.insert("w".into(), HostTensor::from_f64(TensorType::new(DType::F16, vec![2, 3]), &[1.0, -2.0, 0.5, 3.0, 0.0, 7.0]));
-        t.insert("y".into(), HostTensor::from_f64(TensorType::new(DType::I32, vec![2]), &[3.0, 9.0]));
-        save_safetensors(&path, &t).unwrap();
-        assert_eq!(load_safetensors(&path).unwrap(), t);
-        let err = save_safetensors(&path, &t).unwrap_err();
-        assert!(err.to_string().contains("never overwrites"), "{err}");
-        std::fs::write(&path, b"\xff\xff\xff\xff\xff\xff\xff\xff{}").unwrap();
-        assert!(load_safetensors(&path).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

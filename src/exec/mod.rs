@@ -8,7 +8,7 @@
 //!   results in the outputs' dtypes (f32, f16, bf16 rounded to nearest even; integers and
 //!   bools exact).
 //! - `dense.rs`: a dense `f64` interpreter (no arena, no rounding) for exact checks.
-//! - `data.rs`: step arguments as named host tensors: seeded initialisation, safetensors.
+//! - `data.rs`: step arguments as named host tensors: the dtype codec, seeded initialisation.
 //! - `cuda/`: the CUDA executor (its device part behind the `cuda` feature; docs/CUDA.md).
 //! - `compare.rs`: two runs compared within a tolerance per dtype (`run --check`).
 
@@ -71,8 +71,4 @@ pub enum ExecError {
     /// passed the checker never does this.
     #[error("the plan does not fit the step: {0}")]
     BadPlan(String),
-
-    /// Reading or writing a weights file failed.
-    #[error("{path}: {message}")]
-    Weights { path: String, message: String },
 }

@@ -1,18 +1,15 @@
 //! Reports of a plan for people (text, SVG, `memplan report`, `memplan diff`) and tools
-//! (JSON, Chrome trace, CSV). docs/REPORTS.md describes every form.
+//! (Chrome trace). docs/REPORTS.md describes every form.
 //!
 //! [`Report::new`] computes the headline figures once from a graph and its plan; `text.rs`
-//! renders them for people and `json.rs` serialises the same struct, so the two forms never
-//! disagree. The other forms render a [`Subject`] (graph, plan, source locations):
-//! `svg.rs` (a picture of the arena), `trace.rs` (Chrome trace events), `csv.rs`
-//! (minimalloc's buffer list with offsets), `live.rs` (the live set at one step, grouped),
-//! `diff.rs` (two plans side by side); `emit.rs` writes the files of `plan --emit`. Everything here is deterministic: names and orders come from the graph and the
+//! renders them for people and the plan JSON (`formats/plan_json.rs`) serialises the same
+//! struct, so the two forms never disagree. The other forms render a [`Subject`] (graph,
+//! plan, source locations): `svg.rs` (a picture of the arena), `trace.rs` (Chrome trace
+//! events), `live.rs` (the live set at one step, grouped), `diff.rs` (two plans side by
+//! side). Everything here is deterministic: names and orders come from the graph and the
 //! plan, never from hashing, timing or paths.
 
-pub mod csv;
 pub mod diff;
-pub mod emit;
-pub mod json;
 pub mod live;
 pub mod locs;
 pub mod svg;
@@ -32,7 +29,7 @@ use locs::Locs;
 
 /// Version of the JSON report; bumped on incompatible changes. Schema 3 added `source`,
 /// `value_locs` and `ir` (the step itself), so a report file can be read back
-/// (`json::load`), and the plan's `remat` record (what a budget made memplan recompute).
+/// (`formats::plan_json::load`), and the plan's `remat` record (what a budget made memplan recompute).
 pub const REPORT_SCHEMA_VERSION: u32 = 3;
 
 /// A planned step and where it came from: what `memplan report`, `diff` and every emitted

@@ -7,14 +7,11 @@
 //! (`Gb` would read as gigabits to many people; it is refused with a hint). A fraction is a
 //! positive finite number followed by `x`. Arithmetic is exact (integers in `u128`), so
 //! `0.1GB` is 100000000 bytes, and a size past 2^64 - 1 bytes is refused, not wrapped.
-//! [`parse_flags`] reads `--budget` and `--checkpoint` for the command line.
 
 use std::fmt;
 use std::str::FromStr;
 
 use thiserror::Error;
-
-use crate::solve::remat::Strategy;
 
 /// How much memory the step may use (its arena, after in-place reuse and offsets).
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -136,26 +133,6 @@ impl FromStr for Budget {
     }
 }
 
-/// The `--budget` and `--checkpoint` flags as the command line gives them; `Err` is the
-/// message to print (what is wrong, and a hint).
-pub fn parse_flags(budget: Option<&str>, checkpoint: Option<&str>) -> Result<(Option<Budget>, Option<Strategy>), String> {
-    let budget = budget
-        .map(|text| text.parse::<Budget>().map_err(|e| format!("error: --budget {e}\n  hint: {}\n", e.hint())))
-        .transpose()?;
-    let checkpoint = checkpoint
-        .map(|name| {
-            Strategy::from_name(name).ok_or_else(|| {
-                let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
-                format!("error: --checkpoint: unknown strategy `{name}`\n  hint: one of {}\n", names.join(", "))
-            })
-        })
-        .transpose()?;
-    if checkpoint.is_some() && budget.is_none() {
-        return Err("error: --checkpoint chooses what to recompute under a budget, but no --budget was given\n  hint: add --budget, e.g. --budget 0.8x\n".to_string());
-    }
-    Ok((budget, checkpoint))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,17 +155,6 @@ mod tests {
         assert_eq!(bytes("0.1GB"), 100_000_000);
         assert_eq!(bytes("1.0000001KB"), 1000, "fractional bytes round down");
         assert_eq!(bytes("2TiB"), 2 << 40);
-    }
-
-    #[test]
-    fn flags() {
-        assert_eq!(parse_flags(None, None), Ok((None, None)));
-        assert_eq!(parse_flags(Some("1KiB"), Some("none")), Ok((Some(Budget::Bytes(1024)), Some(Strategy::None))));
-        let bad = parse_flags(Some("12XB"), None).unwrap_err();
-        assert!(bad.starts_with("error: --budget `12XB`: unknown unit `XB`") && bad.contains("hint:"), "{bad}");
-        let bad = parse_flags(Some("1x"), Some("magic")).unwrap_err();
-        assert!(bad.contains("unknown strategy `magic`") && bad.contains("none"), "{bad}");
-        assert!(parse_flags(None, Some("none")).unwrap_err().contains("no --budget"));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 use std::cmp::Reverse;
 
 use super::busy::{Fit, place};
-use crate::solve::offsets::Live;
+use super::Live;
 
 /// XLA's two placement orders.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

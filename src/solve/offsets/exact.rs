@@ -1,8 +1,7 @@
 //! Exact offset assignment (dynamic storage allocation) by branch and bound.
 //!
 //! [`exact`] decides whether the buffers fit in a given capacity and returns a placement if
-//! they do; [`minimize`] (`minimize.rs`) tightens an arena towards the lower bound with
-//! repeated searches.
+//! they do; `minimize.rs` tightens an arena towards the lower bound with repeated searches.
 //! Both stop at [`Limits`]: a deadline and a budget of search nodes. The search itself
 //! never looks at the clock to decide what to try (probe shares and restarts count nodes),
 //! so a run that ends by its node budget gives the same answer on every machine; only the
@@ -40,8 +39,7 @@
 
 use std::time::Instant;
 
-pub use super::minimize::{minimize, minimize_reporting};
-use crate::solve::offsets::Live;
+use super::Live;
 
 /// The verdict of [`exact`] at one capacity.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -94,7 +92,7 @@ pub fn exact(intervals: &[Live], capacity: u64, limits: Limits) -> ExactResult {
 
 /// Whether the search is tried on `intervals` at all: its tables (section memberships and
 /// overlapping pairs) must fit 40 million entries; [`exact`] answers `TimedOut` and
-/// [`minimize`] returns its start at once otherwise.
+/// `minimize` returns its start at once otherwise.
 pub fn searchable(intervals: &[Live]) -> bool {
     Base::new(intervals).is_some_and(|b| b.searchable())
 }

@@ -10,7 +10,7 @@
 //! (`busy.rs`), so neither scans all pairs of buffers.
 
 use super::busy::{Fit, place};
-use crate::solve::offsets::Live;
+use super::Live;
 
 /// An offset per interval, in input order; `None` if an offset would overflow `u64`.
 pub fn greedy_by_size(intervals: &[Live]) -> Option<Vec<u64>> {

@@ -25,7 +25,7 @@ pub mod bestfit;
 mod busy;
 pub mod exact;
 pub mod greedy;
-mod minimize;
+pub mod minimize;
 pub mod synthetic;
 pub mod window;
 
@@ -328,7 +328,7 @@ fn exact_step(
     progress: &dyn crate::progress::Progress,
 ) -> Result<(Solution, bool), SolveError> {
     match capacity {
-        None => Ok((exact::minimize_reporting(intervals, lower, best, limits, progress), false)),
+        None => Ok((minimize::minimize_reporting(intervals, lower, best, limits, progress), false)),
         Some(capacity) => match exact::exact(intervals, capacity, limits) {
             exact::ExactResult::Found(offsets) => {
                 let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;

@@ -30,7 +30,7 @@ use std::cmp::Reverse;
 
 use super::busy::{Fit, place_pinned};
 use super::exact::{ExactResult, Limits, Prepared, Restart};
-use crate::solve::offsets::{Live, max_live};
+use super::{Live, max_live};
 
 /// Lists with fewer buffers skip the windows: the exact search on the whole list is cheap
 /// there, and a window would hold most of the list anyway.

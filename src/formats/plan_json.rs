@@ -70,16 +70,10 @@ pub enum LoadError {
     /// `value_locs` does not have one entry per value of the step.
     #[error("`value_locs` has {found} entries but the step has {expected} values")]
     Locs { expected: usize, found: usize },
-    /// The plan is not a valid plan of the embedded step.
+    /// The plan is not a valid plan of the embedded step (the file was edited, or a memplan
+    /// bug wrote it).
     #[error("its plan does not pass the checker:\n{violations}")]
     Check { violations: crate::checker::Violations },
-}
-
-impl LoadError {
-    /// The exit status the CLI gives: 3 for a plan the checker rejects, 1 for the rest.
-    pub fn exit_code(&self) -> u8 {
-        if matches!(self, LoadError::Check { .. }) { 3 } else { 1 }
-    }
 }
 
 /// Reads a report file written by [`render`] (see the module docs for what is checked).

@@ -2,12 +2,14 @@
 //! `offset` column; each buffer lives on the half-open interval `[lower, upper)`.
 //!
 //! This is how offset solvers are benchmarked against other tools and how any plan can be
-//! cross-checked with them. Reading is strict and located: a malformed line gives its
+//! cross-checked with them: [`from_plan`] writes a plan's buffers in the format. Reading is strict and located: a malformed line gives its
 //! `line:column`, what was expected and a hint, never a panic. Numbers are u64; an interval
 //! must have `lower < upper` (an empty lifetime would hold no bytes at any time).
 
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
+
+use crate::plan::{Plan, align_up};
 
 /// One buffer of a list.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -146,6 +148,27 @@ pub fn write_buffer_list(buffers: &[ListedBuffer], offsets: &[u64]) -> String {
         out.push_str(&format!("{},{},{},{},{}\n", b.id, b.lower, b.upper, b.size, offset));
     }
     out
+}
+
+/// The buffer list of `plan`, with an `offset` column: one row per buffer, in buffer order;
+/// `id` is the buffer (`buf3`), `[lower, upper)` its live range as half-open schedule steps
+/// (`first`, `last + 1`), `size` its bytes rounded up to the plan's alignment (the sizes
+/// the offset solver placed), `offset` its offset. Any plan can so be cross-checked with
+/// other offset solvers, or its offsets validated by any tool that reads the format.
+pub fn from_plan(plan: &Plan) -> String {
+    let buffers: Vec<ListedBuffer> = plan
+        .buffers
+        .iter_enumerated()
+        .map(|(id, b)| ListedBuffer {
+            id: id.to_string(),
+            lower: b.first as u64,
+            upper: b.last as u64 + 1,
+            size: align_up(b.size, plan.alignment).unwrap_or(u64::MAX),
+            offset: Some(b.offset),
+        })
+        .collect();
+    let offsets: Vec<u64> = plan.buffers.iter().map(|b| b.offset).collect();
+    write_buffer_list(&buffers, &offsets)
 }
 
 #[cfg(test)]

@@ -1,0 +1,137 @@
+//! The flags several commands take: the passes' switches ([`PassFlags`]), the offset
+//! solver, seconds. A flag's spelling and help text are the interface users are told about
+//! (docs/CLI.md): change them only with the docs.
+
+use std::time::Duration;
+
+use clap::ValueEnum;
+use memplan::passes::{Budget, PlanOptions, ScheduleKind};
+use memplan::solve::offsets::Solver;
+use memplan::solve::remat::Strategy;
+
+use super::Failure;
+
+/// The flags that switch passes.
+#[derive(clap::Args, Clone)]
+pub struct PassFlags {
+    /// The op order: as written, or memory-aware (never worse than as written).
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Memory)]
+    schedule: ScheduleArg,
+    /// Skip in-place reuse (ops writing their output over an input that dies there).
+    #[arg(long)]
+    no_inplace: bool,
+    /// Offset solver (see `memplan alloc --help`).
+    #[arg(long, value_enum, default_value_t = SolverArg::Auto)]
+    solver: SolverArg,
+    /// Seconds the offset solver may search (auto, exact): a safety net; --search-nodes decides.
+    #[arg(long = "time-limit", value_name = "SECS", default_value = "2", value_parser = parse_seconds)]
+    time_limit: Duration,
+    /// Nodes the exact offset search may visit (auto, exact); within it the plan is the same on every machine.
+    #[arg(long = "search-nodes", value_name = "N", default_value_t = memplan::passes::DEFAULT_SEARCH_NODES)]
+    search_nodes: u64,
+    /// Fit the arena in this budget by recomputing forward values: bytes (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x).
+    #[arg(long, value_name = "SIZE|FRACTIONx")]
+    budget: Option<String>,
+    /// How to choose what to recompute under --budget (`none` recomputes nothing; an unknown name lists the strategies).
+    #[arg(long, value_name = "STRATEGY")]
+    checkpoint: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ScheduleArg {
+    /// Program order: the ops as the step lists them.
+    Program,
+    /// A topological order chosen to lower the peak of live bytes.
+    Memory,
+}
+
+impl PassFlags {
+    /// The plan options these flags ask for, with offsets aligned to `alignment`.
+    pub fn options(&self, alignment: u64) -> Result<PlanOptions, Failure> {
+        let schedule = match self.schedule {
+            ScheduleArg::Program => ScheduleKind::Program,
+            ScheduleArg::Memory => ScheduleKind::Memory,
+        };
+        let (budget, checkpoint) =
+            budget_flags(self.budget.as_deref(), self.checkpoint.as_deref()).map_err(|message| Failure::bad_input(message))?;
+        let defaults = PlanOptions::default();
+        let checkpoint = checkpoint.unwrap_or(defaults.checkpoint);
+        Ok(PlanOptions {
+            alignment,
+            schedule,
+            inplace: !self.no_inplace,
+            solver: self.solver.solver(),
+            time_limit: self.time_limit,
+            search_nodes: self.search_nodes,
+            budget,
+            checkpoint,
+            ..defaults
+        })
+    }
+}
+
+/// The `--budget` and `--checkpoint` flags as the command line gives them; `Err` is the
+/// message to print after `error: ` (what is wrong, and a hint).
+fn budget_flags(budget: Option<&str>, checkpoint: Option<&str>) -> Result<(Option<Budget>, Option<Strategy>), String> {
+    let budget =
+        budget.map(|text| text.parse::<Budget>().map_err(|e| format!("--budget {e}\n  hint: {}", e.hint()))).transpose()?;
+    let checkpoint = checkpoint
+        .map(|name| {
+            Strategy::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+                format!("--checkpoint: unknown strategy `{name}`\n  hint: one of {}", names.join(", "))
+            })
+        })
+        .transpose()?;
+    if checkpoint.is_some() && budget.is_none() {
+        return Err("--checkpoint chooses what to recompute under a budget, but no --budget was given\n  hint: add --budget, e.g. --budget 0.8x".to_string());
+    }
+    Ok((budget, checkpoint))
+}
+
+/// The offset solvers, as the command line names them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum SolverArg {
+    /// Greedy by size, first fit (TVM/TFLite's family).
+    Greedy,
+    /// Best-fit in XLA's spatial and temporal orders, the better of the two.
+    #[value(name = "bestfit")]
+    BestFit,
+    /// Branch and bound from best-fit's placement: within --capacity, or the smallest arena it can prove, in the time limit.
+    Exact,
+    /// Every heuristic, keeping the best; then the exact solver around the peak (lists of 1000+ buffers) and on the whole list for the rest of the time limit.
+    Auto,
+}
+
+impl SolverArg {
+    pub fn solver(self) -> Solver {
+        match self {
+            SolverArg::Greedy => Solver::Greedy,
+            SolverArg::BestFit => Solver::BestFit,
+            SolverArg::Exact => Solver::Exact,
+            SolverArg::Auto => Solver::Auto,
+        }
+    }
+}
+
+/// A number of seconds (`0.5`, `10`), not negative.
+pub fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}` is not a non-negative number of seconds"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_flags_say_what_is_wrong() {
+        assert_eq!(budget_flags(None, None), Ok((None, None)));
+        assert_eq!(budget_flags(Some("1KiB"), Some("none")), Ok((Some(Budget::Bytes(1024)), Some(Strategy::None))));
+        let bad = budget_flags(Some("12XB"), None).unwrap_err();
+        assert!(bad.starts_with("--budget `12XB`: unknown unit `XB`") && bad.contains("hint:"), "{bad}");
+        let bad = budget_flags(Some("1x"), Some("magic")).unwrap_err();
+        assert!(bad.contains("unknown strategy `magic`") && bad.contains("none"), "{bad}");
+        assert!(budget_flags(None, Some("none")).unwrap_err().contains("no --budget"));
+    }
+}

@@ -1,0 +1,86 @@
+//! `memplan plan FILE`: plan a step and print the report (text or JSON), or write the
+//! report files (`--emit`); `--print-ir-after` shows the step after passes on stderr.
+
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+use memplan::formats::emit::Emit;
+use memplan::formats::plan_json;
+use memplan::passes::{Context, Pass};
+use memplan::plan::DEFAULT_ALIGNMENT;
+use memplan::report::{Report, text};
+
+use super::files::write_report_files;
+use super::flags::PassFlags;
+use super::step::Source;
+use super::{Failure, out, outln};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The .step file.
+    file: PathBuf,
+    /// Output format (of stdout; see --emit for files).
+    #[arg(long, value_enum, default_value_t = Format::Text, conflicts_with = "emit")]
+    format: Format,
+    /// Offset alignment in bytes (a power of two).
+    #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
+    alignment: u64,
+    /// How many live values to list at the peak (text format).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    top: usize,
+    /// Write these report files into DIR (comma-separated: text, json, svg, trace, csv); see docs/REPORTS.md.
+    #[arg(long, value_delimiter = ',', value_name = "FORMATS")]
+    emit: Vec<Emit>,
+    /// The directory --emit writes to (created if missing; only memplan's own file names are written).
+    #[arg(short = 'o', long = "output", default_value = "memplan-out", value_name = "DIR", requires = "emit")]
+    output: PathBuf,
+    /// Print the step as IR after this pass to stderr, annotated (schedule, inplace, buffers, offsets; repeatable).
+    #[arg(long, value_name = "PASS")]
+    print_ir_after: Vec<Pass>,
+    /// Print the step as IR after every pass to stderr.
+    #[arg(long)]
+    print_ir_after_all: bool,
+    #[command(flatten)]
+    passes: PassFlags,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let Args { file, format, alignment, top, mut emit, output, mut print_ir_after, print_ir_after_all, passes } = args;
+    let source = Source::read(&file)?;
+    let graph = source.graph()?;
+    let options = passes.options(alignment)?;
+    if print_ir_after_all {
+        print_ir_after = Pass::ALL.to_vec();
+    }
+    // `--print-ir-after`: the step after each pass asked for, annotated, on stderr, as the
+    // pipeline runs.
+    let mut dump = |pass: Pass, cx: &Context<'_>| {
+        if print_ir_after.contains(&pass) {
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(memplan::passes::dump::dump(pass, cx).as_bytes());
+        }
+    };
+    let (graph, plan) = source.plan_observed(&graph, &options, &mut dump)?;
+    let subject = source.subject(graph, plan);
+    let report = Report::new(&subject.graph, &subject.plan);
+    emit.sort();
+    emit.dedup();
+    if emit.is_empty() {
+        match format {
+            Format::Text => out!("{}", text::render(&report, top)),
+            Format::Json => out!("{}", plan_json::render(&subject, &report)),
+        }
+    } else {
+        let outputs: Vec<(Emit, String)> = emit.iter().map(|&e| (e, e.render(&subject, &report, top))).collect();
+        for path in write_report_files(&output, &outputs)? {
+            outln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}

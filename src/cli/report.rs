@@ -1,0 +1,62 @@
+//! `memplan report FILE|PLAN.json`: what is live at one step (the peak by default),
+//! grouped by class, op or source line, with cumulative bytes.
+
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+use memplan::plan::DEFAULT_ALIGNMENT;
+use memplan::report::live::{self, At, GroupBy};
+
+use super::flags::PassFlags;
+use super::step::load_subject;
+use super::{Failure, out};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A .step file, or a plan JSON written by `plan --emit json`.
+    file: PathBuf,
+    /// The step to look at: `peak` or a schedule position.
+    #[arg(long, default_value = "peak", value_parser = parse_at, value_name = "peak|STEP")]
+    at: At,
+    /// How many groups and values to list.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    top: usize,
+    /// How to group the live values.
+    #[arg(long, value_enum, default_value_t = ByArg::Class)]
+    by: ByArg,
+    /// Offset alignment in bytes for a .step file (a power of two).
+    #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
+    alignment: u64,
+    #[command(flatten)]
+    passes: PassFlags,
+}
+
+/// `memplan report --by`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ByArg {
+    /// param, input, state, grad, activation, temp.
+    Class,
+    /// The kind of op that writes each value.
+    Op,
+    /// The source line of each value: its op's loc(...), else its place in the .step file.
+    Loc,
+}
+
+fn parse_at(s: &str) -> Result<At, String> {
+    match s {
+        "peak" => Ok(At::Peak),
+        _ => s.parse().map(At::Step).map_err(|_| format!("`{s}` is neither `peak` nor a schedule step (0, 1, ...)")),
+    }
+}
+
+pub fn run(Args { file, at, top, by, alignment, passes }: Args) -> Result<(), Failure> {
+    let (name, subject) = load_subject(&file, &passes.options(alignment)?)?;
+    let set = live::live_set(&subject, at).map_err(|e| Failure::bad_input(format_args!("{name}: {e}")))?;
+    let by = match by {
+        ByArg::Class => GroupBy::Class,
+        ByArg::Op => GroupBy::Op,
+        ByArg::Loc => GroupBy::Loc,
+    };
+    out!("{}", live::render(&set, &name, by, top));
+    Ok(())
+}

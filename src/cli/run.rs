@@ -1,0 +1,190 @@
+//! `memplan run FILE`: train for N steps on real numbers inside the planned arena, on the
+//! CPU reference executor (`--compare-unplanned` proves the plan changes nothing but
+//! memory) or on an NVIDIA GPU (`--device cuda`, built with `--features cuda`; `--check`
+//! holds every step to the CPU reference). Weights come in and go out as safetensors.
+
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+use memplan::bytes::format_bytes;
+use memplan::exec::ExecError;
+use memplan::exec::data::{Tensors, init_args};
+use memplan::formats::safetensors;
+use memplan::ir::graph::Graph;
+use memplan::plan::{DEFAULT_ALIGNMENT, Plan};
+use memplan::progress::Progress;
+
+use super::bar::Bar;
+use super::files::{read_bytes, write_new};
+use super::flags::PassFlags;
+use super::step::Source;
+use super::{Exit, Failure, outln};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The .step file.
+    file: PathBuf,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
+    /// Training steps to run (updated params and state feed the next step).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    steps: u32,
+    /// Seed for the initial params and the synthetic inputs.
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    seed: u64,
+    /// Initial values from a safetensors file (by argument name); the rest are seeded.
+    #[arg(long, value_name = "F")]
+    weights: Option<PathBuf>,
+    /// Write the final params and state to this new safetensors file (never overwritten).
+    #[arg(long, value_name = "F")]
+    save: Option<PathBuf>,
+    /// Also run every step unplanned (each value in its own memory) and require bit-identical results.
+    #[arg(long)]
+    compare_unplanned: bool,
+    /// With --device cuda: also run every step on the CPU reference and compare every output within tolerance.
+    #[arg(long)]
+    check: bool,
+    #[command(flatten)]
+    passes: PassFlags,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Device {
+    /// The CPU reference executor.
+    Cpu,
+    /// An NVIDIA GPU through CUDA.
+    Cuda,
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let Args { file, device, steps, seed, weights, save, compare_unplanned, check, passes } = args;
+    if device == Device::Cuda && !cfg!(feature = "cuda") {
+        return Err(Failure::bad_input("memplan was built without the `cuda` feature; rebuild with --features cuda"));
+    }
+    if check && device != Device::Cuda {
+        return Err(Failure::bad_input("--check compares a CUDA run with the CPU reference: use it with --device cuda"));
+    }
+    if compare_unplanned && device == Device::Cuda {
+        return Err(Failure::bad_input("--compare-unplanned runs on the CPU; with --device cuda use --check"));
+    }
+    let source = Source::read(&file)?;
+    let original = source.graph()?;
+    let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
+    #[cfg(feature = "cuda")]
+    if device == Device::Cuda {
+        return run_cuda(&graph, &plan, steps, initial_args(&graph, seed, weights.as_deref())?, check, save.as_deref());
+    }
+    let compare = compare_unplanned.then_some(&original);
+    run_steps(&graph, &plan, steps, initial_args(&graph, seed, weights.as_deref())?, save.as_deref(), compare)
+}
+
+fn exec_failure(error: ExecError) -> Failure {
+    Failure::bad_input(error)
+}
+
+/// Trains for `steps` steps in the planned arena from `args`, printing each loss;
+/// `compare_unplanned`: the step as written, run unplanned beside each planned step.
+fn run_steps(
+    graph: &Graph,
+    plan: &Plan,
+    steps: u32,
+    mut args: Tensors,
+    save: Option<&Path>,
+    compare_unplanned: Option<&Graph>,
+) -> Result<(), Failure> {
+    use memplan::exec::cpu::{Placement, advance, run_step};
+
+    outln!("@{}: {} ops in one arena of {}; {} step(s) on the CPU", graph.name, graph.ops.len(), format_bytes(plan.arena_bytes), steps);
+    let bar = Bar::new();
+    bar.start("training steps", u64::from(steps));
+    for step in 1..=steps {
+        let result = run_step(graph, Placement::Planned(plan), &args).map_err(exec_failure)?;
+        let line = match result.loss() {
+            Some(loss) => format!("step {step}: loss {loss:.6}"),
+            None => format!("step {step}: done (no scalar loss returned)"),
+        };
+        bar.suspend(|| outln!("{line}"));
+        bar.update(u64::from(step), &line);
+        if let Some(original) = compare_unplanned {
+            let reference = run_step(original, Placement::Unplanned, &args).map_err(exec_failure)?;
+            let differences = result.differences(&reference);
+            if !differences.is_empty() {
+                return Err(Failure::error(
+                    Exit::Bug,
+                    format_args!(
+                        "step {step}: the planned run differs from the unplanned run (a memplan bug):\n  {}",
+                        differences.join("\n  ")
+                    ),
+                ));
+            }
+        }
+        args = advance(&args, &result);
+    }
+    bar.finish();
+    if compare_unplanned.is_some() {
+        outln!(
+            "planned and unplanned runs agree bit for bit: {} returned value(s) and {} updated param/state tensor(s) in each of {steps} step(s)",
+            graph.returns.len(),
+            graph.updates.len()
+        );
+    }
+    if let Some(path) = save {
+        save_args(graph, &args, path)?;
+    }
+    Ok(())
+}
+
+/// Seeded arguments of `graph`, the ones in `weights` (a safetensors file) replaced.
+fn initial_args(graph: &Graph, seed: u64, weights: Option<&Path>) -> Result<Tensors, Failure> {
+    let mut args = init_args(graph, seed);
+    if let Some(path) = weights {
+        let tensors = safetensors::from_bytes(&read_bytes(path)?).map_err(|e| Failure::bad_input(format_args!("{}: {e}", path.display())))?;
+        for (name, tensor) in tensors {
+            match args.get_mut(&name) {
+                Some(slot) if slot.ty == tensor.ty => *slot = tensor,
+                Some(slot) => {
+                    return Err(Failure::bad_input(format_args!(
+                        "{}: %{name} is {} but the step declares {}",
+                        path.display(),
+                        tensor.ty,
+                        slot.ty
+                    )));
+                }
+                None => eprintln!("note: {}: %{name} is not an argument of @{}; ignored", path.display(), graph.name),
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// Writes the params and state of `args` to a new safetensors file.
+fn save_args(graph: &Graph, args: &Tensors, path: &Path) -> Result<(), Failure> {
+    let persistent: Tensors = graph
+        .args
+        .iter()
+        .filter(|&&a| graph.role(a).is_some_and(|r| r.persists()))
+        .map(|&a| {
+            let name = &graph.values[a].name;
+            (name.clone(), args[name].clone())
+        })
+        .collect();
+    write_new(path, &safetensors::to_bytes(&persistent))?;
+    outln!("saved params and state to {}", path.display());
+    Ok(())
+}
+
+/// `memplan run --device cuda`: see `memplan::exec::cuda::run`. Exit 1 when the GPU cannot
+/// run the step (no driver included), 3 when `--check` finds a difference.
+#[cfg(feature = "cuda")]
+fn run_cuda(graph: &Graph, plan: &Plan, steps: u32, args: Tensors, check: bool, save: Option<&Path>) -> Result<(), Failure> {
+    use memplan::exec::cuda::run::{RunError, run_steps};
+    match run_steps(graph, plan, args, steps, check, save.is_some(), &mut |line| outln!("{line}")) {
+        Ok(kept) => match (save, kept) {
+            (Some(path), Some(args)) => save_args(graph, &args, path),
+            _ => Ok(()),
+        },
+        Err(e @ RunError::CheckFailed { .. }) => Err(Failure::error(Exit::Bug, e)),
+        Err(e) => Err(Failure::bad_input(e)),
+    }
+}

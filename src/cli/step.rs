@@ -1,0 +1,95 @@
+//! A `.step` file as every command that plans one uses it: read, parsed, verified, expanded
+//! (autodiff; a step without `backward` stays as it is), verified again, planned, and its
+//! plan run through the independent checker. Errors are rendered against the file's text
+//! (file:line:col, a label and a hint).
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use memplan::diagnostics;
+use memplan::formats::plan_json::{self, LoadError};
+use memplan::ir::graph::Graph;
+use memplan::passes::{Observer, PlanError, PlanOptions};
+use memplan::plan::Plan;
+use memplan::report::Subject;
+use memplan::report::locs::Locs;
+use miette::Diagnostic;
+
+use super::files::read_text;
+use super::{Exit, Failure};
+
+/// The text of a step and the path it came from.
+pub struct Source {
+    pub file: String,
+    pub text: String,
+}
+
+impl Source {
+    pub fn read(path: &Path) -> Result<Source, Failure> {
+        Ok(Source { file: path.display().to_string(), text: read_text(path)? })
+    }
+
+    /// A failure showing `diagnostic` against this source.
+    pub fn failure(&self, diagnostic: &dyn Diagnostic, exit: Exit) -> Failure {
+        let color = std::io::stderr().is_terminal();
+        Failure { message: diagnostics::render(diagnostic, &self.file, &self.text, color), exit }
+    }
+
+    /// Parses, verifies, expands and verifies the expanded step. An expanded step that does
+    /// not verify is a memplan bug.
+    pub fn graph(&self) -> Result<Graph, Failure> {
+        let graph = memplan::parse(&self.text).map_err(|e| self.failure(&e, Exit::BadInput))?;
+        memplan::verify(&graph).map_err(|e| self.failure(&e, Exit::BadInput))?;
+        let expanded = memplan::expand(&graph).map_err(|e| self.failure(&e, Exit::BadInput))?;
+        memplan::verify(&expanded).map_err(|e| Failure::bug("the expanded step does not verify", self.failure(&e, Exit::Bug).message))?;
+        Ok(expanded)
+    }
+
+    /// Plans `graph` and checks the plan independently; returns the graph the plan refers
+    /// to (rewritten when ops are recomputed under a budget).
+    pub fn plan(&self, graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), Failure> {
+        self.plan_observed(graph, options, &mut |_, _| {})
+    }
+
+    /// [`Source::plan`], showing the pipeline's context to `observe` after each pass.
+    pub fn plan_observed(&self, graph: &Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), Failure> {
+        let (graph, plan) = memplan::passes::plan_step_observed(graph, options, observe).map_err(|e| self.failure(&e, plan_exit(&e)))?;
+        memplan::check(&graph, &plan)
+            .map_err(|violations| Failure::bug(format_args!("the checker rejected the plan of {}", self.file), format_args!("{violations}\n")))?;
+        Ok((graph, plan))
+    }
+
+    /// `graph` (parsed from this source) and its plan, with source locations.
+    pub fn subject(self, graph: Graph, plan: Plan) -> Subject {
+        let locs = Locs::from_source(&graph, &self.file, &self.text);
+        Subject { source: self.file, graph, plan, locs }
+    }
+}
+
+/// How planning failed, as an exit status: a budget no recomputation meets is
+/// [`Exit::Unmet`]; every other [`PlanError`] is the step's or the flags' (a planner bug
+/// inside the pipeline is reported as such in the message).
+fn plan_exit(error: &PlanError) -> Exit {
+    if matches!(error, PlanError::BudgetUnmet { .. }) { Exit::Unmet } else { Exit::BadInput }
+}
+
+/// How reading a plan JSON failed, as an exit status: a plan the checker rejects is
+/// [`Exit::Bug`] (memplan wrote it, or someone edited it); the rest is bad input.
+fn load_exit(error: &LoadError) -> Exit {
+    if matches!(error, LoadError::Check { .. }) { Exit::Bug } else { Exit::BadInput }
+}
+
+/// A plan to report on, from a .step file (planned with `options`) or a plan JSON (read
+/// back and checked), and the name it goes by in reports.
+pub fn load_subject(path: &Path, options: &PlanOptions) -> Result<(String, Subject), Failure> {
+    let source = Source::read(path)?;
+    if path.extension().is_some_and(|e| e == "json") || source.text.trim_start().starts_with('{') {
+        let subject = plan_json::load(&source.text).map_err(|e| Failure::error(load_exit(&e), format_args!("{}: {e}", source.file)))?;
+        let name = format!("{} (@{}, planned from {})", source.file, subject.graph.name, subject.source);
+        return Ok((name, subject));
+    }
+    let graph = source.graph()?;
+    let (graph, plan) = source.plan(&graph, options)?;
+    let name = format!("{} (@{})", source.file, graph.name);
+    Ok((name, source.subject(graph, plan)))
+}
