@@ -6,7 +6,7 @@
 //! "over") and minimising; idealloc's real lists minimising (with the file's own placement
 //! where it has one); two synthetic 200000-buffer lists (no exact column): ten rounds of a
 //! 20000-buffer training step one after the other, and one 200000-buffer step whose live
-//! set grows with it (see `solve::offsets::synthetic`). Every solution is checked with
+//! set grows with it (see `memplan::testing::synthetic`). Every solution is checked with
 //! the independent `check_offsets`; a violation aborts the run.
 //!
 //! Time per search-based run (auto, exact): `--quick` gives 100 ms, else
@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use memplan::solve::offsets::Live;
 use memplan::formats::buffer_list::{ListedBuffer, parse_buffer_list};
 use memplan::checker::check_offsets;
-use memplan::solve::offsets::{self, Attempt, SolveError, SolveOptions, Solver, synthetic};
+use memplan::solve::offsets::{self, Attempt, SolveError, SolveOptions, Solver};
+use memplan::testing::synthetic;
 
 /// The columns: a solver each (`None` would print a dash).
 const SOLVERS: [(&str, Option<Solver>); 4] =

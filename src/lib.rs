@@ -23,10 +23,11 @@ pub mod ir;
 pub mod passes;
 pub mod plan;
 pub mod progress;
-pub mod random_step;
 pub mod report;
 pub mod rng;
 pub mod solve;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use autodiff::{AutodiffError, expand};
 pub use checker::{Violation, Violations, check};

@@ -370,21 +370,6 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// Deterministic numbers in [-1, 1) (xorshift), different per seed.
-fn rand(shape: &[usize], seed: u64) -> Dense {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let n = shape.iter().product();
-    let data = (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect();
-    Dense::new(shape.to_vec(), data)
-}
-
 fn case_args(g: &Graph, case: &Case) -> IndexMap<String, Dense> {
     let mut args = IndexMap::new();
     for (i, &a) in g.args.iter().enumerate() {
@@ -393,7 +378,7 @@ fn case_args(g: &Graph, case: &Case) -> IndexMap<String, Dense> {
         let t = match case.ints.iter().find(|(n, _)| *n == v.name) {
             Some((_, data)) => Dense::new(shape, data.to_vec()),
             None => {
-                let mut t = rand(&shape, 17 + i as u64);
+                let mut t = memplan::testing::rand_dense(&shape, 17 + i as u64);
                 (case.fix)(&v.name, &mut t);
                 t
             }

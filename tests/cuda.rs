@@ -22,7 +22,7 @@ use memplan::exec::cuda::view::{Addr, Arg, Launch, View, grid_1d};
 use memplan::exec::data::init_args;
 use memplan::ir::types::DType;
 use memplan::passes::PlanOptions;
-use memplan::random_step::random_step;
+use memplan::testing::random_step::random_step;
 use memplan::{Graph, Plan};
 
 /// The GPU with room for `arena` and `scratch` bytes, or `None` (printing why) when this

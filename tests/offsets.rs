@@ -7,7 +7,8 @@
 
 use memplan::checker::check_offsets;
 use memplan::solve::offsets::bestfit::{self, Order};
-use memplan::solve::offsets::{self, Live, Method, SolveError, SolveOptions, Solver, greedy, synthetic};
+use memplan::solve::offsets::{self, Live, Method, SolveError, SolveOptions, Solver, greedy};
+use memplan::testing::synthetic;
 
 /// Deterministic pseudo-random numbers (no dependency).
 struct Lcg(u64);

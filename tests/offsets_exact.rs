@@ -7,25 +7,11 @@
 
 use std::time::{Duration, Instant};
 
+use memplan::rng::Rng;
 use memplan::solve::offsets::Live;
 use memplan::solve::offsets::exact::{ExactResult, Limits, exact, searchable};
 use memplan::solve::offsets::minimize::minimize;
 use memplan::solve::offsets::{SolveError, SolveOptions, Solution, Solver, lower_bound, solve};
-
-/// xorshift64*: deterministic, no dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn l(first: usize, last: usize, size: u64) -> Live {
     Live { first, last, size }
@@ -199,7 +185,7 @@ fn check_against(intervals: &[Live], optimum: u64) -> u64 {
 
 #[test]
 fn agrees_with_brute_force_on_random_small_instances() {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     // Random instances this small almost always reach the lower bound; the filled ones
     // below cover the rest.
     for k in 0..600 {
@@ -209,7 +195,7 @@ fn agrees_with_brute_force_on_random_small_instances() {
 
 #[test]
 fn agrees_with_brute_force_on_eight_buffers() {
-    let mut rng = Rng(0x0123_4567_89AB_CDEF);
+    let mut rng = Rng::new(0x0123_4567_89AB_CDEF);
     for _ in 0..40 {
         let intervals = random_instance(&mut rng, 8, 8, 7, false);
         check_instance(&intervals);
@@ -218,7 +204,7 @@ fn agrees_with_brute_force_on_eight_buffers() {
 
 #[test]
 fn identical_buffers_and_large_sizes() {
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     for k in 0..150 {
         // Few shapes, so many twins; sizes multiples of 1024 exercise the gcd rounding.
         let shapes = random_instance(&mut rng, 3, 5, 3, false);
@@ -229,7 +215,7 @@ fn identical_buffers_and_large_sizes() {
 
 #[test]
 fn the_permutation_brute_force_agrees_with_trying_every_offset() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for k in 0..200 {
         let intervals = random_instance(&mut rng, 1 + k % 5, 5, 4, true);
         let optimum = brute_optimum(&intervals);
@@ -258,7 +244,7 @@ fn edge_cases() {
     // Reversed bounds are read as the same interval.
     assert!(matches!(exact(&[l(3, 0, 2), l(1, 1, 2)], 4, far()), ExactResult::Found(_)));
     // An expired deadline times out on anything that needs a search, but never panics.
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let big = random_instance(&mut rng, 60, 20, 50, false);
     let lower = lower_bound(&big).unwrap();
     let r = exact(&big, lower, Limits::until(Instant::now()));
@@ -288,7 +274,7 @@ fn solve_with_the_exact_solver() {
 
 #[test]
 fn agrees_with_brute_force_where_the_lower_bound_is_unreachable() {
-    let mut rng = Rng(0xDEAD_BEEF);
+    let mut rng = Rng::new(0xDEAD_BEEF);
     let (mut gaps, mut count) = (0, 0);
     while gaps < 200 {
         let mut intervals = filled_instance(&mut rng, 3 + count % 4, 5, 3, 3);
@@ -329,7 +315,7 @@ fn tile(rng: &mut Rng, (t0, t1): (usize, usize), (m0, m1): (u64, u64), depth: u3
 fn finds_perfect_packings_of_tiled_rectangles() {
     // Dozens of buffers, every time step exactly full: only a perfect packing fits, and
     // the search must split into parts, re-rank them and backtrack across them.
-    let mut rng = Rng(2024);
+    let mut rng = Rng::new(2024);
     let mut sizes = 0;
     for k in 0..100 {
         let mut intervals = Vec::new();
@@ -349,7 +335,7 @@ fn finds_perfect_packings_of_tiled_rectangles() {
 fn a_node_budget_gives_the_same_answer_whatever_the_clock() {
     // Tiled instances need search; with a node budget and a far deadline the answer
     // depends only on the budget: repeated runs agree, and a zero budget searches nothing.
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     for k in 0..20 {
         let mut intervals = Vec::new();
         tile(&mut rng, (0, 32), (0, 64 * 40), 6 + k % 3, &mut intervals);
@@ -381,7 +367,7 @@ fn a_node_budget_gives_the_same_answer_whatever_the_clock() {
 fn lists_too_large_to_search_are_left_as_they_are() {
     // 200000 buffers with thousands live at once: the search's tables would need billions
     // of entries, so the search is not tried (counted, not timed: no node is spent).
-    let intervals = memplan::solve::offsets::synthetic::training_like(200_000, 1);
+    let intervals = memplan::testing::synthetic::training_like(200_000, 1);
     let lower = lower_bound(&intervals).unwrap();
     let stacked: Vec<u64> = intervals.iter().scan(0u64, |top, l| Some(std::mem::replace(top, *top + l.size))).collect();
     let arena = stacked.last().unwrap() + intervals.last().unwrap().size;
@@ -391,5 +377,5 @@ fn lists_too_large_to_search_are_left_as_they_are() {
     assert_eq!(minimize(&intervals, lower, start, limits).offsets, stacked);
     assert_eq!(exact(&intervals, arena, limits), ExactResult::TimedOut);
     // Small lists are searched.
-    assert!(searchable(&memplan::solve::offsets::synthetic::training_like(2_000, 1)));
+    assert!(searchable(&memplan::testing::synthetic::training_like(2_000, 1)));
 }

@@ -1,4 +1,4 @@
-//! Property tests on seeded random training steps (`memplan::random_step`).
+//! Property tests on seeded random training steps (`memplan::testing::random_step`).
 //!
 //! For every seed in `0..SEEDS` the generated step is verified, round-tripped through the
 //! printer and the parser, planned, checked by the independent checker, and run on the CPU
@@ -15,7 +15,7 @@ use memplan::exec::cpu::{Placement, advance, run_step};
 use memplan::exec::data::init_args;
 use memplan::ir::ops::{Attr, OPS, OpKind};
 use memplan::passes::{PlanOptions, ScheduleKind};
-use memplan::random_step::{MAX_OPS, MIN_OPS, random_step};
+use memplan::testing::random_step::{MAX_OPS, MIN_OPS, random_step};
 use memplan::{Graph, check, parse, plan, print, verify};
 
 const SEEDS: u64 = 400;
@@ -205,7 +205,7 @@ fn the_generator_covers_every_op_and_feature() {
     // Sizes: small enough for fast CPU runs.
     for (seed, g) in graphs.iter().enumerate() {
         let largest = g.values.iter().map(|v| v.ty.shape.numel().unwrap()).max().unwrap_or(0);
-        assert!(largest <= memplan::random_step::MAX_OUT, "seed {seed}: a value has {largest} elements");
+        assert!(largest <= memplan::testing::random_step::MAX_OUT, "seed {seed}: a value has {largest} elements");
     }
 }
 

@@ -501,8 +501,8 @@ fn the_report_lists_the_recomputes() {
     assert!(names.contains("a.remat1"));
 }
 
-/// Random training steps (`memplan::random_step`), every recomputable op recomputed before
-/// each backward (or optimizer, or loss) op that reads it: every plan is sound, runs
+/// Random training steps (`memplan::testing::random_step`), every recomputable op
+/// recomputed before each backward (or optimizer, or loss) op that reads it: every plan is sound, runs
 /// bit-identically to the step as generated, and has the lower bound the problem predicts
 /// (the evaluation rule with shares is the in-place pass on the rewritten step). (Memory is not the point: random steps are
 /// small and mostly params; this covers views, several outputs, in-place reuse and updates
@@ -512,7 +512,7 @@ fn the_report_lists_the_recomputes() {
 fn random_steps_recomputing_everything() {
     let mut recomputes = 0;
     for seed in 0..80 {
-        let graph = memplan::random_step::random_step(seed);
+        let graph = memplan::testing::random_step::random_step(seed);
         let options = PlanOptions::default();
         let step = problem_of(&graph, &options);
         let mut dropped: Vec<bool> = step.problem.nodes.iter().map(|n| n.recomputable).collect();

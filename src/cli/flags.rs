@@ -53,7 +53,7 @@ impl PassFlags {
             ScheduleArg::Memory => ScheduleKind::Memory,
         };
         let (budget, checkpoint) =
-            budget_flags(self.budget.as_deref(), self.checkpoint.as_deref()).map_err(|message| Failure::bad_input(message))?;
+            budget_flags(self.budget.as_deref(), self.checkpoint.as_deref()).map_err(Failure::bad_input)?;
         let defaults = PlanOptions::default();
         let checkpoint = checkpoint.unwrap_or(defaults.checkpoint);
         Ok(PlanOptions {

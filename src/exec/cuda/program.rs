@@ -225,7 +225,7 @@ mod tests {
     use super::*;
     use crate::exec::cuda::source::{CUBLAS_GEMM, Param, kernels_for, signature};
     use crate::passes::PlanOptions;
-    use crate::random_step::random_step;
+    use crate::testing::random_step::random_step;
 
     fn load(file: &str) -> (Graph, Plan) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);

@@ -282,19 +282,9 @@ mod test_util {
         Dense::new(shape.to_vec(), data.to_vec())
     }
 
-    /// Deterministic pseudo-random numbers in [-1, 1) (xorshift), different per seed.
+    /// Numbers in [-1, 1), different per seed.
     pub fn rand(shape: &[usize], seed: u64) -> Dense {
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let n = shape.iter().product();
-        let data = (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-            })
-            .collect();
-        Dense::new(shape.to_vec(), data)
+        crate::testing::rand_dense(shape, seed)
     }
 
     pub fn ints(v: &[i64]) -> Attr {

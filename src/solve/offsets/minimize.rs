@@ -122,26 +122,24 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::rng::Rng;
     use crate::solve::offsets::{bestfit, lower_bound};
 
     /// Splits the rectangle `times` x `bytes` at random into `out` (a perfect packing of
     /// height `bytes.1 - bytes.0`, so the lower bound is reachable).
-    fn tile(seed: &mut u64, times: (usize, usize), bytes: (u64, u64), depth: u32, out: &mut Vec<Live>) {
-        let mut below = |n: u64| {
-            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (*seed >> 33) % n.max(1)
-        };
+    fn tile(rng: &mut Rng, times: (usize, usize), bytes: (u64, u64), depth: u32, out: &mut Vec<Live>) {
+        let mut below = |n: u64| rng.below(n.max(1));
         let units = (bytes.1 - bytes.0) / 64;
         if depth == 0 || (times.1 - times.0 < 2 && units < 2) {
             out.push(Live { first: times.0, last: times.1 - 1, size: bytes.1 - bytes.0 });
         } else if (below(2) == 0 && times.1 - times.0 >= 2) || units < 2 {
             let t = times.0 + 1 + below((times.1 - times.0 - 1) as u64) as usize;
-            tile(seed, (times.0, t), bytes, depth - 1, out);
-            tile(seed, (t, times.1), bytes, depth - 1, out);
+            tile(rng, (times.0, t), bytes, depth - 1, out);
+            tile(rng, (t, times.1), bytes, depth - 1, out);
         } else {
             let m = bytes.0 + 64 * (1 + below(units - 1));
-            tile(seed, times, (bytes.0, m), depth - 1, out);
-            tile(seed, times, (m, bytes.1), depth - 1, out);
+            tile(rng, times, (bytes.0, m), depth - 1, out);
+            tile(rng, times, (m, bytes.1), depth - 1, out);
         }
     }
 
@@ -149,8 +147,8 @@ mod tests {
     fn a_search_resumed_in_pieces_ends_as_one_run_does() {
         let mut searched = 0;
         for k in 0..30u64 {
-            let (mut seed, mut intervals) = (k, Vec::new());
-            tile(&mut seed, (0, 40), (0, 64 * 60), 9, &mut intervals);
+            let (mut rng, mut intervals) = (Rng::new(k), Vec::new());
+            tile(&mut rng, (0, 40), (0, 64 * 60), 9, &mut intervals);
             let lower = crate::solve::offsets::max_live(&intervals).unwrap().0;
             let far = Instant::now() + std::time::Duration::from_secs(600);
             let mut prepared = Prepared::new(&intervals);

@@ -26,7 +26,6 @@ mod busy;
 pub mod exact;
 pub mod greedy;
 pub mod minimize;
-pub mod synthetic;
 pub mod window;
 
 use std::time::{Duration, Instant};
@@ -281,7 +280,7 @@ pub fn solve_reporting(
 const PARALLEL_FROM: usize = 20_000;
 
 /// Whether the machine has a second hardware thread. On 2 cores the two best-fit orders on
-/// `synthetic::training_like(200000)` take 3.2 to 3.7 s side by side against 5.0 to 5.8 s
+/// `testing::synthetic::training_like(200000)` take 3.2 to 3.7 s side by side against 5.0 to 5.8 s
 /// one after the other (benches/BENCHMARKS.md), so two is enough.
 fn spare_cores() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)

@@ -15,8 +15,8 @@
 //! every pair of overlapping buffers is quadratic here. The same `(n, seed)` always gives
 //! the same list (`crate::rng`).
 
-use super::Live;
 use crate::rng::Rng;
+use crate::solve::offsets::Live;
 
 /// Uniform in `0..n` (`n > 0`; the modulo bias is irrelevant here).
 fn below(rng: &mut Rng, n: u64) -> u64 {

@@ -4,7 +4,8 @@
 //! [`random_step`]`(seed)` builds a small VALID step (it passes [`verify`](crate::verify)):
 //! 5 to 40 ops, tensors of at most [`MAX_OUT`] elements, so the CPU reference runs it in
 //! milliseconds. The same seed always gives the same graph: every random choice comes
-//! from one [`Rng`] (SplitMix64, whose stream never changes) and nothing iterates a hash map.
+//! from one [`Rng`] (`crate::rng`, whose stream never changes) and nothing iterates a hash
+//! map.
 //!
 //! # How
 //!
