@@ -2,14 +2,17 @@
 //!
 //! A step is written in a small text IR (docs/IR.md). [`parse`] turns text into a
 //! [`Graph`]; [`verify`] checks the graph's invariants; [`expand`] turns a forward-only step
-//! (`backward %loss with adam(...)`) into the full training step (autodiff; verify it
-//! again after); [`plan()`](passes::plan) runs the passes
-//! (schedule, lifetimes, offsets; see `passes`) and returns a [`Plan`] that places every
-//! value in ONE arena (under a memory budget, [`plan_step`] may recompute forward values and
-//! returns the rewritten step with its plan); [`check`] re-derives everything from the plan, independently of the
-//! planner, and reports every violation. Reports render plans for people.
+//! (`backward %loss with adam(...)`) into the full training step (autodiff; verify it again
+//! after); [`plan()`](passes::plan) runs the passes (schedule, in-place reuse, remat under a
+//! budget, buffers, offsets; see `passes`) and returns a [`Plan`] that places every value
+//! in ONE arena (under a memory budget, [`plan_step`] may recompute forward values and
+//! returns the rewritten step with its plan); [`check`] re-derives everything from the
+//! plan, independently of the planner, and reports every violation. Reports render plans
+//! for people, `formats` reads and writes the files, executors run a plan.
 //!
-//! Data flows one way: text → graph → expand → passes → plan → (checker | report | executor).
+//! Data flows one way: text → graph → expand → passes (lowering to the IR-free solvers of
+//! `solve`) → plan → (checker | report | formats | executor). docs/ARCHITECTURE.md draws
+//! the layers and says what may import what.
 
 pub mod analysis;
 pub mod autodiff;
