@@ -40,7 +40,7 @@ pub struct Plan {
     pub savings: Savings,
     /// What rematerialisation did, when the plan was made under a budget (added in schema
     /// 3; `None` without one).
-    pub remat: Option<Remat>,
+    pub remat: Option<RematRecord>,
 }
 
 /// Rematerialisation under a budget: what was recomputed and what it costs.
@@ -49,7 +49,7 @@ pub struct Plan {
 /// (a *clone*), listed in `recomputes` with the op it repeats; the checker verifies each
 /// one computes the same bits as its original. Costs are the op table's FLOPs.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
-pub struct Remat {
+pub struct RematRecord {
     /// The budget in bytes (a fraction already resolved against `arena_without`); `None`
     /// when the caller gave the recomputation sequence itself.
     pub budget: Option<u64>,
@@ -66,7 +66,7 @@ pub struct Remat {
     pub recomputes: Vec<Recompute>,
 }
 
-impl Remat {
+impl RematRecord {
     /// The extra compute as a percentage of one plain step (`0.0` when nothing was recomputed).
     pub fn overhead_percent(&self) -> f64 {
         if self.base_flops == 0 { 0.0 } else { (self.flops as f64 / self.base_flops as f64 - 1.0) * 100.0 }

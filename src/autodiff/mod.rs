@@ -79,7 +79,7 @@ pub enum AutodiffError {
 
 /// Expands `graph`'s `backward` statement into gradients, optimizer ops and updates (see
 /// the module docs). A graph without `backward` is returned unchanged. `graph` should have
-/// passed [`verify`](crate::verify).
+/// passed [`verify`].
 pub fn expand(graph: &Graph) -> Result<Graph, AutodiffError> {
     let Some(backward) = &graph.backward else { return Ok(graph.clone()) };
     verify(graph).map_err(AutodiffError::Invalid)?;

@@ -50,7 +50,7 @@ use thiserror::Error;
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::ir::verify::{VerifyErrors, verify, verify_schedule};
-use crate::plan::{DEFAULT_ALIGNMENT, Plan, Remat};
+use crate::plan::{DEFAULT_ALIGNMENT, Plan, RematRecord};
 use crate::solve::Node;
 use crate::solve::offsets::Solver;
 use crate::solve::remat::Strategy;
@@ -236,7 +236,7 @@ pub struct Context<'g> {
     /// The input's in-place pairs for that order (the in-place pass; all `None` when off).
     pub input_reuse: Option<Reuse>,
     /// What the remat pass recorded, when it ran.
-    pub remat: Option<Remat>,
+    pub remat: Option<RematRecord>,
     /// The step rewritten by the remat pass, when it recomputes values.
     pub recomputed: Option<Recomputed>,
     /// The buffers of the step as planned (the buffers pass).
@@ -277,12 +277,6 @@ impl<'g> Context<'g> {
         let plan = self.plan.expect("the full pipeline makes a plan");
         (self.recomputed.map_or_else(|| self.input.clone(), |r| r.step.graph), plan)
     }
-
-    /// The plan, once the offsets pass ran on the input itself.
-    fn into_planned_of_input(self) -> Plan {
-        debug_assert!(self.recomputed.is_none());
-        self.plan.expect("the full pipeline makes a plan")
-    }
 }
 
 /// Sees the context after each pass (for `--print-ir-after`).
@@ -296,7 +290,7 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
     if cx.recomputed.is_some() {
         return Err(PlanError::Rewritten);
     }
-    Ok(cx.into_planned_of_input())
+    Ok(cx.plan.expect("the full pipeline makes a plan"))
 }
 
 /// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
@@ -361,7 +355,6 @@ fn drive<'g>(
         return Err(PlanError::NotExpanded { step: graph.name.clone(), span: backward.span.into() });
     }
     verify(graph).map_err(PlanError::Invalid)?;
-    let reuse_for = |g: &Graph, order: &[OpId]| if options.inplace { inplace(g, order) } else { no_reuse(g) };
     let mut cx = Context::new(graph);
     for pass in Pass::ALL {
         let ran = match pass {
@@ -372,7 +365,7 @@ fn drive<'g>(
                 true
             }
             Pass::Inplace => {
-                cx.input_reuse = Some(reuse_for(graph, &cx.input_schedule));
+                cx.input_reuse = Some(reuse_for(graph, &cx.input_schedule, options));
                 true
             }
             Pass::Remat => match sequence {
@@ -382,7 +375,7 @@ fn drive<'g>(
                     let done = remat::pass(graph, &cx.input_schedule, (options.alignment, options.inplace), sequence, &arena)?;
                     cx.remat = Some(done.record);
                     cx.recomputed = done.rewritten.map(|step| {
-                        let reuse = reuse_for(&step.graph, &step.schedule);
+                        let reuse = reuse_for(&step.graph, &step.schedule, options);
                         Recomputed { step, reuse }
                     });
                     true
@@ -419,10 +412,14 @@ fn drive<'g>(
 /// and their lower bound ([`Measured::arena`] adds offsets). How the schedule pass and the
 /// remat pass judge a candidate order.
 pub fn measure(graph: &Graph, order: &[OpId], options: &PlanOptions) -> Result<Measured, PlanError> {
-    let reuse = if options.inplace { inplace(graph, order) } else { no_reuse(graph) };
-    let buffers = assign_buffers(graph, order, &reuse)?;
+    let buffers = assign_buffers(graph, order, &reuse_for(graph, order, options))?;
     let lower_bound = offsets::lower_bound(&buffers, options.alignment)?;
     Ok(Measured { buffers, lower_bound })
+}
+
+/// The in-place pass's pairs for `graph` run in `order`, or none when `options` turn it off.
+fn reuse_for(graph: &Graph, order: &[OpId], options: &PlanOptions) -> Reuse {
+    if options.inplace { inplace(graph, order) } else { no_reuse(graph) }
 }
 
 /// What [`measure`] found.

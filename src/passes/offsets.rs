@@ -9,7 +9,7 @@ use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::passes::buffers::Buffers;
 use crate::passes::{PlanError, PlanOptions};
-use crate::plan::{Buffer, Plan, Remat, SCHEMA_VERSION, Savings, align_up};
+use crate::plan::{Buffer, Plan, RematRecord, SCHEMA_VERSION, Savings, align_up};
 use crate::solve::offsets::{self, Live, SolveOptions};
 
 /// The buffers' live ranges, sizes rounded up to `alignment`.
@@ -43,7 +43,7 @@ pub fn assign_offsets(
     buffers: &Buffers,
     options: &PlanOptions,
     savings: Savings,
-    remat: Option<Remat>,
+    remat: Option<RematRecord>,
 ) -> Result<Plan, PlanError> {
     let intervals = intervals(buffers, options.alignment)?;
     let solve_options =

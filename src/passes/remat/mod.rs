@@ -1,12 +1,11 @@
 //! The remat pass: recompute forward values so that a step fits a memory budget.
 //!
 //! Runs after the schedule and in-place passes, on the scheduled step:
-//! 1. [`problem::step_problem`] turns the step and its schedule into a
-//!    [`Problem`](crate::solve::remat::Problem) of the IR-free solver
-//!    (`crate::solve::remat`): node `i` is the op at schedule position `i`, values are the
-//!    buffers the buffer pass would make (views share their root's bytes, an update's new
-//!    value its target's), params, inputs and state exist before the first node, updated
-//!    params and returned values survive;
+//! 1. [`problem::step_problem`] turns the step and its schedule into a [`Problem`] of the
+//!    IR-free solver (`crate::solve::remat`): node `i` is the op at schedule position `i`,
+//!    values are the buffers the buffer pass would make (views share their root's bytes,
+//!    an update's new value its target's), params, inputs and state exist before the first
+//!    node, updated params and returned values survive;
 //! 2. a strategy (`crate::solve::remat::solve`) picks a sequence of nodes, repeats being
 //!    recomputes, whose peak under the core's evaluation rule fits a problem budget;
 //! 3. [`apply::apply`] rewrites the step to run that sequence: each repeat becomes a
@@ -65,7 +64,7 @@ use std::collections::HashSet;
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::passes::PlanError;
-use crate::plan::Remat;
+use crate::plan::RematRecord;
 use crate::solve::Node;
 use crate::solve::remat::{Problem, Recomputation, RematError, Strategy, evaluate};
 pub use apply::{ApplyError, Rewritten};
@@ -97,7 +96,7 @@ pub enum Sequence<'a> {
 
 /// What the pass did: the plan's record, and the rewritten step when it recomputes.
 pub struct Done {
-    pub record: Remat,
+    pub record: RematRecord,
     pub rewritten: Option<Rewritten>,
 }
 
@@ -117,7 +116,7 @@ pub fn pass(
             (Some(rewritten), None, measure(graph, schedule)?, "given")
         }
         Sequence::Solve { name, strategy, budget } => {
-            let outcome = remat(graph, schedule, budget, (alignment, inplace), name, strategy, measure)?;
+            let outcome = fit_budget(graph, schedule, budget, (alignment, inplace), name, strategy, measure)?;
             (outcome.rewritten, Some(outcome.budget), outcome.arena_without, name)
         }
     };
@@ -125,7 +124,7 @@ pub fn pass(
     let recomputes = rewritten.as_ref().map_or(Vec::new(), |r| r.recomputes.clone());
     let clones: HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
     let flops = |op: OpId| problem::op_flops(g, op);
-    let record = Remat {
+    let record = RematRecord {
         budget,
         strategy: name.to_string(),
         arena_without,
@@ -150,7 +149,7 @@ pub struct Outcome {
 /// Fits `graph`, run in `schedule`, into `budget` (see the module docs), for a plan with
 /// `alignment` that reuses bytes in place if `inplace`. `name` names the strategy in
 /// errors.
-pub fn remat(
+pub fn fit_budget(
     graph: &Graph,
     schedule: &[OpId],
     budget: Budget,

@@ -15,7 +15,7 @@
 //! placements, see docs/PLANNING.md; `minimize.rs` drives it towards the smallest arena)
 //! starts from the best heuristic solution. [`Solver::Auto`] (the default) runs every
 //! heuristic and keeps the smallest arena; while that is above the lower bound (or above
-//! the capacity), on lists of [`window::WINDOW_FROM`] buffers or more it runs the exact
+//! the capacity), on lists of `window::WINDOW_FROM` buffers or more it runs the exact
 //! solver on windows of steps around the peak (`window.rs`: the rest placed around them),
 //! then hands the rest of its time limit to the exact solver on the whole list (`exact_step`);
 //! [`Solver::Exact`] does the same after best-fit alone. Lists too large for the search's
