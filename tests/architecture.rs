@@ -18,12 +18,13 @@
 //! How: `tests/support/rust_source.rs` reads each file (a small lexer drops comments, doc
 //! comments, strings and chars; the items under `#[cfg(test)]` and `#[test]` are dropped
 //! too) and lists its `use` declarations and `crate::`/`self::`/`super::` paths (and paths
-//! that start with a child module's name); this file resolves them. A path resolves to the deepest module of the file tree it names,
-//! following item-level `use` imports (`crate::parse` is `crate::ir::parse::parse` through
-//! src/lib.rs's `pub use`; `super::Violation` is `checker::violation` when checker/mod.rs
-//! re-exports it). Where a module and a function share a name (`crate::plan`), a path
-//! followed by `::` is the module, a path in code is the function, and a `use` of the
-//! name is the module only if the file then writes `name::…`.
+//! that start with a child module's name); this file resolves them. A path resolves to the
+//! deepest module of the file tree it names, following item-level `use` imports
+//! (`crate::parse` is `crate::ir::parse::parse` through src/lib.rs's `pub use`;
+//! `super::Violation` is `checker::violation` when checker/mod.rs re-exports it). Where a
+//! module and a function share a name (`crate::plan`), a path followed by `::` is the
+//! module, a path in code is the function, and a `use` of the name is the module only if
+//! the file then writes `name::…`.
 //!
 //! Known limits: macros are not expanded (paths inside macro invocations are read as
 //! written; a macro defined in one module and invoked in another counts where it is
