@@ -322,7 +322,6 @@ impl fmt::Debug for OpDef {
     }
 }
 
-
 impl OpDef {
     /// One-line usage, for help lines and docs: inputs, attributes with their defaults (or
     /// `<kind>` where the attribute must be written), outputs. For example
