@@ -1,0 +1,230 @@
+"""`python -m memplan_torch`: the command line.
+
+    python -m memplan_torch export FILE.py:FUNC -o OUT.step [--optimizer sgd|momentum|adam|adamw]
+        [--lr F] [--weight-decay F] [--momentum F] [--amp bf16|f16] [--weights OUT.safetensors]
+    python -m memplan_torch fit FILE.py:FUNC --memory 80GiB [--budget B] [--memplan PATH]
+
+`FUNC()` returns `(model, example_inputs)`; `model(*example_inputs)` returns the scalar
+training loss. `export` calls it under `virtual()` (no weight memory) unless `--weights`
+asks for the initial parameters, which then need real tensors. `fit` calls `FUNC(batch=N)`
+for growing N, exports and plans each (planning, not running) and prints batch -> arena.
+
+Exit status as memplan's: 0 success, 1 bad input (an unreadable file, an op memplan
+cannot express, an output that exists), 2 nothing fits the memory given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import safetensors
+from .export import OPTIMIZERS, export_step, step_arguments, virtual
+from .step import ExportError
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+class Failure(Exception):
+    """A message for stderr and an exit status."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
+def format_bytes(n: int) -> str:
+    """`3512576 B (3.35 MiB)`, as memplan's reports write sizes."""
+    if n < 1024:
+        return f"{n} B"
+    value, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{n} B ({value:.2f} {unit})"
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `80GiB`, `800MB`, `1048576` (memplan's units, case-sensitive)."""
+    number = text.rstrip("BKMGTi")
+    unit = text[len(number):].strip() or "B"
+    if unit not in _UNITS:
+        raise Failure(f"`{text}`: unknown unit `{unit}` (units: {', '.join(_UNITS)})")
+    try:
+        value = float(number)
+    except ValueError:
+        raise Failure(f"`{text}` does not start with a number") from None
+    if value <= 0:
+        raise Failure(f"`{text}`: expected a positive size")
+    return int(value * _UNITS[unit])
+
+
+def load_function(spec: str):
+    """`FILE.py:FUNC` -> the function (the file's directory goes on sys.path first, so the
+    file can import its neighbours)."""
+    if ":" not in spec:
+        raise Failure(f"`{spec}`: expected FILE.py:FUNC")
+    file, func = spec.rsplit(":", 1)
+    path = Path(file)
+    if not path.is_file():
+        raise Failure(f"{file}: no such file")
+    sys.path.insert(0, str(path.resolve().parent))
+    module_spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[path.stem] = module
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, func):
+        raise Failure(f"{file} defines no `{func}`")
+    return getattr(module, func)
+
+
+def _model_and_inputs(result, spec: str):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise Failure(f"{spec} must return (model, example_inputs)")
+    model, inputs = result
+    return model, tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+
+
+def _write_new(path: str, text: str) -> None:
+    try:
+        with open(path, "x") as f:
+            f.write(text)
+    except FileExistsError:
+        raise Failure(f"{path} exists; memplan never overwrites a file") from None
+
+
+def cmd_export(args) -> None:
+    if os.path.exists(args.output):
+        raise Failure(f"{args.output} exists; memplan never overwrites a file")
+    if args.weights and os.path.exists(args.weights):
+        raise Failure(f"{args.weights} exists; memplan never overwrites a file")
+    func = load_function(args.function)
+    if args.weights:
+        model, inputs = _model_and_inputs(func(), args.function)
+    else:
+        with virtual():
+            model, inputs = _model_and_inputs(func(), args.function)
+    text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
+                       momentum=args.momentum, amp=args.amp, name=args.name or Path(args.output).stem)
+    _write_new(args.output, text)
+    print(f"wrote {args.output}")
+    if args.weights:
+        try:
+            safetensors.write_new(args.weights, step_arguments(model, inputs, args.amp))
+        except FileExistsError:
+            raise Failure(f"{args.weights} exists; memplan never overwrites a file") from None
+        print(f"wrote {args.weights}")
+
+
+def find_memplan(given: str | None) -> str:
+    path = given or os.environ.get("MEMPLAN") or shutil.which("memplan")
+    if not path:
+        raise Failure("cannot find the memplan binary: give --memplan PATH or set MEMPLAN (cargo build --release builds target/release/memplan)")
+    return path
+
+
+def plan_arena(memplan: str, step_text: str, budget: str | None) -> int:
+    """The planned arena of a step, in bytes (memplan plan --format json)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "step.step")
+        with open(path, "w") as f:
+            f.write(step_text)
+        command = [memplan, "plan", path, "--format", "json"] + (["--budget", budget] if budget else [])
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode == 2:
+        return -1  # the budget cannot be met at this batch
+    if done.returncode != 0:
+        raise Failure(f"memplan plan failed ({done.returncode}):\n{done.stderr}")
+    return int(json.loads(done.stdout)["arena_bytes"])
+
+
+def cmd_fit(args) -> None:
+    memory = parse_size(args.memory)
+    memplan = find_memplan(args.memplan)
+    func = load_function(args.function)
+    arenas: dict[int, int] = {}
+
+    def arena_at(batch: int) -> int:
+        if batch not in arenas:
+            with virtual():
+                model, inputs = _model_and_inputs(func(batch=batch), args.function)
+            text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
+                               amp=args.amp, name="fit")
+            arenas[batch] = plan_arena(memplan, text, args.budget)
+        return arenas[batch]
+
+    def fits(batch: int) -> bool:
+        arena = arena_at(batch)
+        return 0 <= arena <= memory
+
+    best, batch = 0, 1
+    while batch <= args.max_batch and fits(batch):
+        best, batch = batch, batch * 2
+    if best and batch <= args.max_batch:
+        low, high = best, batch  # fits(low), not fits(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid)
+        best = low
+    print(f"{'batch':>8}  {'arena':>28}")
+    for b in sorted(arenas):
+        a = arenas[b]
+        shown = "budget not met" if a < 0 else format_bytes(a)
+        mark = "  fits" if 0 <= a <= memory else ""
+        print(f"{b:>8}  {shown:>28}{mark}")
+    if not best:
+        raise Failure(f"no batch fits in {args.memory} (batch 1 needs {arenas.get(1)} bytes)", status=2)
+    print(f"largest batch that fits in {args.memory}: {best}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memplan_torch", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def optimizer_flags(p):
+        p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="adamw", help="the optimizer (default adamw, as torch.optim.AdamW)")
+        p.add_argument("--lr", type=float, help="learning rate (default: PyTorch's, 0.001)")
+        p.add_argument("--weight-decay", type=float, help="weight decay (adamw; default 0.01)")
+        p.add_argument("--amp", choices=["bf16", "f16"], help="export the forward under autocast to this dtype")
+
+    export = commands.add_parser("export", help="write the training step of FUNC()'s model as a .step file")
+    export.add_argument("function", metavar="FILE.py:FUNC")
+    export.add_argument("-o", "--output", required=True, metavar="OUT.step", help="the new .step file (never overwritten)")
+    optimizer_flags(export)
+    export.add_argument("--momentum", type=float, help="momentum (the momentum optimizer; default 0.9)")
+    export.add_argument("--weights", metavar="OUT.safetensors", help="also write the initial parameters and inputs, named as in the step")
+    export.add_argument("--name", help="the step's name (default: the output file's stem)")
+
+    fit = commands.add_parser("fit", help="the largest batch whose planned arena fits in --memory")
+    fit.add_argument("function", metavar="FILE.py:FUNC", help="FUNC(batch=N) returns (model, example_inputs)")
+    fit.add_argument("--memory", required=True, help="the memory to fit in: 80GiB, 800MB, 1048576")
+    fit.add_argument("--budget", help="plan with memplan's --budget (recompute to fit): a size or a fraction like 0.8x")
+    fit.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
+    fit.add_argument("--max-batch", type=int, default=1 << 16, help="the largest batch tried (default 65536)")
+    optimizer_flags(fit)
+
+    args = parser.parse_args(argv)
+    try:
+        (cmd_export if args.command == "export" else cmd_fit)(args)
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, as memplan does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except Failure as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.status
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

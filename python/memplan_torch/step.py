@@ -1,0 +1,136 @@
+"""Writing a memplan step (the `.step` text of docs/IR.md) from Python.
+
+`StepWriter` collects arguments, ops (each output with its type, so memplan checks every
+shape the exporter claims), a `backward` statement and the returned values, and prints
+them in memplan's canonical layout: two-space indent, one argument per line with a
+trailing comma, every output typed, attributes as `name=value`. Names are made unique
+here: a name already taken gets `.1`, `.2`, ... appended.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+# torch dtype -> memplan dtype.
+DTYPES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.bool: "bool",
+}
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.]")
+
+
+class ExportError(Exception):
+    """A model or an op memplan cannot express; the message says which and why."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ExportError(f"dtype {dtype} has no memplan equivalent (memplan has {', '.join(DTYPES.values())})") from None
+
+
+def type_text(dtype: torch.dtype, shape) -> str:
+    """`f32[64,256]` for a float32 tensor of shape (64, 256)."""
+    return f"{dtype_name(dtype)}[{','.join(str(int(d)) for d in shape)}]"
+
+
+def float_text(x: float) -> str:
+    """A float as memplan prints it: shortest round trip, `1e-8` not `1e-08`, `inf`."""
+    if math.isnan(x):
+        raise ExportError("NaN cannot be written in memplan's IR")
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    text = repr(float(x))
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    return text
+
+
+def attr_text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return float_text(value)
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(str(int(v)) for v in value) + "]"
+    raise ExportError(f"cannot write attribute value {value!r}")
+
+
+def clean_name(name: str) -> str:
+    """`name` with characters memplan's names do not allow replaced by `_`."""
+    cleaned = _NAME_CHARS.sub("_", name).strip(".")
+    return cleaned or "v"
+
+
+@dataclass
+class Op:
+    outputs: list[tuple[str, str]]  # (name, type)
+    op: str
+    inputs: list[str]
+    attrs: list[tuple[str, object]]
+    loc: tuple[str, int] | None
+
+
+@dataclass
+class StepWriter:
+    name: str
+    args: list[tuple[str, str, str]] = field(default_factory=list)  # (name, type, role)
+    ops: list[Op] = field(default_factory=list)
+    backward: tuple[str, str, list[tuple[str, object]]] | None = None
+    returns: list[str] = field(default_factory=list)
+    _taken: set[str] = field(default_factory=set)
+
+    def unique(self, name: str) -> str:
+        """`name` (cleaned), or with `.1`, `.2`, ... appended if it is taken; reserves it."""
+        base = clean_name(name)
+        candidate, k = base, 0
+        while candidate in self._taken:
+            k += 1
+            candidate = f"{base}.{k}"
+        self._taken.add(candidate)
+        return candidate
+
+    def arg(self, name: str, ty: str, role: str) -> str:
+        name = self.unique(name)
+        self.args.append((name, ty, role))
+        return name
+
+    def op(self, names: list[str], types: list[str], op: str, inputs: list[str], attrs=(), loc=None) -> list[str]:
+        """Appends `names... = op(inputs..., attrs...)`; returns the (unique) output names."""
+        outs = [self.unique(n) for n in names]
+        self.ops.append(Op(list(zip(outs, types)), op, list(inputs), list(attrs), loc))
+        return outs
+
+    def text(self) -> str:
+        lines = [f"step @{clean_name(self.name)}(" if self.args else f"step @{clean_name(self.name)}() {{"]
+        if self.args:
+            lines += [f"  %{n}: {t} {r}," for n, t, r in self.args]
+            lines.append(") {")
+        for op in self.ops:
+            outs = ", ".join(f"%{n}: {t}" for n, t in op.outputs)
+            operands = [f"%{v}" for v in op.inputs] + [f"{k}={attr_text(v)}" for k, v in op.attrs]
+            loc = f' loc("{op.loc[0]}":{op.loc[1]})' if op.loc else ""
+            lines.append(f"  {outs} = {op.op}({', '.join(operands)}){loc}")
+        if self.backward:
+            loss, optimizer, attrs = self.backward
+            rendered = ", ".join(f"{k}={attr_text(v)}" for k, v in attrs)
+            lines.append(f"  backward %{loss} with {optimizer}({rendered})")
+        if self.returns:
+            lines.append("  return " + ", ".join(f"%{v}" for v in self.returns))
+        lines.append("}")
+        return "\n".join(lines) + "\n"

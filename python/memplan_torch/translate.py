@@ -1,0 +1,559 @@
+"""ATen graph -> memplan step: one handler per ATen op.
+
+Input: the forward graph `torch.export` captured (its training IR: high-level ATen ops such
+as `linear`, `scaled_dot_product_attention`, `rms_norm`, `cross_entropy_loss`, kept whole).
+Each node becomes memplan ops; every output is written with the type PyTorch's fake tensor
+gives it, so memplan's verifier re-checks every shape. The step ends with the loss and a
+`backward` statement: memplan's own autodiff writes the gradients and the optimizer
+update (docs/AUTODIFF.md), so the exported step is the whole training step.
+
+Views stay views: `view`, `reshape`, `flatten`, `unsqueeze`, `squeeze`, `transpose`,
+`permute`, `t` and `expand` become memplan's `reshape`, `transpose` and `expand`, which
+share their input's bytes, exactly as PyTorch's storage does; an op that PyTorch would run
+without copying is never turned into a copy, except where memplan's `reshape` needs dense
+data and PyTorch's `view` does not (the exporter then writes `contiguous` first: the report
+shows it). Identity ops (`alias`, `detach`, `contiguous` of dense data, `dropout` with p=0
+or in eval mode) emit nothing.
+
+Names: an op's output is named after the module that computes it (its `nn_module_stack`
+path): a module's result is the module path itself (`blocks.3.attn.q_proj`), other values
+are `path.op` (`blocks.3.attn.transpose`), the loss is `loss`; parameters and buffers keep
+their state-dict names. Each op carries the source line of the user's code that called it
+(the innermost stack frame outside torch itself) as `loc("model.py":42)`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from .step import ExportError, StepWriter, type_text
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
+
+
+@dataclass(frozen=True)
+class Value:
+    """A memplan value and PyTorch's fake tensor for it (dtype, shape, strides)."""
+
+    name: str
+    fake: torch.Tensor
+    # Whether memplan sees the elements dense and row-major in their storage (its
+    # `reshape` needs that): not after a `transpose` that moves a dimension, nor after an
+    # `expand` that broadcasts, even where PyTorch calls a size-1 dimension's stride moot.
+    dense: bool = True
+
+    @property
+    def type(self) -> str:
+        return type_text(self.fake.dtype, self.fake.shape)
+
+    @property
+    def shape(self) -> list[int]:
+        return [int(d) for d in self.fake.shape]
+
+    @property
+    def rank(self) -> int:
+        return len(self.fake.shape)
+
+
+def source_loc(node) -> tuple[str, int] | None:
+    """The innermost frame of `node`'s stack trace outside torch: (file name, line)."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = [(f, int(line)) for f, line in _FRAME.findall(trace)]
+    user = [(f, line) for f, line in frames if not os.path.abspath(f).startswith(_TORCH_DIR)]
+    if not user:
+        return None
+    file, line = user[-1]
+    return os.path.basename(file), line
+
+
+def module_path(node) -> str:
+    """The path of the innermost nn.Module computing `node` ('' for the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return re.sub(r"^L\['self'\]\.?", "", str(path))
+
+
+class Translator:
+    """Translates one exported program into a `StepWriter` (see the module docs)."""
+
+    def __init__(self, program: ExportedProgram, writer: StepWriter):
+        self.program = program
+        self.w = writer
+        self.env: dict[torch.fx.Node, object] = {}
+        self.node: torch.fx.Node | None = None
+        self.unsupported: dict[str, list[str]] = {}
+        self.roles: dict[str, str] = {}  # memplan argument name -> role
+        self.arg_sources: dict[str, str] = {}  # memplan argument name -> state-dict or input name
+
+    # -- the walk ------------------------------------------------------------------------
+
+    def run(self) -> Value:
+        graph = self.program.graph
+        self._plan_names(graph)
+        self.arguments()
+        loss = None
+        for node in graph.nodes:
+            self.node = node
+            if node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                outs = node.args[0]
+                loss = self.env.get(outs[0]) if len(outs) >= 1 else None
+        if self.unsupported:
+            lines = [f"  {op} ({len(where)}x, e.g. {where[0]})" for op, where in sorted(self.unsupported.items())]
+            raise ExportError("ops memplan cannot express yet:\n" + "\n".join(lines))
+        if not isinstance(loss, Value):
+            raise ExportError("the model must return its loss (a scalar tensor) first")
+        if loss.rank != 0 or not loss.fake.dtype.is_floating_point:
+            raise ExportError(f"the model returned {loss.type}, not a float scalar loss")
+        return loss
+
+    def _plan_names(self, graph):
+        """Which nodes are a module's result (named after the module itself), and the loss
+        (named `loss`)."""
+        self.result_of_module: set[torch.fx.Node] = set()
+        outputs = [n for n in graph.nodes if n.op == "output"]
+        self.loss_node = outputs[0].args[0][0] if outputs and outputs[0].args[0] else None
+        for node in graph.nodes:
+            if node.op != "call_function":
+                continue
+            path = module_path(node)
+            if not path:
+                continue
+            for user in node.users:
+                user_path = module_path(user) if user.op == "call_function" else ""
+                if user.op == "output" or not (user_path == path or user_path.startswith(path + ".")):
+                    self.result_of_module.add(node)
+                    break
+
+    def arguments(self):
+        """The step's arguments: parameters, buffers and constants (by their state-dict
+        names), and the user's inputs (by the forward's parameter names)."""
+        graph = self.program.graph
+        sig = self.program.graph_signature
+        kinds = {spec.arg.name: spec for spec in sig.input_specs}
+        for node in graph.nodes:
+            if node.op != "placeholder":
+                continue
+            spec = kinds[node.name]
+            fake = node.meta["val"]
+            if not isinstance(fake, torch.Tensor):
+                raise ExportError(f"input {node.name} is not a tensor ({type(fake).__name__})")
+            if spec.kind == InputKind.PARAMETER:
+                role, source = "param", spec.target
+                if not fake.dtype.is_floating_point:
+                    raise ExportError(f"parameter {spec.target} is {fake.dtype}: memplan trains float params only")
+            elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                role, source = "state", spec.target
+            elif spec.kind == InputKind.USER_INPUT:
+                role, source = "input", node.name
+            else:
+                raise ExportError(f"input {node.name} of kind {spec.kind} is not supported")
+            name = self.w.arg(source, type_text(fake.dtype, fake.shape), role)
+            self.env[node] = Value(name, fake)
+            self.roles[name] = role
+            self.arg_sources[name] = source
+
+    def _call(self, node):
+        target = node.target
+        if target is operator.getitem:
+            self.env[node] = self.env[node.args[0]][node.args[1]]
+            return
+        key = str(target)
+        handler = HANDLERS.get(key)
+        if handler is None:
+            self.unsupported.setdefault(key, []).append(node.name)
+            return
+        if any(n not in self.env for n in node.all_input_nodes):
+            return  # it reads an op reported above
+        args = [self._resolve(a) for a in node.args]
+        kwargs = {k: self._resolve(v) for k, v in node.kwargs.items()}
+        result = handler(self, *args, **kwargs)
+        self.env[node] = result
+
+    def _resolve(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._resolve(x) for x in a)
+        return a
+
+    # -- emitting ------------------------------------------------------------------------
+
+    def out_fake(self, index: int | None = None) -> torch.Tensor:
+        val = self.node.meta["val"]
+        return val[index] if index is not None else val
+
+    def name_for(self, role: str, final: bool) -> str:
+        """The name of an output: the module path for a module's result, else path.role."""
+        path = module_path(self.node)
+        if final and self.node is self.loss_node:
+            return "loss"
+        if final and self.node in self.result_of_module:
+            return path
+        return f"{path}.{role}" if path else role
+
+    def emit(self, op: str, inputs: list[Value], attrs=(), fake=None, final=True, role=None) -> Value:
+        """One memplan op with one output whose fake tensor is `fake` (the node's own by
+        default); `final`: it is the node's result (not a helper value)."""
+        fake = self.out_fake() if fake is None else fake
+        [name] = self.w.op([self.name_for(role or op, final)], [type_text(fake.dtype, fake.shape)], op,
+                           [v.name for v in inputs], attrs, source_loc(self.node))
+        return Value(name, fake, _dense_after(op, inputs, attrs, fake))
+
+    def emit_multi(self, op: str, inputs: list[Value], fakes: list[torch.Tensor], roles: list[str], attrs=()) -> list[Value]:
+        names = [self.name_for(r, i == 0) for i, r in enumerate(roles)]
+        types = [type_text(f.dtype, f.shape) for f in fakes]
+        outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node))
+        return [Value(n, f) for n, f in zip(outs, fakes)]
+
+    def fake_like(self, shape, dtype) -> torch.Tensor:
+        with torch._subclasses.fake_tensor.FakeTensorMode():
+            return torch.empty(shape, dtype=dtype)
+
+
+# -- helpers for handlers ----------------------------------------------------------------
+
+
+def _dense_after(op: str, inputs: list[Value], attrs, fake) -> bool:
+    """Whether memplan sees `op`'s output as dense (its verifier's rule for views)."""
+    attrs = dict(attrs)
+    if op == "reshape":
+        return inputs[0].dense
+    if op == "transpose":
+        return inputs[0].dense and list(attrs["perm"]) == list(range(len(attrs["perm"])))
+    if op == "expand":
+        return inputs[0].dense and list(fake.shape) == inputs[0].shape
+    return True
+
+
+def _dims(t: Translator, value: Value, dims) -> list[int]:
+    return [d % value.rank if value.rank else 0 for d in ([dims] if isinstance(dims, int) else dims)]
+
+
+def _reshape(t: Translator, x: Value, final=True) -> Value:
+    """`x` under the node's output shape, as a view; through `contiguous` where PyTorch's
+    strides allow a view that memplan's dense-only `reshape` does not."""
+    out = t.out_fake()
+    if list(out.shape) == x.shape:
+        return x
+    if not x.dense:
+        x = t.emit("contiguous", [x], fake=x.fake, final=False)
+    return t.emit("reshape", [x], [("shape", [int(d) for d in out.shape])], final=final)
+
+
+def _scalar_or_tensor(t: Translator, a, b, tensor_op: str, scalar_fn):
+    if isinstance(a, Value) and isinstance(b, Value):
+        return t.emit(tensor_op, [a, b])
+    if isinstance(a, Value):
+        return scalar_fn(a, float(b))
+    raise ExportError(f"{tensor_op} with a Python number first ({a!r}) is not supported")
+
+
+# -- the handlers ------------------------------------------------------------------------
+
+
+def linear(t, x, w, b=None):
+    if b is None:
+        return t.emit("matmul", [x, w], [("transpose_b", True)])
+    mm_fake = t.out_fake()
+    mm = t.emit("matmul", [x, w], [("transpose_b", True)], fake=mm_fake, final=False, role="mm")
+    return t.emit("add", [mm, b])
+
+
+def matmul(t, a, b):
+    if a.rank < 2 or b.rank < 2:
+        raise ExportError(f"matmul of a vector ({a.type} @ {b.type}) is not supported")
+    return t.emit("matmul", [a, b])
+
+
+def add(t, a, b, alpha=1):
+    if alpha != 1:
+        b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
+    return _scalar_or_tensor(t, a, b, "add", lambda x, s: t.emit("add_scalar", [x], [("value", s)]))
+
+
+def sub(t, a, b, alpha=1):
+    if isinstance(b, Value):
+        if alpha != 1:
+            b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
+        return t.emit("sub", [a, b])
+    return t.emit("add_scalar", [a], [("value", -float(b) * alpha)])
+
+
+def mul(t, a, b):
+    if not isinstance(a, Value):
+        a, b = b, a
+    return _scalar_or_tensor(t, a, b, "mul", lambda x, s: t.emit("mul_scalar", [x], [("value", s)]))
+
+
+def div(t, a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        raise ExportError(f"div with rounding_mode={rounding_mode!r} is not supported")
+    return _scalar_or_tensor(t, a, b, "div", lambda x, s: t.emit("mul_scalar", [x], [("value", 1.0 / s)]))
+
+
+def unary(op):
+    return lambda t, x: t.emit(op, [x])
+
+
+def gelu(t, x, approximate="none"):
+    return t.emit("gelu", [x], [] if approximate == "tanh" else [("approximate", False)])
+
+
+def pow_scalar(t, x, exponent):
+    if isinstance(exponent, Value):
+        raise ExportError("pow with a tensor exponent is not supported")
+    return t.emit("pow_scalar", [x], [("exponent", float(exponent))])
+
+
+def view(t, x, *_shape):
+    return _reshape(t, x)
+
+
+def transpose(t, x, d0, d1):
+    perm = list(range(x.rank))
+    d0, d1 = d0 % x.rank, d1 % x.rank
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return t.emit("transpose", [x], [("perm", perm)])
+
+
+def permute(t, x, dims):
+    return t.emit("transpose", [x], [("perm", _dims(t, x, dims))])
+
+
+def t_(t, x):
+    if x.rank < 2:
+        return x
+    return t.emit("transpose", [x], [("perm", [1, 0])])
+
+
+def expand(t, x, sizes, implicit=False):
+    out = t.out_fake()
+    if list(out.shape) == x.shape:
+        return x
+    return t.emit("expand", [x], [("shape", [int(d) for d in out.shape])])
+
+
+def contiguous(t, x, memory_format=None):
+    return x if x.dense else t.emit("contiguous", [x])
+
+
+def clone(t, x, memory_format=None):
+    return t.emit("contiguous", [x])
+
+
+def alias(t, x, *_):
+    return x
+
+
+def softmax(t, x, dim, half_to_float=False):
+    return t.emit("softmax", [x], [("axis", dim % x.rank)] if dim % x.rank != x.rank - 1 else [])
+
+
+def reduce(op):
+    def handler(t, x, dims=None, keepdim=False, dtype=None):
+        if dtype is not None and dtype != x.fake.dtype:
+            raise ExportError(f"{op} with dtype={dtype} is not supported")
+        axes = list(range(x.rank)) if dims is None or dims == [] else _dims(t, x, dims)
+        attrs = [("axes", axes)] + ([("keepdim", True)] if keepdim else [])
+        return t.emit(op, [x], attrs)
+
+    return handler
+
+
+def embedding(t, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if scale_grad_by_freq or sparse:
+        raise ExportError("embedding with scale_grad_by_freq or sparse gradients is not supported")
+    return t.emit("embedding", [weight, ids])
+
+
+def _constant(t, shape, dtype, value, role) -> Value:
+    fake = t.fake_like(shape, dtype)
+    attrs = [("shape", list(shape)), ("dtype", dtype), ("value", float(value))]
+    return t.emit("fill", [], attrs, fake=fake, final=False, role=role)
+
+
+def layer_norm(t, x, shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    if len(shape) != 1:
+        raise ExportError(f"layer_norm over {len(shape)} dimensions is not supported (only the last)")
+    d = int(shape[0])
+    weight = weight if weight is not None else _constant(t, [d], x.fake.dtype, 1.0, "gamma")
+    bias = bias if bias is not None else _constant(t, [d], x.fake.dtype, 0.0, "beta")
+    return t.emit("layer_norm", [x, weight, bias], [("eps", float(eps))])
+
+
+def rms_norm(t, x, shape, weight=None, eps=None):
+    if len(shape) != 1:
+        raise ExportError(f"rms_norm over {len(shape)} dimensions is not supported (only the last)")
+    eps = torch.finfo(x.fake.dtype).eps if eps is None else eps
+    weight = weight if weight is not None else _constant(t, [int(shape[0])], x.fake.dtype, 1.0, "gamma")
+    return t.emit("rms_norm", [x, weight], [("eps", float(eps))])
+
+
+def _bias_per_channel(t, y: Value, bias: Value | None, spatial: int) -> Value:
+    if bias is None:
+        return y
+    shaped_fake = t.fake_like([bias.shape[0]] + [1] * spatial, bias.fake.dtype)
+    shaped = t.emit("reshape", [bias], [("shape", [bias.shape[0]] + [1] * spatial)], fake=shaped_fake, final=False,
+                    role="bias")
+    return t.emit("add", [y, shaped])
+
+
+def conv2d(t, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    if list(dilation) != [1, 1] or groups != 1:
+        raise ExportError(f"conv2d with dilation={list(dilation)}, groups={groups} is not supported yet")
+    if isinstance(padding, str):
+        raise ExportError(f"conv2d with padding={padding!r} is not supported (give the numbers)")
+    attrs = [("stride", list(stride)), ("padding", list(padding))]
+    y = t.emit("conv2d", [x, w], attrs, final=bias is None, role="conv")
+    return _bias_per_channel(t, y, bias, 2)
+
+
+def batch_norm(t, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
+    if not training:
+        raise ExportError("batch_norm in eval mode is not supported (export the model in train mode)")
+    c = x.shape[1]
+    weight = weight if weight is not None else _constant(t, [c], x.fake.dtype, 1.0, "gamma")
+    bias = bias if bias is not None else _constant(t, [c], x.fake.dtype, 0.0, "beta")
+    return t.emit("batch_norm", [x, weight, bias], [("eps", float(eps))])
+
+
+def max_pool2d(t, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    if ceil_mode or list(dilation) != [1, 1]:
+        raise ExportError("max_pool2d with ceil_mode or dilation is not supported")
+    kernel = list(kernel) * (2 // len(kernel))
+    stride = list(stride) * (2 // len(stride)) if stride else kernel
+    padding = list(padding) * (2 // len(padding))
+    return t.emit("max_pool2d", [x], [("kernel", kernel), ("stride", stride), ("padding", padding)])
+
+
+def adaptive_avg_pool2d(t, x, output_size):
+    if list(output_size) != [1, 1]:
+        raise ExportError(f"adaptive_avg_pool2d to {list(output_size)} is not supported yet (only to 1x1)")
+    return t.emit("mean", [x], [("axes", [x.rank - 2, x.rank - 1]), ("keepdim", True)])
+
+
+def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+    if weight is not None or reduction != 1:
+        raise ExportError("cross_entropy with class weights or reduction other than 'mean' is not supported")
+    if logits.rank != 2:
+        raise ExportError(f"cross_entropy of {logits.type} logits: only [N, C] is supported (flatten first)")
+    attrs = []
+    if ignore_index != -100:
+        attrs.append(("ignore_index", int(ignore_index)))
+    if label_smoothing:
+        attrs.append(("label_smoothing", float(label_smoothing)))
+    return t.emit("cross_entropy", [logits, target], attrs, role="cross_entropy")
+
+
+def dropout(t, x, p, train):
+    if not train or p == 0:
+        return x
+    raise ExportError(f"dropout with p={p} is not supported yet (export with p=0 or the model in eval mode)")
+
+
+def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if attn_mask is not None:
+        raise ExportError("scaled_dot_product_attention with attn_mask is not supported (use is_causal)")
+    if dropout_p:
+        raise ExportError("scaled_dot_product_attention with dropout_p > 0 is not supported")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    out = t.out_fake()
+    lse = t.fake_like(out.shape[:-1], torch.float32)
+    attrs = [("causal", True)] if is_causal else []
+    attrs.append(("scale", scale))
+    result, _lse = t.emit_multi("attention", [q, k, v], [out, lse], ["attention", "attention.lse"], attrs)
+    return result
+
+
+def to_dtype(t, x, dtype=None, *rest, **kwargs):
+    dtype = kwargs.get("dtype", dtype)
+    if dtype is None or dtype == x.fake.dtype:
+        return x
+    return t.emit("cast", [x], [("to", dtype)])
+
+
+def buffer_update(t, buffer, *_args, **_kwargs):
+    """An in-place update of a buffer (BatchNorm's `num_batches_tracked += 1`): the step
+    does not model it, as memplan's `batch_norm` keeps no running statistics either."""
+    if t.roles.get(buffer.name) != "state":
+        raise ExportError(f"in-place {t.node.target} on a value that is not a buffer ({buffer.name})")
+    return buffer
+
+
+def full(t, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    fake = t.out_fake()
+    return t.emit("fill", [], [("shape", [int(d) for d in size]), ("dtype", fake.dtype), ("value", float(fill_value))])
+
+
+HANDLERS = {
+    "aten.linear.default": linear,
+    "aten.matmul.default": matmul,
+    "aten.mm.default": matmul,
+    "aten.bmm.default": matmul,
+    "aten.add.Tensor": add,
+    "aten.sub.Tensor": sub,
+    "aten.mul.Tensor": mul,
+    "aten.div.Tensor": div,
+    "aten.div.Tensor_mode": div,
+    "aten.relu.default": unary("relu"),
+    "aten.gelu.default": gelu,
+    "aten.silu.default": unary("silu"),
+    "aten.sigmoid.default": unary("sigmoid"),
+    "aten.tanh.default": unary("tanh"),
+    "aten.hardswish.default": unary("hardswish"),
+    "aten.exp.default": unary("exp"),
+    "aten.log.default": unary("log"),
+    "aten.neg.default": unary("neg"),
+    "aten.sqrt.default": unary("sqrt"),
+    "aten.rsqrt.default": unary("rsqrt"),
+    "aten.pow.Tensor_Scalar": pow_scalar,
+    "aten.view.default": view,
+    "aten.reshape.default": view,
+    "aten._unsafe_view.default": view,
+    "aten.flatten.using_ints": view,
+    "aten.unsqueeze.default": view,
+    "aten.squeeze.dim": view,
+    "aten.squeeze.dims": view,
+    "aten.squeeze.default": view,
+    "aten.transpose.int": transpose,
+    "aten.permute.default": permute,
+    "aten.t.default": t_,
+    "aten.expand.default": expand,
+    "aten.contiguous.default": contiguous,
+    "aten.clone.default": clone,
+    "aten.alias.default": alias,
+    "aten.detach.default": alias,
+    "aten.softmax.int": softmax,
+    "aten._softmax.default": softmax,
+    "aten.mean.dim": reduce("mean"),
+    "aten.mean.default": reduce("mean"),
+    "aten.sum.dim_IntList": reduce("sum"),
+    "aten.sum.default": reduce("sum"),
+    "aten.embedding.default": embedding,
+    "aten.layer_norm.default": layer_norm,
+    "aten.rms_norm.default": rms_norm,
+    "aten.conv2d.default": conv2d,
+    "aten.batch_norm.default": batch_norm,
+    "aten.max_pool2d.default": max_pool2d,
+    "aten.adaptive_avg_pool2d.default": adaptive_avg_pool2d,
+    "aten.cross_entropy_loss.default": cross_entropy,
+    "aten.dropout.default": dropout,
+    "aten.scaled_dot_product_attention.default": attention,
+    "aten.to.dtype": to_dtype,
+    "aten._to_copy.default": to_dtype,
+    "aten.full.default": full,
+    "aten.add_.Tensor": buffer_update,
+}

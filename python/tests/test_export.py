@@ -1,0 +1,153 @@
+"""The exporter on small hand-made models: names, source lines, views kept as views,
+optimizers, errors; the command line (`export`, `fit`)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import memplan_torch
+from memplan_torch.step import float_text
+
+from conftest import ZOO, memplan_binary
+
+
+class Heads(nn.Module):
+    """Splits features into heads and back, as attention code does."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x, y):
+        b, t, c = x.shape
+        h = self.proj(x).view(b, t, 4, 4).transpose(1, 2)  # views of proj's bytes
+        h = torch.softmax(h, dim=-1)
+        h = h.transpose(1, 2).reshape(b * t, c)  # a copy: the transposed data is not dense
+        return F.cross_entropy(self.out(h), y)
+
+
+def heads_inputs():
+    return torch.randn(2, 3, 16), torch.randint(0, 4, (6,))
+
+
+def lines(text, op):
+    return [line for line in text.splitlines() if f"= {op}(" in line]
+
+
+def test_names_are_state_dict_and_module_paths_and_the_loss_is_loss():
+    text = memplan_torch.export_step(Heads(), heads_inputs())
+    assert "%proj.weight: f32[16,16] param" in text and "%out.bias: f32[4] param" in text
+    assert "%x: f32[2,3,16] input" in text and "%y: i64[6] input" in text
+    assert "  %proj: f32[2,3,16] = add(%proj.mm, %proj.bias)" in text, "a module's result is named after it"
+    assert "%loss: f32[] = cross_entropy(" in text
+    assert text.rstrip().endswith("backward %loss with adamw()\n  return %loss\n}".rstrip())
+
+
+def test_every_op_carries_the_users_source_line():
+    text = memplan_torch.export_step(Heads(), heads_inputs())
+    source = open(__file__).read().splitlines()
+    for line in text.splitlines():
+        if " = " not in line or line.strip().startswith("%") is False:
+            continue
+        assert 'loc("test_export.py":' in line, line
+        number = int(line.split('loc("test_export.py":')[1].rstrip(")"))
+        assert "def forward" not in source[number - 1] and source[number - 1].strip(), f"{line} -> {source[number - 1]!r}"
+
+
+def test_views_stay_views_and_only_a_non_dense_reshape_copies():
+    text = memplan_torch.export_step(Heads(), heads_inputs())
+    assert len(lines(text, "reshape")) == 2, text
+    assert len(lines(text, "transpose")) == 2, text
+    assert len(lines(text, "contiguous")) == 1, "PyTorch's reshape of transposed data copies, and so does the step"
+
+
+def test_optimizers_take_pytorchs_defaults():
+    assert memplan_torch.optimizer_attrs("adamw") == ("adamw", [])
+    assert memplan_torch.optimizer_attrs("adamw", lr=3e-4, weight_decay=0.1) == ("adamw", [("lr", 3e-4), ("weight_decay", 0.1)])
+    assert memplan_torch.optimizer_attrs("sgd") == ("sgd", [("lr", 1e-3)])
+    assert memplan_torch.optimizer_attrs("momentum", lr=0.1) == ("sgd_momentum", [("lr", 0.1)])
+    with pytest.raises(memplan_torch.ExportError, match="takes no weight_decay"):
+        memplan_torch.optimizer_attrs("adam", weight_decay=0.1)
+    with pytest.raises(memplan_torch.ExportError, match="unknown optimizer"):
+        memplan_torch.optimizer_attrs("lion")
+
+
+def test_floats_print_as_memplan_prints_them():
+    assert [float_text(x) for x in (1e-8, 0.001, 1.0, -2.5e-10, float("-inf"))] == ["1e-8", "0.001", "1.0", "-2.5e-10", "-inf"]
+
+
+class Unsupported(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, 0).sum()
+
+
+def test_an_op_memplan_cannot_express_is_named():
+    with pytest.raises(memplan_torch.ExportError, match=r"aten\.cumsum\.default \(1x"):
+        memplan_torch.export_step(Unsupported(), (torch.randn(4),))
+
+
+def test_a_model_must_return_a_scalar_loss():
+    class NoLoss(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    with pytest.raises(memplan_torch.ExportError, match="not a float scalar loss"):
+        memplan_torch.export_step(NoLoss(), (torch.randn(4),))
+
+
+def test_a_virtual_model_has_no_weights_and_exports_the_same(memplan, tmp_path):
+    sys.path.insert(0, str(ZOO))
+    import mlp
+
+    sys.path.pop(0)
+    real = memplan_torch.export_step(*mlp.make())
+    with memplan_torch.virtual():
+        model, inputs = mlp.make()
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert memplan_torch.export_step(model, inputs) == real
+    path = tmp_path / "mlp.step"
+    path.write_text(real)
+    assert memplan("check", path).stdout.startswith("ok: ")
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "memplan_torch", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def test_export_never_overwrites_and_says_what_is_wrong(tmp_path):
+    out = tmp_path / "m.step"
+    out.write_text("mine")
+    done = run_cli("export", f"{ZOO / 'mlp.py'}:make", "-o", out, cwd=tmp_path)
+    assert done.returncode == 1 and "exists; memplan never overwrites a file" in done.stderr
+    assert out.read_text() == "mine"
+    done = run_cli("export", f"{ZOO / 'mlp.py'}:nothing", "-o", tmp_path / "n.step", cwd=tmp_path)
+    assert done.returncode == 1 and "defines no `nothing`" in done.stderr
+    done = run_cli("export", "missing.py:make", "-o", tmp_path / "n.step", cwd=tmp_path)
+    assert done.returncode == 1 and "no such file" in done.stderr
+    model = tmp_path / "bad.py"
+    model.write_text(textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return torch.cumsum(x, 0).sum()
+        def make():
+            return M(), (torch.randn(3),)
+    """))
+    done = run_cli("export", f"{model}:make", "-o", tmp_path / "bad.step", cwd=tmp_path)
+    assert done.returncode == 1 and "aten.cumsum" in done.stderr and not (tmp_path / "bad.step").exists()
+
+
+def test_fit_finds_the_largest_batch_that_fits(tmp_path):
+    done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "8MiB", "--memplan", memplan_binary(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    best = int(done.stdout.strip().splitlines()[-1].split(": ")[-1])
+    rows = {int(line.split()[0]): int(line.split()[1]) for line in done.stdout.splitlines()[1:-1] if line.split()[1].isdigit()}
+    assert rows[best] <= 8 << 20 and best + 1 in rows and rows[best + 1] > 8 << 20, done.stdout
+    done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "1KiB", "--memplan", memplan_binary(), cwd=tmp_path)
+    assert done.returncode == 2 and "no batch fits" in done.stderr

@@ -1,0 +1,120 @@
+"""The zoo (python/zoo/): every small model exports to the step committed under ir/torch/
+byte for byte, and training it for three steps in memplan (`memplan run --weights`)
+reproduces PyTorch's losses and updated parameters.
+
+Tolerances: memplan's CPU reference computes every op in f64 and rounds its output to the
+tensor's dtype; PyTorch computes in f32 with its own summation orders, so each op's result
+differs by about an f32 ulp (relative 6e-8), and so does each parameter update
+(`p - lr·g` rounded once in memplan, in two f32 operations in PyTorch). Over three steps
+at PyTorch's default learning rate the losses agree to a relative 1e-5.
+
+Parameters are compared under SGD, where an update is proportional to the gradient.
+After one step (both runs from the same weights) at least 99% of each tensor's elements
+agree to 1e-6 · max(1, |p|), a few ulps. After three steps the weights the runs start each
+step from differ by those ulps, and a ReLU or max-pool window whose input sits within an
+ulp of its kink (its argmax) can take the other branch in one run: that element's gradient
+goes down another path, which shifts every gradient upstream of it a little. So after three
+steps every element must agree within 5% of what SGD moved it by at most (3 · lr · max|g|,
+PyTorch's gradients): measured, the worst is 1% on resnet_small. With AdamW each gradient is
+divided by its running RMS, so an element whose gradient is rounding noise in both runs
+takes a full step of either sign: AdamW's parameters are compared through the losses only.
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import COMMITTED, ZOO, read_safetensors
+
+# (zoo file, function, committed step name)
+SMALL = [
+    ("mlp.py", "make", "mlp"),
+    ("resnet.py", "make_small", "resnet_small"),
+]
+
+
+def export(tmp_path, file, func, name, *extra):
+    out = tmp_path / f"{name}.step"
+    command = [sys.executable, "-m", "memplan_torch", "export", f"{ZOO / file}:{func}", "-o", str(out), *extra]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def load(file, func):
+    sys.path.insert(0, str(ZOO))
+    try:
+        module = __import__(file[:-3])
+    finally:
+        sys.path.pop(0)
+    return getattr(module, func)()
+
+
+@pytest.mark.parametrize("file,func,name", SMALL)
+def test_export_reproduces_the_committed_step(tmp_path, file, func, name):
+    out = export(tmp_path, file, func, name)
+    committed = COMMITTED / f"{name}.step"
+    assert out.read_text() == committed.read_text(), f"re-export of {file}:{func} differs from {committed}"
+
+
+@pytest.mark.parametrize("file,func,name", SMALL)
+def test_committed_steps_pass_the_checker(memplan, file, func, name):
+    done = memplan("check", COMMITTED / f"{name}.step")
+    assert done.stdout.startswith("ok: ")
+
+
+def torch_steps(model, inputs, optimizer, steps=3):
+    """The losses of `steps` training steps, and each parameter's largest |gradient|."""
+    losses, largest = [], {}
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(*inputs)
+        loss.backward()
+        for name, param in model.named_parameters():
+            largest[name] = max(largest.get(name, 0.0), float(param.grad.abs().max()))
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, largest
+
+
+def memplan_steps(memplan, tmp_path, step, weights, steps):
+    """memplan's losses over `steps` training steps from `weights`, and the final params."""
+    saved = tmp_path / f"after{steps}.safetensors"
+    done = memplan("run", step, "--weights", weights, "--steps", steps, "--save", saved)
+    losses = [float(line.split("loss")[1]) for line in done.stdout.splitlines() if line.startswith("step ")]
+    return losses, read_safetensors(saved)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+@pytest.mark.parametrize("file,func,name", SMALL)
+def test_three_steps_in_memplan_are_pytorchs(memplan, tmp_path, file, func, name, optimizer):
+    weights = tmp_path / "w.safetensors"
+    step = export(tmp_path, file, func, name, "--weights", str(weights), "--optimizer", optimizer)
+    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
+
+    model, inputs = load(file, func)
+    torch_optimizer = torch.optim.AdamW if optimizer == "adamw" else torch.optim.SGD
+    expected, largest_grad = torch_steps(model, inputs, torch_optimizer(model.parameters(), lr=1e-3))
+    assert losses == pytest.approx(expected, rel=1e-5), f"{name}: memplan {losses}, PyTorch {expected}"
+    assert losses[2] != losses[0], "the losses move: the optimizer ran"
+    if optimizer == "sgd":
+        for param_name, param in model.named_parameters():
+            difference = (after[param_name].double() - param.detach().double()).abs()
+            bound = 0.05 * 3 * 1e-3 * largest_grad[param_name]
+            assert float(difference.max()) <= bound, f"{name}: {param_name} differs by {float(difference.max())} > {bound}"
+
+
+@pytest.mark.parametrize("file,func,name", SMALL)
+def test_one_sgd_step_in_memplan_is_pytorchs_to_a_few_ulps(memplan, tmp_path, file, func, name):
+    weights = tmp_path / "w.safetensors"
+    step = export(tmp_path, file, func, name, "--weights", str(weights), "--optimizer", "sgd")
+    _, after = memplan_steps(memplan, tmp_path, step, weights, 1)
+    model, inputs = load(file, func)
+    torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=1e-3), steps=1)
+    for param_name, param in model.named_parameters():
+        want = param.detach().double()
+        difference = (after[param_name].double() - want).abs()
+        ulps = 1e-6 * max(1.0, float(want.abs().max()))
+        assert float((difference > ulps).double().mean()) <= 0.01, f"{name}: {param_name}: over 1% of elements differ"
