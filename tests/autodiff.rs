@@ -156,6 +156,29 @@ fn no_fix(_: &str, _: &mut Dense) {}
 
 const CASES: &[Case] = &[
     Case {
+        family: "slice, select, cat (views and their gradients)",
+        text: "step @s(
+  %a: f32[4,6] param, %b: f32[4,2] param, %c: f32[3,4,6] param,
+  %r: f32[4,4] input, %r2: f32[3,3] input,
+) {
+  %s1 = slice(%a, axis=1, start=1, end=6, step=2)
+  %s2 = slice(%a, axis=-1, start=0, end=2)
+  %j = cat(%s1, %s2, %b, axis=1)
+  %t = transpose(%c, perm=[0, 2, 1])
+  %u = select(%t, axis=1, index=3)
+  %v = slice(%u, axis=1, start=1, end=4)
+  %w1 = mul(%j, %j)
+  %m = slice(%w1, axis=1, start=0, end=7, step=2)
+  %x = mul(%m, %r)
+  %y = mul(%v, %r2)
+  %l1 = sum(%x, axes=[0, 1])
+  %l2 = sum(%y, axes=[0, 1])
+  %loss = add(%l1, %l2)
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
         family: "matmul (transposes, broadcast batch)",
         text: "step @s(
   %a: f32[2,3,4] param, %b: f32[4,5] param, %c: f32[3,5] param, %d: f32[1,3,2] param, %e: f32[3,4] param,

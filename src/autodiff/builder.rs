@@ -1,6 +1,6 @@
 //! The small API gradient rules build with: emit an op whose output types come from its
 //! row's type rule, under fresh unique names, plus the two helpers most rules need
-//! ([`Builder::contiguous`] and [`Builder::unbroadcast`]).
+//! ([`Builder::reshapable`] and [`Builder::unbroadcast`]).
 //!
 //! A gradient rule ([`GradFn`], one per forward row of the op table) sees the forward op
 //! as a [`GradCall`] (its inputs, outputs, attributes, the gradients of its outputs and
@@ -22,7 +22,8 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::index::ValueId;
-use crate::ir::graph::{Graph, Loc, Role, Span, Update, ValueDef};
+use crate::ir::graph::{Graph, Loc, Role, Span, Update};
+use crate::ir::layout::reshape_is_view;
 use crate::ir::ops::{Attr, Attrs, OpKind};
 use crate::ir::types::TensorType;
 
@@ -163,7 +164,7 @@ impl Builder {
         names: Vec<String>,
     ) -> Result<Vec<ValueId>, String> {
         let row = kind.def();
-        if inputs.len() != row.inputs.len() || names.len() != row.outputs.len() {
+        if !row.takes_inputs(inputs.len()) || names.len() != row.outputs.len() {
             return Err(format!("{kind} takes {} inputs and gives {} outputs", row.inputs.len(), row.outputs.len()));
         }
         let same_attrs = attrs.0.len() == row.attrs.len()
@@ -220,27 +221,10 @@ impl Builder {
         Ok(self.op(&[owner], kind, inputs, given)?[0])
     }
 
-    /// Whether `v`'s elements are dense row-major in its storage (the verifier's notion):
-    /// not a transposed or broadcasting view of something.
-    pub fn is_contiguous(&self, mut v: ValueId) -> bool {
-        loop {
-            let ValueDef::Op { op, .. } = self.graph.values[v].def else { return true };
-            let op = &self.graph.ops[op];
-            match op.kind {
-                OpKind::Transpose if op.attrs.ints("perm").iter().enumerate().all(|(i, &p)| p == i as i64) => {
-                    v = op.inputs[0]
-                }
-                OpKind::Expand if self.ty(op.inputs[0]) == self.ty(v) => v = op.inputs[0],
-                OpKind::Transpose | OpKind::Expand => return false,
-                _ => return true,
-            }
-        }
-    }
-
-    /// `v` itself if contiguous, else `contiguous(v)` (a temporary of `owner`): what a
-    /// `reshape` of `v` needs.
-    pub fn contiguous(&mut self, owner: ValueId, v: ValueId) -> Result<ValueId, String> {
-        if self.is_contiguous(v) { Ok(v) } else { self.op1(owner, OpKind::Contiguous, vec![v], &[]) }
+    /// `v` itself if `reshape(v, shape=to)` is a view of it (the verifier's rule,
+    /// `ir::layout`), else `contiguous(v)` (a temporary of `owner`) to reshape instead.
+    pub fn reshapable(&mut self, owner: ValueId, v: ValueId, to: &[u64]) -> Result<ValueId, String> {
+        if reshape_is_view(&self.graph, v, to) { Ok(v) } else { self.op1(owner, OpKind::Contiguous, vec![v], &[]) }
     }
 
     /// Reduces a gradient `g` of a broadcast result back to an operand of type `to`: sums

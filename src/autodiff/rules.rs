@@ -62,6 +62,10 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::SgdMomentum => None,
         OpKind::Adam => None,
         OpKind::Adamw => None,
+        OpKind::Slice => Some(grad_slice),
+        OpKind::Select => Some(grad_select),
+        OpKind::SliceBackward => None,
+        OpKind::Cat => Some(grad_cat),
     }
 }
 
@@ -211,8 +215,8 @@ fn grad_matmul(b: &mut Builder, call: &GradCall) -> Rule {
 
 /// `sum` and `mean` over `axes`: every reduced element of x contributed with weight 1
 /// (sum) or 1/count (mean), so dx is dy (scaled by 1/count for mean, on the small tensor)
-/// reshaped to the keepdim shape (when keepdim=false; through `contiguous` if dy is a
-/// non-contiguous view) and expanded back to x's shape (a view).
+/// reshaped to the keepdim shape (when keepdim=false; through `contiguous` if dy's layout
+/// cannot be viewed so) and expanded back to x's shape (a view).
 fn grad_reduce(b: &mut Builder, call: &GradCall, mean: bool) -> Rule {
     let dy = call.dy()?;
     let x = call.inputs[0];
@@ -232,7 +236,7 @@ fn grad_reduce(b: &mut Builder, call: &GradCall, mean: bool) -> Rule {
             g = b.op1(x, OpKind::MulScalar, vec![g], &[("value", Attr::Float(1.0 / count as f64))])?;
         }
         if b.ty(g).dims() != kept.as_slice() {
-            g = b.contiguous(x, g)?;
+            g = b.reshapable(x, g, &kept)?;
             g = b.op1(x, OpKind::Reshape, vec![g], &[("shape", shape_attr(&kept)?)])?;
         }
         if b.ty(g).shape != x_ty.shape {
@@ -253,13 +257,14 @@ fn grad_mean(b: &mut Builder, call: &GradCall) -> Rule {
 }
 
 /// `reshape(x, shape)`: the same elements in the same order, so `dx = reshape(dy, x's
-/// shape)`, through `contiguous` when dy is a transposed or broadcast view.
+/// shape)`, through `contiguous` when dy's layout cannot be viewed under x's shape.
 fn grad_reshape(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let x = call.inputs[0];
     each(b, call, |b, _| {
-        let g = b.contiguous(x, dy)?;
-        let shape = shape_attr(b.ty(x).dims())?;
+        let dims = b.ty(x).dims().to_vec();
+        let g = b.reshapable(x, dy, &dims)?;
+        let shape = shape_attr(&dims)?;
         b.op1(x, OpKind::Reshape, vec![g], &[("shape", shape)])
     })
 }
@@ -368,5 +373,65 @@ fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
             return Err("the labels of cross_entropy have no gradient".into());
         }
         b.op1(logits, OpKind::CrossEntropyBackward, vec![dy, logits, labels], &[])
+    })
+}
+
+/// `slice(x, axis, start, end, step)`: each element taken is one element of y and the rest
+/// of x reaches nothing, so `dx = slice_backward(dy, shape=x's shape, axis, start, end,
+/// step)`: dy at the slice, zeros elsewhere.
+fn grad_slice(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let x = call.inputs[0];
+    let [axis, start, end, step] = ["axis", "start", "end", "step"].map(|name| call.attrs.int(name));
+    each(b, call, |b, _| slice_backward(b, x, dy, axis, start, end, step))
+}
+
+/// `select(x, axis, index)`: the slice `index..index+1` with the axis dropped, so dy gets
+/// the axis back (a reshape: a view) and goes through slice's gradient.
+fn grad_select(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let x = call.inputs[0];
+    let (axis, index) = (call.attrs.int("axis"), call.attrs.int("index"));
+    each(b, call, |b, _| {
+        let rank = b.ty(x).rank();
+        let axis = if axis < 0 { axis + rank as i64 } else { axis };
+        let mut kept = b.ty(dy).dims().to_vec();
+        kept.insert(axis as usize, 1);
+        let g = b.reshapable(x, dy, &kept)?;
+        let g = b.op1(x, OpKind::Reshape, vec![g], &[("shape", shape_attr(&kept)?)])?;
+        slice_backward(b, x, g, axis, index, index + 1, 1)
+    })
+}
+
+/// `slice_backward(dy, shape=x's shape, ...)`, a temporary of `x`.
+fn slice_backward(b: &mut Builder, x: ValueId, dy: ValueId, axis: i64, start: i64, end: i64, step: i64) -> Result<ValueId, String> {
+    let attrs = [
+        ("shape", shape_attr(b.ty(x).dims())?),
+        ("axis", Attr::Int(axis)),
+        ("start", Attr::Int(start)),
+        ("end", Attr::Int(end)),
+        ("step", Attr::Int(step)),
+    ];
+    b.op1(x, OpKind::SliceBackward, vec![dy], &attrs)
+}
+
+/// `cat(xs..., axis)`: input k is the part of y from its offset along the axis, so
+/// `dx_k = slice(dy, axis, offset_k, offset_k + n_k)`: a view of dy, no copy.
+fn grad_cat(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let rank = b.ty(dy).rank() as i64;
+    let axis = call.attrs.int("axis");
+    let axis = if axis < 0 { axis + rank } else { axis };
+    let mut offsets = Vec::with_capacity(call.inputs.len());
+    let mut at = 0i64;
+    for &x in &call.inputs {
+        let n = b.ty(x).dims()[axis as usize] as i64;
+        offsets.push((at, at + n));
+        at += n;
+    }
+    each(b, call, |b, k| {
+        let (start, end) = offsets[k];
+        let attrs = [("axis", Attr::Int(axis)), ("start", Attr::Int(start)), ("end", Attr::Int(end))];
+        b.op1(call.inputs[k], OpKind::Slice, vec![dy], &attrs)
     })
 }

@@ -9,10 +9,9 @@
 //! a bf16 signalling NaN in its upper half), so reading bytes nothing wrote shows up as NaNs
 //! in the results, and the planned run then differs from the unplanned one.
 //!
-//! Views are layouts, not copies: each value has a root, a shape and element strides into
-//! the root's bytes (`reshape` of dense data: dense strides; `transpose`: permuted strides;
-//! `expand`: stride 0 on broadcast dims), so a view is read through its base's bytes at
-//! its planned offset.
+//! Views are layouts, not copies: each value has a root, an element offset, a shape and
+//! element strides into the root's bytes (`ir::layout`: `reshape`, `transpose`, `expand`,
+//! `slice`, `select`), so a view is read through its root's bytes at its planned offset.
 //!
 //! Each op gathers its inputs through their layouts into dense `f64` tensors, calls the
 //! kernel, and then stores its outputs (dense, in their dtypes) at their offsets. Because
@@ -24,7 +23,7 @@ use crate::exec::data::{HostTensor, Tensors, decode, encode};
 use crate::exec::{Dense, ExecError, kernels};
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::Graph;
-use crate::ir::ops::OpKind;
+use crate::ir::layout::{Layout, layouts};
 use crate::ir::types::TensorType;
 use crate::plan::Plan;
 
@@ -72,65 +71,6 @@ impl StepResult {
         }
         out
     }
-}
-
-/// How a value's elements sit in memory (shared with the CUDA executor's launch plans).
-#[derive(Clone, Debug)]
-pub(crate) struct Layout {
-    /// The value owning the bytes.
-    pub(crate) root: ValueId,
-    pub(crate) shape: Vec<usize>,
-    /// Element strides into the root's bytes.
-    pub(crate) strides: Vec<usize>,
-}
-
-fn dense_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
-    }
-    strides
-}
-
-fn dims(ty: &TensorType) -> Vec<usize> {
-    ty.dims().iter().map(|&d| d as usize).collect()
-}
-
-/// The layout of every value of a verified graph.
-pub(crate) fn layouts(graph: &Graph) -> IndexVec<ValueId, Layout> {
-    let mut layouts: IndexVec<ValueId, Layout> = graph
-        .values
-        .iter_enumerated()
-        .map(|(id, v)| {
-            let shape = dims(&v.ty);
-            Layout { root: id, strides: dense_strides(&shape), shape }
-        })
-        .collect();
-    for op in &graph.ops {
-        if op.kind.def().view_of.is_none() {
-            continue;
-        }
-        let input = layouts[op.inputs[0]].clone();
-        let out = op.outputs[0];
-        let shape = dims(&graph.values[out].ty);
-        let strides = match op.kind {
-            // The verifier guarantees a reshape reads dense data.
-            OpKind::Reshape => dense_strides(&shape),
-            OpKind::Transpose => op.attrs.ints("perm").iter().map(|&p| input.strides[p as usize]).collect(),
-            OpKind::Expand => {
-                let offset = shape.len() - input.shape.len();
-                (0..shape.len())
-                    .map(|i| match i.checked_sub(offset) {
-                        Some(j) if input.shape[j] == shape[i] => input.strides[j],
-                        _ => 0,
-                    })
-                    .collect()
-            }
-            other => unreachable!("{other} is marked as a view but has no layout rule"),
-        };
-        layouts[out] = Layout { root: input.root, shape, strides };
-    }
-    layouts
 }
 
 /// The arena offset of every root value in `plan` (0 for views: they use their root's),
@@ -193,9 +133,10 @@ impl Memory {
 
     /// Byte position of each element of `layout` (row-major order of its shape).
     fn element_offsets(&self, layout: &Layout, elem: usize) -> impl Iterator<Item = usize> + use<> {
-        let base = self.base[layout.root];
-        let shape = layout.shape.clone();
-        let strides = layout.strides.clone();
+        // A layout stays inside its root, whose bytes are allocated: the casts cannot lose.
+        let base = self.base[layout.root] + elem * layout.offset as usize;
+        let shape: Vec<usize> = layout.shape.iter().map(|&d| d as usize).collect();
+        let strides: Vec<usize> = layout.strides.iter().map(|&s| s as usize).collect();
         let n: usize = shape.iter().product();
         let mut index = vec![0usize; shape.len()];
         (0..n).map(move |i| {
@@ -215,13 +156,13 @@ impl Memory {
     fn read_dense(&self, layout: &Layout, ty: &TensorType) -> Dense {
         let size = ty.dtype.size() as usize;
         let data = self.element_offsets(layout, size).map(|at| decode(ty.dtype, &self.bytes[at..at + size])).collect();
-        Dense::new(layout.shape.clone(), data)
+        Dense::new(layout.shape.iter().map(|&d| d as usize).collect(), data)
     }
 
     /// The value's elements as dense bytes, copied exactly.
     fn read_host(&self, layout: &Layout, ty: &TensorType) -> HostTensor {
         let size = ty.dtype.size() as usize;
-        let mut bytes = Vec::with_capacity(layout.shape.iter().product::<usize>() * size);
+        let mut bytes = Vec::with_capacity(layout.shape.iter().product::<u64>() as usize * size);
         for at in self.element_offsets(layout, size) {
             bytes.extend_from_slice(&self.bytes[at..at + size]);
         }

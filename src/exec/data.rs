@@ -76,7 +76,7 @@ pub fn encode(dtype: DType, value: f64, out: &mut [u8]) {
 /// The first op reading `arg` and the name of the input slot it reads it in.
 fn first_use(graph: &Graph, arg: ValueId) -> Option<(OpId, &'static str)> {
     graph.ops.iter_enumerated().find_map(|(id, op)| {
-        op.inputs.iter().position(|&i| i == arg).map(|k| (id, op.kind.def().inputs[k]))
+        op.inputs.iter().position(|&i| i == arg).map(|k| (id, op.kind.def().input_name(k)))
     })
 }
 

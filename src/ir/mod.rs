@@ -2,6 +2,7 @@
 //! (parser with spans, canonical printer) and verifier. docs/IR.md is the user's manual.
 
 pub mod graph;
+pub mod layout;
 pub mod ops;
 pub mod parse;
 pub mod print;

@@ -9,8 +9,8 @@
 //!   earlier op (so program order is a valid schedule and there are no cycles);
 //! - arity and attributes match the op's row, and every value's type is the one the row's
 //!   rule gives; every type's byte size fits in a `u64`;
-//! - views are taken of contiguous memory where the view needs it (`reshape` of a
-//!   transposed or expanded value must go through `contiguous`);
+//! - views are taken of memory they can index: a `reshape` is a view of its input's layout
+//!   (`ir::layout`: as PyTorch's `view`), else the step must copy with `contiguous` first;
 //! - updates: the target is a `param` or `state` argument updated once, the new value is
 //!   computed by an op (not an argument, not a view) and has the target's type;
 //! - `backward` (a forward-only step, before autodiff expands it): the loss is a float
@@ -23,6 +23,7 @@ use thiserror::Error;
 
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
+use crate::ir::layout::{Layout, view_layout};
 use crate::ir::ops::{Attrs, OPS, OpClass, OpKind};
 use crate::ir::types::{DType, TensorType};
 
@@ -116,7 +117,8 @@ pub enum VerifyError {
         span: Option<SourceSpan>,
     },
 
-    /// `reshape` reads a value whose elements are not laid out densely in row-major order.
+    /// `reshape` reads a view whose elements cannot be read in row-major order under the
+    /// new shape without a copy (PyTorch's `view` would refuse it too).
     #[error("reshape of %{name}, which is a non-contiguous view")]
     #[diagnostic(help("insert `contiguous(%{name})` and reshape its result"))]
     ReshapeOfNonContiguous {
@@ -334,8 +336,9 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
     // Whether each value is defined yet, walking ops in program order.
     let mut defined: IndexVec<ValueId, bool> =
         graph.values.iter().map(|v| matches!(v.def, ValueDef::Arg(_))).collect();
-    // Whether each value's elements are dense row-major in its storage.
-    let mut contiguous: IndexVec<ValueId, bool> = IndexVec::from_elem(true, graph.values.len());
+    // Where each value's elements sit in its root's bytes (`ir::layout`).
+    let mut layouts: IndexVec<ValueId, Option<Layout>> =
+        graph.values.iter_enumerated().map(|(id, v)| Some(Layout::dense(id, v.ty.dims()))).collect();
     for (op_id, op) in graph.ops.iter_enumerated() {
         let row = op.kind.def();
         let span = op.span.into();
@@ -353,7 +356,7 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
         for &output in &op.outputs {
             defined[output] = true;
         }
-        if op.inputs.len() != row.inputs.len() || op.outputs.len() != row.outputs.len() {
+        if !row.takes_inputs(op.inputs.len()) || op.outputs.len() != row.outputs.len() {
             errors.push(VerifyError::Arity {
                 op: op_id,
                 kind: op.kind,
@@ -370,12 +373,17 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
             continue;
         }
         let input_types: Vec<&TensorType> = op.inputs.iter().map(|&v| &graph.values[v].ty).collect();
-        match (row.infer)(&input_types, &op.attrs) {
-            Err(message) => errors.push(VerifyError::TypeRule { op: op_id, kind: op.kind, message, span }),
+        let typed = match (row.infer)(&input_types, &op.attrs) {
+            Err(message) => {
+                errors.push(VerifyError::TypeRule { op: op_id, kind: op.kind, message, span });
+                false
+            }
             Ok(types) => {
+                let mut all_match = true;
                 for (&output, inferred) in op.outputs.iter().zip(types) {
                     let value = &graph.values[output];
                     if value.ty != inferred {
+                        all_match = false;
                         errors.push(VerifyError::TypeMismatch {
                             value: output,
                             name: value.name.clone(),
@@ -386,30 +394,22 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
                         });
                     }
                 }
+                all_match
             }
-        }
-        if row.view_of.is_some() {
-            let input = op.inputs[0];
-            let input_dense = contiguous[input];
-            let output = op.outputs[0];
-            contiguous[output] = match op.kind {
-                OpKind::Reshape => {
-                    if !input_dense {
-                        errors.push(VerifyError::ReshapeOfNonContiguous {
-                            op: op_id,
-                            value: input,
-                            name: graph.values[input].name.clone(),
-                            span,
-                        });
-                    }
-                    true
-                }
-                OpKind::Transpose => {
-                    input_dense && op.attrs.ints("perm").iter().enumerate().all(|(i, &p)| p == i as i64)
-                }
-                // Only an expand that adds nothing keeps the layout dense.
-                _ => input_dense && graph.values[input].ty == graph.values[output].ty,
-            };
+        };
+        // A view's layout, once its types are right (`view_layout` trusts them).
+        if row.view_of.is_some() && typed {
+            let (input, output) = (op.inputs[0], op.outputs[0]);
+            let out_shape = graph.values[output].ty.dims();
+            layouts[output] = layouts[input].as_ref().and_then(|l| view_layout(op.kind, &op.attrs, l, out_shape));
+            if layouts[output].is_none() && layouts[input].is_some() {
+                errors.push(VerifyError::ReshapeOfNonContiguous {
+                    op: op_id,
+                    value: input,
+                    name: graph.values[input].name.clone(),
+                    span,
+                });
+            }
         }
     }
 }

@@ -108,7 +108,26 @@ pub fn lower_op(
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
-        Reshape | Transpose | Expand => Vec::new(),
+        Reshape | Transpose | Expand | Slice | Select => Vec::new(),
+        SliceBackward => {
+            // Zeros, then dy copied into the slice of them.
+            let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
+            let slice = strided_part(out, axis, attrs.int("start") as u64, x(0).shape[axis], attrs.int("step") as u64);
+            let mut commands = elementwise(FILL, out.numel(), vec![t(out), Arg::F64(0.0)]);
+            commands.extend(unary(OP_COPY, &slice, x(0), 0.0));
+            commands
+        }
+        Cat => {
+            // Each input copied into its part of the output.
+            let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
+            let mut start = 0;
+            let mut commands = Vec::new();
+            for input in op.inputs.iter().map(|&v| &views[v]) {
+                commands.extend(unary(OP_COPY, &strided_part(out, axis, start, input.shape[axis], 1), input, 0.0));
+                start += input.shape[axis];
+            }
+            commands
+        }
         Embedding => {
             let (v, d) = (x(0).shape[0], x(0).shape[1]);
             elementwise(EMBEDDING, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), int(d), int(v)])
@@ -175,6 +194,20 @@ pub fn lower_op(
             elementwise(ADAM, y(0).numel(), args)
         }
     })
+}
+
+fn resolve_axis(axis: i64, rank: usize) -> usize {
+    if axis < 0 { (axis + rank as i64) as usize } else { axis as usize }
+}
+
+/// The `len` elements of `view` from `start` along `axis`, every `step`-th: a view of the
+/// same bytes.
+fn strided_part(view: &View, axis: usize, start: u64, len: u64, step: u64) -> View {
+    let mut part = view.clone();
+    part.addr.offset += start * view.strides[axis] * view.dtype.size();
+    part.shape[axis] = len;
+    part.strides[axis] *= step;
+    part
 }
 
 fn binary(code: i32, out: &View, a: &View, b: &View, s: f64) -> Vec<Command> {

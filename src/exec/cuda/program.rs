@@ -8,12 +8,13 @@
 //! Executors rely on that for the memory safety of their launches.
 
 use crate::exec::ExecError;
-use crate::exec::cpu::{layouts, planned_offsets};
+use crate::exec::cpu::planned_offsets;
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::lower::{LowerOptions, lower_op};
 use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, Scratch, Space, View};
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
+use crate::ir::layout::layouts;
 use crate::ir::ops::OpKind;
 use crate::ir::types::TensorType;
 use crate::plan::Plan;
@@ -186,10 +187,10 @@ fn views(graph: &Graph, plan: &Plan) -> Result<IndexVec<ValueId, View>, CudaErro
         .map(|(v, value)| {
             let layout = &layouts[v];
             View {
-                addr: Addr::arena(base[layout.root]),
+                addr: Addr::arena(base[layout.root] + layout.offset * value.ty.dtype.size()),
                 dtype: value.ty.dtype,
-                shape: layout.shape.iter().map(|&d| d as u64).collect(),
-                strides: layout.strides.iter().map(|&s| s as u64).collect(),
+                shape: layout.shape.clone(),
+                strides: layout.strides.clone(),
             }
         })
         .collect())

@@ -120,7 +120,8 @@ pub const BN_VAR: i32 = 1;
 pub const BN_GRADS: i32 = 2;
 
 /// The kernels (and cuBLAS) that may run `kind`, in the order an op uses them. Views
-/// (reshape, transpose, expand) run nothing: they are strides over their input's bytes.
+/// (reshape, transpose, expand, slice, select) run nothing: they are strides over their
+/// input's bytes.
 pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
     use OpKind::*;
     match kind {
@@ -132,7 +133,9 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
         Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
         Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
-        Reshape | Transpose | Expand => &[],
+        Reshape | Transpose | Expand | Slice | Select => &[],
+        SliceBackward => &[FILL, UNARY],
+        Cat => &[UNARY],
         Embedding => &[EMBEDDING],
         EmbeddingBackward => &[EMBEDDING_BACKWARD],
         LayerNorm => &[LAYER_NORM],

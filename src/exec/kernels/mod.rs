@@ -85,6 +85,19 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::SgdMomentum => optim::sgd_momentum(&x[0], &x[1], &x[2], attrs.float("lr"), attrs.float("momentum")),
         OpKind::Adam => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &optim::AdamAttrs::read(attrs, false)),
         OpKind::Adamw => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &optim::AdamAttrs::read(attrs, true)),
+        OpKind::Slice => {
+            let axis = resolve_axis(attrs.int("axis"), x[0].shape.len());
+            vec![shape::slice(&x[0], axis, attrs.int("start") as usize, attrs.int("step") as usize, &shapes[0])]
+        }
+        OpKind::Select => {
+            let axis = resolve_axis(attrs.int("axis"), x[0].shape.len());
+            vec![shape::select(&x[0], axis, attrs.int("index") as usize)]
+        }
+        OpKind::SliceBackward => {
+            let axis = resolve_axis(attrs.int("axis"), shapes[0].len());
+            vec![shape::slice_backward(&x[0], &shapes[0], axis, attrs.int("start") as usize, attrs.int("step") as usize)]
+        }
+        OpKind::Cat => vec![shape::cat(x, resolve_axis(attrs.int("axis"), shapes[0].len()), &shapes[0])],
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.
@@ -103,7 +116,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
 fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType]) -> Result<(), ExecError> {
     let def = kind.def();
     let bad = |message: String| Err(ExecError::BadPlan(format!("{kind}: {message}")));
-    if inputs.len() != def.inputs.len() || outputs.len() != def.outputs.len() {
+    if !def.takes_inputs(inputs.len()) || outputs.len() != def.outputs.len() {
         return bad(format!(
             "given {} inputs and {} outputs, the op has {} and {}",
             inputs.len(),
@@ -112,7 +125,8 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
             def.outputs.len()
         ));
     }
-    for (input, name) in inputs.iter().zip(def.inputs) {
+    for (k, input) in inputs.iter().enumerate() {
+        let name = def.input_name(k);
         if input.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(input.data.len()) {
             return bad(format!("input {name} has {} numbers for shape {:?}", input.data.len(), input.shape));
         }
@@ -120,9 +134,10 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
     let dtype = outputs[0].dtype;
     let types: Vec<TensorType> = inputs
         .iter()
-        .zip(def.inputs)
-        .map(|(input, &name)| {
+        .enumerate()
+        .map(|(k, input)| {
             let dims = input.shape.iter().map(|&d| d as u64).collect::<Vec<_>>();
+            let name = def.input_name(k);
             TensorType::new(if name == "ids" || name == "labels" { DType::I64 } else { dtype }, dims)
         })
         .collect();
@@ -260,8 +275,9 @@ mod test_util {
         let attrs = attrs(kind, given);
         let types: Vec<TensorType> = inputs
             .iter()
-            .zip(kind.def().inputs)
-            .map(|(x, &name)| {
+            .enumerate()
+            .map(|(k, x)| {
+                let name = kind.def().input_name(k);
                 let dtype = if name == "ids" || name == "labels" { DType::I64 } else { DType::F32 };
                 TensorType::new(dtype, x.shape.iter().map(|&d| d as u64).collect::<Vec<_>>())
             })

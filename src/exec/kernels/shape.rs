@@ -1,6 +1,7 @@
-//! Shape kernels: transpose and expand as dense row-major copies (the IR treats them as
-//! views; kernels materialise them), and the reductions sum and mean. `reshape` is a copy of
-//! the data under the new shape, done in `eval`.
+//! Shape kernels: transpose, expand, slice and select as dense row-major copies (the IR
+//! treats them as views; kernels materialise them), slice's gradient, concatenation, and
+//! the reductions sum and mean. `reshape` is a copy of the data under the new shape, done
+//! in `eval`.
 
 use super::{broadcast_strides, resolve_axis, strides, walk};
 use crate::exec::Dense;
@@ -21,6 +22,61 @@ pub(super) fn expand(x: &Dense, shape: &[usize]) -> Dense {
     let mut data = Vec::with_capacity(shape.iter().product());
     walk(shape, [&read], |[i]| data.push(x.data[i]));
     Dense::new(shape.to_vec(), data)
+}
+
+/// x[start:end:step] along `axis` (resolved), shaped `shape`.
+pub(super) fn slice(x: &Dense, axis: usize, start: usize, step: usize, shape: &[usize]) -> Dense {
+    let own = strides(&x.shape);
+    let mut read = own.clone();
+    read[axis] *= step;
+    let base = start * own[axis];
+    let mut data = Vec::with_capacity(shape.iter().product());
+    walk(shape, [&read], |[i]| data.push(x.data[base + i]));
+    Dense::new(shape.to_vec(), data)
+}
+
+/// x[index] along `axis` (resolved), the axis dropped.
+pub(super) fn select(x: &Dense, axis: usize, index: usize) -> Dense {
+    let own = strides(&x.shape);
+    let (mut shape, mut read) = (x.shape.clone(), own.clone());
+    shape.remove(axis);
+    read.remove(axis);
+    let base = index * own[axis];
+    let mut data = Vec::with_capacity(shape.iter().product());
+    walk(&shape, [&read], |[i]| data.push(x.data[base + i]));
+    Dense::new(shape, data)
+}
+
+/// Zeros of `shape` with `dy` written at `[start:end:step]` along `axis` (resolved).
+pub(super) fn slice_backward(dy: &Dense, shape: &[usize], axis: usize, start: usize, step: usize) -> Dense {
+    let mut out = Dense::zeros(shape.to_vec());
+    let own = strides(shape);
+    let mut write = own.clone();
+    write[axis] *= step;
+    let base = start * own[axis];
+    let mut k = 0;
+    walk(&dy.shape, [&write], |[o]| {
+        out.data[base + o] = dy.data[k];
+        k += 1;
+    });
+    out
+}
+
+/// The inputs one after the other along `axis` (resolved), shaped `shape`.
+pub(super) fn cat(xs: &[Dense], axis: usize, shape: &[usize]) -> Dense {
+    let mut out = Dense::zeros(shape.to_vec());
+    let write = strides(shape);
+    let mut at = 0;
+    for x in xs {
+        let base = at * write[axis];
+        let mut k = 0;
+        walk(&x.shape, [&write], |[o]| {
+            out.data[base + o] = x.data[k];
+            k += 1;
+        });
+        at += x.shape[axis];
+    }
+    out
 }
 
 /// The sum over `axes` (resolved, distinct: checked by the type rule), shaped `out_shape`

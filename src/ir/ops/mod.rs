@@ -69,6 +69,11 @@ pub enum OpKind {
     SgdMomentum,
     Adam,
     Adamw,
+    // Slicing and concatenation.
+    Slice,
+    Select,
+    SliceBackward,
+    Cat,
 }
 
 impl OpKind {
@@ -299,7 +304,8 @@ pub struct OpDef {
     pub kind: OpKind,
     /// The IR spelling.
     pub name: &'static str,
-    /// Names of the inputs, in order; the arity is their number.
+    /// Names of the inputs, in order; the arity is their number, except that a last name
+    /// ending in `...` (`xs...`) stands for one or more inputs (a *variadic* op).
     pub inputs: &'static [&'static str],
     /// Names of the outputs, in order.
     pub outputs: &'static [&'static str],
@@ -323,6 +329,21 @@ impl fmt::Debug for OpDef {
 }
 
 impl OpDef {
+    /// Whether the last input may repeat (its name ends in `...`).
+    pub fn is_variadic(&self) -> bool {
+        self.inputs.last().is_some_and(|name| name.ends_with("..."))
+    }
+
+    /// Whether an op of this row may have `n` inputs.
+    pub fn takes_inputs(&self, n: usize) -> bool {
+        if self.is_variadic() { n >= self.inputs.len() } else { n == self.inputs.len() }
+    }
+
+    /// The name of input `k` (every input from the last name on takes the last name).
+    pub fn input_name(&self, k: usize) -> &'static str {
+        self.inputs[k.min(self.inputs.len() - 1)]
+    }
+
     /// One-line usage, for help lines and docs: inputs, attributes with their defaults (or
     /// `<kind>` where the attribute must be written), outputs. For example
     /// `conv2d_backward(dy, x, w, stride=[1, 1], padding=[0, 0]) -> (dx, dw)`.

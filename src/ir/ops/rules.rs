@@ -595,3 +595,67 @@ pub(super) fn infer_adam(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     }
     done(vec![inputs[0].clone(), inputs[0].clone(), inputs[0].clone()])
 }
+
+/// The output type of `slice(x, axis, start, end, step)`: `x` with the axis cut to
+/// `start..end` every `step`-th element.
+fn sliced(x: &TensorType, attrs: &Attrs) -> Result<TensorType, String> {
+    let a = axis(attrs.int("axis"), x)?;
+    let (start, end, step) = (attrs.int("start"), attrs.int("end"), attrs.int("step"));
+    let dim = x.dims()[a];
+    if step < 1 {
+        return Err(format!("step={step}: a slice steps forward by 1 or more"));
+    }
+    match (u64::try_from(start), u64::try_from(end)) {
+        (Ok(s), Ok(e)) if s <= e && e <= dim => {
+            let mut dims = x.dims().to_vec();
+            dims[a] = (e - s).div_ceil(step as u64);
+            Ok(TensorType::new(x.dtype, dims))
+        }
+        _ => Err(format!("start={start}, end={end} is not a range inside dimension {a} of {x} (0 <= start <= end <= {dim})")),
+    }
+}
+
+pub(super) fn infer_slice(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    done(vec![sliced(inputs[0], attrs)?])
+}
+
+pub(super) fn infer_select(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let a = axis(attrs.int("axis"), x)?;
+    let index = attrs.int("index");
+    let dim = x.dims()[a];
+    if !u64::try_from(index).is_ok_and(|i| i < dim) {
+        return Err(format!("index={index} is outside dimension {a} of {x} (0..{dim})"));
+    }
+    let mut dims = x.dims().to_vec();
+    dims.remove(a);
+    done(vec![TensorType::new(x.dtype, dims)])
+}
+
+/// `slice_backward(dy, shape, axis, start, end, step)`: `dy` must be exactly the slice of a
+/// `dy.dtype[shape]` tensor; the output is that tensor.
+pub(super) fn infer_slice_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let dy = inputs[0];
+    let full = TensorType::new(dy.dtype, dims_attr(attrs, "shape")?);
+    let expected = sliced(&full, attrs)?;
+    if *dy != expected {
+        return Err(format!("dy is {dy}, but this slice of {full} is {expected}"));
+    }
+    done(vec![full])
+}
+
+/// `cat(xs..., axis)`: one or more tensors of one dtype and rank, equal but along `axis`.
+pub(super) fn infer_cat(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let first = inputs[0];
+    let dtype = same_dtype(inputs)?;
+    let a = axis(attrs.int("axis"), first)?;
+    let mut dims = first.dims().to_vec();
+    for x in &inputs[1..] {
+        let same_elsewhere = x.rank() == first.rank() && (0..x.rank()).all(|i| i == a || x.dims()[i] == first.dims()[i]);
+        if !same_elsewhere {
+            return Err(format!("cannot concatenate {first} and {x} along axis {a}: the other dimensions differ"));
+        }
+        dims[a] = dims[a].checked_add(x.dims()[a]).ok_or_else(|| format!("the concatenation along axis {a} has more than 2^64 elements"))?;
+    }
+    done(vec![TensorType::new(dtype, dims)])
+}

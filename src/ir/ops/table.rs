@@ -24,6 +24,19 @@ const ADAMW: &[AttrSpec] = &[
     attr("eps", K::Float, Some(AttrDefault::Float(1e-8))),
     attr("weight_decay", K::Float, Some(AttrDefault::Float(0.01))),
 ];
+const SLICE: &[AttrSpec] = &[
+    attr("axis", K::Int, None),
+    attr("start", K::Int, None),
+    attr("end", K::Int, None),
+    attr("step", K::Int, Some(AttrDefault::Int(1))),
+];
+const SLICE_BACKWARD: &[AttrSpec] = &[
+    attr("shape", K::Ints, None),
+    attr("axis", K::Int, None),
+    attr("start", K::Int, None),
+    attr("end", K::Int, None),
+    attr("step", K::Int, Some(AttrDefault::Int(1))),
+];
 /// The table. Row order = `OpKind` order.
 pub static OPS: &[OpDef] = &[
     OpDef {
@@ -526,5 +539,57 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[(0, 0), (1, 2), (2, 3)],
         doc: "Adam with decoupled weight decay: p_new also loses lr * weight_decay * p",
+    },
+    OpDef {
+        kind: OpKind::Slice,
+        name: "slice",
+        inputs: &["x"],
+        outputs: &["out"],
+        attrs: SLICE,
+        class: OpClass::Forward,
+        infer: infer_slice,
+        flops: no_flops,
+        view_of: Some(0),
+        inplace: &[],
+        doc: "x[start:end:step] along axis (a view)",
+    },
+    OpDef {
+        kind: OpKind::Select,
+        name: "select",
+        inputs: &["x"],
+        outputs: &["out"],
+        attrs: &[attr("axis", K::Int, None), attr("index", K::Int, None)],
+        class: OpClass::Forward,
+        infer: infer_select,
+        flops: no_flops,
+        view_of: Some(0),
+        inplace: &[],
+        doc: "x[index] along axis, the axis dropped (a view)",
+    },
+    OpDef {
+        kind: OpKind::SliceBackward,
+        name: "slice_backward",
+        inputs: &["dy"],
+        outputs: &["dx"],
+        attrs: SLICE_BACKWARD,
+        class: OpClass::Backward,
+        infer: infer_slice_backward,
+        flops: no_flops,
+        view_of: None,
+        inplace: &[],
+        doc: "zeros of shape with dy at the slice: slice's gradient",
+    },
+    OpDef {
+        kind: OpKind::Cat,
+        name: "cat",
+        inputs: &["xs..."],
+        outputs: &["out"],
+        attrs: &[attr("axis", K::Int, None)],
+        class: OpClass::Forward,
+        infer: infer_cat,
+        flops: no_flops,
+        view_of: None,
+        inplace: &[],
+        doc: "the inputs concatenated along axis",
     },
 ];

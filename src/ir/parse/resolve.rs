@@ -110,7 +110,7 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
         let mut counts_ok = true;
         let mut attrs = None;
         if let Some(row) = row {
-            if def.operands.len() != row.inputs.len() {
+            if !row.takes_inputs(def.operands.len()) {
                 counts_ok = false;
                 errors.push(ParseError::InputCount {
                     op: row.name,

@@ -283,6 +283,37 @@ impl Gen {
         }
     }
 
+    /// A slice (recorded, for its backward op), a select, or a concatenation of values that
+    /// agree but along one axis (a value with a slice of itself or with another).
+    pub(super) fn slices(&mut self) {
+        let Some(x) = self.pick(|g, v| g.ty(v).rank() >= 1 && g.ty(v).dims().iter().all(|&d| d >= 1)) else { return };
+        let dims = self.ty(x).dims().to_vec();
+        let axis = self.below(dims.len());
+        let spelled = if self.chance(0.3) { axis as i64 - dims.len() as i64 } else { axis as i64 };
+        match self.below(3) {
+            0 => {
+                let start = self.below(dims[axis] as usize) as i64;
+                let end = start + 1 + self.below(dims[axis] as usize - start as usize) as i64;
+                let step = 1 + self.below(2) as i64;
+                let attrs = [("axis", Attr::Int(spelled)), ("start", Attr::Int(start)), ("end", Attr::Int(end)), ("step", Attr::Int(step))];
+                self.emit_recorded(OpKind::Slice, &[x], &attrs);
+            }
+            1 => {
+                let index = self.below(dims[axis] as usize) as i64;
+                self.emit(OpKind::Select, &[x], &[("axis", Attr::Int(spelled)), ("index", Attr::Int(index))]);
+            }
+            _ => {
+                let n = 1 + self.below(dims[axis] as usize) as i64;
+                let attrs = [("axis", Attr::Int(axis as i64)), ("start", Attr::Int(0)), ("end", Attr::Int(n))];
+                let Some(part) = self.emit(OpKind::Slice, &[x], &attrs) else { return };
+                let ty = self.ty(x).clone();
+                let other = self.derive(&ty, None);
+                let inputs = if self.chance(0.5) { vec![x, part, other] } else { vec![part, x] };
+                self.emit(OpKind::Cat, &inputs, &[("axis", Attr::Int(spelled))]);
+            }
+        }
+    }
+
     pub(super) fn cast(&mut self) {
         // Back to a float from an integer or bool, sometimes.
         if self.chance(0.3)

@@ -139,6 +139,7 @@ enum Family {
     Linear,
     Reduce,
     View,
+    Slice,
     Cast,
     Fill,
     LayerNorm,
@@ -163,6 +164,7 @@ const FAMILIES: &[(Family, u64)] = &[
     (Family::Linear, 6),
     (Family::Reduce, 6),
     (Family::View, 10),
+    (Family::Slice, 4),
     (Family::Cast, 5),
     (Family::Fill, 3),
     (Family::LayerNorm, 4),
@@ -507,6 +509,7 @@ impl Gen {
             Family::Linear => self.linear(),
             Family::Reduce => self.reduce(),
             Family::View => self.view(),
+            Family::Slice => self.slices(),
             Family::Cast => self.cast(),
             Family::Fill => self.fill(),
             Family::LayerNorm => {

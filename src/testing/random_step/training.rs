@@ -120,6 +120,12 @@ impl Gen {
                     self.grads.insert(r.inputs[0], d);
                 }
             }
+            OpKind::Slice => {
+                let dy = self.derive(&out_ty, None);
+                let mut given = vec![("shape", ints(self.ty(r.inputs[0]).dims()))];
+                given.extend(r.attrs.0.iter().cloned());
+                self.emit(OpKind::SliceBackward, &[dy], &given);
+            }
             OpKind::CrossEntropy => {
                 let dloss = if self.chance(0.6) {
                     let dtype = out_ty.dtype;
