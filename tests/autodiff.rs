@@ -240,6 +240,87 @@ const CASES: &[Case] = &[
         },
     },
     Case {
+        family: "neg, exp, log, sqrt, rsqrt, pow_scalar",
+        text: "step @s(
+  %x: f32[2,3] param, %z: f32[2,3] param,
+  %r: f32[2,3] input,
+) {
+  %l = log(%x)
+  %s = sqrt(%x)
+  %q = rsqrt(%x)
+  %p = pow_scalar(%x, exponent=2.5)
+  %p3 = pow_scalar(%z, exponent=3.0)
+  %p1 = pow_scalar(%z, exponent=1.0)
+  %p0 = pow_scalar(%z, exponent=0.0)
+  %e = exp(%z)
+  %n = neg(%e)
+  %t1 = add(%l, %s)
+  %t2 = add(%t1, %q)
+  %t3 = add(%t2, %p)
+  %t4 = add(%t3, %p3)
+  %t5 = add(%t4, %p1)
+  %t6 = add(%t5, %p0)
+  %t7 = add(%t6, %n)
+  %w = mul(%t7, %r)
+  %loss = sum(%w, axes=[0, 1])
+}",
+        ints: &[],
+        // log, sqrt, rsqrt and a fractional power need x > 0.
+        fix: |name, x| {
+            if name == "x" {
+                for v in &mut x.data {
+                    *v = v.abs() + 0.5;
+                }
+            }
+        },
+    },
+    Case {
+        family: "silu, sigmoid, tanh, hardswish, exact gelu",
+        text: "step @s(
+  %x: f32[3,4] param, %z: f32[3,4] param, %h: f32[3,4] param,
+  %r: f32[3,4] input,
+) {
+  %x3 = mul_scalar(%x, value=3.0)
+  %a = silu(%x3)
+  %b = sigmoid(%x3)
+  %c = tanh(%z)
+  %z3 = mul_scalar(%z, value=3.0)
+  %d = gelu(%z3, approximate=false)
+  %h5 = mul_scalar(%h, value=5.0)
+  %e = hardswish(%h5)
+  %t1 = add(%a, %b)
+  %t2 = add(%t1, %c)
+  %t3 = add(%t2, %d)
+  %t4 = add(%t3, %e)
+  %w = mul(%t4, %r)
+  %loss = sum(%w, axes=[0, 1])
+}",
+        ints: &[],
+        // hardswish has kinks at ±3, where 5·h = ±3.
+        fix: |name, x| {
+            if name == "h" {
+                for v in &mut x.data {
+                    if (v.abs() - 0.6).abs() < 0.05 {
+                        *v *= 0.8;
+                    }
+                }
+            }
+        },
+    },
+    Case {
+        family: "rms_norm",
+        text: "step @s(
+  %x: f32[2,3,5] param, %gamma: f32[5] param,
+  %r: f32[2,3,5] input,
+) {
+  %y = rms_norm(%x, %gamma, eps=0.01)
+  %w = mul(%y, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
         family: "layer_norm",
         text: "step @s(
   %x: f32[2,3,5] param, %gamma: f32[5] param, %beta: f32[5] param,
@@ -389,6 +470,20 @@ const CASES: &[Case] = &[
   %loss = cross_entropy(%z, %labels)
 }",
         ints: &[("labels", &[0.0, 4.0, 2.0, 2.0])],
+        fix: no_fix,
+    },
+    Case {
+        family: "cross_entropy with ignored rows and label smoothing",
+        text: "step @s(
+  %logits: f32[4,5] param,
+  %labels: i32[4] input, %labels2: i64[4] input,
+) {
+  %z = mul_scalar(%logits, value=2.0)
+  %l1 = cross_entropy(%z, %labels, label_smoothing=0.2)
+  %l2 = cross_entropy(%logits, %labels2, ignore_index=1, label_smoothing=1.0)
+  %loss = add(%l1, %l2)
+}",
+        ints: &[("labels", &[0.0, -100.0, 2.0, -100.0]), ("labels2", &[1.0, 4.0, 1.0, 3.0])],
         fix: no_fix,
     },
 ];

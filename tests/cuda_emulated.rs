@@ -18,8 +18,9 @@ use memplan::exec::cuda::lower::LowerOptions;
 use memplan::exec::cuda::program::Program;
 use memplan::exec::cuda::source::{OP_COPY, UNARY};
 use memplan::exec::cuda::view::{Addr, Arg, Launch, View, grid_1d};
-use memplan::exec::data::init_args;
-use memplan::ir::types::DType;
+use memplan::exec::data::{HostTensor, Tensors, init_args};
+use memplan::ir::ops::{OPS, OpKind};
+use memplan::ir::types::{DType, TensorType};
 use memplan::passes::PlanOptions;
 use memplan::testing::random_step::random_step;
 use memplan::{Graph, Plan};
@@ -68,12 +69,22 @@ fn emulated_with(
     seed: u64,
     options: LowerOptions,
 ) -> Result<(Vec<&'static str>, Noise), String> {
+    emulated_from(graph, plan, steps, init_args(graph, seed), options)
+}
+
+/// [`emulated_with`] from the arguments `args`.
+fn emulated_from(
+    graph: &Graph,
+    plan: &Plan,
+    steps: u32,
+    mut args: Tensors,
+    options: LowerOptions,
+) -> Result<(Vec<&'static str>, Noise), String> {
     let emu = emulator().expect("checked by the caller");
     let program = Program::with_options(graph, plan, options).map_err(|e| format!("lowering: {e}"))?;
     let backend = EmuBackend::new(emu, program.arena_bytes, program.scratch_bytes.max(1));
     let mut exec = Executor::new(backend, program);
     exec.poison().map_err(|e| e.to_string())?;
-    let mut args = init_args(graph, seed);
     let mut noise = Noise::default();
     for step in 0..steps {
         exec.upload(&args, if step == 0 { Upload::All } else { Upload::Inputs })
@@ -170,12 +181,75 @@ fn out_of_range_labels_are_rejected_like_the_cpu_reference() {
 }
 
 #[test]
+fn ignored_labels_and_label_smoothing_match_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // Labels no seeded initialisation makes: PyTorch's default ignore_index -100 on some
+    // rows (accepted on upload), and a step where every row is ignored (a NaN loss on both
+    // executors, and no gradient).
+    let text = "step @s(
+  %w: f32[6,5] param,
+  %x: f32[4,6] input,
+  %y: i64[4] input,
+) {
+  %o = matmul(%x, %w)
+  %l1 = cross_entropy(%o, %y, label_smoothing=0.2)
+  %l2 = cross_entropy(%o, %y)
+  %loss = add(%l1, %l2)
+  backward %loss with sgd(lr=0.5)
+  return %loss, %l1
+}";
+    let graph = memplan::expand(&memplan::parse(text).unwrap()).unwrap();
+    let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+    memplan::check(&graph, &plan).unwrap();
+    let labels = |values: &[f64]| HostTensor::from_f64(TensorType::new(DType::I64, vec![4]), values);
+    for rows in [[3.0, -100.0, 0.0, -100.0], [-100.0; 4]] {
+        let mut args = init_args(&graph, 5);
+        args.insert("y".into(), labels(&rows));
+        let (launches, _) = emulated_from(&graph, &plan, 2, args.clone(), LowerOptions::default())
+            .unwrap_or_else(|e| panic!("labels {rows:?}: {e}"));
+        assert!(launches.contains(&"ce_count"), "{launches:?}");
+        let cpu = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
+        let loss = cpu.returns["loss"].to_f64()[0];
+        assert_eq!(loss.is_nan(), rows == [-100.0; 4], "labels {rows:?}: loss {loss}");
+    }
+}
+
+/// The random seeds [`random_steps_match_the_cpu_reference`] runs.
+const RANDOM_SEEDS: u64 = 60;
+
+/// The emulated steps run every op of the table (and gelu's and cross_entropy's options):
+/// the small corpus steps and the random seeds together hold each one.
+#[test]
+fn the_emulated_steps_cover_every_op() {
+    let mut graphs: Vec<Graph> = step_files()
+        .iter()
+        .map(|file| load(file))
+        .filter(|(_, plan)| plan.arena_bytes <= SMALL)
+        .map(|(graph, _)| graph)
+        .collect();
+    graphs.extend((0..RANDOM_SEEDS).map(random_step));
+    let ops = || graphs.iter().flat_map(|g| &g.ops);
+    let missing: Vec<&str> = OPS.iter().filter(|row| ops().all(|op| op.kind != row.kind)).map(|row| row.name).collect();
+    assert!(missing.is_empty(), "ops the emulated tests never run: {missing:?}");
+    let has = |kind: OpKind, test: &dyn Fn(&memplan::ir::ops::Attrs) -> bool| {
+        ops().any(|op| op.kind == kind && test(&op.attrs))
+    };
+    assert!(has(OpKind::Gelu, &|a| !a.bool("approximate")) && has(OpKind::GeluBackward, &|a| !a.bool("approximate")));
+    for kind in [OpKind::CrossEntropy, OpKind::CrossEntropyBackward] {
+        assert!(has(kind, &|a| a.int("ignore_index") >= 0), "{kind} ignoring a class");
+        assert!(has(kind, &|a| a.float("label_smoothing") > 0.0), "{kind} with label smoothing");
+    }
+}
+
+#[test]
 fn random_steps_match_the_cpu_reference() {
     if emulator().is_none() {
         return;
     }
     let (mut failed, mut left_out, mut tensors) = (Vec::new(), 0, 0);
-    for seed in 0..60 {
+    for seed in 0..RANDOM_SEEDS {
         let graph = random_step(seed);
         let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
         memplan::check(&graph, &plan).unwrap();

@@ -151,6 +151,15 @@ fn census(graphs: &[Graph]) -> BTreeMap<String, usize> {
                     bump("matmul with a transpose".into());
                 }
             }
+            if op.kind == OpKind::Gelu && op.attrs.get("approximate") == Some(&Attr::Bool(false)) {
+                bump("exact gelu".into());
+            }
+            if op.kind == OpKind::CrossEntropy && op.attrs.int("ignore_index") >= 0 {
+                bump("cross_entropy ignoring a class".into());
+            }
+            if op.kind == OpKind::CrossEntropy && op.attrs.float("label_smoothing") > 0.0 {
+                bump("cross_entropy with label smoothing".into());
+            }
             if op.kind == OpKind::Reshape
                 && g.def_op(op.inputs[0]).is_some_and(|d| g.ops[d].kind == OpKind::Contiguous)
             {
@@ -198,6 +207,9 @@ fn the_generator_covers_every_op_and_feature() {
         "step with 3+ updates",
         "step with 2+ returns",
         "update in the middle of the step",
+        "exact gelu",
+        "cross_entropy ignoring a class",
+        "cross_entropy with label smoothing",
     ];
     for feature in features {
         assert!(counts.get(feature).is_some_and(|&n| n >= 3), "{feature}: {:?} in {SEEDS} seeds", counts.get(feature));

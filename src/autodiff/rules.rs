@@ -30,10 +30,24 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Div => Some(grad_div),
         OpKind::AddScalar => Some(grad_add_scalar),
         OpKind::MulScalar => Some(grad_mul_scalar),
+        OpKind::PowScalar => Some(grad_pow_scalar),
+        OpKind::Neg => Some(grad_neg),
+        OpKind::Exp => Some(grad_exp),
+        OpKind::Log => Some(grad_log),
+        OpKind::Sqrt => Some(grad_sqrt),
+        OpKind::Rsqrt => Some(grad_rsqrt),
         OpKind::Relu => Some(grad_relu),
         OpKind::ReluBackward => None,
         OpKind::Gelu => Some(grad_gelu),
         OpKind::GeluBackward => None,
+        OpKind::Silu => Some(grad_silu),
+        OpKind::SiluBackward => None,
+        OpKind::Sigmoid => Some(grad_sigmoid),
+        OpKind::SigmoidBackward => None,
+        OpKind::Tanh => Some(grad_tanh),
+        OpKind::TanhBackward => None,
+        OpKind::Hardswish => Some(grad_hardswish),
+        OpKind::HardswishBackward => None,
         OpKind::Softmax => Some(grad_softmax),
         OpKind::SoftmaxBackward => None,
         OpKind::CausalMask => Some(grad_causal_mask),
@@ -50,6 +64,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::EmbeddingBackward => None,
         OpKind::LayerNorm => Some(grad_layer_norm),
         OpKind::LayerNormBackward => None,
+        OpKind::RmsNorm => Some(grad_rms_norm),
+        OpKind::RmsNormBackward => None,
         OpKind::BatchNorm => Some(grad_batch_norm),
         OpKind::BatchNormBackward => None,
         OpKind::Conv2d => Some(grad_conv2d),
@@ -147,6 +163,71 @@ fn grad_mul_scalar(b: &mut Builder, call: &GradCall) -> Rule {
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::MulScalar, vec![dy], &[("value", Attr::Float(value))]))
 }
 
+/// `y = pow_scalar(x, exponent=e)`: ∂(xᵉ)/∂x = e·xᵉ⁻¹, so `dx = mul(dy, mul_scalar(pow_scalar(x,
+/// exponent=e-1), value=e))`, PyTorch's `grad * (e * x.pow(e - 1))`. Two exponents are
+/// special, as in PyTorch's pow_backward: e = 0 gives zeros (`fill`: 0·x⁻¹ would be NaN at
+/// x = 0), and e = 1 gives dy itself (x⁰ = 1 everywhere, 0⁰ included).
+fn grad_pow_scalar(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let x = call.inputs[0];
+    let e = call.attrs.float("exponent");
+    each(b, call, |b, _| {
+        if e == 0.0 {
+            let ty = b.ty(x).clone();
+            let given = [("shape", shape_attr(ty.dims())?), ("dtype", Attr::DType(ty.dtype)), ("value", Attr::Float(0.0))];
+            return b.op1(x, OpKind::Fill, vec![], &given);
+        }
+        if e == 1.0 {
+            return Ok(dy);
+        }
+        let power = b.op1(x, OpKind::PowScalar, vec![x], &[("exponent", Attr::Float(e - 1.0))])?;
+        let slope = b.op1(x, OpKind::MulScalar, vec![power], &[("value", Attr::Float(e))])?;
+        b.op1(x, OpKind::Mul, vec![dy, slope], &[])
+    })
+}
+
+/// `neg(x)`: `dx = neg(dy)`.
+fn grad_neg(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::Neg, vec![dy], &[]))
+}
+
+/// `y = exp(x)`: exp′ = exp, so `dx = mul(dy, y)` (reads the OUTPUT, as PyTorch does).
+fn grad_exp(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::Mul, vec![dy, call.outputs[0]], &[]))
+}
+
+/// `log(x)`: log′(x) = 1/x, so `dx = div(dy, x)`.
+fn grad_log(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let x = call.inputs[0];
+    each(b, call, |b, _| b.op1(x, OpKind::Div, vec![dy, x], &[]))
+}
+
+/// `y = sqrt(x)`: √′(x) = 1/(2√x), so `dx = mul_scalar(div(dy, y), value=0.5)`, PyTorch's
+/// `grad / (2 * result)` (halving is exact, so the two round alike).
+fn grad_sqrt(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let x = call.inputs[0];
+    each(b, call, |b, _| {
+        let q = b.op1(x, OpKind::Div, vec![dy, call.outputs[0]], &[])?;
+        b.op1(x, OpKind::MulScalar, vec![q], &[("value", Attr::Float(0.5))])
+    })
+}
+
+/// `y = rsqrt(x)` = x^(−1/2): y′ = −½·x^(−3/2) = −½·y³, so `dx = mul_scalar(mul(dy,
+/// pow_scalar(y, exponent=3)), value=-0.5)`, PyTorch's `-0.5 * grad * result.pow(3)`.
+fn grad_rsqrt(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let x = call.inputs[0];
+    each(b, call, |b, _| {
+        let cube = b.op1(x, OpKind::PowScalar, vec![call.outputs[0]], &[("exponent", Attr::Float(3.0))])?;
+        let g = b.op1(x, OpKind::Mul, vec![dy, cube], &[])?;
+        b.op1(x, OpKind::MulScalar, vec![g], &[("value", Attr::Float(-0.5))])
+    })
+}
+
 /// `y = relu(x)`: `dx = relu_backward(dy, y)`, dy where y > 0 (x > 0), else 0; it reads
 /// the OUTPUT, so x need not be kept. At x = 0 this picks the subgradient 0.
 fn grad_relu(b: &mut Builder, call: &GradCall) -> Rule {
@@ -154,11 +235,39 @@ fn grad_relu(b: &mut Builder, call: &GradCall) -> Rule {
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::ReluBackward, vec![dy, call.outputs[0]], &[]))
 }
 
-/// `gelu(x)`: `dx = gelu_backward(dy, x)` = dy · gelu'(x) (the tanh approximation's
-/// exact derivative).
+/// `gelu(x, approximate)`: `dx = gelu_backward(dy, x, approximate)` = dy · gelu'(x), the
+/// exact derivative of the same form (tanh approximation or erf).
 fn grad_gelu(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
-    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::GeluBackward, vec![dy, call.inputs[0]], &[]))
+    let x = call.inputs[0];
+    each(b, call, |b, _| Ok(b.op_attrs(&[x], OpKind::GeluBackward, vec![dy, x], call.attrs.clone())?[0]))
+}
+
+/// `silu(x)` = x·s with s = sigmoid(x): `dx = silu_backward(dy, x)` = dy·s·(1 + x·(1 − s)).
+fn grad_silu(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::SiluBackward, vec![dy, call.inputs[0]], &[]))
+}
+
+/// `y = sigmoid(x)`: σ′ = σ·(1 − σ), so `dx = sigmoid_backward(dy, y)` = dy·y·(1 − y); it
+/// reads the OUTPUT, so x need not be kept.
+fn grad_sigmoid(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::SigmoidBackward, vec![dy, call.outputs[0]], &[]))
+}
+
+/// `y = tanh(x)`: tanh′ = 1 − tanh², so `dx = tanh_backward(dy, y)` = dy·(1 − y²), from the
+/// OUTPUT.
+fn grad_tanh(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::TanhBackward, vec![dy, call.outputs[0]], &[]))
+}
+
+/// `hardswish(x)`: `dx = hardswish_backward(dy, x)`, PyTorch's derivative: 0 for x < −3,
+/// (2x + 3)/6 for −3 ≤ x ≤ 3, 1 above (one-sided at the kinks ±3, as PyTorch picks).
+fn grad_hardswish(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::HardswishBackward, vec![dy, call.inputs[0]], &[]))
 }
 
 /// `y = softmax(x, axis)`: `dx = softmax_backward(dy, y, axis)` = y · (dy - Σ_axis dy·y),
@@ -336,6 +445,12 @@ fn grad_layer_norm(b: &mut Builder, call: &GradCall) -> Rule {
     grad_norm(b, call, OpKind::LayerNormBackward)
 }
 
+/// `rms_norm(x, gamma)`: `dx, dgamma = rms_norm_backward(dy, x, gamma, eps)`, recomputing
+/// the row statistics from x; an output no input wants stays an unused temporary.
+fn grad_rms_norm(b: &mut Builder, call: &GradCall) -> Rule {
+    grad_norm(b, call, OpKind::RmsNormBackward)
+}
+
 /// `batch_norm(x, gamma, beta)` (training mode): `dx, dgamma, dbeta =
 /// batch_norm_backward(dy, x, gamma)`, which includes the paths through the batch mean
 /// and variance.
@@ -362,9 +477,10 @@ fn grad_max_pool2d(b: &mut Builder, call: &GradCall) -> Rule {
     each(b, call, |b, _| Ok(b.op_attrs(&[x], OpKind::MaxPool2dBackward, vec![dy, x], call.attrs.clone())?[0]))
 }
 
-/// `loss = cross_entropy(logits, labels)`: `dlogits = cross_entropy_backward(dloss,
-/// logits, labels)` = dloss · (softmax(logits) - onehot(labels)) / N. Labels get no
-/// gradient.
+/// `loss = cross_entropy(logits, labels, ignore_index, label_smoothing)`: `dlogits =
+/// cross_entropy_backward(dloss, logits, labels, ignore_index, label_smoothing)` = dloss ·
+/// (softmax(logits) − (1 − ε)·onehot(labels) − ε/C) / (rows not ignored), 0 on ignored rows.
+/// Labels get no gradient.
 fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (logits, labels) = (call.inputs[0], call.inputs[1]);
@@ -372,7 +488,8 @@ fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
         if k != 0 {
             return Err("the labels of cross_entropy have no gradient".into());
         }
-        b.op1(logits, OpKind::CrossEntropyBackward, vec![dy, logits, labels], &[])
+        let attrs = call.attrs.clone();
+        Ok(b.op_attrs(&[logits], OpKind::CrossEntropyBackward, vec![dy, logits, labels], attrs)?[0])
     })
 }
 

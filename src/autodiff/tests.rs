@@ -331,3 +331,73 @@ fn reshape_of_a_gradient_copies_only_where_its_layout_needs_it() {
     assert!(text.contains("%w.grad.t1: f32[3,2] = contiguous(%r.grad)"), "{text}");
     assert!(text.contains("%w.grad: f32[2,3] = reshape(%w.grad.t1, shape=[2, 3])"), "{text}");
 }
+
+#[test]
+fn math_rules_write_pytorchs_formulas_with_existing_ops() {
+    let text = "step @s(
+  %w: f32[3] param,
+) {
+  %e = exp(%w)
+  %p0 = pow_scalar(%e, exponent=0.0)
+  %p1 = pow_scalar(%e, exponent=1.0)
+  %p2 = pow_scalar(%e, exponent=2.5)
+  %r = rsqrt(%p2)
+  %q = sqrt(%p1)
+  %s1 = add(%p0, %r)
+  %s2 = add(%s1, %q)
+  %n = neg(%s2)
+  %l = log(%e)
+  %s3 = add(%n, %l)
+  %loss = sum(%s3, axes=[0])
+  return %loss
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(1.0))]));
+    let text = body(&e);
+    for line in [
+        // log: dy / x; neg: -dy (add passes dy through: %n.grad is %s3.grad).
+        "%e.grad.1: f32[3] = div(%s3.grad, %e)",
+        "%s2.grad: f32[3] = neg(%s3.grad)",
+        // sqrt and rsqrt from their outputs.
+        "%p1.grad.t1: f32[3] = div(%s2.grad, %q)",
+        "%p1.grad: f32[3] = mul_scalar(%p1.grad.t1, value=0.5)",
+        "%p2.grad.t1: f32[3] = pow_scalar(%r, exponent=3.0)",
+        "%p2.grad.t2: f32[3] = mul(%s2.grad, %p2.grad.t1)",
+        "%p2.grad: f32[3] = mul_scalar(%p2.grad.t2, value=-0.5)",
+        // e·x^(e-1): pow_scalar, mul_scalar, mul.
+        "%e.grad.t2: f32[3] = pow_scalar(%e, exponent=1.5)",
+        "%e.grad.t3: f32[3] = mul_scalar(%e.grad.t2, value=2.5)",
+        "%e.grad.2: f32[3] = mul(%p2.grad, %e.grad.t3)",
+        // exponent 0: zeros; exponent 1: the gradient itself (%p1.grad, summed as is).
+        "%e.grad.4: f32[3] = fill(shape=[3], dtype=f32)",
+        "%e.grad.t7: f32[3] = add(%e.grad.t6, %p1.grad)",
+        // exp: from its output.
+        "%w.grad: f32[3] = mul(%e.grad, %e)",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    // No x^(e-1) for e = 0 or 1: the forward's pow_scalar(exponent=0) is the only one.
+    assert!(!text.contains("exponent=-1.0") && text.matches("exponent=0.0").count() == 1, "{text}");
+}
+
+#[test]
+fn attributes_reach_the_backward_ops() {
+    let text = "step @s(
+  %w: f32[4,3] param,
+  %g: f32[3] param,
+  %y: i32[4] input,
+) {
+  %a = gelu(%w, approximate=false)
+  %n = rms_norm(%a, %g, eps=0.001)
+  %loss = cross_entropy(%n, %y, ignore_index=0, label_smoothing=0.1)
+  return %loss
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(1.0))]));
+    let text = body(&e);
+    for line in [
+        "%n.grad: f32[4,3] = cross_entropy_backward(%loss.grad, %n, %y, ignore_index=0, label_smoothing=0.1)",
+        "%a.grad: f32[4,3], %g.grad: f32[3] = rms_norm_backward(%n.grad, %a, %g, eps=0.001)",
+        "%w.grad: f32[4,3] = gelu_backward(%a.grad, %w, approximate=false)",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+}

@@ -6,10 +6,11 @@
 //! 2^53); floats round to nearest even when encoded.
 //!
 //! Initialisation is seeded and deterministic on every platform (`crate::rng`): params by
-//! how the step uses them (norm scales 1, shifts and 1-D biases 0, embedding tables
-//! N(0, 0.02), other weights uniform in ±1/sqrt(fan_in)); state 0; float inputs N(0, 1);
-//! integer inputs that are labels or ids in their valid range; other integer inputs in
-//! 0..10; bool inputs fair coins.
+//! how the step uses them (norm scales 1 (layer, rms and batch norm), shifts and 1-D
+//! biases 0, embedding tables N(0, 0.02), other weights uniform in ±1/sqrt(fan_in)); state
+//! 0; float inputs N(0, 1); integer inputs that are labels or ids in their valid range
+//! (labels never hit a negative ignore_index); other integer inputs in 0..10; bool inputs
+//! fair coins.
 
 use half::{bf16, f16};
 use indexmap::IndexMap;
@@ -99,7 +100,7 @@ pub fn init_args(graph: &Graph, seed: u64) -> Tensors {
             }
             (Role::Input, _) => (0..n).map(|_| rng.normal()).collect(),
             (Role::Param, _) => match usage.map(|(op, slot)| (graph.ops[op].kind, slot)) {
-                Some((OpKind::LayerNorm | OpKind::BatchNorm, "gamma")) => vec![1.0; n],
+                Some((OpKind::LayerNorm | OpKind::BatchNorm | OpKind::RmsNorm, "gamma")) => vec![1.0; n],
                 Some((OpKind::LayerNorm | OpKind::BatchNorm, "beta")) => vec![0.0; n],
                 Some((OpKind::Embedding, "table")) => (0..n).map(|_| 0.02 * rng.normal()).collect(),
                 _ if dims.len() <= 1 => vec![0.0; n],

@@ -20,7 +20,7 @@ use crate::exec::cuda::view::{
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
-use crate::ir::ops::OpKind;
+use crate::ir::ops::{Attrs, OpKind};
 
 /// Choices the lowering leaves to its caller.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -88,12 +88,28 @@ pub fn lower_op(
         Mul => binary(OP_MUL, y(0), x(0), x(1), 0.0),
         Div => binary(OP_DIV, y(0), x(0), x(1), 0.0),
         ReluBackward => binary(OP_RELU_BACKWARD, y(0), x(0), x(1), 0.0),
-        GeluBackward => binary(OP_GELU_BACKWARD, y(0), x(0), x(1), 0.0),
+        GeluBackward if attrs.bool("approximate") => binary(OP_GELU_BACKWARD, y(0), x(0), x(1), 0.0),
+        GeluBackward => binary(OP_GELU_EXACT_BACKWARD, y(0), x(0), x(1), 0.0),
+        SiluBackward => binary(OP_SILU_BACKWARD, y(0), x(0), x(1), 0.0),
+        SigmoidBackward => binary(OP_SIGMOID_BACKWARD, y(0), x(0), x(1), 0.0),
+        TanhBackward => binary(OP_TANH_BACKWARD, y(0), x(0), x(1), 0.0),
+        HardswishBackward => binary(OP_HARDSWISH_BACKWARD, y(0), x(0), x(1), 0.0),
         Sgd => binary(OP_SGD, y(0), x(0), x(1), attrs.float("lr")),
         AddScalar => unary(OP_ADD_SCALAR, y(0), x(0), attrs.float("value")),
         MulScalar => unary(OP_MUL_SCALAR, y(0), x(0), attrs.float("value")),
+        PowScalar => unary(OP_POW_SCALAR, y(0), x(0), attrs.float("exponent")),
+        Neg => unary(OP_NEG, y(0), x(0), 0.0),
+        Exp => unary(OP_EXP, y(0), x(0), 0.0),
+        Log => unary(OP_LOG, y(0), x(0), 0.0),
+        Sqrt => unary(OP_SQRT, y(0), x(0), 0.0),
+        Rsqrt => unary(OP_RSQRT, y(0), x(0), 0.0),
         Relu => unary(OP_RELU, y(0), x(0), 0.0),
-        Gelu => unary(OP_GELU, y(0), x(0), 0.0),
+        Gelu if attrs.bool("approximate") => unary(OP_GELU, y(0), x(0), 0.0),
+        Gelu => unary(OP_GELU_EXACT, y(0), x(0), 0.0),
+        Silu => unary(OP_SILU, y(0), x(0), 0.0),
+        Sigmoid => unary(OP_SIGMOID, y(0), x(0), 0.0),
+        Tanh => unary(OP_TANH, y(0), x(0), 0.0),
+        Hardswish => unary(OP_HARDSWISH, y(0), x(0), 0.0),
         Contiguous | Cast => unary(OP_COPY, y(0), x(0), 0.0),
         Fill => elementwise(FILL, y(0).numel(), vec![t(y(0)), Arg::F64(attrs.float("value"))]),
         CausalMask => {
@@ -135,6 +151,8 @@ pub fn lower_op(
         EmbeddingBackward => embedding_backward(y(0), x(0), x(1)),
         LayerNorm => layer_norm(y(0), x(0), x(1), x(2), attrs.float("eps")),
         LayerNormBackward => layer_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
+        RmsNorm => rms_norm(y(0), x(0), x(1), attrs.float("eps")),
+        RmsNormBackward => rms_norm_backward([y(0), y(1)], x(0), x(1), x(2), attrs.float("eps"), scratch),
         BatchNorm => batch_norm(y(0), x(0), x(1), x(2), attrs.float("eps"), scratch),
         BatchNormBackward => batch_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
         Conv2d => {
@@ -164,16 +182,8 @@ pub fn lower_op(
             let g = pool_geom(x(1), x(0), attrs.ints("kernel"), attrs.ints("stride"), attrs.ints("padding"))?;
             elementwise(MAX_POOL2D_BACKWARD, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), Arg::Geom(g)])
         }
-        CrossEntropy => cross_entropy(y(0), x(0), x(1), scratch),
-        CrossEntropyBackward => {
-            let (n, c) = (x(1).shape[0], x(1).shape[1]);
-            if n * c == 0 {
-                Vec::new()
-            } else {
-                let args = vec![t(y(0)), t(x(0)), t(x(1)), t(x(2)), int(n), int(c)];
-                vec![launch(CE_BACKWARD, [line_blocks(n), 1, 1], [line_threads(c), 1, 1], args)]
-            }
-        }
+        CrossEntropy => cross_entropy(y(0), x(0), x(1), CeAttrs::read(attrs), scratch),
+        CrossEntropyBackward => cross_entropy_backward(y(0), x(0), x(1), x(2), CeAttrs::read(attrs), scratch),
         SgdMomentum => {
             let args = vec![
                 t(y(0)),
@@ -279,6 +289,48 @@ fn layer_norm_backward(
     if rows > 0 {
         let args = vec![t(dx), t(dy), t(x), t(gamma), stats, int(rows), int(d)];
         commands.push(launch(LAYER_NORM_BACKWARD_DX, blocks, threads, args));
+    }
+    commands
+}
+
+fn rms_norm(y: &View, x: &View, gamma: &View, eps: f64) -> Vec<Command> {
+    let (rows, d) = rows_of(x);
+    if rows * d == 0 {
+        return Vec::new();
+    }
+    let args = vec![t(y), t(x), t(gamma), int(rows), int(d), Arg::F64(eps)];
+    vec![launch(RMS_NORM, [line_blocks(rows), 1, 1], [line_threads(d), 1, 1], args)]
+}
+
+/// As [`layer_norm_backward`], with rms_norm's statistics (a zero mean, so `ln_grad_params`
+/// serves both) and no dbeta.
+fn rms_norm_backward(
+    [dx, dgamma]: [&View; 2],
+    dy: &View,
+    x: &View,
+    gamma: &View,
+    eps: f64,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
+    let (rows, d) = rows_of(x);
+    if d == 0 {
+        return Vec::new();
+    }
+    let (groups, chunk) = row_groups(d.div_ceil(32), rows, 64, d * 16);
+    // Two doubles per row (0, rstd) and per (group, column) (Σ dy·x̂, Σ dy).
+    let stats = if rows > 0 { Arg::Ptr(scratch.alloc(rows * 16)) } else { Arg::Null };
+    let partials = Arg::Ptr(scratch.alloc(groups * d * 16));
+    let (blocks, threads) = ([line_blocks(rows), 1, 1], [line_threads(d), 1, 1]);
+    let mut commands = Vec::new();
+    if rows > 0 {
+        commands.push(launch(RMS_STATS, blocks, threads, vec![stats.clone(), t(x), int(rows), int(d), Arg::F64(eps)]));
+    }
+    let args = vec![partials.clone(), t(dy), t(x), stats.clone(), int(rows), int(d), int(chunk)];
+    commands.push(launch(LN_GRAD_PARAMS, [d.div_ceil(32) as u32, groups as u32, 1], [32, 8, 1], args));
+    commands.extend(elementwise(RMS_GRAD_GAMMA_FINISH, d, vec![t(dgamma), partials, int(d), int(groups)]));
+    if rows > 0 {
+        let args = vec![t(dx), t(dy), t(x), t(gamma), stats, int(rows), int(d)];
+        commands.push(launch(RMS_NORM_BACKWARD_DX, blocks, threads, args));
     }
     commands
 }
@@ -408,16 +460,56 @@ fn pool_geom(x: &View, y: &View, kernel: &[i64], stride: &[i64], padding: &[i64]
     conv_geom(x, &window, y, stride, padding)
 }
 
-fn cross_entropy(loss: &View, logits: &View, labels: &View, scratch: &mut Scratch) -> Vec<Command> {
+/// cross_entropy's attributes as its kernels take them.
+struct CeAttrs {
+    ignore_index: Arg,
+    smoothing: Arg,
+}
+
+impl CeAttrs {
+    fn read(attrs: &Attrs) -> CeAttrs {
+        CeAttrs { ignore_index: Arg::I64(attrs.int("ignore_index")), smoothing: Arg::F64(attrs.float("label_smoothing")) }
+    }
+}
+
+/// The count of rows not ignored, as a double in a fresh scratch region.
+fn ce_count(labels: &View, n: u64, ce: &CeAttrs, scratch: &mut Scratch) -> (Arg, Command) {
+    let count = Arg::Ptr(scratch.alloc(8));
+    let args = vec![count.clone(), t(labels), int(n), ce.ignore_index.clone()];
+    (count, launch(CE_COUNT, [1, 1, 1], [1024, 1, 1], args))
+}
+
+fn cross_entropy(loss: &View, logits: &View, labels: &View, ce: CeAttrs, scratch: &mut Scratch) -> Vec<Command> {
     let (n, c) = (logits.shape[0], logits.shape[1]);
     let losses = scratch.alloc(n * 4);
     let mut commands = Vec::new();
     if n > 0 {
-        let args = vec![Arg::Ptr(losses), t(logits), t(labels), int(n), int(c)];
+        let args =
+            vec![Arg::Ptr(losses), t(logits), t(labels), int(n), int(c), ce.ignore_index.clone(), ce.smoothing.clone()];
         commands.push(launch(CE_ROWS, [line_blocks(n), 1, 1], [line_threads(c), 1, 1], args));
     }
-    commands.push(launch(CE_MEAN, [1, 1, 1], [1024, 1, 1], vec![t(loss), Arg::Ptr(losses), int(n)]));
+    let (count, counting) = ce_count(labels, n, &ce, scratch);
+    commands.push(counting);
+    commands.push(launch(CE_MEAN, [1, 1, 1], [1024, 1, 1], vec![t(loss), Arg::Ptr(losses), count, int(n)]));
     commands
+}
+
+fn cross_entropy_backward(
+    dlogits: &View,
+    dloss: &View,
+    logits: &View,
+    labels: &View,
+    ce: CeAttrs,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
+    let (n, c) = (logits.shape[0], logits.shape[1]);
+    if n * c == 0 {
+        return Vec::new();
+    }
+    let (count, counting) = ce_count(labels, n, &ce, scratch);
+    let args =
+        vec![t(dlogits), t(dloss), t(logits), t(labels), count, int(n), int(c), ce.ignore_index, ce.smoothing];
+    vec![counting, launch(CE_BACKWARD, [line_blocks(n), 1, 1], [line_threads(c), 1, 1], args)]
 }
 
 /// Rows of `dtable` each embedding_backward thread owns (grid.y stays within its limit).

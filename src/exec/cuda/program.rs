@@ -29,13 +29,22 @@ pub struct ArgSlot {
     pub offset: u64,
 }
 
-/// An index argument (ids, labels) an op reads: its values must lie in `0..bound`. Kernels
-/// cannot report errors, so the executor checks these on the host when it uploads them.
+/// An index argument (ids, labels) an op reads: its values must lie in `0..bound` or equal
+/// `ignored` (cross-entropy's ignore_index). Kernels cannot report errors, so the executor
+/// checks these on the host when it uploads them.
 #[derive(Clone, PartialEq, Debug)]
 pub struct IndexCheck {
     pub arg: String,
     pub op: &'static str,
     pub bound: u64,
+    pub ignored: Option<i64>,
+}
+
+impl IndexCheck {
+    /// Whether `value` is an index this check accepts.
+    pub fn accepts(&self, value: f64) -> bool {
+        (value >= 0.0 && value < self.bound as f64) || self.ignored.is_some_and(|i| value == i as f64)
+    }
 }
 
 /// The commands of one op.
@@ -201,16 +210,20 @@ fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexChec
     let layouts = layouts(graph);
     let mut checks = Vec::new();
     for op in &graph.ops {
-        let (index, bound) = match op.kind {
-            OpKind::Embedding => (op.inputs[1], views[op.inputs[0]].shape[0]),
-            OpKind::EmbeddingBackward => (op.inputs[1], op.attrs.int("vocab") as u64),
-            OpKind::CrossEntropy => (op.inputs[1], views[op.inputs[0]].shape[1]),
-            OpKind::CrossEntropyBackward => (op.inputs[2], views[op.inputs[1]].shape[1]),
+        let (index, bound, ignored) = match op.kind {
+            OpKind::Embedding => (op.inputs[1], views[op.inputs[0]].shape[0], None),
+            OpKind::EmbeddingBackward => (op.inputs[1], op.attrs.int("vocab") as u64, None),
+            OpKind::CrossEntropy => {
+                (op.inputs[1], views[op.inputs[0]].shape[1], Some(op.attrs.int("ignore_index")))
+            }
+            OpKind::CrossEntropyBackward => {
+                (op.inputs[2], views[op.inputs[1]].shape[1], Some(op.attrs.int("ignore_index")))
+            }
             _ => continue,
         };
         let root = layouts[index].root;
         if matches!(graph.values[root].def, ValueDef::Arg(_)) {
-            checks.push(IndexCheck { arg: graph.values[root].name.clone(), op: op.kind.name(), bound });
+            checks.push(IndexCheck { arg: graph.values[root].name.clone(), op: op.kind.name(), bound, ignored });
         }
     }
     checks

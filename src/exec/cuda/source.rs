@@ -42,7 +42,12 @@ pub const LN_STATS: &str = "ln_stats";
 pub const LN_GRAD_PARAMS: &str = "ln_grad_params";
 pub const LN_GRAD_PARAMS_FINISH: &str = "ln_grad_params_finish";
 pub const LAYER_NORM_BACKWARD_DX: &str = "layer_norm_backward_dx";
+pub const RMS_NORM: &str = "rms_norm";
+pub const RMS_STATS: &str = "rms_stats";
+pub const RMS_GRAD_GAMMA_FINISH: &str = "rms_grad_gamma_finish";
+pub const RMS_NORM_BACKWARD_DX: &str = "rms_norm_backward_dx";
 pub const CE_ROWS: &str = "ce_rows";
+pub const CE_COUNT: &str = "ce_count";
 pub const CE_MEAN: &str = "ce_mean";
 pub const CE_BACKWARD: &str = "ce_backward";
 pub const EMBEDDING: &str = "embedding";
@@ -65,7 +70,7 @@ pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 29] = [
+pub const KERNELS: [&str; 34] = [
     BINARY,
     UNARY,
     FILL,
@@ -79,7 +84,12 @@ pub const KERNELS: [&str; 29] = [
     LN_GRAD_PARAMS,
     LN_GRAD_PARAMS_FINISH,
     LAYER_NORM_BACKWARD_DX,
+    RMS_NORM,
+    RMS_STATS,
+    RMS_GRAD_GAMMA_FINISH,
+    RMS_NORM_BACKWARD_DX,
     CE_ROWS,
+    CE_COUNT,
     CE_MEAN,
     CE_BACKWARD,
     EMBEDDING,
@@ -111,6 +121,22 @@ pub const OP_MUL_SCALAR: i32 = 11;
 pub const OP_RELU: i32 = 12;
 pub const OP_GELU: i32 = 13;
 pub const OP_COPY: i32 = 14;
+pub const OP_GELU_EXACT_BACKWARD: i32 = 20;
+pub const OP_SILU_BACKWARD: i32 = 21;
+pub const OP_SIGMOID_BACKWARD: i32 = 22;
+pub const OP_TANH_BACKWARD: i32 = 23;
+pub const OP_HARDSWISH_BACKWARD: i32 = 24;
+pub const OP_GELU_EXACT: i32 = 30;
+pub const OP_SILU: i32 = 31;
+pub const OP_SIGMOID: i32 = 32;
+pub const OP_TANH: i32 = 33;
+pub const OP_HARDSWISH: i32 = 34;
+pub const OP_POW_SCALAR: i32 = 35;
+pub const OP_NEG: i32 = 36;
+pub const OP_EXP: i32 = 37;
+pub const OP_LOG: i32 = 38;
+pub const OP_SQRT: i32 = 39;
+pub const OP_RSQRT: i32 = 40;
 pub const MODE_CONV_FWD: i32 = 0;
 pub const MODE_CONV_BWD_DATA: i32 = 1;
 pub const MODE_CONV_BWD_WEIGHT: i32 = 2;
@@ -125,8 +151,10 @@ pub const BN_GRADS: i32 = 2;
 pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
     use OpKind::*;
     match kind {
-        Add | Sub | Mul | Div | ReluBackward | GeluBackward | Sgd => &[BINARY],
-        AddScalar | MulScalar | Relu | Gelu | Contiguous | Cast => &[UNARY],
+        Add | Sub | Mul | Div | Sgd => &[BINARY],
+        ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward | HardswishBackward => &[BINARY],
+        AddScalar | MulScalar | PowScalar | Neg | Exp | Log | Sqrt | Rsqrt | Contiguous | Cast => &[UNARY],
+        Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish => &[UNARY],
         Fill => &[FILL],
         CausalMask => &[CAUSAL_MASK],
         Softmax => &[SOFTMAX],
@@ -140,13 +168,15 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         EmbeddingBackward => &[EMBEDDING_BACKWARD],
         LayerNorm => &[LAYER_NORM],
         LayerNormBackward => &[LN_STATS, LN_GRAD_PARAMS, LN_GRAD_PARAMS_FINISH, LAYER_NORM_BACKWARD_DX],
+        RmsNorm => &[RMS_NORM],
+        RmsNormBackward => &[RMS_STATS, LN_GRAD_PARAMS, RMS_GRAD_GAMMA_FINISH, RMS_NORM_BACKWARD_DX],
         BatchNorm => &[BN_PARTIAL, BN_FINISH, BN_APPLY],
         BatchNormBackward => &[BN_PARTIAL, BN_FINISH, BN_BACKWARD_DX],
         Conv2d | Conv2dBackward => &[IGEMM, IGEMM_F32, IGEMM_FINISH],
         MaxPool2d => &[MAX_POOL2D],
         MaxPool2dBackward => &[MAX_POOL2D_BACKWARD],
-        CrossEntropy => &[CE_ROWS, CE_MEAN],
-        CrossEntropyBackward => &[CE_BACKWARD],
+        CrossEntropy => &[CE_ROWS, CE_COUNT, CE_MEAN],
+        CrossEntropyBackward => &[CE_COUNT, CE_BACKWARD],
         SgdMomentum => &[SGD_MOMENTUM],
         Adam | Adamw => &[ADAM],
     }
@@ -260,6 +290,22 @@ mod tests {
             ("OP_RELU", OP_RELU),
             ("OP_GELU", OP_GELU),
             ("OP_COPY", OP_COPY),
+            ("OP_GELU_EXACT_BACKWARD", OP_GELU_EXACT_BACKWARD),
+            ("OP_SILU_BACKWARD", OP_SILU_BACKWARD),
+            ("OP_SIGMOID_BACKWARD", OP_SIGMOID_BACKWARD),
+            ("OP_TANH_BACKWARD", OP_TANH_BACKWARD),
+            ("OP_HARDSWISH_BACKWARD", OP_HARDSWISH_BACKWARD),
+            ("OP_GELU_EXACT", OP_GELU_EXACT),
+            ("OP_SILU", OP_SILU),
+            ("OP_SIGMOID", OP_SIGMOID),
+            ("OP_TANH", OP_TANH),
+            ("OP_HARDSWISH", OP_HARDSWISH),
+            ("OP_POW_SCALAR", OP_POW_SCALAR),
+            ("OP_NEG", OP_NEG),
+            ("OP_EXP", OP_EXP),
+            ("OP_LOG", OP_LOG),
+            ("OP_SQRT", OP_SQRT),
+            ("OP_RSQRT", OP_RSQRT),
             ("MODE_CONV_FWD", MODE_CONV_FWD),
             ("MODE_CONV_BWD_DATA", MODE_CONV_BWD_DATA),
             ("MODE_CONV_BWD_WEIGHT", MODE_CONV_BWD_WEIGHT),

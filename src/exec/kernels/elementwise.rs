@@ -1,6 +1,13 @@
-//! Elementwise kernels: add/sub/mul/div with numpy broadcasting, add_scalar/mul_scalar
-//! (through [`unary`]), relu and gelu with their backward ops, causal_mask, fill.
-//! (`contiguous` and `cast` are copies; `eval` converts to the output dtype.)
+//! Elementwise kernels: add/sub/mul/div with numpy broadcasting, add_scalar/mul_scalar and
+//! the math functions (pow_scalar, neg, exp, log, sqrt, rsqrt: through [`unary`]), the
+//! activations (relu, gelu in both forms, silu, sigmoid, tanh, hardswish) with their
+//! backward ops, causal_mask, fill. (`contiguous` and `cast` are copies; `eval` converts to
+//! the output dtype.)
+//!
+//! The activations follow PyTorch's CPU kernels formula for formula (aten's
+//! `Activation.cpp`, `UnaryOps`), so that an imported model computes what it did there:
+//! silu is `x / (1 + exp(-x))`, sigmoid_backward `dy · (1 − y) · y`, hardswish_backward
+//! `dy · (x/3 + 1/2)` on [−3, 3], exact gelu `0.5·x·(1 + erf(x/√2))`.
 
 use super::{broadcast_strides, walk};
 use crate::exec::Dense;
@@ -49,6 +56,69 @@ pub(super) fn gelu_backward(dy: &Dense, x: &Dense) -> Dense {
         let t = (SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)).tanh();
         let inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
         g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * inner)
+    })
+}
+
+/// GELU, exact: 0.5·x·(1 + erf(x/√2)).
+pub(super) fn gelu_exact(x: f64) -> f64 {
+    x * 0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+}
+
+/// dx = dy · (Φ(x) + x·φ(x)), the exact GELU's derivative: Φ the normal CDF
+/// 0.5·(1 + erf(x/√2)), φ the normal density exp(−x²/2)/√(2π).
+pub(super) fn gelu_exact_backward(dy: &Dense, x: &Dense) -> Dense {
+    const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+    zip(dy, x, |g, x| {
+        let cdf = 0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2));
+        let pdf = (-0.5 * x * x).exp() * INV_SQRT_2PI;
+        g * (cdf + x * pdf)
+    })
+}
+
+/// 1 / (1 + exp(−x)).
+pub(super) fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// SiLU: x / (1 + exp(−x)) (= x·sigmoid(x)).
+pub(super) fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+/// dx = dy · s · (1 + x·(1 − s)), s = sigmoid(x): the derivative of x·s(x), as s′ = s·(1 − s).
+pub(super) fn silu_backward(dy: &Dense, x: &Dense) -> Dense {
+    zip(dy, x, |g, x| {
+        let s = sigmoid(x);
+        g * s * (1.0 + x * (1.0 - s))
+    })
+}
+
+/// dx = dy · (1 − y) · y, y being sigmoid's output.
+pub(super) fn sigmoid_backward(dy: &Dense, y: &Dense) -> Dense {
+    zip(dy, y, |g, y| g * (1.0 - y) * y)
+}
+
+/// dx = dy · (1 − y²), y being tanh's output.
+pub(super) fn tanh_backward(dy: &Dense, y: &Dense) -> Dense {
+    zip(dy, y, |g, y| g * (1.0 - y * y))
+}
+
+/// x · min(max(x + 3, 0), 6) / 6.
+pub(super) fn hardswish(x: f64) -> f64 {
+    x * (x + 3.0).clamp(0.0, 6.0) / 6.0
+}
+
+/// dx = dy · hardswish′(x) as PyTorch takes it: 0 for x < −3, x/3 + 1/2 for −3 ≤ x ≤ 3, 1
+/// above (the kinks at ±3 take the inner piece: 1/2 − 1 = −1/2 at −3, 3/2 at 3).
+pub(super) fn hardswish_backward(dy: &Dense, x: &Dense) -> Dense {
+    zip(dy, x, |g, x| {
+        if x < -3.0 {
+            0.0
+        } else if x <= 3.0 {
+            g * (x / 3.0 + 0.5)
+        } else {
+            g
+        }
     })
 }
 
@@ -135,6 +205,86 @@ mod tests {
         // gelu'(0) = 0.5.
         let dx = run(OpKind::GeluBackward, &[], &[t(&[1], &[2.0]), t(&[1], &[0.0])]).remove(0);
         assert_close(&dx, &[1.0], 1e-15);
+    }
+
+    #[test]
+    fn gelu_exact_values() {
+        let exact = [("approximate", Attr::Bool(false))];
+        let y = run(OpKind::Gelu, &exact, &[t(&[4], &[0.0, 1.0, -1.0, 10.0])]).remove(0);
+        // x·Φ(x): Φ(1) = 0.5·(1 + erf(1/√2)) = 0.841344746068543, Φ(10) = 1 in f64.
+        assert_close(&y, &[0.0, 0.841_344_746_068_542_9, -0.158_655_253_931_457_07, 10.0], 1e-15);
+        // gelu′ = Φ(x) + x·φ(x): 1/2 at 0, Φ(1) + φ(1) and Φ(−1) − φ(−1) at ±1.
+        let dx = run(OpKind::GeluBackward, &exact, &[t(&[3], &[2.0, 1.0, 1.0]), t(&[3], &[0.0, 1.0, -1.0])]).remove(0);
+        assert_close(&dx, &[1.0, 1.083_315_470_587_686_4, -0.083_315_470_587_686_29], 1e-15);
+        // The default is still the tanh approximation, which differs from the exact form.
+        let tanh_form = run(OpKind::Gelu, &[], &[t(&[1], &[1.0])]).remove(0);
+        assert!((tanh_form.data[0] - y.data[1]).abs() > 1e-4);
+    }
+
+    #[test]
+    fn silu_sigmoid_tanh_values() {
+        let x = t(&[3], &[0.0, 1.0, -1.0]);
+        let y = run(OpKind::Silu, &[], std::slice::from_ref(&x)).remove(0);
+        assert_close(&y, &[0.0, 0.731_058_578_630_004_9, -0.268_941_421_369_995_1], 1e-15);
+        // silu′(x) = s·(1 + x·(1 − s)): 1/2 at 0.
+        let dx = run(OpKind::SiluBackward, &[], &[t(&[3], &[1.0; 3]), x.clone()]).remove(0);
+        assert_close(&dx, &[0.5, 0.927_670_511_871_486_9, 0.072_329_488_128_513_25], 1e-15);
+        let y = run(OpKind::Sigmoid, &[], std::slice::from_ref(&x)).remove(0);
+        assert_close(&y, &[0.5, 0.731_058_578_630_004_9, 0.268_941_421_369_995_1], 1e-15);
+        // dx = dy·(1 − y)·y from the output: 2·0.5·0.5.
+        let dx = run(OpKind::SigmoidBackward, &[], &[t(&[2], &[2.0, 1.0]), t(&[2], &[0.5, 1.0])]).remove(0);
+        assert_eq!(dx.data, [0.5, 0.0]);
+        let y = run(OpKind::Tanh, &[], &[t(&[3], &[0.0, 1.0, -20.0])]).remove(0);
+        assert_close(&y, &[0.0, 1f64.tanh(), -1.0], 1e-15);
+        // dx = dy·(1 − y²): 3·0.75.
+        let dx = run(OpKind::TanhBackward, &[], &[t(&[2], &[3.0, 1.0]), t(&[2], &[0.5, -1.0])]).remove(0);
+        assert_eq!(dx.data, [2.25, 0.0]);
+    }
+
+    #[test]
+    fn hardswish_and_its_boundaries() {
+        let x = t(&[8], &[-4.0, -3.0, -1.5, 0.0, 1.0, 3.0, 3.5, f64::NAN]);
+        let y = run(OpKind::Hardswish, &[], std::slice::from_ref(&x)).remove(0);
+        assert_eq!(y.data[..7], [0.0, 0.0, -0.375, 0.0, 4.0 / 6.0, 3.0, 3.5]);
+        assert!(y.data[7].is_nan());
+        // PyTorch's derivative: 0 below −3; x/3 + 1/2 on [−3, 3], both ends included
+        // (−1/2 at −3, 3/2 at 3); 1 above; NaN falls through to dy.
+        let dy = t(&[8], &[2.0; 8]);
+        let dx = run(OpKind::HardswishBackward, &[], &[dy, x]).remove(0);
+        assert_eq!(dx.data, [0.0, -1.0, 0.0, 1.0, 2.0 * (1.0 / 3.0 + 0.5), 3.0, 2.0, 2.0]);
+        let just_above = run(OpKind::HardswishBackward, &[], &[t(&[1], &[1.0]), t(&[1], &[3.0 + 1e-12])]).remove(0);
+        assert_eq!(just_above.data, [1.0]);
+        let just_below = run(OpKind::HardswishBackward, &[], &[t(&[1], &[1.0]), t(&[1], &[-3.0 - 1e-12])]).remove(0);
+        assert_eq!(just_below.data, [0.0]);
+    }
+
+    #[test]
+    fn math_functions_and_their_edges() {
+        let unary = |kind: OpKind, given: &[(&str, Attr)], values: &[f64]| {
+            run(kind, given, &[t(&[values.len()], values)]).remove(0).data
+        };
+        let neg = unary(OpKind::Neg, &[], &[1.0, -2.0, 0.0]);
+        assert_eq!(neg, [-1.0, 2.0, 0.0]);
+        assert!(neg[2].is_sign_negative());
+        let exp = unary(OpKind::Exp, &[], &[0.0, 1.0, f64::NEG_INFINITY]);
+        assert_close(&t(&[3], &exp), &[1.0, std::f64::consts::E, 0.0], 1e-15);
+        let log = unary(OpKind::Log, &[], &[1.0, std::f64::consts::E, 0.0, -1.0]);
+        assert_close(&t(&[2], &log[..2]), &[0.0, 1.0], 1e-15);
+        assert_eq!(log[2], f64::NEG_INFINITY);
+        assert!(log[3].is_nan());
+        let sqrt = unary(OpKind::Sqrt, &[], &[4.0, 0.0, 2.0, -1.0]);
+        assert_eq!(sqrt[..3], [2.0, 0.0, std::f64::consts::SQRT_2]);
+        assert!(sqrt[3].is_nan());
+        let rsqrt = unary(OpKind::Rsqrt, &[], &[4.0, 0.25, 0.0, -1.0]);
+        assert_eq!(rsqrt[..3], [0.5, 2.0, f64::INFINITY]);
+        assert!(rsqrt[3].is_nan());
+        let pow = |e: f64, values: &[f64]| unary(OpKind::PowScalar, &[("exponent", Attr::Float(e))], values);
+        assert_eq!(pow(2.0, &[2.0, -3.0, 0.0]), [4.0, 9.0, 0.0]);
+        assert_eq!(pow(3.0, &[-2.0]), [-8.0]);
+        assert_close(&t(&[1], &pow(0.5, &[4.0])), &[2.0], 1e-15);
+        assert_eq!(pow(-1.0, &[0.0, 4.0]), [f64::INFINITY, 0.25]);
+        assert_eq!(pow(0.0, &[0.0, -7.0]), [1.0, 1.0]);
+        assert!(pow(0.5, &[-4.0])[0].is_nan());
     }
 
     #[test]

@@ -6,10 +6,11 @@
 //! order of the reduced elements.
 //!
 //! - `elementwise.rs`: add/sub/mul/div (numpy broadcasting), add_scalar/mul_scalar,
-//!   relu/gelu and their backward ops, causal_mask, cast, fill, contiguous;
+//!   pow_scalar/neg/exp/log/sqrt/rsqrt, relu/gelu/silu/sigmoid/tanh/hardswish and their
+//!   backward ops, causal_mask, cast, fill, contiguous;
 //! - `shape.rs`: reshape, transpose, expand (as dense copies), sum, mean;
 //! - `linalg.rs`: matmul with transposes and broadcast batch dimensions;
-//! - `nn.rs`: softmax, layer_norm, batch_norm, conv2d, max_pool2d, embedding,
+//! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, conv2d, max_pool2d, embedding,
 //!   cross_entropy, and their backward ops;
 //! - `optim.rs`: sgd, sgd_momentum, adam, adamw.
 //!
@@ -50,10 +51,29 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
             let value = attrs.float("value");
             vec![elementwise::unary(&x[0], |a| a * value)]
         }
+        OpKind::PowScalar => {
+            let exponent = attrs.float("exponent");
+            vec![elementwise::unary(&x[0], |a| a.powf(exponent))]
+        }
+        OpKind::Neg => vec![elementwise::unary(&x[0], |a| -a)],
+        OpKind::Exp => vec![elementwise::unary(&x[0], f64::exp)],
+        OpKind::Log => vec![elementwise::unary(&x[0], f64::ln)],
+        OpKind::Sqrt => vec![elementwise::unary(&x[0], f64::sqrt)],
+        OpKind::Rsqrt => vec![elementwise::unary(&x[0], |a| 1.0 / a.sqrt())],
         OpKind::Relu => vec![elementwise::unary(&x[0], elementwise::relu)],
         OpKind::ReluBackward => vec![elementwise::relu_backward(&x[0], &x[1])],
-        OpKind::Gelu => vec![elementwise::unary(&x[0], elementwise::gelu)],
-        OpKind::GeluBackward => vec![elementwise::gelu_backward(&x[0], &x[1])],
+        OpKind::Gelu if attrs.bool("approximate") => vec![elementwise::unary(&x[0], elementwise::gelu)],
+        OpKind::Gelu => vec![elementwise::unary(&x[0], elementwise::gelu_exact)],
+        OpKind::GeluBackward if attrs.bool("approximate") => vec![elementwise::gelu_backward(&x[0], &x[1])],
+        OpKind::GeluBackward => vec![elementwise::gelu_exact_backward(&x[0], &x[1])],
+        OpKind::Silu => vec![elementwise::unary(&x[0], elementwise::silu)],
+        OpKind::SiluBackward => vec![elementwise::silu_backward(&x[0], &x[1])],
+        OpKind::Sigmoid => vec![elementwise::unary(&x[0], elementwise::sigmoid)],
+        OpKind::SigmoidBackward => vec![elementwise::sigmoid_backward(&x[0], &x[1])],
+        OpKind::Tanh => vec![elementwise::unary(&x[0], f64::tanh)],
+        OpKind::TanhBackward => vec![elementwise::tanh_backward(&x[0], &x[1])],
+        OpKind::Hardswish => vec![elementwise::unary(&x[0], elementwise::hardswish)],
+        OpKind::HardswishBackward => vec![elementwise::hardswish_backward(&x[0], &x[1])],
         OpKind::Softmax => vec![nn::softmax(&x[0], attrs.int("axis"))],
         OpKind::SoftmaxBackward => vec![nn::softmax_backward(&x[0], &x[1], attrs.int("axis"))],
         OpKind::CausalMask => vec![elementwise::causal_mask(&x[0], attrs.float("value"))],
@@ -73,14 +93,18 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::EmbeddingBackward => vec![nn::embedding_backward(&x[0], &x[1], &shapes[0])?],
         OpKind::LayerNorm => vec![nn::layer_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::LayerNormBackward => nn::layer_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
+        OpKind::RmsNorm => vec![nn::rms_norm(&x[0], &x[1], attrs.float("eps"))],
+        OpKind::RmsNormBackward => nn::rms_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
         OpKind::BatchNorm => vec![nn::batch_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::BatchNormBackward => nn::batch_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
         OpKind::Conv2d => vec![nn::conv2d(&x[0], &x[1], &Window::conv(attrs, &x[1]), &shapes[0])],
         OpKind::Conv2dBackward => nn::conv2d_backward(&x[0], &x[1], &x[2], &Window::conv(attrs, &x[2])),
         OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &Window::pool(attrs), &shapes[0])],
         OpKind::MaxPool2dBackward => vec![nn::max_pool2d_backward(&x[0], &x[1], &Window::pool(attrs))],
-        OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1])?],
-        OpKind::CrossEntropyBackward => vec![nn::cross_entropy_backward(&x[0], &x[1], &x[2])?],
+        OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1], &nn::CrossEntropyAttrs::read(attrs))?],
+        OpKind::CrossEntropyBackward => {
+            vec![nn::cross_entropy_backward(&x[0], &x[1], &x[2], &nn::CrossEntropyAttrs::read(attrs))?]
+        }
         OpKind::Sgd => vec![optim::sgd(&x[0], &x[1], attrs.float("lr"))],
         OpKind::SgdMomentum => optim::sgd_momentum(&x[0], &x[1], &x[2], attrs.float("lr"), attrs.float("momentum")),
         OpKind::Adam => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &optim::AdamAttrs::read(attrs, false)),
@@ -388,6 +412,8 @@ mod tests {
             (OpKind::Add, vec![], vec![z(&[0, 3]), z(&[3])]),
             (OpKind::Mul, vec![], vec![z(&[]), z(&[])]),
             (OpKind::Relu, vec![], vec![z(&[0])]),
+            (OpKind::Rsqrt, vec![], vec![z(&[0, 2])]),
+            (OpKind::HardswishBackward, vec![], vec![z(&[0]), z(&[0])]),
             (OpKind::Softmax, vec![("axis", Attr::Int(0))], vec![z(&[0, 4])]),
             (OpKind::Softmax, vec![], vec![z(&[4, 0])]),
             (OpKind::CausalMask, vec![], vec![z(&[0, 0])]),
@@ -402,6 +428,8 @@ mod tests {
             (OpKind::EmbeddingBackward, vec![("vocab", Attr::Int(3))], vec![z(&[0, 2]), z(&[0])]),
             (OpKind::LayerNorm, vec![], vec![z(&[3, 0]), z(&[0]), z(&[0])]),
             (OpKind::LayerNormBackward, vec![], vec![z(&[0, 2]), z(&[0, 2]), z(&[2])]),
+            (OpKind::RmsNorm, vec![], vec![z(&[3, 0]), z(&[0])]),
+            (OpKind::RmsNormBackward, vec![], vec![z(&[0, 2]), z(&[0, 2]), z(&[2])]),
             (OpKind::BatchNorm, vec![], vec![z(&[0, 2]), z(&[2]), z(&[2])]),
             (OpKind::BatchNormBackward, vec![], vec![z(&[0, 2, 3]), z(&[0, 2, 3]), z(&[2])]),
             (OpKind::Conv2d, vec![], vec![z(&[0, 1, 3, 3]), z(&[2, 1, 2, 2])]),
@@ -538,6 +566,39 @@ mod tests {
     }
 
     #[test]
+    fn grad_gelu_exact() {
+        let exact = [("approximate", Attr::Bool(false))];
+        let x = Dense::new(vec![2, 5], rand(&[2, 5], 3).data.iter().map(|v| v * 4.0).collect());
+        grad_check(OpKind::Gelu, &exact, &[x], &[(0, "x")], &|xs, dy| {
+            run(OpKind::GeluBackward, &exact, &[dy.clone(), xs[0].clone()])
+        });
+    }
+
+    /// silu, sigmoid, tanh (their backward ops reading x or the output y) and hardswish
+    /// (away from its kinks at ±3), on x in [−5, 5).
+    #[test]
+    fn grad_silu_sigmoid_tanh_hardswish() {
+        let x = Dense::new(vec![3, 6], rand(&[3, 6], 5).data.iter().map(|v| v * 5.0).collect());
+        for (kind, backward, reads_output) in [
+            (OpKind::Silu, OpKind::SiluBackward, false),
+            (OpKind::Sigmoid, OpKind::SigmoidBackward, true),
+            (OpKind::Tanh, OpKind::TanhBackward, true),
+            (OpKind::Hardswish, OpKind::HardswishBackward, false),
+        ] {
+            let x = if kind == OpKind::Hardswish {
+                let data = x.data.iter().map(|&v| if (v.abs() - 3.0).abs() < 0.05 { v * 0.9 } else { v }).collect();
+                Dense::new(x.shape.clone(), data)
+            } else {
+                x.clone()
+            };
+            grad_check(kind, &[], &[x], &[(0, "x")], &|xs, dy| {
+                let saved = if reads_output { run(kind, &[], xs).remove(0) } else { xs[0].clone() };
+                run(backward, &[], &[dy.clone(), saved])
+            });
+        }
+    }
+
+    #[test]
     fn grad_softmax() {
         for axis in [-1, 0, 1] {
             let given = [("axis", Attr::Int(axis))];
@@ -646,6 +707,17 @@ mod tests {
     }
 
     #[test]
+    fn grad_rms_norm() {
+        for (given, x_shape) in [(vec![], &[3, 5][..]), (vec![("eps", Attr::Float(0.1))], &[2, 2, 4])] {
+            let d = x_shape[x_shape.len() - 1];
+            let inputs = [rand(x_shape, 27), rand(&[d], 28)];
+            grad_check(OpKind::RmsNorm, &given, &inputs, &[(0, "x"), (1, "gamma")], &|xs, dy| {
+                run(OpKind::RmsNormBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
+            });
+        }
+    }
+
+    #[test]
     fn grad_batch_norm() {
         for x_shape in [&[2, 3, 2, 2][..], &[5, 3], &[2, 3, 4]] {
             let inputs = [rand(x_shape, 21), rand(&[3], 22), rand(&[3], 23)];
@@ -695,8 +767,18 @@ mod tests {
     fn grad_cross_entropy() {
         let logits = Dense::new(vec![4, 5], rand(&[4, 5], 26).data.iter().map(|v| v * 3.0).collect());
         let labels = t(&[4], &[0.0, 4.0, 2.0, 2.0]);
-        grad_check(OpKind::CrossEntropy, &[], &[logits, labels], &[(0, "logits")], &|xs, dy| {
+        grad_check(OpKind::CrossEntropy, &[], &[logits.clone(), labels], &[(0, "logits")], &|xs, dy| {
             run(OpKind::CrossEntropyBackward, &[], &[dy.clone(), xs[0].clone(), xs[1].clone()])
         });
+        // Ignored rows (the default -100, and a class as ignore_index) with label smoothing.
+        for (ignore_index, labels) in [(-100, [0.0, -100.0, 2.0, -100.0]), (2, [0.0, 4.0, 2.0, 2.0])] {
+            for smoothing in [0.1, 1.0] {
+                let given = [("ignore_index", Attr::Int(ignore_index)), ("label_smoothing", Attr::Float(smoothing))];
+                let inputs = [logits.clone(), t(&[4], &labels)];
+                grad_check(OpKind::CrossEntropy, &given, &inputs, &[(0, "logits")], &|xs, dy| {
+                    run(OpKind::CrossEntropyBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
+                });
+            }
+        }
     }
 }

@@ -1,13 +1,16 @@
-//! Neural-network kernels and their gradients: softmax, layer_norm, batch_norm (training
-//! mode, batch statistics), conv2d, max_pool2d (NCHW), embedding and cross_entropy.
+//! Neural-network kernels and their gradients: softmax, layer_norm, rms_norm, batch_norm
+//! (training mode, batch statistics), conv2d, max_pool2d (NCHW), embedding and
+//! cross_entropy (with PyTorch's ignore_index and label smoothing).
 //!
 //! Backward kernels compute the exact gradients of their forward kernels (checked against
-//! finite differences in `kernels/mod.rs`); norms recompute mean and biased variance from
-//! x. Index inputs (ids, labels) are validated before anything is computed: a value outside
-//! its range is an [`ExecError::IndexOutOfRange`].
+//! finite differences in `kernels/mod.rs`); norms recompute their statistics (mean and
+//! biased variance, or the mean square) from x. Index inputs (ids, labels) are validated
+//! before anything is computed: a value outside its range (that is not cross_entropy's
+//! ignore_index) is an [`ExecError::IndexOutOfRange`].
 
 use super::{Window, resolve_axis};
 use crate::exec::{Dense, ExecError};
+use crate::ir::ops::Attrs;
 
 // ---------------------------------------------------------------------------------------
 // softmax
@@ -113,6 +116,51 @@ pub(super) fn layer_norm_backward(dy: &Dense, x: &Dense, gamma: &Dense, eps: f64
         }
     }
     vec![dx, dgamma, dbeta]
+}
+
+/// 1/√(mean(row²) + eps).
+fn rms_rstd(row: &[f64], eps: f64) -> f64 {
+    let mean_square = row.iter().fold(0.0, |acc, v| acc + v * v) / row.len() as f64;
+    1.0 / (mean_square + eps).sqrt()
+}
+
+/// y = x / √(mean(x²) + eps) · gamma over the last dimension.
+pub(super) fn rms_norm(x: &Dense, gamma: &Dense, eps: f64) -> Dense {
+    let (rows, d) = rows_of(x);
+    let mut y = Dense::zeros(x.shape.clone());
+    for r in 0..rows {
+        let row = &x.data[r * d..(r + 1) * d];
+        let rstd = rms_rstd(row, eps);
+        let out = &mut y.data[r * d..(r + 1) * d];
+        for (i, (o, &v)) in out.iter_mut().zip(row).enumerate() {
+            *o = v * rstd * gamma.data[i];
+        }
+    }
+    y
+}
+
+/// (dx, dgamma) of rms_norm. With rstd = 1/√(mean(x²) + eps), x̂ = x·rstd and g = dy·gamma:
+/// dx = rstd · (g − x̂ · mean(g · x̂)) per row (∂rstd/∂x_j = −rstd³·x_j/D); dgamma = Σ_rows dy·x̂.
+pub(super) fn rms_norm_backward(dy: &Dense, x: &Dense, gamma: &Dense, eps: f64) -> Vec<Dense> {
+    let (rows, d) = rows_of(x);
+    let mut dx = Dense::zeros(x.shape.clone());
+    let mut dgamma = Dense::zeros(vec![d]);
+    for r in 0..rows {
+        let (row, dy_row) = (&x.data[r * d..(r + 1) * d], &dy.data[r * d..(r + 1) * d]);
+        let rstd = rms_rstd(row, eps);
+        let mut sum_gx = 0.0;
+        for i in 0..d {
+            let xhat = row[i] * rstd;
+            sum_gx += dy_row[i] * gamma.data[i] * xhat;
+            dgamma.data[i] += dy_row[i] * xhat;
+        }
+        let mean_gx = sum_gx / d as f64;
+        for i in 0..d {
+            let g = dy_row[i] * gamma.data[i];
+            dx.data[r * d + i] = rstd * (g - row[i] * rstd * mean_gx);
+        }
+    }
+    vec![dx, dgamma]
 }
 
 /// x `[N, C, ...]` as (N, C, inner = product of the trailing dims); element (b, c, s) is at
@@ -344,32 +392,78 @@ fn softmax_row(row: &[f64]) -> Vec<f64> {
     exps.into_iter().map(|e| e / total).collect()
 }
 
-/// mean over n of −log softmax(logits[n])[labels[n]], with log-sum-exp taken around the
-/// row's max. N = 0 gives NaN (the mean of nothing).
-pub(super) fn cross_entropy(logits: &Dense, labels: &Dense) -> Result<Dense, ExecError> {
-    let (n, c) = (logits.shape[0], logits.shape[1]);
-    let labels = indices("cross_entropy", labels, c)?;
-    let mut total = 0.0;
-    for (b, &label) in labels.iter().enumerate() {
+/// cross_entropy's attributes (PyTorch's `F.cross_entropy` arguments of the same names).
+pub(super) struct CrossEntropyAttrs {
+    /// Rows whose label equals it count for nothing, and not in the mean's divisor.
+    pub ignore_index: i64,
+    /// ε: the target is (1 − ε)·onehot(label) + ε/C.
+    pub smoothing: f64,
+}
+
+impl CrossEntropyAttrs {
+    pub(super) fn read(attrs: &Attrs) -> CrossEntropyAttrs {
+        CrossEntropyAttrs { ignore_index: attrs.int("ignore_index"), smoothing: attrs.float("label_smoothing") }
+    }
+}
+
+/// The class of each row: `None` for a row labelled `ignore_index`; any other label must
+/// lie in 0..classes (PyTorch checks ignore_index first, so it may be a valid class too).
+fn row_labels(op: &str, labels: &Dense, classes: usize, ignore_index: i64) -> Result<Vec<Option<usize>>, ExecError> {
+    let ignored = ignore_index as f64;
+    labels.data.iter().map(|&v| if v == ignored { Ok(None) } else { index(op, v, classes).map(Some) }).collect()
+}
+
+/// PyTorch's mean cross-entropy: over the rows not ignored, of
+/// (1 − ε)·(−log p[label]) + ε·mean_c(−log p_c), with −log p_c = lse − x_c and
+/// lse = max + log Σ exp(x − max) (aten's `cross_entropy_loss_label_smoothing` divides both
+/// terms by the count of rows not ignored). No row counted (N = 0, or every row ignored)
+/// gives NaN, PyTorch's 0/0. With ε = 0 the smoothing term is not computed at all (as in
+/// PyTorch, where it would turn a −inf logit's 0·∞ into NaN).
+pub(super) fn cross_entropy(logits: &Dense, labels: &Dense, ce: &CrossEntropyAttrs) -> Result<Dense, ExecError> {
+    let c = logits.shape[1];
+    let labels = row_labels("cross_entropy", labels, c, ce.ignore_index)?;
+    let (mut total, mut counted) = (0.0, 0usize);
+    for (b, label) in labels.iter().enumerate() {
+        let Some(label) = *label else { continue };
         let row = &logits.data[b * c..(b + 1) * c];
         let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
         let sum_exp = row.iter().fold(0.0, |acc, &v| acc + (v - max).exp());
-        total += max + sum_exp.ln() - row[label];
+        let lse = max + sum_exp.ln();
+        let nll = lse - row[label];
+        total += if ce.smoothing > 0.0 {
+            let smooth = row.iter().fold(0.0, |acc, &v| acc + (lse - v)) / c as f64;
+            (1.0 - ce.smoothing) * nll + ce.smoothing * smooth
+        } else {
+            nll
+        };
+        counted += 1;
     }
-    Ok(Dense::new(vec![], vec![total / n as f64]))
+    Ok(Dense::new(vec![], vec![total / counted as f64]))
 }
 
-/// dlogits = dloss · (softmax(logits) − onehot(labels)) / N.
-pub(super) fn cross_entropy_backward(dloss: &Dense, logits: &Dense, labels: &Dense) -> Result<Dense, ExecError> {
+/// dlogits = dloss · (softmax(logits) − (1 − ε)·onehot(labels) − ε/C) / (rows not ignored);
+/// 0 on ignored rows (so every row ignored gives 0, as PyTorch's nll_loss_backward writes
+/// nothing there).
+pub(super) fn cross_entropy_backward(
+    dloss: &Dense,
+    logits: &Dense,
+    labels: &Dense,
+    ce: &CrossEntropyAttrs,
+) -> Result<Dense, ExecError> {
     let (n, c) = (logits.shape[0], logits.shape[1]);
-    let labels = indices("cross_entropy_backward", labels, c)?;
-    let dloss = dloss.data[0];
+    let labels = row_labels("cross_entropy_backward", labels, c, ce.ignore_index)?;
+    let counted = labels.iter().filter(|l| l.is_some()).count() as f64;
+    let (dloss, eps) = (dloss.data[0], ce.smoothing);
     let mut out = Vec::with_capacity(n * c);
-    for (b, &label) in labels.iter().enumerate() {
+    for (b, label) in labels.iter().enumerate() {
+        let Some(label) = *label else {
+            out.extend(std::iter::repeat_n(0.0, c));
+            continue;
+        };
         let probs = softmax_row(&logits.data[b * c..(b + 1) * c]);
         for (j, p) in probs.into_iter().enumerate() {
             let onehot = if j == label { 1.0 } else { 0.0 };
-            out.push(dloss * (p - onehot) / n as f64);
+            out.push(dloss * (p - (1.0 - eps) * onehot - eps / c as f64) / counted);
         }
     }
     Ok(Dense::new(logits.shape.clone(), out))
@@ -426,6 +520,36 @@ mod tests {
             &[t(&[1, 2], &[1.0, 3.0]), t(&[2], &[2.0, 1.0]), t(&[2], &[0.0, 10.0])],
         );
         assert_close(&y[0], &[-2.0, 11.0], 1e-12);
+    }
+
+    #[test]
+    fn rms_norm_values() {
+        // x = [3, 4]: mean square 12.5; gamma [1, 2].
+        let tiny = [("eps", Attr::Float(1e-300))];
+        let y = run(OpKind::RmsNorm, &tiny, &[t(&[1, 2], &[3.0, 4.0]), t(&[2], &[1.0, 2.0])]);
+        assert_close(&y[0], &[0.848_528_137_423_857, 2.262_741_699_796_952], 1e-15);
+        // Rows are normalised apart, to a mean square of 1 (gamma 1, eps tiny).
+        let y = run(OpKind::RmsNorm, &tiny, &[rand(&[3, 8], 5), t(&[8], &[1.0; 8])]).remove(0);
+        for r in 0..3 {
+            let mean_square = y.data[r * 8..(r + 1) * 8].iter().map(|v| v * v).sum::<f64>() / 8.0;
+            assert!((mean_square - 1.0).abs() < 1e-12, "row {r}: {mean_square}");
+        }
+        // eps counts: x = 0 stays 0, x = [1, 1] with eps 3 gives 1/2.
+        let y = run(OpKind::RmsNorm, &[("eps", Attr::Float(3.0))], &[t(&[2, 2], &[0.0, 0.0, 1.0, 1.0]), t(&[2], &[1.0; 2])]);
+        assert_eq!(y[0].data, [0.0, 0.0, 0.5, 0.5]);
+    }
+
+    #[test]
+    fn rms_norm_backward_values() {
+        // Scaling a row does not change y (eps tiny): dy along x gives dx = 0; dgamma = Σ dy·x̂.
+        let x = t(&[2, 3], &[1.0, -2.0, 2.0, 0.5, 0.5, -1.0]);
+        let tiny = [("eps", Attr::Float(1e-300))];
+        let out = run(OpKind::RmsNormBackward, &tiny, &[x.clone(), x.clone(), t(&[3], &[1.0; 3])]);
+        assert_eq!(out.len(), 2);
+        assert_close(&out[0], &[0.0; 6], 1e-15);
+        // x̂ rows: [1, -2, 2]/√3 and [0.5, 0.5, -1]/√0.5; dy = x, so dgamma_i = Σ_rows x_i·x̂_i.
+        let (a, b) = (1.0 / 3f64.sqrt(), 1.0 / 0.5f64.sqrt());
+        assert_close(&out[1], &[a + 0.25 * b, 4.0 * a + 0.25 * b, 4.0 * a + b], 1e-14);
     }
 
     #[test]
@@ -585,6 +709,56 @@ mod tests {
         let err =
             try_run(OpKind::CrossEntropyBackward, &[], &[t(&[], &[1.0]), logits, t(&[2], &[-2.0, 0.0])]).unwrap_err();
         assert_eq!(err, ExecError::IndexOutOfRange { op: "cross_entropy_backward".into(), index: -2, bound: 3 });
+    }
+
+    fn ce(ignore_index: i64, smoothing: f64) -> [(&'static str, Attr); 2] {
+        [("ignore_index", Attr::Int(ignore_index)), ("label_smoothing", Attr::Float(smoothing))]
+    }
+
+    #[test]
+    fn cross_entropy_ignores_rows_and_smooths_labels() {
+        // Row 0: p = [1/4, 3/4], label 0; row 1 ignored (-100, the default); row 2: logits
+        // [1, 2], label 1. With ε = 0.2: row 0 gives 0.8·ln 4 + 0.2·(ln 4 + ln 4 − ln 3)/2 =
+        // ln 4 − 0.1·ln 3; row 2, with L = ln(1 + 1/e) = −log p[1], gives 0.8·L + 0.2·(L + 1/2)
+        // = L + 0.1; the mean is over the 2 rows counted.
+        let logits = t(&[3, 2], &[0.0, 3f64.ln(), 5.0, 5.0, 1.0, 2.0]);
+        let labels = t(&[3], &[0.0, -100.0, 1.0]);
+        let loss = run(OpKind::CrossEntropy, &ce(-100, 0.2), &[logits.clone(), labels.clone()]).remove(0);
+        let l = (1.0 + (-1f64).exp()).ln();
+        assert_close(&loss, &[(4f64.ln() - 0.1 * 3f64.ln() + l + 0.1) / 2.0], 1e-15);
+        // Without smoothing: the plain mean of −log p[label] over the rows counted.
+        let loss = run(OpKind::CrossEntropy, &[], &[logits.clone(), labels.clone()]).remove(0);
+        assert_close(&loss, &[(4f64.ln() + l) / 2.0], 1e-15);
+        // ignore_index may be a class: only row 1 ([5, 5], label 0) counts.
+        let loss = run(OpKind::CrossEntropy, &ce(1, 0.0), &[logits.clone(), t(&[3], &[1.0, 0.0, 1.0])]).remove(0);
+        assert_close(&loss, &[2f64.ln()], 1e-15);
+        // Every row ignored: PyTorch's 0/0, NaN; and with full smoothing the label no longer
+        // matters: the mean over classes of −log p_c.
+        let all_ignored = t(&[3], &[-100.0; 3]);
+        let loss = run(OpKind::CrossEntropy, &ce(-100, 0.5), &[logits.clone(), all_ignored.clone()]).remove(0);
+        assert!(loss.data[0].is_nan());
+        let loss = run(OpKind::CrossEntropy, &ce(-100, 1.0), &[t(&[1, 2], &[0.0, 3f64.ln()]), t(&[1], &[1.0])]);
+        assert_close(&loss[0], &[4f64.ln() - 3f64.ln() / 2.0], 1e-15);
+
+        // Backward, dloss 2 over 2 rows counted: dloss·(p − 0.8·onehot − 0.1)/2, 0 on row 1.
+        let d = run(OpKind::CrossEntropyBackward, &ce(-100, 0.2), &[t(&[], &[2.0]), logits.clone(), labels]).remove(0);
+        let (p0, p1) = (1.0 / (1.0 + std::f64::consts::E), std::f64::consts::E / (1.0 + std::f64::consts::E));
+        assert_close(&d, &[-0.65, 0.65, 0.0, 0.0, p0 - 0.1, p1 - 0.9], 1e-15);
+        // Every row ignored: no gradient at all (PyTorch writes none).
+        let d = run(OpKind::CrossEntropyBackward, &ce(-100, 0.5), &[t(&[], &[1.0]), logits, all_ignored]).remove(0);
+        assert_eq!(d.data, [0.0; 6]);
+    }
+
+    #[test]
+    fn labels_that_are_not_ignored_must_be_classes() {
+        // -100 is fine while it is the ignore_index, out of range once it is not.
+        let logits = t(&[2, 3], &[0.0; 6]);
+        let labels = t(&[2], &[-100.0, 2.0]);
+        assert!(try_run(OpKind::CrossEntropy, &[], &[logits.clone(), labels.clone()]).is_ok());
+        let err = try_run(OpKind::CrossEntropy, &ce(0, 0.0), &[logits.clone(), labels.clone()]).unwrap_err();
+        assert_eq!(err, ExecError::IndexOutOfRange { op: "cross_entropy".into(), index: -100, bound: 3 });
+        let err = try_run(OpKind::CrossEntropyBackward, &ce(2, 0.1), &[t(&[], &[1.0]), logits, labels]).unwrap_err();
+        assert_eq!(err, ExecError::IndexOutOfRange { op: "cross_entropy_backward".into(), index: -100, bound: 3 });
     }
 
     #[test]

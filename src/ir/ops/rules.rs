@@ -173,11 +173,20 @@ pub(super) fn unary_backward(inputs: &[&TensorType], saved: &str) -> Rule {
     done(vec![inputs[0].clone()])
 }
 
-pub(super) fn infer_relu_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+/// `x ** exponent`: `x` float, the exponent a finite number.
+pub(super) fn infer_pow_scalar(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    float_input(inputs[0], "x")?;
+    float_attr(attrs, "exponent", f64::is_finite, "a finite number")?;
+    done(vec![inputs[0].clone()])
+}
+
+/// The backward of an activation that reads its forward OUTPUT `y` (relu, sigmoid, tanh).
+pub(super) fn infer_unary_backward_y(inputs: &[&TensorType], _: &Attrs) -> Rule {
     unary_backward(inputs, "y")
 }
 
-pub(super) fn infer_gelu_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+/// The backward of an activation that reads its forward INPUT `x` (gelu, silu, hardswish).
+pub(super) fn infer_unary_backward_x(inputs: &[&TensorType], _: &Attrs) -> Rule {
     unary_backward(inputs, "x")
 }
 
@@ -423,6 +432,21 @@ pub(super) fn infer_layer_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -
     done(vec![x.clone(), p.clone(), p])
 }
 
+pub(super) fn infer_rms_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let d = x.dims().last().copied();
+    norm_params(x, d, "[...,D]", &[(inputs[1], "gamma")], attrs)?;
+    done(vec![x.clone()])
+}
+
+pub(super) fn infer_rms_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    same_type(dy, "dy", x, "x")?;
+    let d = x.dims().last().copied();
+    let p = norm_params(x, d, "[...,D]", &[(inputs[2], "gamma")], attrs)?;
+    done(vec![x.clone(), p])
+}
+
 pub(super) fn batch_channels(x: &TensorType) -> Option<u64> {
     if x.rank() >= 2 { Some(x.dims()[1]) } else { None }
 }
@@ -530,9 +554,12 @@ pub(super) fn flops_max_pool2d_backward(inputs: &[&TensorType], _: &[&TensorType
     inputs.first().map_or(0, |dy| numel(dy)).saturating_mul(window_size(attrs))
 }
 
-pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType) -> Result<(), String> {
+/// Shared by cross_entropy and its backward: logits `[N,C]` float, labels `[N]` i32/i64,
+/// label_smoothing in [0, 1] (any ignore_index is allowed, as in PyTorch).
+pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType, attrs: &Attrs) -> Result<(), String> {
     float_input(logits, "logits")?;
     index_input(labels, "labels")?;
+    float_attr(attrs, "label_smoothing", |e| (0.0..=1.0).contains(&e), "in [0, 1]")?;
     let &[n, _] = logits.dims() else {
         return Err(format!("logits must be [N,C], found {logits}"));
     };
@@ -542,14 +569,14 @@ pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType) -> R
     Ok(())
 }
 
-pub(super) fn infer_cross_entropy(inputs: &[&TensorType], _: &Attrs) -> Rule {
-    check_cross_entropy(inputs[0], inputs[1])?;
+pub(super) fn infer_cross_entropy(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    check_cross_entropy(inputs[0], inputs[1], attrs)?;
     done(vec![TensorType::new(inputs[0].dtype, vec![])])
 }
 
-pub(super) fn infer_cross_entropy_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+pub(super) fn infer_cross_entropy_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (dloss, logits) = (inputs[0], inputs[1]);
-    check_cross_entropy(logits, inputs[2])?;
+    check_cross_entropy(logits, inputs[2], attrs)?;
     let want = TensorType::new(logits.dtype, vec![]);
     if *dloss != want {
         return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));

@@ -131,18 +131,46 @@ fn scalar_ops() {
 
 #[test]
 fn activations_and_their_gradients() {
-    for kind in [OpKind::Relu, OpKind::Gelu] {
+    let forward = [OpKind::Relu, OpKind::Gelu, OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish];
+    let math = [OpKind::Neg, OpKind::Exp, OpKind::Log, OpKind::Sqrt, OpKind::Rsqrt];
+    for kind in forward.into_iter().chain(math) {
         assert_eq!(ok(kind, &["f32[4,5]"], &[]), ["f32[4,5]"]);
         assert_eq!(ok(kind, &["bf16[]"], &[]), ["bf16[]"]);
         err(kind, &["i64[4]"], &[], "i64[4]");
         err(kind, &[HUGE], &[], "2^64");
+        assert_eq!(kind.def().inplace, [(0, 0)], "{kind}");
     }
-    for kind in [OpKind::ReluBackward, OpKind::GeluBackward] {
+    let backward = [
+        (OpKind::ReluBackward, "y"),
+        (OpKind::GeluBackward, "x"),
+        (OpKind::SiluBackward, "x"),
+        (OpKind::SigmoidBackward, "y"),
+        (OpKind::TanhBackward, "y"),
+        (OpKind::HardswishBackward, "x"),
+    ];
+    for (kind, saved) in backward {
         assert_eq!(ok(kind, &["f32[4,5]", "f32[4,5]"], &[]), ["f32[4,5]"]);
         err(kind, &["f32[4,5]", "f32[4,6]"], &[], "f32[4,5] and f32[4,6]");
-        err(kind, &["f32[4]", "f16[4]"], &[], "same type");
+        err(kind, &["f32[4]", "f16[4]"], &[], &format!("dy and {saved} must have the same type"));
         err(kind, &["i32[4]", "i32[4]"], &[], "float");
+        assert_eq!(kind.def().inputs, ["dy", saved], "{kind}");
+        assert_eq!(kind.def().inplace, [(0, 0), (0, 1)], "{kind}");
     }
+    // gelu's form is an attribute of both ops; the default is the tanh approximation.
+    assert_eq!(OpKind::Gelu.def().signature(), "gelu(x, approximate=true) -> out");
+    let exact = [("approximate", Attr::Bool(false))];
+    assert_eq!(ok(OpKind::GeluBackward, &["f16[3]", "f16[3]"], &exact), ["f16[3]"]);
+}
+
+#[test]
+fn pow_scalar_needs_a_finite_exponent() {
+    let e = |x| [("exponent", float(x))];
+    assert_eq!(ok(OpKind::PowScalar, &["f32[2,3]"], &e(-0.5)), ["f32[2,3]"]);
+    assert_eq!(ok(OpKind::PowScalar, &["f16[]"], &e(0.0)), ["f16[]"]);
+    err(OpKind::PowScalar, &["f32[2]"], &e(f64::INFINITY), "exponent=inf must be a finite number");
+    err(OpKind::PowScalar, &["f32[2]"], &e(f64::NAN), "exponent=NaN");
+    err(OpKind::PowScalar, &["i32[2]"], &e(2.0), "x must be a float tensor");
+    assert!(Attrs::for_op(OpKind::PowScalar, &[]).is_err(), "the exponent must be written");
 }
 
 #[test]
@@ -304,6 +332,16 @@ fn norms() {
         ["f32[2,8]", "f32[8]", "f32[8]"]
     );
     err(OpKind::LayerNormBackward, &["f32[2,7]", "f32[2,8]", "f32[8]"], &[], "dy and x");
+    assert_eq!(ok(OpKind::RmsNorm, &["bf16[2,3,8]", "bf16[8]"], &[]), ["bf16[2,3,8]"]);
+    err(OpKind::RmsNorm, &["f32[2,8]", "f32[2]"], &[], "gamma must be f32[8] for x f32[2,8]");
+    err(OpKind::RmsNorm, &["f32[]", "f32[1]"], &[], "[...,D]");
+    err(OpKind::RmsNorm, &["i32[2,8]", "i32[8]"], &[], "float");
+    err(OpKind::RmsNorm, &["f32[2,8]", "f32[8]"], &[("eps", float(-1e-6))], "eps=-1e-6");
+    assert_eq!(OpKind::RmsNorm.def().signature(), "rms_norm(x, gamma, eps=1e-6) -> y");
+    assert_eq!(ok(OpKind::RmsNormBackward, &["f32[2,8]", "f32[2,8]", "f32[8]"], &[]), ["f32[2,8]", "f32[8]"]);
+    err(OpKind::RmsNormBackward, &["f32[2,7]", "f32[2,8]", "f32[8]"], &[], "dy and x");
+    err(OpKind::RmsNormBackward, &["f32[2,8]", "f32[2,8]", "f32[7]"], &[], "gamma");
+    assert_eq!(OpKind::RmsNormBackward.def().inplace, [(0, 0)]);
 
     assert_eq!(ok(OpKind::BatchNorm, &["f32[4,3,5,5]", "f32[3]", "f32[3]"], &[]), ["f32[4,3,5,5]"]);
     assert_eq!(ok(OpKind::BatchNorm, &["f32[4,3]", "f32[3]", "f32[3]"], &[]), ["f32[4,3]"]);
@@ -377,6 +415,17 @@ fn cross_entropy() {
     err(b, &["f16[]", "f32[64,10]", "i32[64]"], &[], "dloss must be f32[]");
     err(b, &["f32[1]", "f32[64,10]", "i32[64]"], &[], "found f32[1]");
     err(b, &["f32[]", "f32[64,10]", "i32[64,1]"], &[], "labels");
+    // PyTorch's options: any ignore_index, label_smoothing in [0, 1].
+    let options = |i, e| [("ignore_index", Attr::Int(i)), ("label_smoothing", float(e))];
+    for (kind, inputs) in [(c, &["f32[4,3]", "i64[4]"][..]), (b, &["f32[]", "f32[4,3]", "i64[4]"])] {
+        assert_eq!(ok(kind, inputs, &options(-100, 0.0)).len(), 1);
+        assert_eq!(ok(kind, inputs, &options(1, 1.0)).len(), 1);
+        assert_eq!(ok(kind, inputs, &options(i64::MIN, 0.25)).len(), 1);
+        err(kind, inputs, &options(-100, 1.5), "label_smoothing=1.5 must be in [0, 1]");
+        err(kind, inputs, &options(-100, -0.1), "label_smoothing=-0.1");
+        err(kind, inputs, &options(-100, f64::NAN), "label_smoothing=NaN");
+    }
+    assert_eq!(c.def().signature(), "cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0) -> loss");
 }
 
 #[test]
@@ -433,6 +482,11 @@ fn flops() {
     let pool = [("kernel", ints(&[2, 2])), ("stride", ints(&[2, 2]))];
     assert_eq!(count(OpKind::MaxPool2d, &["f32[1,2,8,8]"], &pool), 32 * 4);
     assert_eq!(count(OpKind::Sgd, &["f32[10]", "f32[10]"], &[("lr", float(0.1))]), 20);
+    assert_eq!(count(OpKind::Silu, &["f32[10]"], &[]), 50);
+    assert_eq!(count(OpKind::Rsqrt, &["f32[10]"], &[]), 20);
+    assert_eq!(count(OpKind::PowScalar, &["f32[10]"], &[("exponent", float(3.0))]), 10);
+    assert_eq!(count(OpKind::RmsNorm, &["f32[4,5]", "f32[5]"], &[]), 80);
+    assert_eq!(count(OpKind::RmsNormBackward, &["f32[4,5]", "f32[4,5]", "f32[5]"], &[]), 200);
     // Saturates instead of overflowing.
     let big = ["f16[1048576,1073741824]", "f16[1073741824,1048576]"];
     assert_eq!(count(OpKind::Matmul, &big, &[]), u64::MAX);

@@ -1,6 +1,7 @@
-//! The op families the generator draws from: elementwise chains, broadcasting, attention,
-//! matmuls, reductions, views, casts, constants, normalisation, conv blocks, embeddings.
-//! Each builds a few valid ops from values in the pool (or new arguments).
+//! The op families the generator draws from: elementwise chains, broadcasting, activations,
+//! math functions, attention, matmuls, reductions, views, casts, constants, normalisation,
+//! conv blocks, embeddings. Each builds a few valid ops from values in the pool (or new
+//! arguments).
 
 use super::*;
 
@@ -65,14 +66,55 @@ impl Gen {
         self.emit(kind, &[x, y], &[]);
     }
 
+    /// An activation of `x`, recorded for its backward op: relu, gelu (either form), silu,
+    /// sigmoid, tanh or hardswish.
+    pub(super) fn activation(&mut self, x: usize) -> Option<usize> {
+        let kind = self.choose(&[OpKind::Relu, OpKind::Gelu, OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish]);
+        let given = if kind == OpKind::Gelu && self.chance(0.5) { vec![("approximate", Attr::Bool(false))] } else { vec![] };
+        self.emit_recorded(kind, &[x], &given)
+    }
+
+    /// A math function where it is defined and finite on any input: neg and integer powers
+    /// of x itself; exp of tanh(x) (within [1/e, e]); log, sqrt, rsqrt and fractional powers
+    /// of x² + 1 (at least 1).
+    pub(super) fn math(&mut self) -> Option<usize> {
+        let x = self.float_value(0, 4);
+        match self.below(5) {
+            0 => self.emit(OpKind::Neg, &[x], &[]),
+            1 => {
+                let exponent = self.choose(&[0.0, 1.0, 2.0, 3.0]);
+                self.emit(OpKind::PowScalar, &[x], &[("exponent", Attr::Float(exponent))])
+            }
+            2 => {
+                let t = self.emit(OpKind::Tanh, &[x], &[])?;
+                self.emit(OpKind::Exp, &[t], &[])
+            }
+            _ => {
+                let square = self.emit(OpKind::Mul, &[x, x], &[])?;
+                let positive = self.emit(OpKind::AddScalar, &[square], &[("value", Attr::Float(1.0))])?;
+                match self.below(4) {
+                    0 => self.emit(OpKind::Log, &[positive], &[]),
+                    1 => self.emit(OpKind::Sqrt, &[positive], &[]),
+                    2 => self.emit(OpKind::Rsqrt, &[positive], &[]),
+                    _ => self.emit(OpKind::PowScalar, &[positive], &[("exponent", Attr::Float(-1.5))]),
+                }
+            }
+        }
+    }
+
     /// A chain of elementwise ops on one value: each result dies at the next op.
     pub(super) fn chain(&mut self) {
         let mut x = self.float_value(0, 4);
         for _ in 0..2 + self.below(3) {
-            let next = match self.below(6) {
+            let next = match self.below(8) {
                 0 => self.emit(OpKind::Relu, &[x], &[]),
                 1 => self.emit(OpKind::Gelu, &[x], &[]),
                 2 => self.emit(OpKind::Mul, &[x, x], &[]),
+                6 => {
+                    let kind = self.choose(&[OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish]);
+                    self.emit(kind, &[x], &[])
+                }
+                7 => self.emit(OpKind::Neg, &[x], &[]),
                 3 => {
                     let ty = self.ty(x).clone();
                     let other = self.new_input(ty);
@@ -185,11 +227,9 @@ impl Gen {
         let Some(h) = self.emit(OpKind::Matmul, &[x, w], &[("transpose_b", Attr::Bool(tb))]) else { return };
         let b = self.param(TensorType::new(dtype, vec![n]));
         let Some(h2) = self.emit(OpKind::Add, &[h, b], &[]) else { return };
-        match self.below(3) {
-            0 => self.emit_recorded(OpKind::Relu, &[h2], &[]),
-            1 => self.emit_recorded(OpKind::Gelu, &[h2], &[]),
-            _ => None,
-        };
+        if self.chance(2.0 / 3.0) {
+            self.activation(h2);
+        }
     }
 
     pub(super) fn reduce(&mut self) {
@@ -361,6 +401,13 @@ impl Gen {
         let beta = self.param(p);
         let eps = self.eps();
         self.emit_recorded(OpKind::LayerNorm, &[x, gamma, beta], &eps)
+    }
+
+    pub(super) fn rms_norm(&mut self, x: usize) -> Option<usize> {
+        let t = self.ty(x).clone();
+        let gamma = self.param(TensorType::new(t.dtype, vec![*t.dims().last()?]));
+        let eps = self.eps();
+        self.emit_recorded(OpKind::RmsNorm, &[x, gamma], &eps)
     }
 
     pub(super) fn batch_norm(&mut self, x: usize) -> Option<usize> {

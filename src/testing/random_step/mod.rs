@@ -40,14 +40,17 @@
 //!
 //! Every op of the table: add/sub/mul/div with broadcasting (a bias param, keepdim
 //! reductions, scalars, operands read twice), add_scalar/mul_scalar, elementwise chains
-//! (in-place candidates), relu/gelu/softmax and their backward ops, causal_mask in attention
+//! (in-place candidates), the activations relu, gelu (tanh and exact), silu, sigmoid,
+//! tanh, hardswish and softmax with their backward ops, the math functions neg, exp, log,
+//! sqrt, rsqrt and pow_scalar (on values where they are finite), causal_mask in attention
 //! blocks (batched matmuls with `transpose_b`), matmul with transposes and batch dims,
 //! sum/mean with random axes (negative spellings) and keepdim, reshape of dense values,
 //! transpose, expand, contiguous (and reshape of a transposed or expanded value only
 //! through contiguous), casts among f32/f16/bf16 (and to i32/i64/bool and back), fill,
 //! embedding and its backward, layer_norm/batch_norm and their 3-output backward ops,
-//! conv2d/max_pool2d (small NCHW, strides, padding) and their backward ops,
-//! cross_entropy with i32 or i64 labels and its backward, and the optimizers sgd,
+//! rms_norm and its 2-output backward, conv2d/max_pool2d (small NCHW, strides, padding) and
+//! their backward ops, cross_entropy with i32 or i64 labels (sometimes an ignore_index
+//! that is a class, sometimes label smoothing) and its backward, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`
 //! incremented by `add_scalar` and updated), plus hand-written updates (`p + (-lr)·g`) and
 //! running-average `state` updates. Updates come in the middle of the step as well as at
@@ -133,6 +136,7 @@ enum Family {
     Scalar,
     Chain,
     Activation,
+    Math,
     Softmax,
     Attention,
     Matmul,
@@ -143,6 +147,7 @@ enum Family {
     Cast,
     Fill,
     LayerNorm,
+    RmsNorm,
     BatchNorm,
     Conv,
     Pool,
@@ -157,7 +162,8 @@ const FAMILIES: &[(Family, u64)] = &[
     (Family::Binary, 12),
     (Family::Scalar, 5),
     (Family::Chain, 5),
-    (Family::Activation, 6),
+    (Family::Activation, 8),
+    (Family::Math, 6),
     (Family::Softmax, 4),
     (Family::Attention, 3),
     (Family::Matmul, 8),
@@ -168,6 +174,7 @@ const FAMILIES: &[(Family, u64)] = &[
     (Family::Cast, 5),
     (Family::Fill, 3),
     (Family::LayerNorm, 4),
+    (Family::RmsNorm, 2),
     (Family::BatchNorm, 2),
     (Family::Conv, 3),
     (Family::Pool, 2),
@@ -497,8 +504,10 @@ impl Gen {
             Family::Chain => self.chain(),
             Family::Activation => {
                 let x = self.float_value(0, 4);
-                let kind = if self.chance(0.5) { OpKind::Relu } else { OpKind::Gelu };
-                self.emit_recorded(kind, &[x], &[]);
+                self.activation(x);
+            }
+            Family::Math => {
+                self.math();
             }
             Family::Softmax => {
                 let x = self.float_value(1, 4);
@@ -515,6 +524,10 @@ impl Gen {
             Family::LayerNorm => {
                 let x = self.float_value(1, 4);
                 self.layer_norm(x);
+            }
+            Family::RmsNorm => {
+                let x = self.float_value(1, 4);
+                self.rms_norm(x);
             }
             Family::BatchNorm => {
                 let x = self.float_value(2, 4);

@@ -43,7 +43,16 @@ impl Gen {
                 self.arg(name, TensorType::new(dtype, vec![n]), Role::Input)
             }
         };
-        let Some(loss) = self.emit_recorded(OpKind::CrossEntropy, &[logits, labels], &[]) else { return };
+        // Sometimes PyTorch's options: a class that is ignored (only with 3+ rows of 3+
+        // classes, so that rarely every row is ignored: a NaN loss), label smoothing.
+        let mut given = Vec::new();
+        if n >= 3 && c >= 3 && self.chance(0.3) {
+            given.push(("ignore_index", Attr::Int(self.below(c as usize) as i64)));
+        }
+        if self.chance(0.3) {
+            given.push(("label_smoothing", Attr::Float(self.choose(&[0.1, 0.5, 1.0]))));
+        }
+        let Some(loss) = self.emit_recorded(OpKind::CrossEntropy, &[logits, labels], &given) else { return };
         self.labels.entry((n, c)).or_insert(labels);
         self.losses.push(loss);
         if self.chance(0.5) {
@@ -65,9 +74,9 @@ impl Gen {
     pub(super) fn record_usable(&self, i: usize) -> bool {
         let r = &self.records[i];
         let needed: Vec<usize> = match r.kind {
-            OpKind::Relu | OpKind::Softmax => vec![r.output],
-            OpKind::Gelu | OpKind::MaxPool2d => vec![r.inputs[0]],
-            OpKind::LayerNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
+            OpKind::Relu | OpKind::Sigmoid | OpKind::Tanh | OpKind::Softmax => vec![r.output],
+            OpKind::Gelu | OpKind::Silu | OpKind::Hardswish | OpKind::MaxPool2d => vec![r.inputs[0]],
+            OpKind::LayerNorm | OpKind::RmsNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
             OpKind::Conv2d | OpKind::CrossEntropy => vec![r.inputs[0], r.inputs[1]],
             OpKind::Embedding => vec![r.inputs[1]],
             _ => vec![],
@@ -86,7 +95,25 @@ impl Gen {
             }
             OpKind::Gelu => {
                 let dy = self.derive(&out_ty, None);
-                self.emit(OpKind::GeluBackward, &[dy, r.inputs[0]], &[]);
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                self.emit(OpKind::GeluBackward, &[dy, r.inputs[0]], &given);
+            }
+            OpKind::Silu | OpKind::Hardswish => {
+                let kind = if r.kind == OpKind::Silu { OpKind::SiluBackward } else { OpKind::HardswishBackward };
+                let dy = self.derive(&out_ty, None);
+                self.emit(kind, &[dy, r.inputs[0]], &[]);
+            }
+            OpKind::Sigmoid | OpKind::Tanh => {
+                let kind = if r.kind == OpKind::Sigmoid { OpKind::SigmoidBackward } else { OpKind::TanhBackward };
+                let dy = self.derive(&out_ty, None);
+                self.emit(kind, &[dy, r.output], &[]);
+            }
+            OpKind::RmsNorm => {
+                let dy = self.derive(&out_ty, None);
+                let eps = r.attrs.get("eps").unwrap().clone();
+                if let Some(outs) = self.emit_named(OpKind::RmsNormBackward, &[dy, r.inputs[0], r.inputs[1]], &[("eps", eps)], None) {
+                    self.grads.insert(r.inputs[1], outs[1]);
+                }
             }
             OpKind::Softmax => {
                 let dy = self.derive(&out_ty, None);
@@ -134,7 +161,8 @@ impl Gen {
                     Some(self.derive(&out_ty, None))
                 };
                 let Some(dloss) = dloss else { return };
-                self.emit(OpKind::CrossEntropyBackward, &[dloss, r.inputs[0], r.inputs[1]], &[]);
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                self.emit(OpKind::CrossEntropyBackward, &[dloss, r.inputs[0], r.inputs[1]], &given);
             }
             _ => {}
         }

@@ -38,6 +38,22 @@ typedef unsigned long long u64;
 #define OP_RELU 12
 #define OP_GELU 13
 #define OP_COPY 14
+#define OP_GELU_EXACT_BACKWARD 20
+#define OP_SILU_BACKWARD 21
+#define OP_SIGMOID_BACKWARD 22
+#define OP_TANH_BACKWARD 23
+#define OP_HARDSWISH_BACKWARD 24
+#define OP_GELU_EXACT 30
+#define OP_SILU 31
+#define OP_SIGMOID 32
+#define OP_TANH 33
+#define OP_HARDSWISH 34
+#define OP_POW_SCALAR 35
+#define OP_NEG 36
+#define OP_EXP 37
+#define OP_LOG 38
+#define OP_SQRT 39
+#define OP_RSQRT 40
 
 // Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
 #define MODE_CONV_FWD 0

@@ -7,11 +7,15 @@
 // only for an input read directly at the same element): each thread reads its element's
 // inputs before writing it, so that is safe.
 //
-// Plain arithmetic (+ − × ÷, scalar ops, sgd, sgd_momentum, adam) runs in double: the result
-// rounded to f32 is then exactly the CPU reference's. Activations run in float.
+// Plain arithmetic (+ − × ÷, scalar ops, sgd, sgd_momentum, adam) and the math functions
+// (neg, pow_scalar, exp, log, sqrt, rsqrt) run in double: the result rounded to f32 is then
+// (nearly always) exactly the CPU reference's. Activations run in float, with PyTorch's
+// formulas (see exec/kernels/elementwise.rs).
 
 #define SQRT_2_OVER_PI 0.7978845608028654f
 #define GELU_CUBIC 0.044715f
+#define SQRT_HALF 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
 
 __device__ __forceinline__ float gelu_f(float x) {
     return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)));
@@ -24,13 +28,53 @@ __device__ __forceinline__ float gelu_grad_f(float x) {
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * inner;
 }
 
-// out = a op b. OP_ADD/SUB/MUL/DIV on any numeric dtype; OP_RELU_BACKWARD (a = dy, b = y);
-// OP_GELU_BACKWARD (a = dy, b = x); OP_SGD (a = p, b = g, s = lr).
+// Exact GELU: 0.5·x·(1 + erf(x/√2)).
+__device__ __forceinline__ float gelu_exact_f(float x) { return x * 0.5f * (1.0f + erff(x * SQRT_HALF)); }
+
+// Its derivative Φ(x) + x·φ(x): the normal CDF plus x times the normal density.
+__device__ __forceinline__ float gelu_exact_grad_f(float x) {
+    const float cdf = 0.5f * (1.0f + erff(x * SQRT_HALF));
+    const float pdf = expf(-0.5f * x * x) * INV_SQRT_2PI;
+    return cdf + x * pdf;
+}
+
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float hardswish_f(float x) { return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
+
+// PyTorch's hardswish′: 0 below −3, x/3 + 1/2 on [−3, 3], 1 above.
+__device__ __forceinline__ float hardswish_grad(float dy, float x) {
+    if (x < -3.0f) return 0.0f;
+    if (x <= 3.0f) return dy * (x / 3.0f + 0.5f);
+    return dy;
+}
+
+// out = a op b. OP_ADD/SUB/MUL/DIV on any numeric dtype; the activations' gradients with
+// a = dy and b = the forward's output y (OP_RELU_BACKWARD, OP_SIGMOID_BACKWARD,
+// OP_TANH_BACKWARD) or input x (OP_GELU_BACKWARD, OP_GELU_EXACT_BACKWARD, OP_SILU_BACKWARD,
+// OP_HARDSWISH_BACKWARD); OP_SGD (a = p, b = g, s = lr).
 extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double s) {
     GRID_STRIDE(i, out.numel) {
         switch (op) {
             case OP_RELU_BACKWARD: store_f(out, i, load_f(b, i) > 0.0f ? load_f(a, i) : 0.0f); break;
             case OP_GELU_BACKWARD: store_f(out, i, load_f(a, i) * gelu_grad_f(load_f(b, i))); break;
+            case OP_GELU_EXACT_BACKWARD: store_f(out, i, load_f(a, i) * gelu_exact_grad_f(load_f(b, i))); break;
+            case OP_SILU_BACKWARD: {
+                const float x = load_f(b, i), sg = sigmoid_f(x);
+                store_f(out, i, load_f(a, i) * sg * (1.0f + x * (1.0f - sg)));
+                break;
+            }
+            case OP_SIGMOID_BACKWARD: {
+                const float y = load_f(b, i);
+                store_f(out, i, load_f(a, i) * (1.0f - y) * y);
+                break;
+            }
+            case OP_TANH_BACKWARD: {
+                const float y = load_f(b, i);
+                store_f(out, i, load_f(a, i) * (1.0f - y * y));
+                break;
+            }
+            case OP_HARDSWISH_BACKWARD: store_f(out, i, hardswish_grad(load_f(a, i), load_f(b, i))); break;
             case OP_SGD: store_d(out, i, load_d(a, i) - s * load_d(b, i)); break;
             case OP_ADD: store_d(out, i, load_d(a, i) + load_d(b, i)); break;
             case OP_SUB: store_d(out, i, load_d(a, i) - load_d(b, i)); break;
@@ -40,13 +84,30 @@ extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double
     }
 }
 
-// out = f(x). OP_ADD_SCALAR / OP_MUL_SCALAR (s = value), OP_RELU, OP_GELU, OP_COPY
-// (contiguous, and cast: out's dtype differs, converted like the CPU reference).
+// out = f(x). OP_ADD_SCALAR / OP_MUL_SCALAR (s = value), OP_POW_SCALAR (s = exponent),
+// OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, the activations OP_RELU, OP_GELU,
+// OP_GELU_EXACT, OP_SILU, OP_SIGMOID, OP_TANH, OP_HARDSWISH, and OP_COPY (contiguous, and
+// cast: out's dtype differs, converted like the CPU reference).
 extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
     GRID_STRIDE(i, out.numel) {
         switch (op) {
             case OP_ADD_SCALAR: store_d(out, i, load_d(x, i) + s); break;
             case OP_MUL_SCALAR: store_d(out, i, load_d(x, i) * s); break;
+            case OP_POW_SCALAR: store_d(out, i, pow(load_d(x, i), s)); break;
+            case OP_NEG: store_d(out, i, -load_d(x, i)); break;
+            case OP_EXP: store_d(out, i, exp(load_d(x, i))); break;
+            case OP_LOG: store_d(out, i, log(load_d(x, i))); break;
+            case OP_SQRT: store_d(out, i, sqrt(load_d(x, i))); break;
+            case OP_RSQRT: store_d(out, i, 1.0 / sqrt(load_d(x, i))); break;
+            case OP_GELU_EXACT: store_f(out, i, gelu_exact_f(load_f(x, i))); break;
+            case OP_SILU: {
+                const float v = load_f(x, i);
+                store_f(out, i, v / (1.0f + expf(-v)));
+                break;
+            }
+            case OP_SIGMOID: store_f(out, i, sigmoid_f(load_f(x, i))); break;
+            case OP_TANH: store_f(out, i, tanhf(load_f(x, i))); break;
+            case OP_HARDSWISH: store_f(out, i, hardswish_f(load_f(x, i))); break;
             case OP_RELU: {
                 const float v = load_f(x, i);
                 store_f(out, i, v < 0.0f ? 0.0f : v);

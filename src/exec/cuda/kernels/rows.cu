@@ -1,11 +1,12 @@
-// rows.cu — ops that work line by line: softmax (along any axis), layer_norm, cross_entropy
-// and their gradients, and embeddings.
+// rows.cu — ops that work line by line: softmax (along any axis), layer_norm, rms_norm,
+// cross_entropy and their gradients, and embeddings.
 //
 // A line is one block (the host picks blockDim.x, a multiple of 32, to cover it; blocks loop
 // over lines). Its reductions are block reductions, so the whole block has read
 // the line before any thread writes: an output over its input's bytes (softmax,
-// softmax_backward, layer_norm_backward's dx, cross_entropy_backward) is safe, every
-// element being read and then written by the same thread.
+// softmax_backward, layer_norm_backward's and rms_norm_backward's dx,
+// cross_entropy_backward) is safe, every element being read and then written by the same
+// thread.
 //
 // Cross-row sums (layer_norm's dgamma/dbeta, the mean of cross-entropy) go through scratch
 // in the workspace: per-row statistics, then partial sums per group of rows, then a final
@@ -14,7 +15,8 @@
 // Softmax and cross-entropy compute in float. Layer norm computes in double: its gradient
 // subtracts nearly equal terms (dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) cancels almost
 // entirely when a row's variance is small against eps), so float statistics would leave
-// errors of float's epsilon times var/eps there.
+// errors of float's epsilon times var/eps there. RMS norm, whose gradient subtracts alike,
+// computes in double too.
 
 // The maximum of the n elements base + i·stride of x and Σ exp(element − maximum), for the
 // whole block (softmax and cross-entropy).
@@ -171,43 +173,144 @@ extern "C" __global__ void layer_norm_backward_dx(Tensor dx, Tensor dy, Tensor x
     }
 }
 
-// losses[row] = max + log Σ exp(x − max) − x[label] for each row of logits [N, C]; NaN for
-// a label outside 0..C (the executor checks labels that are step inputs beforehand).
-extern "C" __global__ void ce_rows(u64 losses, Tensor logits, Tensor labels, i64 rows, i64 c) {
-    float* out = (float*)losses;
+// 1/√(mean(x²) + eps) of row `row` (D elements) of x.
+__device__ __forceinline__ double row_rstd(const Tensor& x, i64 row, i64 d, double eps) {
+    const i64 base = row * d;
+    double s = 0.0;
+    for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+        const double v = load_d(x, base + i);
+        s += v * v;
+    }
+    return 1.0 / sqrt(block_sum_d(s) / (double)d + eps);
+}
+
+// y = x·rstd·gamma over the last dimension D.
+extern "C" __global__ void rms_norm(Tensor y, Tensor x, Tensor gamma, i64 rows, i64 d, double eps) {
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const i64 base = row * c;
-        float mx, total;
-        line_max_and_sum(logits, base, c, 1, &mx, &total);
-        if (threadIdx.x == 0) {
-            const i64 label = load_index(labels, row);
-            out[row] = (label >= 0 && label < c) ? mx + logf(total) - load_f(logits, base + label) : f_nan();
+        const double rstd = row_rstd(x, row, d, eps);
+        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+            const i64 k = row * d + i;
+            store_d(y, k, load_d(x, k) * rstd * load_d(gamma, i));
         }
     }
 }
 
-// loss = Σ losses / N (one block; NaN for N = 0, the mean of nothing).
-extern "C" __global__ void ce_mean(Tensor loss, u64 losses, i64 rows) {
+// stats[2·row] = 0, stats[2·row + 1] = rstd: ln_stats's layout with a zero mean, so that
+// ln_grad_params, reading x̂ = (x − 0)·rstd, gives rms_norm's Σ dy·x̂.
+extern "C" __global__ void rms_stats(u64 stats, Tensor x, i64 rows, i64 d, double eps) {
+    double* out = (double*)stats;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const double rstd = row_rstd(x, row, d, eps);
+        if (threadIdx.x == 0) {
+            out[2 * row] = 0.0;
+            out[2 * row + 1] = rstd;
+        }
+    }
+}
+
+// dgamma = the Σ dy·x̂ halves of ln_grad_params's partials of `groups` chunks, added in
+// order (rms_norm has no beta: the Σ dy halves go unused).
+extern "C" __global__ void rms_grad_gamma_finish(Tensor dgamma, u64 partials, i64 d, i64 groups) {
+    const double* p = (const double*)partials;
+    GRID_STRIDE(col, d) {
+        double tg = 0.0;
+        for (i64 g = 0; g < groups; ++g) tg += p[(g * d + col) * 2];
+        store_d(dgamma, col, tg);
+    }
+}
+
+// dx = rstd·(g − x̂·mean(g·x̂)) per row, g = dy·gamma, x̂ = x·rstd (stats from rms_stats).
+extern "C" __global__ void rms_norm_backward_dx(Tensor dx, Tensor dy, Tensor x, Tensor gamma, u64 stats, i64 rows,
+                                                i64 d) {
+    const double* st = (const double*)stats;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const double rstd = st[2 * row + 1];
+        double sgx = 0.0;
+        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+            const i64 k = row * d + i;
+            sgx += load_d(dy, k) * load_d(gamma, i) * load_d(x, k) * rstd;
+        }
+        const double mean_gx = block_sum_d(sgx) / (double)d;
+        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
+            const i64 k = row * d + i;
+            const double g = load_d(dy, k) * load_d(gamma, i);
+            store_d(dx, k, rstd * (g - load_d(x, k) * rstd * mean_gx));
+        }
+    }
+}
+
+// Cross-entropy follows PyTorch (exec/kernels/nn.rs): rows labelled ignore_index count for
+// nothing, in the sum and in the mean's divisor; label smoothing ε mixes −log p[label] with
+// the mean over the classes of −log p_c.
+
+// losses[row] = (1 − ε)·(lse − x[label]) + ε·(lse − mean_c x_c), lse = max + log Σ exp(x − max),
+// for each row of logits [N, C] (the ε term only for ε > 0); 0 for a row labelled
+// ignore_index; NaN for another label outside 0..C (the executor checks labels that are
+// step inputs beforehand).
+extern "C" __global__ void ce_rows(u64 losses, Tensor logits, Tensor labels, i64 rows, i64 c, i64 ignore_index,
+                                   double smoothing) {
+    float* out = (float*)losses;
+    const float eps = (float)smoothing;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const i64 base = row * c;
+        float mx, total;
+        line_max_and_sum(logits, base, c, 1, &mx, &total);
+        float sum_x = 0.0f;
+        if (eps > 0.0f) {
+            for (i64 j = threadIdx.x; j < c; j += blockDim.x) sum_x += load_f(logits, base + j);
+            sum_x = block_sum(sum_x);
+        }
+        if (threadIdx.x == 0) {
+            const i64 label = load_index(labels, row);
+            const float lse = mx + logf(total);
+            float loss = f_nan();
+            if (label == ignore_index) {
+                loss = 0.0f;
+            } else if (label >= 0 && label < c) {
+                loss = lse - load_f(logits, base + label);
+                if (eps > 0.0f) loss = (1.0f - eps) * loss + eps * (lse - sum_x / (float)c);
+            }
+            out[row] = loss;
+        }
+    }
+}
+
+// count = the number of rows whose label is not ignore_index, as a double (one block).
+extern "C" __global__ void ce_count(u64 count, Tensor labels, i64 rows, i64 ignore_index) {
+    double n = 0.0;
+    for (i64 r = threadIdx.x; r < rows; r += blockDim.x) n += load_index(labels, r) != ignore_index ? 1.0 : 0.0;
+    n = block_sum_d(n);
+    if (threadIdx.x == 0) *(double*)count = n;
+}
+
+// loss = Σ losses / count (one block; NaN for count 0: no rows, or every row ignored).
+extern "C" __global__ void ce_mean(Tensor loss, u64 losses, u64 count, i64 rows) {
     const float* in = (const float*)losses;
     float s = 0.0f;
     for (i64 r = threadIdx.x; r < rows; r += blockDim.x) s += in[r];
     s = block_sum(s);
-    if (threadIdx.x == 0) store_f(loss, 0, s / (float)rows);
+    if (threadIdx.x == 0) store_f(loss, 0, s / (float)*(const double*)count);
 }
 
-// dlogits = dloss·(softmax(logits) − onehot(labels)) / N.
-extern "C" __global__ void ce_backward(Tensor dlogits, Tensor dloss, Tensor logits, Tensor labels, i64 rows, i64 c) {
+// dlogits = dloss·(softmax(logits) − (1 − ε)·onehot(labels) − ε/C) / count; 0 on rows
+// labelled ignore_index.
+extern "C" __global__ void ce_backward(Tensor dlogits, Tensor dloss, Tensor logits, Tensor labels, u64 count,
+                                       i64 rows, i64 c, i64 ignore_index, double smoothing) {
     const float dl = load_f(dloss, 0);
+    const float counted = (float)*(const double*)count;
+    const float eps = (float)smoothing;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const i64 base = row * c;
         const i64 label = load_index(labels, row);
+        const bool ignored = label == ignore_index;
         const bool valid = label >= 0 && label < c;
         float mx, total;
         line_max_and_sum(logits, base, c, 1, &mx, &total);
         for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
             const float p = expf(load_f(logits, base + j) - mx) / total;
             const float onehot = j == label ? 1.0f : 0.0f;
-            store_f(dlogits, base + j, valid ? dl * (p - onehot) / (float)rows : f_nan());
+            const float d = dl * (p - (1.0f - eps) * onehot - eps / (float)c) / counted;
+            store_f(dlogits, base + j, ignored ? 0.0f : valid ? d : f_nan());
         }
     }
 }
