@@ -100,12 +100,15 @@ fn report_reads_a_step_or_its_plan_json_alike() {
 
 #[test]
 fn report_snapshots() {
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 7] = [
         ("mlp_peak_by_class", &["report", "ir/models/mlp.step"]),
         ("mlp_step_3_by_op", &["report", "ir/models/mlp.step", "--at", "3", "--by", "op"]),
         ("gpt2_tiny_by_loc", &["report", "ir/models/gpt2_tiny.step", "--by", "loc", "--top", "8"]),
         ("resnet18_tiny_by_op", &["report", "ir/models/resnet18_tiny.step", "--by", "op", "--top", "6"]),
         ("diff_mlp_mlp_adam", &["diff", "ir/models/mlp.step", "ir/models/mlp_adam.step"]),
+        // An export of a PyTorch model carries module paths: bytes per module and class.
+        ("resnet_small_by_module", &["report", "ir/torch/resnet_small.step", "--by", "module", "--depth", "2", "--top", "6"]),
+        ("mlp_torch_by_module", &["report", "ir/torch/mlp.step", "--by", "module"]),
     ];
     for (name, args) in cases {
         insta::assert_snapshot!(name, ok(&memplan(args)));
@@ -126,6 +129,12 @@ fn report_errors_are_clear() {
     assert!(text(&out.stderr).contains("step 999 is not in the schedule: it has steps 0..=17"), "{}", text(&out.stderr));
     let out = memplan(&["report", "ir/models/mlp.step", "--at", "top"]);
     assert!(text(&out.stderr).contains("neither `peak` nor a schedule step"), "{}", text(&out.stderr));
+    let out = memplan(&["report", "ir/models/mlp.step", "--depth", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("use it with --by module"), "{}", text(&out.stderr));
+    // A step without modules groups everything as unknown rather than failing.
+    let out = ok(&memplan(&["report", "ir/models/mlp.step", "--by", "module"]));
+    assert!(out.contains("(unknown)"), "{out}");
 
     let dir = scratch("errors");
     ok(&memplan(&["plan", "ir/models/mlp.step", "--emit", "json", "-o", dir.to_str().unwrap()]));

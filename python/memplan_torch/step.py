@@ -83,7 +83,7 @@ class Op:
     op: str
     inputs: list[str]
     attrs: list[tuple[str, object]]
-    loc: tuple[str, int] | None
+    loc: tuple[str, int, str | None] | None  # (file, line, module path)
 
 
 @dataclass
@@ -124,7 +124,10 @@ class StepWriter:
         for op in self.ops:
             outs = ", ".join(f"%{n}: {t}" for n, t in op.outputs)
             operands = [f"%{v}" for v in op.inputs] + [f"{k}={attr_text(v)}" for k, v in op.attrs]
-            loc = f' loc("{op.loc[0]}":{op.loc[1]})' if op.loc else ""
+            loc = ""
+            if op.loc:
+                file, line, module = op.loc
+                loc = f' loc("{file}":{line}' + (f', "{module}")' if module is not None else ")")
             lines.append(f"  {outs} = {op.op}({', '.join(operands)}){loc}")
         if self.backward:
             loss, optimizer, attrs = self.backward

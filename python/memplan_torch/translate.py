@@ -8,12 +8,12 @@ gives it, so memplan's verifier re-checks every shape. The step ends with the lo
 update (docs/AUTODIFF.md), so the exported step is the whole training step.
 
 Views stay views: `view`, `reshape`, `flatten`, `unsqueeze`, `squeeze`, `transpose`,
-`permute`, `t` and `expand` become memplan's `reshape`, `transpose` and `expand`, which
-share their input's bytes, exactly as PyTorch's storage does; an op that PyTorch would run
-without copying is never turned into a copy, except where memplan's `reshape` needs dense
-data and PyTorch's `view` does not (the exporter then writes `contiguous` first: the report
-shows it). Identity ops (`alias`, `detach`, `contiguous` of dense data, `dropout` with p=0
-or in eval mode) emit nothing.
+`permute`, `t`, `expand`, `slice`, `select`, `narrow`, `split`, `chunk` and `unbind` become
+memplan's `reshape`, `transpose`, `expand`, `slice` and `select`, which share their input's
+bytes exactly as PyTorch's storage does (memplan's `reshape` is a view where PyTorch's
+`view` is one). A `reshape` PyTorch must copy is a `contiguous` copy first, as in PyTorch.
+Identity ops (`alias`, `detach`, `contiguous` of dense data, `dropout` with p=0 or in eval
+mode) emit nothing.
 
 Names: an op's output is named after the module that computes it (its `nn_module_stack`
 path): a module's result is the module path itself (`blocks.3.attn.q_proj`), other values
@@ -46,10 +46,12 @@ class Value:
 
     name: str
     fake: torch.Tensor
-    # Whether memplan sees the elements dense and row-major in their storage (its
-    # `reshape` needs that): not after a `transpose` that moves a dimension, nor after an
-    # `expand` that broadcasts, even where PyTorch calls a size-1 dimension's stride moot.
-    dense: bool = True
+    # The value's layout as memplan sees it, on the meta device: a dense tensor for a value
+    # that owns its bytes, the same view ops applied to it for a view. memplan's views
+    # follow PyTorch's own rules (its reshape is a view where `Tensor.view` is one), so
+    # asking this tensor answers what memplan will accept; PyTorch's own strides for the
+    # value may differ (a `clone` keeps a permuted layout, memplan's `contiguous` does not).
+    shadow: torch.Tensor | None = None
 
     @property
     def type(self) -> str:
@@ -64,15 +66,17 @@ class Value:
         return len(self.fake.shape)
 
 
-def source_loc(node) -> tuple[str, int] | None:
-    """The innermost frame of `node`'s stack trace outside torch: (file name, line)."""
+def source_loc(node) -> tuple[str, int, str | None] | None:
+    """The innermost frame of `node`'s stack trace outside torch (file name, line), and the
+    path of the module computing it (`None` where torch.export recorded none)."""
     trace = node.meta.get("stack_trace") or ""
     frames = [(f, int(line)) for f, line in _FRAME.findall(trace)]
     user = [(f, line) for f, line in frames if not os.path.abspath(f).startswith(_TORCH_DIR)]
     if not user:
         return None
     file, line = user[-1]
-    return os.path.basename(file), line
+    module = module_path(node) if node.meta.get("nn_module_stack") else None
+    return os.path.basename(file), line, module
 
 
 def module_path(node) -> str:
@@ -210,13 +214,13 @@ class Translator:
         fake = self.out_fake() if fake is None else fake
         [name] = self.w.op([self.name_for(role or op, final)], [type_text(fake.dtype, fake.shape)], op,
                            [v.name for v in inputs], attrs, source_loc(self.node))
-        return Value(name, fake, _dense_after(op, inputs, attrs, fake))
+        return Value(name, fake, _shadow_after(op, inputs, dict(attrs), fake))
 
     def emit_multi(self, op: str, inputs: list[Value], fakes: list[torch.Tensor], roles: list[str], attrs=()) -> list[Value]:
         names = [self.name_for(r, i == 0) for i, r in enumerate(roles)]
         types = [type_text(f.dtype, f.shape) for f in fakes]
         outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node))
-        return [Value(n, f) for n, f in zip(outs, fakes)]
+        return [Value(n, f, _dense(f)) for n, f in zip(outs, fakes)]
 
     def fake_like(self, shape, dtype) -> torch.Tensor:
         with torch._subclasses.fake_tensor.FakeTensorMode():
@@ -226,16 +230,37 @@ class Translator:
 # -- helpers for handlers ----------------------------------------------------------------
 
 
-def _dense_after(op: str, inputs: list[Value], attrs, fake) -> bool:
-    """Whether memplan sees `op`'s output as dense (its verifier's rule for views)."""
-    attrs = dict(attrs)
+def _dense(fake: torch.Tensor) -> torch.Tensor:
+    return torch.empty(fake.shape, dtype=fake.dtype, device="meta")
+
+
+def shadow(value: Value) -> torch.Tensor:
+    return value.shadow if value.shadow is not None else _dense(value.fake)
+
+
+def _shadow_after(op: str, inputs: list[Value], attrs: dict, fake) -> torch.Tensor:
+    """memplan's layout of `op`'s output (see `Value.shadow`)."""
     if op == "reshape":
-        return inputs[0].dense
+        return shadow(inputs[0]).view(list(fake.shape))
     if op == "transpose":
-        return inputs[0].dense and list(attrs["perm"]) == list(range(len(attrs["perm"])))
+        return shadow(inputs[0]).permute(list(attrs["perm"]))
     if op == "expand":
-        return inputs[0].dense and list(fake.shape) == inputs[0].shape
-    return True
+        return shadow(inputs[0]).expand(list(fake.shape))
+    if op == "slice":
+        index = (slice(None),) * attrs["axis"] + (slice(attrs["start"], attrs["end"], attrs.get("step", 1)),)
+        return shadow(inputs[0])[index]
+    if op == "select":
+        return shadow(inputs[0]).select(attrs["axis"], attrs["index"])
+    return _dense(fake)
+
+
+def _viewable(x: Value, shape) -> bool:
+    """Whether memplan's `reshape` of `x` to `shape` is a view (else it needs a copy)."""
+    try:
+        shadow(x).view(list(shape))
+        return True
+    except RuntimeError:
+        return False
 
 
 def _dims(t: Translator, value: Value, dims) -> list[int]:
@@ -243,12 +268,12 @@ def _dims(t: Translator, value: Value, dims) -> list[int]:
 
 
 def _reshape(t: Translator, x: Value, final=True) -> Value:
-    """`x` under the node's output shape, as a view; through `contiguous` where PyTorch's
-    strides allow a view that memplan's dense-only `reshape` does not."""
+    """`x` under the node's output shape: a view where memplan's layout of `x` allows one (as
+    PyTorch's `view` would), else a `contiguous` copy first (as PyTorch's `reshape` makes)."""
     out = t.out_fake()
     if list(out.shape) == x.shape:
         return x
-    if not x.dense:
+    if not _viewable(x, out.shape):
         x = t.emit("contiguous", [x], fake=x.fake, final=False)
     return t.emit("reshape", [x], [("shape", [int(d) for d in out.shape])], final=final)
 
@@ -347,7 +372,7 @@ def expand(t, x, sizes, implicit=False):
 
 
 def contiguous(t, x, memory_format=None):
-    return x if x.dense else t.emit("contiguous", [x])
+    return x if shadow(x).is_contiguous() else t.emit("contiguous", [x])
 
 
 def clone(t, x, memory_format=None):
@@ -356,6 +381,88 @@ def clone(t, x, memory_format=None):
 
 def alias(t, x, *_):
     return x
+
+
+def _bounds(size: int, start, end) -> tuple[int, int]:
+    """PyTorch's slice bounds: negative counts from the end, then clamped to 0..size."""
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    start = min(max(start, 0), size)
+    return start, min(max(end, start), size)
+
+
+def _slice_of(t, x, axis: int, start: int, end: int, step: int = 1, final=True, fake=None) -> Value:
+    if start == 0 and end == x.shape[axis] and step == 1:
+        return x
+    if fake is None:
+        fake = shadow(x)[(slice(None),) * axis + (slice(start, end, step),)]
+    attrs = [("axis", axis), ("start", start), ("end", end)] + ([("step", step)] if step != 1 else [])
+    return t.emit("slice", [x], attrs, fake=torch.empty(fake.shape, dtype=x.fake.dtype, device="meta"), final=final)
+
+
+def slice_(t, x, dim=0, start=None, end=None, step=1):
+    axis = dim % x.rank
+    start, end = _bounds(x.shape[axis], start, end)
+    return _slice_of(t, x, axis, start, end, step)
+
+
+def narrow(t, x, dim, start, length):
+    axis = dim % x.rank
+    start = start + x.shape[axis] if start < 0 else start
+    return _slice_of(t, x, axis, start, start + length)
+
+
+def select(t, x, dim, index):
+    axis = dim % x.rank
+    index = index + x.shape[axis] if index < 0 else index
+    return t.emit("select", [x], [("axis", axis), ("index", index)])
+
+
+def _pieces(t, x, axis: int, sizes) -> tuple:
+    out, start = [], 0
+    for size in sizes:
+        out.append(_slice_of(t, x, axis, start, start + size, final=False))
+        start += size
+    return tuple(out)
+
+
+def split(t, x, split_size, dim=0):
+    axis = dim % x.rank
+    n = x.shape[axis]
+    sizes = [min(split_size, n - s) for s in range(0, n, split_size)] if isinstance(split_size, int) else list(split_size)
+    return _pieces(t, x, axis, sizes)
+
+
+def chunk(t, x, chunks, dim=0):
+    axis = dim % x.rank
+    size = -(-x.shape[axis] // chunks)
+    return split(t, x, size, axis)
+
+
+def unbind(t, x, dim=0):
+    axis = dim % x.rank
+    return tuple(t.emit("select", [x], [("axis", axis), ("index", i)], fake=t.fake_like(
+        x.shape[:axis] + x.shape[axis + 1:], x.fake.dtype), final=False) for i in range(x.shape[axis]))
+
+
+def cat(t, tensors, dim=0):
+    tensors = [v for v in tensors if v.fake.numel() > 0 or len(tensors) == 1]
+    axis = dim % tensors[0].rank
+    return t.emit("cat", tensors, [("axis", axis)])
+
+
+def stack(t, tensors, dim=0):
+    rank = tensors[0].rank + 1
+    axis = dim % rank
+    expanded = []
+    for v in tensors:
+        shape = v.shape[:axis] + [1] + v.shape[axis:]
+        fake = t.fake_like(shape, v.fake.dtype)
+        x = v if _viewable(v, shape) else t.emit("contiguous", [v], fake=v.fake, final=False)
+        expanded.append(t.emit("reshape", [x], [("shape", shape)], fake=fake, final=False))
+    return t.emit("cat", expanded, [("axis", axis)])
 
 
 def softmax(t, x, dim, half_to_float=False):
@@ -532,6 +639,15 @@ HANDLERS = {
     "aten.permute.default": permute,
     "aten.t.default": t_,
     "aten.expand.default": expand,
+    "aten.slice.Tensor": slice_,
+    "aten.narrow.default": narrow,
+    "aten.select.int": select,
+    "aten.split.Tensor": split,
+    "aten.split_with_sizes.default": split,
+    "aten.chunk.default": chunk,
+    "aten.unbind.int": unbind,
+    "aten.cat.default": cat,
+    "aten.stack.default": stack,
     "aten.contiguous.default": contiguous,
     "aten.clone.default": clone,
     "aten.alias.default": alias,

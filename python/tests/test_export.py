@@ -49,15 +49,17 @@ def test_names_are_state_dict_and_module_paths_and_the_loss_is_loss():
     assert text.rstrip().endswith("backward %loss with adamw()\n  return %loss\n}".rstrip())
 
 
-def test_every_op_carries_the_users_source_line():
+def test_every_op_carries_the_users_source_line_and_module():
     text = memplan_torch.export_step(Heads(), heads_inputs())
     source = open(__file__).read().splitlines()
     for line in text.splitlines():
-        if " = " not in line or line.strip().startswith("%") is False:
+        if " = " not in line or not line.strip().startswith("%"):
             continue
         assert 'loc("test_export.py":' in line, line
-        number = int(line.split('loc("test_export.py":')[1].rstrip(")"))
-        assert "def forward" not in source[number - 1] and source[number - 1].strip(), f"{line} -> {source[number - 1]!r}"
+        number, module = line.split('loc("test_export.py":')[1].rstrip(")").split(", ")
+        assert "def forward" not in source[int(number) - 1] and source[int(number) - 1].strip(), f"{line} -> {number}"
+        assert module in ('"proj"', '"out"', '""'), line
+    assert 'add(%proj.mm, %proj.bias) loc("test_export.py":29, "proj")' in text
 
 
 def test_views_stay_views_and_only_a_non_dense_reshape_copies():

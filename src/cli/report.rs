@@ -1,5 +1,5 @@
 //! `memplan report FILE|PLAN.json`: what is live at one step (the peak by default),
-//! grouped by class, op or source line, with cumulative bytes.
+//! grouped by class, op, source line or module, with cumulative bytes.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,9 @@ pub struct Args {
     /// How to group the live values.
     #[arg(long, value_enum, default_value_t = ByArg::Class)]
     by: ByArg,
+    /// With --by module: cut module paths to N components (`blocks.3` for 2).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    depth: Option<u64>,
     /// Offset alignment in bytes for a .step file (a power of two).
     #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
     alignment: u64,
@@ -40,6 +43,8 @@ enum ByArg {
     Op,
     /// The source line of each value: its op's loc(...), else its place in the .step file.
     Loc,
+    /// The nn.Module computing each value (loc(..., "module.path")), with each module's bytes by class.
+    Module,
 }
 
 fn parse_at(s: &str) -> Result<At, String> {
@@ -49,13 +54,17 @@ fn parse_at(s: &str) -> Result<At, String> {
     }
 }
 
-pub fn run(Args { file, at, top, by, alignment, passes }: Args) -> Result<(), Failure> {
+pub fn run(Args { file, at, top, by, depth, alignment, passes }: Args) -> Result<(), Failure> {
+    if depth.is_some() && !matches!(by, ByArg::Module) {
+        return Err(Failure::bad_input("--depth cuts module paths: use it with --by module"));
+    }
     let (name, subject) = load_subject(&file, &passes.options(alignment)?)?;
     let set = live::live_set(&subject, at).map_err(|e| Failure::bad_input(format_args!("{name}: {e}")))?;
     let by = match by {
         ByArg::Class => GroupBy::Class,
         ByArg::Op => GroupBy::Op,
         ByArg::Loc => GroupBy::Loc,
+        ByArg::Module => GroupBy::Module { depth: depth.map(|d| d as usize) },
     };
     out!("{}", live::render(&set, &name, by, top));
     Ok(())

@@ -116,6 +116,9 @@ pub struct Value {
 pub struct Loc {
     pub file: String,
     pub line: u32,
+    /// The path of the module computing the op (`blocks.3.attn`; `""` for a model's root
+    /// module), when the step came from a framework that has modules.
+    pub module: Option<String>,
 }
 
 impl fmt::Display for Loc {

@@ -77,7 +77,11 @@ pub fn print_annotated(graph: &Graph, order: &[OpId], note: &dyn Fn(Line) -> Opt
             op.outputs.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect();
         let _ = write!(out, "  {} = {}", outs.join(", "), graph.call_text(id));
         if let Some(loc) = &op.loc {
-            let _ = write!(out, " loc({}:{})", quote(&loc.file), loc.line);
+            let _ = write!(out, " loc({}:{}", quote(&loc.file), loc.line);
+            if let Some(module) = &loc.module {
+                let _ = write!(out, ", {}", quote(module));
+            }
+            out.push(')');
         }
         comment(&mut out, Line::Op(id));
     }

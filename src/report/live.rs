@@ -1,6 +1,11 @@
 //! `memplan report`: what is live at one schedule step (the peak by default), grouped by
-//! class, by op or by source line, with cumulative bytes: the answer to "why is my peak
-//! this high?".
+//! class, by op, by source line or by module, with cumulative bytes: the answer to "why is
+//! my peak this high?".
+//!
+//! A value's module is its op's (`loc("model.py":42, "blocks.3.attn")`, which autodiff's
+//! backward ops inherit); an argument, or an op without one (an optimizer update), belongs
+//! to the longest module path that prefixes its name (`blocks.3.attn.c_attn.weight.m` to
+//! `blocks.3.attn.c_attn`); values of a step without modules are `(unknown)`.
 //!
 //! The live set at step `t` is one value per buffer live there (the value written last
 //! holds a buffer that an op handed over in place; see [`live_at`]), with the value's own
@@ -10,13 +15,14 @@
 
 use std::fmt::Write;
 
-use indexmap::IndexMap;
+use indexmap::{IndexMap, IndexSet};
 use thiserror::Error;
 
 use crate::analysis::classes::{Class, classify};
 use crate::analysis::liveness::lifetimes;
-use crate::bytes::format_bytes;
-use crate::ir::graph::ValueDef;
+use crate::bytes::{format_bytes, format_short};
+use crate::index::{IndexVec, ValueId};
+use crate::ir::graph::{Graph, ValueDef};
 use crate::report::{Subject, live_at, live_bytes, peak_position};
 
 /// Which step to look at.
@@ -37,6 +43,9 @@ pub enum GroupBy {
     Op,
     /// The source line of the value (see `locs.rs`); `(unknown)` where there is none.
     Loc,
+    /// The module computing the value (see the module docs), its path cut to `depth`
+    /// components when given (`blocks.3` for depth 2); `(model)` for the root module.
+    Module { depth: Option<usize> },
 }
 
 /// Why a live set cannot be shown.
@@ -61,6 +70,8 @@ pub struct LiveEntry {
     /// The op kind that writes it, or `(argument)`.
     pub op: String,
     pub loc: Option<String>,
+    /// The module path (see the module docs); `None`: the step has no modules.
+    pub module: Option<String>,
 }
 
 /// What is live at one step.
@@ -94,6 +105,7 @@ pub fn live_set(subject: &Subject, at: At) -> Result<LiveSet, LiveError> {
     };
     let classes = classify(graph);
     let life = lifetimes(graph, &plan.schedule);
+    let modules = modules(graph);
     let values = live_at(graph, plan, &life, step)
         .into_iter()
         .map(|(v, bytes)| LiveEntry {
@@ -106,6 +118,7 @@ pub fn live_set(subject: &Subject, at: At) -> Result<LiveSet, LiveError> {
                 ValueDef::Op { op, .. } => graph.ops[op].kind.name().to_string(),
             },
             loc: subject.locs.value(v).map(str::to_string),
+            module: modules[v].clone(),
         })
         .collect();
     let op = plan.schedule[step];
@@ -123,12 +136,42 @@ pub fn live_set(subject: &Subject, at: At) -> Result<LiveSet, LiveError> {
     })
 }
 
-/// A group of live values: its key, how many values, their bytes.
+/// The module of every value of `graph` (see the module docs).
+fn modules(graph: &Graph) -> IndexVec<ValueId, Option<String>> {
+    let op_module = |v: ValueId| match graph.values[v].def {
+        ValueDef::Op { op, .. } => graph.ops[op].loc.as_ref().and_then(|l| l.module.clone()),
+        ValueDef::Arg(_) => None,
+    };
+    let known: IndexSet<String> = graph.ops.iter().filter_map(|op| op.loc.as_ref()?.module.clone()).collect();
+    if known.is_empty() {
+        return IndexVec::from_elem(None, graph.values.len());
+    }
+    let by_name = |name: &str| {
+        let prefixed = known.iter().filter(|m| !m.is_empty() && name.starts_with(m.as_str()) && name[m.len()..].starts_with('.'));
+        prefixed.max_by_key(|m| m.len()).cloned().unwrap_or_default()
+    };
+    graph.values.iter_enumerated().map(|(v, value)| Some(op_module(v).unwrap_or_else(|| by_name(&value.name)))).collect()
+}
+
+/// `module` cut to `depth` components; `(model)` for the root module.
+fn module_key(module: &str, depth: Option<usize>) -> String {
+    if module.is_empty() {
+        return "(model)".to_string();
+    }
+    match depth {
+        Some(depth) => module.split('.').take(depth.max(1)).collect::<Vec<_>>().join("."),
+        None => module.to_string(),
+    }
+}
+
+/// A group of live values: its key, how many values, their bytes (in all, and by class).
 #[derive(Clone, PartialEq, Debug)]
 pub struct Group {
     pub key: String,
     pub values: usize,
     pub bytes: u64,
+    /// The bytes of each class, in `Class::ALL` order.
+    pub by_class: [u64; 6],
 }
 
 /// The live values grouped by `by`, largest first (ties by key).
@@ -139,10 +182,15 @@ pub fn groups(set: &LiveSet, by: GroupBy) -> Vec<Group> {
             GroupBy::Class => entry.class.name().to_string(),
             GroupBy::Op => entry.op.clone(),
             GroupBy::Loc => entry.loc.clone().unwrap_or_else(|| "(unknown)".to_string()),
+            GroupBy::Module { depth } => {
+                entry.module.as_deref().map_or_else(|| "(unknown)".to_string(), |m| module_key(m, depth))
+            }
         };
-        let group = groups.entry(key.clone()).or_insert(Group { key, values: 0, bytes: 0 });
+        let group = groups.entry(key.clone()).or_insert(Group { key, values: 0, bytes: 0, by_class: [0; 6] });
         group.values += 1;
         group.bytes = group.bytes.saturating_add(entry.bytes);
+        let class = Class::ALL.iter().position(|&c| c == entry.class).expect("every class is in ALL");
+        group.by_class[class] = group.by_class[class].saturating_add(entry.bytes);
     }
     let mut groups: Vec<Group> = groups.into_values().collect();
     groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
@@ -178,6 +226,7 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
         GroupBy::Class => "by class",
         GroupBy::Op => "by op",
         GroupBy::Loc => "by source line",
+        GroupBy::Module { .. } => "by module",
     };
     let mut cumulative = 0u64;
     let rows: Vec<[String; 6]> = groups
@@ -197,6 +246,9 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
         .collect();
     let _ = writeln!(w);
     table(w, [title, "values", "bytes", "share", "cumulative", "cum."], &[false, true, true, true, true, true], &rows);
+    if let GroupBy::Module { .. } = by {
+        class_breakdown(w, &groups[..top.min(groups.len())]);
+    }
     if groups.len() > top {
         let rest: u64 = groups[top..].iter().map(|g| g.bytes).fold(0, u64::saturating_add);
         let more = groups.len() - top;
@@ -234,6 +286,28 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
         let _ = writeln!(w, "... and {more} more {}, {}", if more == 1 { "value" } else { "values" }, format_bytes(rest));
     }
     out
+}
+
+/// Each module's bytes by class (params, grads, activations, optimizer state, inputs,
+/// temps), in the groups' order.
+fn class_breakdown(w: &mut String, groups: &[Group]) {
+    let rows: Vec<[String; 7]> = groups
+        .iter()
+        .map(|g| {
+            let cell = |c: Class| {
+                let bytes = g.by_class[Class::ALL.iter().position(|&x| x == c).expect("in ALL")];
+                if bytes == 0 { "-".to_string() } else { format_short(bytes) }
+            };
+            [g.key.clone(), cell(Class::Param), cell(Class::Grad), cell(Class::Activation), cell(Class::State), cell(Class::Input), cell(Class::Temp)]
+        })
+        .collect();
+    let _ = writeln!(w);
+    table(
+        w,
+        ["module", "param", "grad", "activation", "state", "input", "temp"],
+        &[false, true, true, true, true, true, true],
+        &rows,
+    );
 }
 
 /// Writes a table: each column as wide as its widest cell, right-aligned where `right`

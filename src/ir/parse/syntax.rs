@@ -377,7 +377,8 @@ impl Parser<'_> {
         Ok(AttrAst { name, name_sp: name_tok.sp, value, value_sp: t.sp })
     }
 
-    /// `loc("model.py":14)`; `None` if the line number is out of range (reported).
+    /// `loc("model.py":14)` or `loc("model.py":14, "blocks.3.attn")` (with the module
+    /// path); `None` if the line number is out of range (reported).
     fn loc(&mut self) -> PResult<Option<Loc>> {
         self.bump();
         self.expect(Tok::LParen, "`(` after `loc`")?;
@@ -386,9 +387,16 @@ impl Parser<'_> {
         self.expect(Tok::Colon, "`:` and a line number")?;
         let line_tok = self.expect(Tok::Int, "a line number")?;
         let text = self.text(line_tok).to_string();
-        self.expect(Tok::RParen, "`)`")?;
+        let module = if self.peek().tok == Tok::Comma {
+            self.bump();
+            let module_tok = self.expect(Tok::Str, "a module path in quotes")?;
+            Some(unquote(self.text(module_tok)))
+        } else {
+            None
+        };
+        self.expect(Tok::RParen, "`)` (or `,` and a module path in quotes)")?;
         match text.parse::<u32>() {
-            Ok(line) => Ok(Some(Loc { file, line })),
+            Ok(line) => Ok(Some(Loc { file, line, module })),
             Err(_) => {
                 self.errors.push(ParseError::NumberTooLarge {
                     literal: text,

@@ -96,7 +96,7 @@ fn parses_a_small_step() {
     let m = &g.ops[OpId(0)];
     assert_eq!(m.attrs.0, vec![("transpose_a", Attr::Bool(false)), ("transpose_b", Attr::Bool(false))]);
     assert_eq!(g.ops[OpId(3)].attrs.get("transpose_a"), Some(&Attr::Bool(true)));
-    assert_eq!(g.ops[OpId(2)].loc, Some(Loc { file: "mlp.py".into(), line: 14 }));
+    assert_eq!(g.ops[OpId(2)].loc, Some(Loc { file: "mlp.py".into(), line: 14, module: None }));
     assert_eq!(g.ops[OpId(2)].attrs, Attrs(vec![]));
     assert_eq!(g.describe_op(OpId(1)), "%h2 = add(%h, %b1)");
     assert_eq!(g.updates.len(), 1);
