@@ -206,3 +206,20 @@ fn run_on_cuda_without_the_feature_or_a_gpu_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("use it with --device cuda"), "{}", text(&out.stderr));
 }
+
+/// Another framework's ops are planned like any op, but no executor runs them: `run` names
+/// them (the forward ops, not the backward ops derived from them) and exits 1.
+#[test]
+fn a_step_with_extern_ops_plans_but_does_not_run() {
+    let file = "ir/extern/custom_ops.step";
+    let out = memplan(&["plan", file]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for device in ["cpu", "cuda"] {
+        let out = memplan(&["run", file, "--device", device]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let listed = r#"cannot execute: aten::cumsum.default (1x), aten::unfold.default (1x), my_lib::odd "name" (1x)"#;
+        assert!(stderr.contains(listed) || (device == "cuda" && stderr.contains("without the `cuda` feature")), "{stderr}");
+        assert!(!stderr.contains("backward"), "{stderr}");
+    }
+}

@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,12 +117,28 @@ def cmd_export(args) -> None:
                        momentum=args.momentum, amp=args.amp, name=args.name or Path(args.output).stem)
     _write_new(args.output, text)
     print(f"wrote {args.output}")
+    externs = extern_ops(text)
+    if externs:
+        listed = ", ".join(f"{target} ({n}x)" for target, n in externs.items())
+        print(f"note: written as extern (planned, but `memplan run` cannot execute them): {listed}", file=sys.stderr)
     if args.weights:
         try:
             safetensors.write_new(args.weights, step_arguments(model, inputs, args.amp))
         except FileExistsError:
             raise Failure(f"{args.weights} exists; memplan never overwrites a file") from None
         print(f"wrote {args.weights}")
+
+
+def extern_ops(text: str) -> dict[str, int]:
+    """The forward `extern` and `extern_view` ops of a step's text by target, with counts,
+    in order of first appearance."""
+    counts: dict[str, int] = {}
+    for target in _EXTERN.findall(text):
+        counts[target] = counts.get(target, 0) + 1
+    return counts
+
+
+_EXTERN = re.compile(r'= extern(?:_view)?\(.*?target="((?:[^"\\]|\\.)*)"')
 
 
 def find_memplan(given: str | None) -> str:

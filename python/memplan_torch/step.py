@@ -66,6 +66,9 @@ def attr_text(value) -> str:
         return float_text(value)
     if isinstance(value, torch.dtype):
         return dtype_name(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        return f'"{escaped}"'
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(str(int(v)) for v in value) + "]"
     raise ExportError(f"cannot write attribute value {value!r}")

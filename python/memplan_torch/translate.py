@@ -96,7 +96,9 @@ class Translator:
         self.w = writer
         self.env: dict[torch.fx.Node, object] = {}
         self.node: torch.fx.Node | None = None
-        self.unsupported: dict[str, list[str]] = {}
+        # Ops written as `extern` (another framework's op memplan plans but cannot run):
+        # target -> how many times.
+        self.externs: dict[str, int] = {}
         self.roles: dict[str, str] = {}  # memplan argument name -> role
         self.arg_sources: dict[str, str] = {}  # memplan argument name -> state-dict or input name
 
@@ -114,9 +116,6 @@ class Translator:
             elif node.op == "output":
                 outs = node.args[0]
                 loss = self.env.get(outs[0]) if len(outs) >= 1 else None
-        if self.unsupported:
-            lines = [f"  {op} ({len(where)}x, e.g. {where[0]})" for op, where in sorted(self.unsupported.items())]
-            raise ExportError("ops memplan cannot express yet:\n" + "\n".join(lines))
         if not isinstance(loss, Value):
             raise ExportError("the model must return its loss (a scalar tensor) first")
         if loss.rank != 0 or not loss.fake.dtype.is_floating_point:
@@ -174,17 +173,48 @@ class Translator:
         if target is operator.getitem:
             self.env[node] = self.env[node.args[0]][node.args[1]]
             return
-        key = str(target)
-        handler = HANDLERS.get(key)
-        if handler is None:
-            self.unsupported.setdefault(key, []).append(node.name)
-            return
-        if any(n not in self.env for n in node.all_input_nodes):
-            return  # it reads an op reported above
         args = [self._resolve(a) for a in node.args]
         kwargs = {k: self._resolve(v) for k, v in node.kwargs.items()}
-        result = handler(self, *args, **kwargs)
-        self.env[node] = result
+        handler = HANDLERS.get(str(target))
+        if handler is not None:
+            emitted = len(self.w.ops)
+            try:
+                self.env[node] = handler(self, *args, **kwargs)
+                return
+            except ExportError:
+                # A form of the op memplan has no op for (conv2d with groups, say): written
+                # as `extern` below, unless the handler had begun writing ops.
+                if len(self.w.ops) != emitted:
+                    raise
+        self.env[node] = self._extern(node, args, kwargs)
+
+    def _extern(self, node, args, kwargs):
+        """`node` as `extern` ops, one per tensor output (see `extern` in docs/IR.md):
+        the op's name, its outputs' types, the FLOPs PyTorch's flop counter gives, and
+        `extern_view` where the op's schema says an output aliases an input."""
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            raise ExportError(f"{node.name}: {node.target} is not an ATen op, so memplan cannot even write it as extern")
+        target = f"{schema.name}.{schema.overload_name or 'default'}"
+        inputs = [a for a in _flatten(list(args) + list(kwargs.values())) if isinstance(a, Value)]
+        val = node.meta.get("val")
+        outputs = list(val) if isinstance(val, (list, tuple)) else [val]
+        flops = _flops(node)
+        results = []
+        for i, fake in enumerate(outputs):
+            if not isinstance(fake, torch.Tensor):
+                results.append(fake)
+                continue
+            attrs = [("target", target), ("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype)]
+            aliased = _aliased_input(schema, i, node.args)
+            final = i == 0
+            if aliased is not None and isinstance(aliased, Value):
+                results.append(self.emit("extern_view", [aliased], attrs, fake=fake, final=final, role=schema.name.split("::")[-1]))
+            else:
+                attrs.append(("flops", flops if i == 0 else 0))
+                results.append(self.emit("extern", inputs, attrs, fake=fake, final=final, role=schema.name.split("::")[-1]))
+        self.externs[target] = self.externs.get(target, 0) + 1
+        return tuple(results) if isinstance(val, (list, tuple)) else results[0]
 
     def _resolve(self, a):
         if isinstance(a, torch.fx.Node):
@@ -228,6 +258,41 @@ class Translator:
 
 
 # -- helpers for handlers ----------------------------------------------------------------
+
+
+def _flatten(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from _flatten(item)
+        else:
+            yield item
+
+
+def _flops(node) -> int:
+    """The FLOPs of `node` by PyTorch's flop counter (0 for ops it does not count)."""
+    from torch.utils.flop_counter import flop_registry
+
+    count = flop_registry.get(node.target.overloadpacket)
+    if count is None:
+        return 0
+    fake = lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a  # noqa: E731
+    try:
+        args = [fake(a) if not isinstance(a, (list, tuple)) else type(a)(fake(x) for x in a) for a in node.args]
+        kwargs = {k: fake(v) for k, v in node.kwargs.items()}
+        return int(count(*args, out_val=node.meta.get("val"), **kwargs))
+    except Exception:  # noqa: BLE001 - a counter that cannot read these arguments counts nothing
+        return 0
+
+
+def _aliased_input(schema, output: int, args):
+    """The input that output `output` of `schema` aliases (`Tensor(a)` on both), if any."""
+    alias = schema.returns[output].alias_info if output < len(schema.returns) else None
+    if alias is None or alias.is_write:
+        return None
+    for argument, value in zip(schema.arguments, args):
+        if argument.alias_info is not None and argument.alias_info.before_set & alias.before_set:
+            return value
+    return None
 
 
 def _dense(fake: torch.Tensor) -> torch.Tensor:

@@ -82,6 +82,9 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Select => Some(grad_select),
         OpKind::SliceBackward => None,
         OpKind::Cat => Some(grad_cat),
+        OpKind::Extern => Some(grad_extern),
+        OpKind::ExternView => Some(grad_extern),
+        OpKind::ExternBackward => None,
     }
 }
 
@@ -550,5 +553,27 @@ fn grad_cat(b: &mut Builder, call: &GradCall) -> Rule {
         let (start, end) = offsets[k];
         let attrs = [("axis", Attr::Int(axis)), ("start", Attr::Int(start)), ("end", Attr::Int(end))];
         b.op1(call.inputs[k], OpKind::Slice, vec![dy], &attrs)
+    })
+}
+
+/// `extern(xs...)` (or `extern_view(x)`): another framework's op, whose gradient memplan
+/// cannot write, modelled for memory: for each input that wants a gradient, one
+/// `extern_backward(dy, xs...)` reading the output's gradient and every input (what a
+/// backward kernel may need; more than most read, so the plan errs on the large side),
+/// writing a gradient of that input's type, costing the forward's FLOPs.
+fn grad_extern(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let target = call.attrs.str("target").to_string();
+    let flops = call.attrs.get("flops").cloned().unwrap_or(Attr::Int(0));
+    each(b, call, |b, k| {
+        let x = call.inputs[k];
+        let attrs = [
+            ("target", Attr::Str(format!("{target}:backward:{k}"))),
+            ("shape", shape_attr(b.ty(x).dims())?),
+            ("dtype", Attr::DType(b.ty(x).dtype)),
+            ("flops", flops.clone()),
+        ];
+        let inputs = std::iter::once(dy).chain(call.inputs.iter().copied()).collect();
+        b.op1(x, OpKind::ExternBackward, inputs, &attrs)
     })
 }

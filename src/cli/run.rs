@@ -70,6 +70,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     let source = Source::read(&file)?;
     let original = source.graph()?;
+    // Another framework's ops can be planned but not run: say so before planning.
+    memplan::exec::refuse_extern(&original).map_err(exec_failure)?;
     let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
     #[cfg(feature = "cuda")]
     if device == Device::Cuda {

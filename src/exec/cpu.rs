@@ -181,6 +181,7 @@ impl Memory {
 
 /// Runs one step of `graph` on `args` (every argument by name).
 pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Result<StepResult, ExecError> {
+    crate::exec::refuse_extern(graph)?;
     let layouts = layouts(graph);
     let mut memory = Memory::new(graph, &layouts, placement)?;
     for &arg in &graph.args {

@@ -16,6 +16,7 @@ use crate::ir::types::TensorType;
 /// Every value of `graph` computed from `args` (by argument name), in value-id order.
 /// `graph` should have passed the verifier; ops run in program order.
 pub fn eval_dense(graph: &Graph, args: &IndexMap<String, Dense>) -> Result<IndexVec<ValueId, Dense>, ExecError> {
+    super::refuse_extern(graph)?;
     let mut values: IndexVec<ValueId, Option<Dense>> = IndexVec::from_elem(None, graph.values.len());
     for &arg in &graph.args {
         let value = &graph.values[arg];

@@ -19,6 +19,7 @@ pub mod data;
 pub mod dense;
 pub mod kernels;
 
+use crate::ir::ops::OpKind;
 use thiserror::Error;
 
 /// A dense row-major tensor of numbers, as kernels see it.
@@ -67,8 +68,36 @@ pub enum ExecError {
     #[error("{op}: index {index} is out of range 0..{bound}")]
     IndexOutOfRange { op: String, index: i64, bound: usize },
 
+    /// The step has ops of another framework (`extern`, `extern_view`, `extern_backward`),
+    /// which memplan plans but cannot execute; `ops` lists them (`aten::cumsum (2x), ...`).
+    #[error("the step has ops memplan cannot execute: {ops}")]
+    Extern { ops: String },
+
     /// The plan does not fit the graph (wrong lengths, ids out of range): a plan that
     /// passed the checker never does this.
     #[error("the plan does not fit the step: {0}")]
     BadPlan(String),
+}
+
+/// `Err(ExecError::Extern)` naming the extern ops of `graph` (by target, with counts, in
+/// order of first appearance) if it has any: executors refuse such a step before running.
+/// The forward ops are named (each `extern_backward` follows from one); a step with only
+/// `extern_backward` ops names those.
+pub fn refuse_extern(graph: &crate::ir::graph::Graph) -> Result<(), ExecError> {
+    let count = |forward: bool| {
+        let mut counts: indexmap::IndexMap<&str, usize> = indexmap::IndexMap::new();
+        for op in graph.ops.iter().filter(|op| op.kind.is_extern() && (op.kind != OpKind::ExternBackward) == forward) {
+            *counts.entry(op.attrs.str("target")).or_default() += 1;
+        }
+        counts
+    };
+    let mut counts = count(true);
+    if counts.is_empty() {
+        counts = count(false);
+    }
+    if counts.is_empty() {
+        return Ok(());
+    }
+    let ops: Vec<String> = counts.iter().map(|(target, n)| format!("{target} ({n}x)")).collect();
+    Err(ExecError::Extern { ops: ops.join(", ") })
 }

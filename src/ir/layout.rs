@@ -75,6 +75,9 @@ pub fn view_layout(kind: OpKind, attrs: &Attrs, input: &Layout, out_shape: &[u64
             offset += attrs.int("start") as u64 * input.strides[a];
             strides[a] *= attrs.int("step") as u64;
         }
+        // Another framework's view: memplan cannot know how it indexes x, so it is taken as
+        // dense at x's offset (the layout only matters to executors, which refuse extern ops).
+        OpKind::ExternView => strides = dense_strides(out_shape),
         OpKind::Select => {
             let a = axis("axis");
             offset += attrs.int("index") as u64 * input.strides[a];

@@ -34,6 +34,7 @@ use std::fmt::Write;
 
 use crate::index::{OpId, ValueId};
 use crate::ir::graph::{Graph, Role};
+use crate::ir::ops::quote;
 
 /// The canonical text of `graph`.
 pub fn print(graph: &Graph) -> String {
@@ -97,23 +98,6 @@ pub fn print_annotated(graph: &Graph, order: &[OpId], note: &dyn Fn(Line) -> Opt
     }
     out.push_str("}\n");
     out
-}
-
-/// `s` as a string literal the parser reads back.
-fn quote(s: &str) -> String {
-    let mut q = String::with_capacity(s.len() + 2);
-    q.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => q.push_str("\\\""),
-            '\\' => q.push_str("\\\\"),
-            '\n' => q.push_str("\\n"),
-            '\t' => q.push_str("\\t"),
-            c => q.push(c),
-        }
-    }
-    q.push('"');
-    q
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
-/// Every `.step` file of `ir/models` and `ir/features` under `root`, as paths relative to
-/// it (`ir/models/mlp.step`), sorted.
+/// Every `.step` file of `ir/models` and `ir/features` under `root`, as paths relative to it
+/// (`ir/models/mlp.step`), sorted. Not `ir/extern`, which no executor can run, nor
+/// `ir/torch`, which the Python tests run against PyTorch itself.
 pub fn step_files(root: &Path) -> Vec<String> {
     let mut files: Vec<String> = ["ir/models", "ir/features"]
         .iter()

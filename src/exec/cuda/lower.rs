@@ -133,6 +133,9 @@ pub fn lower_op(
             commands.extend(unary(OP_COPY, &slice, x(0), 0.0));
             commands
         }
+        Extern | ExternView | ExternBackward => {
+            return Err(CudaError::Unsupported(format!("`{}` is another framework's op ({})", op.kind, attrs.str("target"))));
+        }
         Cat => {
             // Each input copied into its part of the output.
             let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));

@@ -79,6 +79,7 @@ impl Program {
 
     /// Lowers `graph` (verified) under `plan` (checked).
     pub fn with_options(graph: &Graph, plan: &Plan, options: LowerOptions) -> Result<Program, CudaError> {
+        crate::exec::refuse_extern(graph)?;
         let views = views(graph, plan)?;
         let mut ops = Vec::new();
         let mut scratch_bytes = 0;

@@ -122,6 +122,9 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
             vec![shape::slice_backward(&x[0], &shapes[0], axis, attrs.int("start") as usize, attrs.int("step") as usize)]
         }
         OpKind::Cat => vec![shape::cat(x, resolve_axis(attrs.int("axis"), shapes[0].len()), &shapes[0])],
+        OpKind::Extern | OpKind::ExternView | OpKind::ExternBackward => {
+            return Err(ExecError::Extern { ops: attrs.str("target").to_string() });
+        }
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.

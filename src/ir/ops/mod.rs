@@ -91,6 +91,18 @@ pub enum OpKind {
     Select,
     SliceBackward,
     Cat,
+    // Ops of another framework memplan plans but cannot run.
+    Extern,
+    ExternView,
+    ExternBackward,
+}
+
+impl OpKind {
+    /// Whether this is an op memplan plans but cannot execute (`extern`, `extern_view`,
+    /// `extern_backward`).
+    pub fn is_extern(self) -> bool {
+        matches!(self, OpKind::Extern | OpKind::ExternView | OpKind::ExternBackward)
+    }
 }
 
 impl OpKind {
@@ -135,6 +147,8 @@ pub enum Attr {
     Bool(bool),
     Ints(Vec<i64>),
     DType(DType),
+    /// Text (`target="aten::cumsum"`): only `extern` ops have one.
+    Str(String),
 }
 
 /// The kind of value an attribute takes.
@@ -145,6 +159,7 @@ pub enum AttrKind {
     Bool,
     Ints,
     DType,
+    Str,
 }
 
 impl AttrKind {
@@ -156,6 +171,7 @@ impl AttrKind {
             AttrKind::Bool => "true or false",
             AttrKind::Ints => "a list of integers like [0, 1]",
             AttrKind::DType => "a dtype (f32, f16, bf16, i32, i64, bool)",
+            AttrKind::Str => "a string in quotes",
         }
     }
 }
@@ -168,6 +184,7 @@ impl Attr {
             Attr::Bool(_) => AttrKind::Bool,
             Attr::Ints(_) => AttrKind::Ints,
             Attr::DType(_) => AttrKind::DType,
+            Attr::Str(_) => AttrKind::Str,
         }
     }
 }
@@ -190,8 +207,26 @@ impl fmt::Display for Attr {
                 f.write_str("]")
             }
             Attr::DType(d) => write!(f, "{d}"),
+            Attr::Str(text) => f.write_str(&quote(text)),
         }
     }
+}
+
+/// `text` in double quotes as the IR writes strings: `"`, `\`, newline and tab escaped.
+pub fn quote(text: &str) -> String {
+    let mut q = String::with_capacity(text.len() + 2);
+    q.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            '\n' => q.push_str("\\n"),
+            '\t' => q.push_str("\\t"),
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    q
 }
 
 /// A default for an attribute the IR may leave out.
@@ -307,6 +342,13 @@ impl Attrs {
             other => panic!("attribute {name}: expected a dtype, found {other:?}"),
         }
     }
+
+    pub fn str(&self, name: &str) -> &str {
+        match self.get(name) {
+            Some(Attr::Str(text)) => text,
+            other => panic!("attribute {name}: expected a string, found {other:?}"),
+        }
+    }
 }
 
 /// The type rule: output types from input types and attributes, or why the inputs do not fit.
@@ -322,7 +364,8 @@ pub struct OpDef {
     /// The IR spelling.
     pub name: &'static str,
     /// Names of the inputs, in order; the arity is their number, except that a last name
-    /// ending in `...` (`xs...`) stands for one or more inputs (a *variadic* op).
+    /// ending in `...` (`xs...`) stands for zero or more inputs (a *variadic* op; its type
+    /// rule says how many it needs).
     pub inputs: &'static [&'static str],
     /// Names of the outputs, in order.
     pub outputs: &'static [&'static str],
@@ -351,9 +394,10 @@ impl OpDef {
         self.inputs.last().is_some_and(|name| name.ends_with("..."))
     }
 
-    /// Whether an op of this row may have `n` inputs.
+    /// Whether an op of this row may have `n` inputs (a variadic row's last input zero or
+    /// more times).
     pub fn takes_inputs(&self, n: usize) -> bool {
-        if self.is_variadic() { n >= self.inputs.len() } else { n == self.inputs.len() }
+        if self.is_variadic() { n + 1 >= self.inputs.len() } else { n == self.inputs.len() }
     }
 
     /// The name of input `k` (every input from the last name on takes the last name).
@@ -389,6 +433,7 @@ fn kind_word(kind: AttrKind) -> &'static str {
         AttrKind::Bool => "bool",
         AttrKind::Ints => "ints",
         AttrKind::DType => "dtype",
+        AttrKind::Str => "string",
     }
 }
 

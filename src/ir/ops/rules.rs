@@ -673,7 +673,7 @@ pub(super) fn infer_slice_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rul
 
 /// `cat(xs..., axis)`: one or more tensors of one dtype and rank, equal but along `axis`.
 pub(super) fn infer_cat(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
-    let first = inputs[0];
+    let Some(&first) = inputs.first() else { return Err("cat needs at least one input".to_string()) };
     let dtype = same_dtype(inputs)?;
     let a = axis(attrs.int("axis"), first)?;
     let mut dims = first.dims().to_vec();
@@ -685,4 +685,24 @@ pub(super) fn infer_cat(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
         dims[a] = dims[a].checked_add(x.dims()[a]).ok_or_else(|| format!("the concatenation along axis {a} has more than 2^64 elements"))?;
     }
     done(vec![TensorType::new(dtype, dims)])
+}
+
+/// `extern`, `extern_view`, `extern_backward`: the output is `dtype[shape]` as written
+/// (memplan cannot infer another framework's op); `target` names the op, `flops` (where the
+/// row has it) is at least 0.
+pub(super) fn infer_extern(_: &[&TensorType], attrs: &Attrs) -> Rule {
+    if attrs.str("target").is_empty() {
+        return Err("target=\"\" names no op".to_string());
+    }
+    if let Some(Attr::Int(flops)) = attrs.get("flops")
+        && *flops < 0
+    {
+        return Err(format!("flops={flops}: a count of operations is at least 0"));
+    }
+    done(vec![TensorType::new(attrs.dtype("dtype"), dims_attr(attrs, "shape")?)])
+}
+
+/// The `flops` attribute of an extern op.
+pub(super) fn attr_flops(_: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
+    attrs.int("flops").max(0) as u64
 }

@@ -48,6 +48,12 @@ const SLICE_BACKWARD: &[AttrSpec] = &[
     attr("end", K::Int, None),
     attr("step", K::Int, Some(AttrDefault::Int(1))),
 ];
+const EXTERN: &[AttrSpec] = &[
+    attr("target", K::Str, None),
+    attr("shape", K::Ints, None),
+    attr("dtype", K::DType, None),
+    attr("flops", K::Int, Some(AttrDefault::Int(0))),
+];
 /// The table. Row order = `OpKind` order.
 pub static OPS: &[OpDef] = &[
     OpDef {
@@ -810,5 +816,44 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "the inputs concatenated along axis",
+    },
+    OpDef {
+        kind: OpKind::Extern,
+        name: "extern",
+        inputs: &["xs..."],
+        outputs: &["out"],
+        attrs: EXTERN,
+        class: OpClass::Forward,
+        infer: infer_extern,
+        flops: attr_flops,
+        view_of: None,
+        inplace: &[],
+        doc: "another framework's op (target), its output of type dtype[shape]: planned, not run",
+    },
+    OpDef {
+        kind: OpKind::ExternView,
+        name: "extern_view",
+        inputs: &["x"],
+        outputs: &["out"],
+        attrs: &[attr("target", K::Str, None), attr("shape", K::Ints, None), attr("dtype", K::DType, None)],
+        class: OpClass::Forward,
+        infer: infer_extern,
+        flops: no_flops,
+        view_of: Some(0),
+        inplace: &[],
+        doc: "another framework's op whose output aliases x (a view): planned, not run",
+    },
+    OpDef {
+        kind: OpKind::ExternBackward,
+        name: "extern_backward",
+        inputs: &["dy", "xs..."],
+        outputs: &["dx"],
+        attrs: EXTERN,
+        class: OpClass::Backward,
+        infer: infer_extern,
+        flops: attr_flops,
+        view_of: None,
+        inplace: &[],
+        doc: "the gradient of an extern op for one input: reads dy and the op's inputs; planned, not run",
     },
 ];

@@ -448,6 +448,7 @@ pub(super) fn attr_value(op: &'static str, attr: &'static str, kind: AttrKind, v
         (AttrKind::DType, AttrVal::Word(w)) => {
             DType::from_name(w).map(Attr::DType).ok_or_else(|| unknown_dtype(w.clone(), sp))
         }
+        (AttrKind::Str, AttrVal::Str(text)) => Ok(Attr::Str(text.clone())),
         _ => Err(wrong()),
     }
 }
@@ -469,6 +470,7 @@ fn signature(row: &OpDef) -> String {
                     AttrKind::Bool => "bool",
                     AttrKind::Ints => "ints",
                     AttrKind::DType => "dtype",
+                    AttrKind::Str => "string",
                 };
                 match a.default {
                     Some(d) => format!("{}: {kind} = {}", a.name, d.to_attr()),

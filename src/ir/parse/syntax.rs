@@ -69,6 +69,8 @@ pub(super) enum AttrVal {
     /// `true`, `false`, `inf`, a dtype name, or any other word.
     Word(String),
     List(Vec<(String, Sp)>),
+    /// A string in quotes, unquoted.
+    Str(String),
 }
 
 pub(super) struct UpdateAst {
@@ -346,6 +348,7 @@ impl Parser<'_> {
             Tok::Int => AttrVal::Int(self.text(t).to_string()),
             Tok::Float => AttrVal::Float(self.text(t).to_string()),
             Tok::Ident => AttrVal::Word(self.text(t).to_string()),
+            Tok::Str => AttrVal::Str(unquote(self.text(t))),
             Tok::LBracket => {
                 self.bump();
                 let mut items = Vec::new();
@@ -369,7 +372,7 @@ impl Parser<'_> {
             }
             _ => {
                 return Err(
-                    self.unexpected("an attribute value (a number, `true`, `false`, a list `[1, 2]` or a dtype)")
+                    self.unexpected("an attribute value (a number, `true`, `false`, a list `[1, 2]`, a dtype or a string)")
                 );
             }
         };

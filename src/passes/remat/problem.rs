@@ -12,8 +12,9 @@
 //!   before the new value lands in the target's bytes.
 //!
 //! Recomputable: forward-class ops (the op table's `class`) that compute no gradient (no
-//! output is a `grad` in `analysis::classes`), are not views (a view costs nothing and is
-//! re-created on demand when a sequence is applied: see `apply.rs`), and write no value
+//! output is a `grad` in `analysis::classes`), are not `extern` (another framework's op
+//! may not be pure), are not views (a view costs nothing and is re-created on demand when
+//! a sequence is applied: see `apply.rs`), and write no value
 //! that survives the step (returned values, update values). No op has side effects besides
 //! writing its outputs, so running such an op again only writes fresh copies.
 //!
@@ -69,7 +70,10 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
             // The forward pass: forward-class ops whose outputs are not gradients (the
             // backward pass reuses forward ops such as matmul to compute gradients).
             let forward = row.class == OpClass::Forward && op.outputs.iter().all(|&o| classes[o] != Class::Grad);
-            let recomputable = forward && row.view_of.is_none() && op.outputs.iter().all(|&o| !survives[o]);
+            // Another framework's op may not be a pure function of its inputs (a random
+            // op): it is never run twice.
+            let recomputable =
+                forward && row.view_of.is_none() && !op.kind.is_extern() && op.outputs.iter().all(|&o| !survives[o]);
             NodeInfo { cost: op_flops(graph, op_id).max(1), recomputable, forward }
         })
         .collect();
