@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use indexmap::IndexMap;
+use memplan::analysis::classes::{Class, classify};
 use memplan::autodiff::Builder;
 use memplan::exec::Dense;
 use memplan::exec::cpu::{Placement, advance, run_step};
@@ -461,6 +462,35 @@ const CASES: &[Case] = &[
         fix: no_fix,
     },
     Case {
+        family: "attention (causal, 2 query heads per key/value head, T < S, E != Ev)",
+        text: "step @s(
+  %q: f32[2,4,3,3] param, %k: f32[2,2,5,3] param, %v: f32[2,2,5,2] param,
+  %r: f32[2,4,3,2] input,
+) {
+  %o, %lse = attention(%q, %k, %v, causal=true, scale=0.6)
+  %w = mul(%o, %r)
+  %loss = sum(%w, axes=[0, 1, 2, 3])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "attention (4 query heads per key/value head, T > S, q projected and split into heads)",
+        text: "step @s(
+  %x: f32[6,4] param, %wq: f32[4,8] param, %k: f32[1,3,2] param, %v: f32[1,3,3] param,
+  %r: f32[4,6,3] input,
+) {
+  %qp = matmul(%x, %wq)
+  %qs = reshape(%qp, shape=[6, 4, 2])
+  %qh = transpose(%qs, perm=[1, 0, 2])
+  %o, %lse = attention(%qh, %k, %v, scale=0.8)
+  %w = mul(%o, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
         family: "cross_entropy",
         text: "step @s(
   %logits: f32[4,5] param,
@@ -566,6 +596,27 @@ fn gradients_match_finite_differences_for_every_op_family() {
         }
         let params = g.args.iter().filter(|&&a| g.role(a) == Some(memplan::ir::graph::Role::Param)).count();
         assert_eq!(checked, params, "{family}: every param gets a gradient");
+    }
+}
+
+/// The point of fused attention: the expanded step of ir/features/fused_attention.step
+/// holds no T×T value (T = 8), where the same block written with matmul, causal_mask and
+/// softmax (ir/features/attention.step) holds several; the backward reads the forward's
+/// `out` and `lse`, which the plan keeps as activations.
+#[test]
+fn fused_attention_keeps_no_attention_matrix() {
+    let square = |g: &Graph| g.values.iter().filter(|v| v.ty.dims().ends_with(&[8, 8])).count();
+    let load = |file: &str| parse(&std::fs::read_to_string(root().join(file)).unwrap()).unwrap();
+    assert!(square(&load("ir/features/attention.step")) >= 4);
+    let (e, _) = expand_and_plan(&load("ir/features/fused_attention.step"));
+    assert_eq!(square(&e), 0, "{}", memplan::print(&e));
+    let backward: Vec<_> = e.ops.iter().filter(|op| op.kind == OpKind::AttentionBackward).collect();
+    assert_eq!(backward.len(), 1);
+    let names: Vec<&str> = backward[0].inputs.iter().map(|&v| e.values[v].name.as_str()).collect();
+    assert_eq!(names, ["y.grad", "q.bhte", "k.bhte", "v.bhte", "y", "lse"]);
+    let classes = classify(&e);
+    for saved in ["y", "lse"] {
+        assert_eq!(classes[id(&e, saved)], Class::Activation, "%{saved}");
     }
 }
 

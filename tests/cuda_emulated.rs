@@ -2,6 +2,8 @@
 //! the host emulation of the kernels (`cuda_emu`: the exact program NVRTC compiles, built
 //! as host C++) and must match the CPU reference within the `--check` tolerances, step after
 //! step, with the arena poisoned first (a read of bytes nothing wrote shows up as NaN).
+//! Fused attention also runs in every configuration its kernels tell apart (causal,
+//! grouped heads, T ≠ S, rows longer than a block).
 //!
 //! Without a C++ compiler the tests print why they skip and pass.
 
@@ -16,7 +18,7 @@ use memplan::exec::cpu::{Placement, advance, run_step};
 use memplan::exec::cuda::executor::{Backend, Executor, Upload};
 use memplan::exec::cuda::lower::LowerOptions;
 use memplan::exec::cuda::program::Program;
-use memplan::exec::cuda::source::{OP_COPY, UNARY};
+use memplan::exec::cuda::source::{ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ, OP_COPY, UNARY};
 use memplan::exec::cuda::view::{Addr, Arg, Launch, View, grid_1d};
 use memplan::exec::data::{HostTensor, Tensors, init_args};
 use memplan::ir::ops::{OPS, OpKind};
@@ -264,6 +266,53 @@ fn random_steps_match_the_cpu_reference() {
     assert!(failed.is_empty(), "{} seeds differ:\n{}", failed.len(), failed.join("\n"));
     // Ill-conditioned results are the exception, not the rule.
     assert!(left_out * 10 < tensors, "{left_out} of {tensors} tensors hold rounding noise");
+}
+
+/// Fused attention on the emulated GPU, forward and backward (through `backward`), against
+/// the CPU reference: causal or not, T = S, T < S and T > S, 2 and 4 query heads per
+/// key/value head, E ≠ Ev, f16 and bf16, q read through a transposed view, and rows longer
+/// than a block (several tiles of keys, several passes over the columns of out, dq, dk, dv).
+#[test]
+fn attention_matches_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // (dtype, B, H, Hkv, T, S, E, Ev, causal)
+    let cases = [
+        ("f32", 2, 4, 2, 5, 5, 8, 8, true),
+        ("f32", 1, 4, 1, 3, 7, 4, 6, true),
+        ("f32", 2, 2, 2, 7, 3, 4, 2, true),
+        ("f32", 1, 2, 1, 4, 4, 3, 5, false),
+        ("f16", 1, 2, 1, 6, 6, 8, 8, true),
+        ("bf16", 2, 2, 2, 5, 4, 4, 4, false),
+        ("f32", 1, 2, 1, 2, 270, 260, 258, false),
+    ];
+    for (seed, (dt, b, h, hkv, t, s, e, ev, causal)) in cases.into_iter().enumerate() {
+        let scale = 1.0 / (e as f64).sqrt();
+        let text = format!(
+            "step @attention(
+  %q: {dt}[{b},{t},{h},{e}] param,
+  %k: {dt}[{b},{hkv},{s},{e}] param,
+  %v: {dt}[{b},{hkv},{s},{ev}] param,
+  %r: {dt}[{b},{h},{t},{ev}] input,
+) {{
+  %qh = transpose(%q, perm=[0, 2, 1, 3])
+  %o, %lse = attention(%qh, %k, %v, causal={causal}, scale={scale:?})
+  %w = mul(%o, %r)
+  %loss = sum(%w, axes=[0, 1, 2, 3])
+  backward %loss with sgd(lr=0.5)
+  return %loss, %o, %lse
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let (launches, _) = emulated_matches_reference(&graph, &plan, 2, seed as u64)
+            .unwrap_or_else(|err| panic!("case {seed} ({dt}, causal {causal}): {err}\n{text}"));
+        for kernel in [ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV] {
+            assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
+        }
+    }
 }
 
 /// Runs the `unary` copy kernel on `n` elements stored as `bytes` of dtype `from`, into a

@@ -160,6 +160,22 @@ fn census(graphs: &[Graph]) -> BTreeMap<String, usize> {
             if op.kind == OpKind::CrossEntropy && op.attrs.float("label_smoothing") > 0.0 {
                 bump("cross_entropy with label smoothing".into());
             }
+            if op.kind == OpKind::Attention {
+                let (q, k) = (&g.values[op.inputs[0]].ty, &g.values[op.inputs[1]].ty);
+                let r = q.rank();
+                if op.attrs.bool("causal") {
+                    bump("causal attention".into());
+                }
+                if q.dims()[r - 3] != k.dims()[r - 3] {
+                    bump("grouped-query attention".into());
+                }
+                if q.dims()[r - 2] != k.dims()[r - 2] {
+                    bump("attention with T != S".into());
+                }
+                if g.def_op(op.inputs[0]).is_some_and(|d| g.ops[d].kind == OpKind::Transpose) {
+                    bump("attention on heads split by a transpose".into());
+                }
+            }
             if op.kind == OpKind::Reshape
                 && g.def_op(op.inputs[0]).is_some_and(|d| g.ops[d].kind == OpKind::Contiguous)
             {
@@ -213,6 +229,10 @@ fn the_generator_covers_every_op_and_feature() {
         "exact gelu",
         "cross_entropy ignoring a class",
         "cross_entropy with label smoothing",
+        "causal attention",
+        "grouped-query attention",
+        "attention with T != S",
+        "attention on heads split by a transpose",
     ];
     for feature in features {
         assert!(counts.get(feature).is_some_and(|&n| n >= 3), "{feature}: {:?} in {SEEDS} seeds", counts.get(feature));

@@ -42,8 +42,9 @@ pub struct GradCall {
 }
 
 impl GradCall {
-    /// The gradient of output 0 (every forward op has one output, and the expansion calls
-    /// a rule only when it reaches the loss).
+    /// The gradient of output 0 (the one output every rule differentiates: `attention`'s
+    /// second output, `lse`, takes no gradient), which the expansion provides whenever it
+    /// calls a rule.
     pub fn dy(&self) -> Result<ValueId, String> {
         self.dy
             .first()

@@ -4,7 +4,8 @@
 //! [`expand`] runs in four stages (docs/AUTODIFF.md is the user's description):
 //! 1. **Needs-grad analysis.** A value needs a gradient when it lies on a path from a float
 //!    `param` to the loss through float values (integer and bool values never get one).
-//!    Every op on such a path must have a gradient rule (`rules::rule`).
+//!    Every op on such a path must have a gradient rule (`rules::rule`), and no output it
+//!    has that carries no gradient (`attention`'s `lse`) may lie on one.
 //! 2. **Seed.** `%loss.grad = fill(shape=[], dtype=<loss dtype>, value=1.0)`.
 //! 3. **Reverse sweep.** Ops on a path, in reverse program order: the gradient of each
 //!    output is final once every later reader has contributed (program order is
@@ -61,6 +62,20 @@ pub enum AutodiffError {
     #[diagnostic(help("backward and optimizer ops cannot be differentiated; compute the loss from forward ops only"))]
     NoGradientRule {
         param: String,
+        kind: OpKind,
+        op_text: String,
+        #[label("not differentiable")]
+        span: Option<SourceSpan>,
+    },
+
+    /// A param reaches the loss through an output that carries no gradient (`attention`'s
+    /// `lse`, which its backward op reads): the gradient through it cannot be computed.
+    #[error("%{param} reaches the loss through %{value}, the `{output}` output of `{op_text}`, which has no gradient")]
+    #[diagnostic(help("{kind}'s `{output}` is kept for its backward op; compute the loss from its other outputs"))]
+    NoGradientThrough {
+        param: String,
+        value: String,
+        output: &'static str,
         kind: OpKind,
         op_text: String,
         #[label("not differentiable")]
@@ -151,6 +166,18 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
                 .expect("an active op reads a param path");
             return Err(AutodiffError::NoGradientRule {
                 param: graph.values[param].name.clone(),
+                kind: op.kind,
+                op_text: graph.describe_op(id),
+                span: op.span.into(),
+            });
+        }
+        let output = rules::outputs_without_gradient(op.kind).iter().copied().find(|&k| needs[op.outputs[k]]);
+        if let Some(k) = output {
+            let value = op.outputs[k];
+            return Err(AutodiffError::NoGradientThrough {
+                param: graph.values[origin[value].expect("a value needing a gradient has a param")].name.clone(),
+                value: graph.values[value].name.clone(),
+                output: op.kind.def().outputs[k],
                 kind: op.kind,
                 op_text: graph.describe_op(id),
                 span: op.span.into(),

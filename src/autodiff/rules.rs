@@ -52,6 +52,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::SoftmaxBackward => None,
         OpKind::CausalMask => Some(grad_causal_mask),
         OpKind::Matmul => Some(grad_matmul),
+        OpKind::Attention => Some(grad_attention),
+        OpKind::AttentionBackward => None,
         OpKind::Sum => Some(grad_sum),
         OpKind::Mean => Some(grad_mean),
         OpKind::Reshape => Some(grad_reshape),
@@ -85,6 +87,18 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Extern => Some(grad_extern),
         OpKind::ExternView => Some(grad_extern),
         OpKind::ExternBackward => None,
+    }
+}
+
+/// The outputs of `kind` (by position) that no gradient flows into: `attention`'s `lse`,
+/// saved for its backward op. A loss that depends on a param through one of them is an
+/// error of the expansion ([`AutodiffError::NoGradientThrough`](super::AutodiffError)),
+/// never a silently incomplete gradient. Every other output of a differentiable op takes a
+/// gradient, so the catch-all is the rule, not an omission.
+pub(crate) fn outputs_without_gradient(kind: OpKind) -> &'static [usize] {
+    match kind {
+        OpKind::Attention => &[1],
+        _ => &[],
     }
 }
 
@@ -323,6 +337,25 @@ fn grad_matmul(b: &mut Builder, call: &GradCall) -> Rule {
         let g = b.op1(owner, OpKind::Matmul, vec![l, r], &flags)?;
         unbroadcast_to_input(b, call, k, g)
     })
+}
+
+/// `out, lse = attention(q, k, v, causal, scale)`: `dq, dk, dv = attention_backward(dout,
+/// q, k, v, out, lse, causal, scale)`, FlashAttention-2's exact gradients, which recompute
+/// the probabilities p = exp(scale·q·k − lse) from the saved lse (so `out` and `lse` are
+/// activations, and no T×S value exists). dk and dv sum over the query heads that share a
+/// key/value head. `lse` takes no gradient (see [`outputs_without_gradient`]); the expansion
+/// refuses a loss that depends on it, and this rule refuses to be called with one. Outputs
+/// no input wants stay unused temporaries, as for the norms.
+fn grad_attention(b: &mut Builder, call: &GradCall) -> Rule {
+    let dout = call.dy()?;
+    if call.dy.get(1).is_some_and(Option::is_some) {
+        return Err("attention was given a gradient of its lse, which has none".into());
+    }
+    let (q, k, v) = (call.inputs[0], call.inputs[1], call.inputs[2]);
+    let (out, lse) = (call.outputs[0], call.outputs[1]);
+    let inputs = vec![dout, q, k, v, out, lse];
+    let outputs = b.op_attrs(&[q, k, v], OpKind::AttentionBackward, inputs, call.attrs.clone())?;
+    Ok(outputs.into_iter().enumerate().map(|(k, g)| call.wants(k).then_some(g)).collect())
 }
 
 /// `sum` and `mean` over `axes`: every reduced element of x contributed with weight 1

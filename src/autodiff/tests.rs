@@ -245,6 +245,51 @@ fn layer_norm_names_every_output() {
 }
 
 #[test]
+fn attention_has_one_backward_op_reading_out_and_lse() {
+    let text = "step @s(
+  %wq: f32[2,4,3] param,
+  %k: f32[1,5,3] input,
+  %v: f32[1,5,2] input,
+) {
+  %q = mul_scalar(%wq, value=2.0)
+  %o, %lse = attention(%q, %k, %v, causal=true, scale=0.5)
+  %loss = sum(%o, axes=[0, 1, 2])
+  return %loss, %lse
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    let text = body(&e);
+    // Only q wants a gradient: dk and dv stay unused temporaries of k and v; lse, returned
+    // but not on the loss's path, needs none.
+    let want = "%q.grad: f32[2,4,3], %k.grad.t1: f32[1,5,3], %v.grad.t1: f32[1,5,2] = \
+                attention_backward(%o.grad, %q, %k, %v, %o, %lse, causal=true, scale=0.5)";
+    assert!(text.contains(want), "{text}");
+    assert_eq!(e.ops.iter().filter(|op| op.kind == OpKind::AttentionBackward).count(), 1);
+}
+
+#[test]
+fn a_loss_through_lse_is_an_error() {
+    let text = "step @s(
+  %q: f32[2,4,3] param,
+  %k: f32[1,5,3] input,
+  %v: f32[1,5,2] input,
+) {
+  %o, %lse = attention(%q, %k, %v, scale=0.5)
+  %a = sum(%o, axes=[0, 1, 2])
+  %b = sum(%lse, axes=[0, 1])
+  %loss = add(%a, %b)
+  return %loss
+}";
+    let e = expand(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "%q reaches the loss through %lse, the `lse` output of `%o, %lse = attention(%q, %k, %v, scale=0.5)`, \
+         which has no gradient"
+    );
+    let shown = crate::diagnostics::render(&e, "s.step", text, false);
+    assert!(shown.contains("s.step:6:14") && shown.contains("not differentiable"), "{shown}");
+}
+
+#[test]
 fn errors_name_the_problem() {
     let sgd = [("lr", Attr::Float(0.1))];
     let err = |g: &Graph| expand(g).unwrap_err();

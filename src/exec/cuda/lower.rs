@@ -7,8 +7,9 @@
 //! are in `kernels/`; `source::kernels_for` lists which ones each op may use.
 //!
 //! Launch shapes: elementwise ops use grid-stride launches ([`grid_1d`]); line ops one block
-//! per line ([`line_threads`] threads); reductions blocks of 32×8 threads; implicit GEMM
-//! 256 threads per 64×64 tile. Multi-kernel ops (norm gradients, batch statistics,
+//! per line ([`line_threads`] threads); attention one block per query row (the forward, dq)
+//! or key row (dk, dv); reductions blocks of 32×8 threads; implicit GEMM 256 threads per
+//! 64×64 tile. Multi-kernel ops (norm gradients, batch statistics,
 //! reductions and convolutions split over many blocks) pass partial results through
 //! [`Scratch`] in the workspace, always added in a fixed order.
 
@@ -121,6 +122,20 @@ pub fn lower_op(
         Matmul => {
             let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
             gemm::matmul(x(0), x(1), ta, tb, y(0), options.conv_f32, scratch)
+        }
+        Attention => {
+            let sizes = AttentionSizes::of(x(0), x(1), x(2));
+            if sizes.rows == 0 {
+                Vec::new()
+            } else {
+                let mut args = vec![t(y(0)), t(y(1)), t(x(0)), t(x(1)), t(x(2)), int(sizes.rows)];
+                args.extend(sizes.args(attrs));
+                let threads = line_threads(sizes.s.max(sizes.ev));
+                vec![launch(ATTENTION, [line_blocks(sizes.rows), 1, 1], [threads, 1, 1], args)]
+            }
+        }
+        AttentionBackward => {
+            attention_backward([y(0), y(1), y(2)], [x(0), x(1), x(2), x(3), x(4), x(5)], attrs, scratch)
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
@@ -248,6 +263,71 @@ fn lines(kernel: &'static str, out: &View, inputs: &[&View], axis: i64) -> Vec<C
     args.extend(inputs.iter().map(|v| t(v)));
     args.extend([int(count), int(n), int(inner)]);
     vec![launch(kernel, [line_blocks(count), 1, 1], [line_threads(n), 1, 1], args)]
+}
+
+/// The sizes of an attention op, from its q, k and v.
+struct AttentionSizes {
+    /// Query rows, B·H·T.
+    rows: u64,
+    /// Key rows, B·Hkv·S.
+    keys: u64,
+    /// Query heads per key/value head, H / Hkv.
+    group: u64,
+    t: u64,
+    s: u64,
+    e: u64,
+    ev: u64,
+}
+
+impl AttentionSizes {
+    fn of(q: &View, k: &View, v: &View) -> AttentionSizes {
+        let r = q.rank();
+        let (t, s) = (q.shape[r - 2], k.shape[r - 2]);
+        let rows = q.shape[..r - 1].iter().product();
+        let keys = k.shape[..r - 1].iter().product();
+        let (group, e, ev) = (q.shape[r - 3] / k.shape[r - 3], q.shape[r - 1], v.shape[r - 1]);
+        AttentionSizes { rows, keys, group, t, s, e, ev }
+    }
+
+    /// The arguments every attention kernel ends with, after its row count: `group, t, s, e,
+    /// ev, causal, scale`.
+    fn args(&self, attrs: &Attrs) -> Vec<Arg> {
+        vec![
+            int(self.group),
+            int(self.t),
+            int(self.s),
+            int(self.e),
+            int(self.ev),
+            Arg::I32(i32::from(attrs.bool("causal"))),
+            Arg::F64(attrs.float("scale")),
+        ]
+    }
+}
+
+/// dq (and each query row's D = dout·out, into scratch) one block per query row, then dk
+/// and dv one block per key row, reading D.
+fn attention_backward(
+    [dq, dk, dv]: [&View; 3],
+    [dout, q, k, v, out, lse]: [&View; 6],
+    attrs: &Attrs,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
+    let sizes = AttentionSizes::of(q, k, v);
+    let deltas = if sizes.rows > 0 { Arg::Ptr(scratch.alloc(sizes.rows * 8)) } else { Arg::Null };
+    let mut commands = Vec::new();
+    if sizes.rows > 0 {
+        let mut args = vec![t(dq), deltas.clone(), t(dout), t(q), t(k), t(v), t(out), t(lse), int(sizes.rows)];
+        args.extend(sizes.args(attrs));
+        let threads = line_threads(sizes.s.max(sizes.e));
+        commands.push(launch(ATTENTION_BACKWARD_DQ, [line_blocks(sizes.rows), 1, 1], [threads, 1, 1], args));
+    }
+    if sizes.keys > 0 {
+        let mut args = vec![t(dk), t(dv), deltas, t(dout), t(q), t(k), t(v), t(lse), int(sizes.keys)];
+        args.extend(sizes.args(attrs));
+        let threads = line_threads((sizes.group * sizes.t).max(sizes.e).max(sizes.ev));
+        commands.push(launch(ATTENTION_BACKWARD_DKV, [line_blocks(sizes.keys), 1, 1], [threads, 1, 1], args));
+    }
+    commands
 }
 
 /// `(rows, D)` of a tensor normalised over its last dimension.

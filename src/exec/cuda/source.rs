@@ -9,12 +9,13 @@
 use crate::ir::ops::OpKind;
 
 /// The kernel files, in program order.
-pub const FILES: [(&str, &str); 5] = [
+pub const FILES: [(&str, &str); 6] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("rows.cu", include_str!("kernels/rows.cu")),
     ("reduce.cu", include_str!("kernels/reduce.cu")),
     ("conv.cu", include_str!("kernels/conv.cu")),
+    ("attention.cu", include_str!("kernels/attention.cu")),
 ];
 
 /// The whole program, with a `#line` before each file so compiler messages name it.
@@ -63,6 +64,9 @@ pub const IGEMM_F32: &str = "igemm_f32";
 pub const IGEMM_FINISH: &str = "igemm_finish";
 pub const MAX_POOL2D: &str = "max_pool2d";
 pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
+pub const ATTENTION: &str = "attention";
+pub const ATTENTION_BACKWARD_DQ: &str = "attention_backward_dq";
+pub const ATTENTION_BACKWARD_DKV: &str = "attention_backward_dkv";
 
 /// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
 ///
@@ -70,7 +74,7 @@ pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 34] = [
+pub const KERNELS: [&str; 37] = [
     BINARY,
     UNARY,
     FILL,
@@ -105,6 +109,9 @@ pub const KERNELS: [&str; 34] = [
     IGEMM_FINISH,
     MAX_POOL2D,
     MAX_POOL2D_BACKWARD,
+    ATTENTION,
+    ATTENTION_BACKWARD_DQ,
+    ATTENTION_BACKWARD_DKV,
 ];
 
 // Op codes of `binary` and `unary`, and modes of `igemm` and the batch-norm kernels (the
@@ -160,6 +167,8 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Softmax => &[SOFTMAX],
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
         Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
+        Attention => &[ATTENTION],
+        AttentionBackward => &[ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV],
         Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
         Reshape | Transpose | Expand | Slice | Select => &[],
         SliceBackward => &[FILL, UNARY],

@@ -10,6 +10,7 @@
 //!   backward ops, causal_mask, cast, fill, contiguous;
 //! - `shape.rs`: reshape, transpose, expand (as dense copies), sum, mean;
 //! - `linalg.rs`: matmul with transposes and broadcast batch dimensions;
+//! - `attention.rs`: fused attention and its backward, one query row at a time;
 //! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, conv2d, max_pool2d, embedding,
 //!   cross_entropy, and their backward ops;
 //! - `optim.rs`: sgd, sgd_momentum, adam, adamw.
@@ -21,6 +22,7 @@
 //! toward zero, saturation at the type's bounds, NaN to 0) and bools to 0/1, so they always
 //! hold exact values of their dtype.
 
+mod attention;
 mod elementwise;
 mod linalg;
 mod nn;
@@ -79,6 +81,11 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::CausalMask => vec![elementwise::causal_mask(&x[0], attrs.float("value"))],
         OpKind::Matmul => {
             vec![linalg::matmul(&x[0], &x[1], attrs.bool("transpose_a"), attrs.bool("transpose_b"), &shapes[0])]
+        }
+        OpKind::Attention => attention::attention(&x[0], &x[1], &x[2], &attention::ScoreAttrs::read(attrs)),
+        OpKind::AttentionBackward => {
+            let scores = attention::ScoreAttrs::read(attrs);
+            attention::attention_backward(&x[0], &x[1], &x[2], &x[3], &x[4], &x[5], &scores)
         }
         OpKind::Sum => vec![shape::sum(&x[0], attrs.ints("axes"), &shapes[0])],
         OpKind::Mean => vec![shape::mean(&x[0], attrs.ints("axes"), &shapes[0])],
@@ -139,7 +146,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
 /// Checks that a call fits `kind`'s type rule: the input count, every input's data length
 /// against its shape, the rule's verdict on the input shapes and attributes, and the
 /// outputs it gives against `outputs`. Dense tensors carry no dtype, so the rule sees index
-/// inputs (`ids`, `labels`) as `i64` and every other input with the dtype of output 0.
+/// inputs (`ids`, `labels`) as `i64`, attention's `lse` as `f32` (its only dtype) and every
+/// other input with the dtype of output 0.
 fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType]) -> Result<(), ExecError> {
     let def = kind.def();
     let bad = |message: String| Err(ExecError::BadPlan(format!("{kind}: {message}")));
@@ -164,8 +172,7 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
         .enumerate()
         .map(|(k, input)| {
             let dims = input.shape.iter().map(|&d| d as u64).collect::<Vec<_>>();
-            let name = def.input_name(k);
-            TensorType::new(if name == "ids" || name == "labels" { DType::I64 } else { dtype }, dims)
+            TensorType::new(input_dtype(def.input_name(k), dtype), dims)
         })
         .collect();
     let refs: Vec<&TensorType> = types.iter().collect();
@@ -182,6 +189,15 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
         ));
     }
     Ok(())
+}
+
+/// The dtype a dense input named `name` stands for, in a call whose output 0 is `dtype`.
+fn input_dtype(name: &str, dtype: DType) -> DType {
+    match name {
+        "ids" | "labels" => DType::I64,
+        "lse" => DType::F32,
+        _ => dtype,
+    }
 }
 
 /// Stores `f64` results as values of `dtype`: floats stay (executors round them when
@@ -304,8 +320,7 @@ mod test_util {
             .iter()
             .enumerate()
             .map(|(k, x)| {
-                let name = kind.def().input_name(k);
-                let dtype = if name == "ids" || name == "labels" { DType::I64 } else { DType::F32 };
+                let dtype = input_dtype(kind.def().input_name(k), DType::F32);
                 TensorType::new(dtype, x.shape.iter().map(|&d| d as u64).collect::<Vec<_>>())
             })
             .collect();
@@ -421,6 +436,17 @@ mod tests {
             (OpKind::Softmax, vec![], vec![z(&[4, 0])]),
             (OpKind::CausalMask, vec![], vec![z(&[0, 0])]),
             (OpKind::Matmul, vec![], vec![z(&[2, 0]), z(&[0, 3])]),
+            (OpKind::Attention, vec![("scale", Attr::Float(1.0))], vec![z(&[2, 0, 4]), z(&[1, 3, 4]), z(&[1, 3, 2])]),
+            (
+                OpKind::Attention,
+                vec![("scale", Attr::Float(1.0))],
+                vec![z(&[0, 2, 3, 4]), z(&[0, 1, 3, 4]), z(&[0, 1, 3, 0])],
+            ),
+            (
+                OpKind::AttentionBackward,
+                vec![("scale", Attr::Float(1.0))],
+                vec![z(&[2, 0, 2]), z(&[2, 0, 4]), z(&[1, 3, 4]), z(&[1, 3, 2]), z(&[2, 0, 2]), z(&[2, 0])],
+            ),
             (OpKind::Matmul, vec![], vec![z(&[0, 2, 4]), z(&[4, 3])]),
             (OpKind::Sum, vec![("axes", ints(&[1]))], vec![z(&[2, 0])]),
             (OpKind::Mean, vec![("axes", ints(&[0]))], vec![z(&[0, 2])]),
@@ -620,6 +646,29 @@ mod tests {
         grad_check(OpKind::CausalMask, &given, &[rand(&[2, 3, 3], 4)], &[(0, "x")], &|_, dy| {
             run(OpKind::CausalMask, &[("value", Attr::Float(0.0))], std::slice::from_ref(dy))
         });
+    }
+
+    #[test]
+    fn grad_attention() {
+        // (q, k, v shapes, causal): multi-head, T != S both ways, grouped-query heads.
+        type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], bool);
+        let cases: [Case; 4] = [
+            (&[2, 2, 3, 4], &[2, 2, 3, 4], &[2, 2, 3, 4], false),
+            (&[1, 2, 4, 3], &[1, 2, 3, 3], &[1, 2, 3, 2], true),
+            (&[4, 2, 3], &[2, 5, 3], &[2, 5, 4], true),
+            (&[1, 4, 3, 2], &[1, 1, 3, 2], &[1, 1, 3, 3], false),
+        ];
+        for (i, (q, k, v, causal)) in cases.into_iter().enumerate() {
+            let given = [("causal", Attr::Bool(causal)), ("scale", Attr::Float(0.7))];
+            let seed = 30 + 3 * i as u64;
+            let inputs = [rand(q, seed), rand(k, seed + 1), rand(v, seed + 2)];
+            grad_check(OpKind::Attention, &given, &inputs, &[(0, "q"), (1, "k"), (2, "v")], &|xs, dy| {
+                let forward = run(OpKind::Attention, &given, xs);
+                let (out, lse) = (forward[0].clone(), forward[1].clone());
+                let saved = [dy.clone(), xs[0].clone(), xs[1].clone(), xs[2].clone(), out, lse];
+                run(OpKind::AttentionBackward, &given, &saved)
+            });
+        }
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub enum OpKind {
     CausalMask,
     // Linear algebra.
     Matmul,
+    // Fused attention.
+    Attention,
+    AttentionBackward,
     // Reductions and broadcasts.
     Sum,
     Mean,

@@ -22,6 +22,8 @@ const STRIDE_1: AttrSpec = attr("stride", K::Ints, Some(AttrDefault::Ints(&[1, 1
 const PADDING_0: AttrSpec = attr("padding", K::Ints, Some(AttrDefault::Ints(&[0, 0])));
 const POOL: &[AttrSpec] =
     &[attr("kernel", K::Ints, None), attr("stride", K::Ints, None), PADDING_0];
+const ATTENTION: &[AttrSpec] =
+    &[attr("causal", K::Bool, Some(AttrDefault::Bool(false))), attr("scale", K::Float, None)];
 const ADAM: &[AttrSpec] = &[
     attr("lr", K::Float, Some(AttrDefault::Float(0.001))),
     attr("beta1", K::Float, Some(AttrDefault::Float(0.9))),
@@ -422,6 +424,32 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "a @ b over the last two dims (each optionally transposed), batch dims broadcast",
+    },
+    OpDef {
+        kind: OpKind::Attention,
+        name: "attention",
+        inputs: &["q", "k", "v"],
+        outputs: &["out", "lse"],
+        attrs: ATTENTION,
+        class: OpClass::Forward,
+        infer: infer_attention,
+        flops: flops_attention,
+        view_of: None,
+        inplace: &[],
+        doc: "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head, and each row's logsumexp",
+    },
+    OpDef {
+        kind: OpKind::AttentionBackward,
+        name: "attention_backward",
+        inputs: &["dout", "q", "k", "v", "out", "lse"],
+        outputs: &["dq", "dk", "dv"],
+        attrs: ATTENTION,
+        class: OpClass::Backward,
+        infer: infer_attention_backward,
+        flops: flops_attention_backward,
+        view_of: None,
+        inplace: &[],
+        doc: "attention's gradients w.r.t. q, k and v, recomputing the probabilities from lse",
     },
     OpDef {
         kind: OpKind::Sum,

@@ -94,6 +94,11 @@ fn signatures() {
     assert_eq!(OpKind::LayerNorm.def().signature(), "layer_norm(x, gamma, beta, eps=1e-5) -> y");
     assert_eq!(OpKind::CausalMask.def().signature(), "causal_mask(x, value=-inf) -> out");
     assert_eq!(OpKind::Add.def().signature(), "add(a, b) -> out");
+    assert_eq!(OpKind::Attention.def().signature(), "attention(q, k, v, causal=false, scale=<float>) -> (out, lse)");
+    assert_eq!(
+        OpKind::AttentionBackward.def().signature(),
+        "attention_backward(dout, q, k, v, out, lse, causal=false, scale=<float>) -> (dq, dk, dv)"
+    );
 }
 
 /// docs/IR.md lists every op with the signature its row gives.
@@ -216,6 +221,55 @@ fn matmul_transposes_and_batches() {
     err(m, &["i32[2,2]", "i32[2,2]"], &[], "float");
     err(m, &["f32[2,2]", "f16[2,2]"], &[], "dtypes differ");
     err(m, &["f32[4294967296,1]", "f32[1,4294967296]"], &[], "2^64");
+}
+
+#[test]
+fn attention_heads_and_lengths() {
+    let a = OpKind::Attention;
+    let scale = [("scale", float(0.125))];
+    let causal = [("causal", Attr::Bool(true)), ("scale", float(0.125))];
+    // Multi-head, then grouped-query heads (8 query heads over 2), T != S, E != Ev.
+    assert_eq!(ok(a, &["f32[2,8,16,64]"; 3], &scale), ["f32[2,8,16,64]", "f32[2,8,16]"]);
+    let gqa = ["bf16[2,8,5,16]", "bf16[2,2,7,16]", "bf16[2,2,7,32]"];
+    assert_eq!(ok(a, &gqa, &causal), ["bf16[2,8,5,32]", "f32[2,8,5]"]);
+    // Rank 3 (no batch), several batch dimensions, and empty lengths.
+    assert_eq!(ok(a, &["f16[4,3,2]", "f16[1,6,2]", "f16[1,6,5]"], &scale), ["f16[4,3,5]", "f32[4,3]"]);
+    assert_eq!(ok(a, &["f32[2,3,1,4,8]"; 3], &scale), ["f32[2,3,1,4,8]", "f32[2,3,1,4]"]);
+    assert_eq!(ok(a, &["f32[1,2,0,4]", "f32[1,2,0,4]", "f32[1,2,0,3]"], &causal), ["f32[1,2,0,3]", "f32[1,2,0]"]);
+    err(a, &["f32[8,16]"; 3], &scale, "rank >= 3");
+    err(a, &["f32[2,4,8,16]", "f32[4,8,16]", "f32[4,8,16]"], &scale, "one rank");
+    err(a, &["f32[2,4,8,16]", "f32[3,4,8,16]", "f32[3,4,8,16]"], &scale, "batch dimensions");
+    err(a, &["f32[4,8,16]", "f32[4,8,8]", "f32[4,8,16]"], &scale, "last dimension E");
+    err(a, &["f32[4,8,16]", "f32[4,8,16]", "f32[4,9,16]"], &scale, "heads and length");
+    err(a, &["f32[4,8,16]", "f32[4,8,16]", "f32[2,8,16]"], &scale, "heads and length");
+    let six_over_four = ["f32[6,8,16]", "f32[4,8,16]", "f32[4,8,16]"];
+    err(a, &six_over_four, &scale, "H=6 must be a positive multiple of the key/value heads Hkv=4");
+    err(a, &["f32[0,8,16]", "f32[0,8,16]", "f32[0,8,16]"], &scale, "positive multiple");
+    err(a, &["f32[4,8,16]", "f16[4,8,16]", "f32[4,8,16]"], &scale, "dtypes differ");
+    err(a, &["i32[4,8,16]"; 3], &scale, "float");
+    for bad in [0.0, -1.0, f64::INFINITY, f64::NAN] {
+        err(a, &["f32[4,8,16]"; 3], &[("scale", float(bad))], "scale");
+    }
+    err(a, &["f32[4294967296,4294967296,1]", "f32[4294967296,1,1]", "f32[4294967296,1,1]"], &scale, "2^64");
+}
+
+#[test]
+fn attention_backward_takes_the_forward_types() {
+    let b = OpKind::AttentionBackward;
+    let scale = [("scale", float(0.5))];
+    let q_k_v = ["f16[2,4,5,8]", "f16[2,2,7,8]", "f16[2,2,7,3]"];
+    let ins = ["f16[2,4,5,3]", q_k_v[0], q_k_v[1], q_k_v[2], "f16[2,4,5,3]", "f32[2,4,5]"];
+    assert_eq!(ok(b, &ins, &scale), q_k_v);
+    let with = |i: usize, t: &'static str| {
+        let mut changed = ins;
+        changed[i] = t;
+        changed
+    };
+    err(b, &with(0, "f16[2,4,5,8]"), &scale, "dout must be f16[2,4,5,3]");
+    err(b, &with(4, "f32[2,4,5,3]"), &scale, "out must be f16[2,4,5,3]");
+    err(b, &with(5, "f16[2,4,5]"), &scale, "lse must be f32[2,4,5]");
+    err(b, &with(2, "f16[2,3,7,8]"), &scale, "heads and length");
+    err(b, &ins, &[("scale", float(0.0))], "scale");
 }
 
 #[test]
@@ -487,6 +541,23 @@ fn flops() {
     assert_eq!(count(OpKind::PowScalar, &["f32[10]"], &[("exponent", float(3.0))]), 10);
     assert_eq!(count(OpKind::RmsNorm, &["f32[4,5]", "f32[5]"], &[]), 80);
     assert_eq!(count(OpKind::RmsNormBackward, &["f32[4,5]", "f32[4,5]", "f32[5]"], &[]), 200);
+    // Attention: 2·(E + Ev) per scored pair; causal scores the pairs j <= i only.
+    let scale = [("scale", float(0.25))];
+    let causal = [("causal", Attr::Bool(true)), ("scale", float(0.25))];
+    let q_k_v = ["f32[2,4,6,16]", "f32[2,2,6,16]", "f32[2,2,6,8]"];
+    assert_eq!(count(OpKind::Attention, &q_k_v, &scale), 2 * 4 * 6 * 6 * 2 * (16 + 8));
+    assert_eq!(count(OpKind::Attention, &q_k_v, &causal), 2 * 4 * 21 * 2 * (16 + 8));
+    // T = 5 queries over S = 3 keys: rows 0, 1, 2 see 1, 2, 3 keys, rows 3 and 4 all 3.
+    let long_q = ["f32[1,5,4]", "f32[1,3,4]", "f32[1,3,4]"];
+    assert_eq!(count(OpKind::Attention, &long_q, &causal), 12 * 2 * 8);
+    let short_q = ["f32[1,2,4]", "f32[1,7,4]", "f32[1,7,4]"];
+    assert_eq!(count(OpKind::Attention, &short_q, &causal), 3 * 2 * 8);
+    // The backward: 2·(3E + 2Ev) per pair, 2.5 times the forward when E = Ev.
+    let ins = ["f32[2,4,6,8]", q_k_v[0], q_k_v[1], q_k_v[2], "f32[2,4,6,8]", "f32[2,4,6]"];
+    assert_eq!(count(OpKind::AttentionBackward, &ins, &scale), 2 * 4 * 6 * 6 * 2 * (3 * 16 + 2 * 8));
+    let square = ["f32[1,2,4,8]"; 3];
+    let ins = ["f32[1,2,4,8]", square[0], square[1], square[2], "f32[1,2,4,8]", "f32[1,2,4]"];
+    assert_eq!(2 * count(OpKind::AttentionBackward, &ins, &causal), 5 * count(OpKind::Attention, &square, &causal));
     // Saturates instead of overflowing.
     let big = ["f16[1048576,1073741824]", "f16[1073741824,1048576]"];
     assert_eq!(count(OpKind::Matmul, &big, &[]), u64::MAX);

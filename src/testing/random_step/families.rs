@@ -1,6 +1,6 @@
 //! The op families the generator draws from: elementwise chains, broadcasting, activations,
-//! math functions, attention, matmuls, reductions, views, casts, constants, normalisation,
-//! conv blocks, embeddings. Each builds a few valid ops from values in the pool (or new
+//! math functions, attention (written out and fused), matmuls, reductions, views, casts,
+//! constants, normalisation, conv blocks, embeddings. Each builds a few valid ops from values in the pool (or new
 //! arguments).
 
 use super::*;
@@ -173,6 +173,71 @@ impl Gen {
         if self.chance(0.3) {
             self.backward_chain(self.records.len() - 1);
         }
+    }
+
+    /// `attention(q, k, v)` over heads: grouped-query heads (H a multiple of Hkv) and
+    /// causal masks sometimes, T ≠ S and E ≠ Ev sometimes, the backward op right away
+    /// sometimes. q, k and v come from [`heads`](Self::heads).
+    pub(super) fn fused_attention(&mut self) {
+        let dtype = self.float_dtype();
+        let batch: Vec<u64> = match self.below(3) {
+            0 => vec![],
+            1 => vec![1],
+            _ => vec![2],
+        };
+        let kv_heads = self.choose(&[1, 2]);
+        let group = self.choose(&[1, 1, 2, 4]);
+        let (t, e) = (self.choose(&[1, 2, 3, 4, 6]), self.choose(&[1, 2, 4, 8]));
+        let s = if self.chance(0.6) { t } else { self.choose(&[1, 2, 5, 8]) };
+        let ev = if self.chance(0.7) { e } else { self.choose(&[1, 3, 4]) };
+        let Some(q) = self.heads(dtype, &batch, kv_heads * group, t, e) else { return };
+        let Some(k) = self.heads(dtype, &batch, kv_heads, s, e) else { return };
+        let Some(v) = self.heads(dtype, &batch, kv_heads, s, ev) else { return };
+        let causal = self.chance(0.5);
+        let scale = if self.chance(0.7) { 1.0 / (e as f64).sqrt() } else { self.choose(&[0.1, 1.0, 2.0]) };
+        let given = [("causal", Attr::Bool(causal)), ("scale", Attr::Float(scale))];
+        if self.emit_recorded(OpKind::Attention, &[q, k, v], &given).is_some() && self.chance(0.3) {
+            self.backward_of(self.records.len() - 1);
+        }
+    }
+
+    /// A float `[..batch, heads, len, width]` value of `dtype`: half the time a projection
+    /// `x @ W` of a `[B·len, D]` value (from the pool or new) split into heads, reshaped to
+    /// `[..batch, len, heads, width]` and transposed to `[..batch, heads, len, width]` (a
+    /// strided view, as models write it); else a value of that type from the pool or a new
+    /// input. `None` if it would be too large or an op is refused.
+    fn heads(&mut self, dtype: DType, batch: &[u64], heads: u64, len: u64, width: u64) -> Option<usize> {
+        let ty = TensorType::new(dtype, [batch, &[heads, len, width]].concat());
+        if numel(&ty) > MAX_NUMEL {
+            return None;
+        }
+        if self.chance(0.5) {
+            let rows = batch.iter().product::<u64>() * len;
+            let x = match self.pick(|g, v| g.ty(v).dtype == dtype && g.ty(v).rank() == 2 && g.ty(v).dims()[0] == rows) {
+                Some(x) => x,
+                None => {
+                    let d = self.choose(&DIMS[1..]);
+                    self.new_input(TensorType::new(dtype, vec![rows, d]))
+                }
+            };
+            let weight = TensorType::new(dtype, vec![self.ty(x).dims()[1], heads * width]);
+            if numel(&weight) > MAX_NUMEL {
+                return None;
+            }
+            let w = self.param(weight);
+            let projected = self.emit(OpKind::Matmul, &[x, w], &[])?;
+            let split_shape = ints(&[batch, &[len, heads, width]].concat());
+            let split = self.emit(OpKind::Reshape, &[projected], &[("shape", split_shape)])?;
+            let b = batch.len() as i64;
+            let perm: Vec<i64> = (0..b).chain([b + 1, b, b + 2]).collect();
+            return self.emit(OpKind::Transpose, &[split], &[("perm", Attr::Ints(perm))]);
+        }
+        if self.chance(0.3)
+            && let Some(v) = self.pick(|g, v| g.ty(v) == &ty)
+        {
+            return Some(v);
+        }
+        Some(self.new_input(ty))
     }
 
     pub(super) fn matmul(&mut self) {

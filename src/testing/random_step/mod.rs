@@ -11,15 +11,16 @@
 //!
 //! The generator keeps a *pool* of typed values that later ops may read (arguments and op
 //! outputs). It repeatedly picks an op *family* (binary arithmetic, a linear layer, an
-//! attention block, a conv block, a view, a reduction, a loss, a backward op, an optimizer
-//! update, ...), picks inputs of fitting types from the pool (half the time among the most
-//! recent ones, which makes chains and short lifetimes; otherwise any, which makes long
-//! lifetimes and values with several users), or creates a new `input`/`param` argument of
-//! the needed type, builds the attributes, and asks the op's row (`infer`) for the output
-//! types. A rule that says no (or an output larger than [`MAX_OUT`]) just drops that op and
-//! the loop goes on; ops already emitted stay (values that are never read are part of the
-//! variety). Forward ops are recorded so that backward families can find them:
-//! `relu_backward` reads a relu's output, `layer_norm_backward` its x and gamma,
+//! attention block, fused attention, a conv block, a view, a reduction, a loss, a backward
+//! op, an optimizer update, ...), picks inputs of fitting types from the pool (half the
+//! time among the most recent ones, which makes chains and short lifetimes; otherwise any,
+//! which makes long lifetimes and values with several users), or creates a new
+//! `input`/`param` argument of the needed type, builds the attributes, and asks the op's
+//! row (`infer`) for the output types. A rule that says no (or an output larger than
+//! [`MAX_OUT`]) just drops that op and the loop goes on; ops already emitted stay (values
+//! that are never read are part of the variety). Forward ops are recorded so that backward
+//! families can find them: `relu_backward` reads a relu's output, `attention_backward`
+//! attention's inputs and both its outputs, `layer_norm_backward` its x and gamma,
 //! `conv2d_backward` the conv's x and w, and so on.
 //!
 //! Gradients of optimizers need the param's exact type. A backward op that yields one
@@ -43,8 +44,10 @@
 //! (in-place candidates), the activations relu, gelu (tanh and exact), silu, sigmoid,
 //! tanh, hardswish and softmax with their backward ops, the math functions neg, exp, log,
 //! sqrt, rsqrt and pow_scalar (on values where they are finite), causal_mask in attention
-//! blocks (batched matmuls with `transpose_b`), matmul with transposes and batch dims,
-//! sum/mean with random axes (negative spellings) and keepdim, reshape of dense values,
+//! blocks (batched matmuls with `transpose_b`), fused attention (q, k, v new inputs or
+//! projections split into heads by a reshape and a transposing view; causal or not,
+//! grouped-query heads, T ≠ S, E ≠ Ev) and its backward op, matmul with transposes and
+//! batch dims, sum/mean with random axes (negative spellings) and keepdim, reshape of dense values,
 //! transpose, expand, contiguous (and reshape of a transposed or expanded value only
 //! through contiguous), casts among f32/f16/bf16 (and to i32/i64/bool and back), fill,
 //! embedding and its backward, layer_norm/batch_norm and their 3-output backward ops,
@@ -119,6 +122,8 @@ struct Record {
     kind: OpKind,
     inputs: Vec<usize>,
     output: usize,
+    /// The outputs after the first (attention's lse).
+    later_outputs: Vec<usize>,
     attrs: Attrs,
 }
 
@@ -139,6 +144,7 @@ enum Family {
     Math,
     Softmax,
     Attention,
+    FusedAttention,
     Matmul,
     Linear,
     Reduce,
@@ -166,6 +172,7 @@ const FAMILIES: &[(Family, u64)] = &[
     (Family::Math, 6),
     (Family::Softmax, 4),
     (Family::Attention, 3),
+    (Family::FusedAttention, 3),
     (Family::Matmul, 8),
     (Family::Linear, 6),
     (Family::Reduce, 6),
@@ -430,12 +437,13 @@ impl Gen {
         self.emit_named(kind, inputs, given, None).map(|o| o[0])
     }
 
-    /// Emits a one-output forward op and records it for its backward op.
+    /// Emits a forward op and records it for its backward op; returns its first output.
     fn emit_recorded(&mut self, kind: OpKind, inputs: &[usize], given: &[(&'static str, Attr)]) -> Option<usize> {
-        let out = self.emit(kind, inputs, given)?;
+        let outputs = self.emit_named(kind, inputs, given, None)?;
         let attrs = self.ops.last().expect("just emitted").attrs.clone();
-        self.records.push(Record { kind, inputs: inputs.to_vec(), output: out, attrs });
-        Some(out)
+        let (output, later_outputs) = (outputs[0], outputs[1..].to_vec());
+        self.records.push(Record { kind, inputs: inputs.to_vec(), output, later_outputs, attrs });
+        Some(output)
     }
 
     fn cast_to(&mut self, v: usize, dtype: DType) -> Option<usize> {
@@ -514,6 +522,7 @@ impl Gen {
                 self.softmax(x);
             }
             Family::Attention => self.attention(),
+            Family::FusedAttention => self.fused_attention(),
             Family::Matmul => self.matmul(),
             Family::Linear => self.linear(),
             Family::Reduce => self.reduce(),

@@ -79,6 +79,7 @@ impl Gen {
             OpKind::LayerNorm | OpKind::RmsNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
             OpKind::Conv2d | OpKind::CrossEntropy => vec![r.inputs[0], r.inputs[1]],
             OpKind::Embedding => vec![r.inputs[1]],
+            OpKind::Attention => [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat(),
             _ => vec![],
         };
         needed.iter().all(|&v| self.readable(v))
@@ -152,6 +153,16 @@ impl Gen {
                 let mut given = vec![("shape", ints(self.ty(r.inputs[0]).dims()))];
                 given.extend(r.attrs.0.iter().cloned());
                 self.emit(OpKind::SliceBackward, &[dy], &given);
+            }
+            OpKind::Attention => {
+                let dout = self.derive(&out_ty, None);
+                let saved = [dout, r.inputs[0], r.inputs[1], r.inputs[2], r.output, r.later_outputs[0]];
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                if let Some(outs) = self.emit_named(OpKind::AttentionBackward, &saved, &given, None) {
+                    for (&x, g) in r.inputs.iter().zip(outs) {
+                        self.grads.insert(x, g);
+                    }
+                }
             }
             OpKind::CrossEntropy => {
                 let dloss = if self.chance(0.6) {

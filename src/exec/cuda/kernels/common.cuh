@@ -283,3 +283,20 @@ __device__ float block_max(float v) {
     __syncthreads();
     return warp_max(lane < warps ? red[lane] : -f_inf());
 }
+
+__device__ __forceinline__ double warp_max_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ double block_max_d(double v) {
+    __shared__ double red[32];
+    v = warp_max_d(v);
+    const int warps = blockDim.x >> 5;
+    if (warps == 1) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    return warp_max_d(lane < warps ? red[lane] : -(double)f_inf());
+}

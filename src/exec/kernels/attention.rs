@@ -1,0 +1,311 @@
+//! Fused attention, the reference: `attention` and `attention_backward`.
+//!
+//! Shapes (checked by the type rule): `q [..., H, T, E]`, `k [..., Hkv, S, E]`,
+//! `v [..., Hkv, S, Ev]`, `out [..., H, T, Ev]`, `lse [..., H, T]`. Query head `h` of a batch
+//! reads key/value head `h / (H / Hkv)` (grouped-query attention, PyTorch's
+//! `repeat_interleave`); with `causal`, query row `i` sees keys `j <= i` only (the top-left
+//! aligned lower triangle, also when T != S).
+//!
+//! Memory: both kernels work one query row at a time and hold at most one row of S scores,
+//! never a T×S matrix. The forward uses the exact softmax with the row's maximum
+//! subtracted; the backward recomputes each probability from the saved logsumexp,
+//! p = exp(scale·q·k − lse), as FlashAttention-2 does.
+//!
+//! A row that sees no key (S = 0) gives `out` = 0 (the empty sum) and `lse` = −∞ (the
+//! logsumexp of nothing), and passes no gradient.
+
+use crate::exec::Dense;
+use crate::ir::ops::Attrs;
+
+/// The attributes both ops share: how scores are formed.
+pub(super) struct ScoreAttrs {
+    causal: bool,
+    scale: f64,
+}
+
+impl ScoreAttrs {
+    pub(super) fn read(attrs: &Attrs) -> ScoreAttrs {
+        ScoreAttrs { causal: attrs.bool("causal"), scale: attrs.float("scale") }
+    }
+}
+
+/// The sizes of one call; `rows` query rows in all (B·H·T).
+struct Dims {
+    /// B·H: query heads over all batch entries.
+    heads: usize,
+    /// H / Hkv: query heads per key/value head.
+    group: usize,
+    t: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+}
+
+impl Dims {
+    fn of(q: &Dense, k: &Dense, v: &Dense) -> Dims {
+        let rank = q.shape.len();
+        let heads = q.shape[..rank - 2].iter().product();
+        let group = q.shape[rank - 3] / k.shape[rank - 3];
+        Dims { heads, group, t: q.shape[rank - 2], s: k.shape[rank - 2], e: q.shape[rank - 1], ev: v.shape[rank - 1] }
+    }
+
+    /// The keys query row `i` sees: all S, or with `causal` the first min(i + 1, S).
+    fn keys(&self, i: usize, causal: bool) -> usize {
+        if causal { (i + 1).min(self.s) } else { self.s }
+    }
+}
+
+/// Row `r` of `x` viewed as rows of `n` numbers.
+fn row(x: &Dense, r: usize, n: usize) -> &[f64] {
+    &x.data[r * n..(r + 1) * n]
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `y += a · x`.
+fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// `(out, lse)`: per query row, scores = scale·q·kⱼ over the keys it sees, max-subtracted
+/// exponentials p, out = Σ p·vⱼ / Σ p, lse = max + ln Σ p.
+pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, attrs: &ScoreAttrs) -> Vec<Dense> {
+    let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let rank = q.shape.len();
+    let mut out = Dense::zeros([&q.shape[..rank - 1], &[d.ev]].concat());
+    let mut lse = Dense::zeros(q.shape[..rank - 1].to_vec());
+    let mut scores = vec![0.0; d.s];
+    for head in 0..d.heads {
+        let kv = head / d.group;
+        for i in 0..d.t {
+            let r = head * d.t + i;
+            let (qi, n) = (row(q, r, d.e), d.keys(i, attrs.causal));
+            for (j, score) in scores[..n].iter_mut().enumerate() {
+                *score = scale * dot(qi, row(k, kv * d.s + j, d.e));
+            }
+            let max = scores[..n].iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+            let mut total = 0.0;
+            for score in &mut scores[..n] {
+                *score = (*score - max).exp();
+                total += *score;
+            }
+            let o = &mut out.data[r * d.ev..(r + 1) * d.ev];
+            for (j, &p) in scores[..n].iter().enumerate() {
+                axpy(o, p / total, row(v, kv * d.s + j, d.ev));
+            }
+            // n = 0: max and ln(total) are both −∞.
+            lse.data[r] = max + total.ln();
+        }
+    }
+    vec![out, lse]
+}
+
+/// `(dq, dk, dv)` of attention, FlashAttention-2's backward: per query row i, D = Σ dout·out,
+/// then for each key j it sees, p = exp(scale·q·kⱼ − lse), dp = dout·vⱼ, ds = p·(dp − D):
+/// dvⱼ += p·dout, dq += scale·ds·kⱼ, dkⱼ += scale·ds·q. dk and dv sum over the query heads
+/// of a group and their rows, in order.
+pub(super) fn attention_backward(
+    dout: &Dense,
+    q: &Dense,
+    k: &Dense,
+    v: &Dense,
+    out: &Dense,
+    lse: &Dense,
+    attrs: &ScoreAttrs,
+) -> Vec<Dense> {
+    let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let mut dq = Dense::zeros(q.shape.clone());
+    let mut dk = Dense::zeros(k.shape.clone());
+    let mut dv = Dense::zeros(v.shape.clone());
+    for head in 0..d.heads {
+        let kv = head / d.group;
+        for i in 0..d.t {
+            let r = head * d.t + i;
+            let (qi, doi) = (row(q, r, d.e), row(dout, r, d.ev));
+            let delta = dot(doi, row(out, r, d.ev));
+            for j in 0..d.keys(i, attrs.causal) {
+                let key = kv * d.s + j;
+                let p = (scale * dot(qi, row(k, key, d.e)) - lse.data[r]).exp();
+                let ds = p * (dot(doi, row(v, key, d.ev)) - delta);
+                axpy(&mut dv.data[key * d.ev..(key + 1) * d.ev], p, doi);
+                axpy(&mut dq.data[r * d.e..(r + 1) * d.e], scale * ds, row(k, key, d.e));
+                axpy(&mut dk.data[key * d.e..(key + 1) * d.e], scale * ds, qi);
+            }
+        }
+    }
+    vec![dq, dk, dv]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+    use crate::ir::ops::{Attr, OpKind};
+
+    type Matrix = Vec<Vec<f64>>;
+
+    /// One head's textbook attention with every T×S matrix materialised: scores S, the
+    /// mask as −∞, P = softmax(S) row by row, out = P·V, lse = ln Σ exp(S) per row; and
+    /// the backward through P: dP = dout·Vᵀ, dS = P ∘ (dP − rowsum(P ∘ dP)),
+    /// dQ = scale·dS·K, dK = scale·dSᵀ·Q, dV = Pᵀ·dout. Returns (out, lse, dq, dk, dv).
+    fn naive_head(
+        q: &[Vec<f64>],
+        k: &[Vec<f64>],
+        v: &[Vec<f64>],
+        dout: &[Vec<f64>],
+        causal: bool,
+        scale: f64,
+    ) -> (Matrix, Vec<f64>, Matrix, Matrix, Matrix) {
+        let s = k.len();
+        let (e, ev) = (q.first().map_or(0, Vec::len), v.first().map_or(0, Vec::len));
+        let matmul = |a: &[Vec<f64>], b: &[Vec<f64>], n: usize| -> Matrix {
+            a.iter().map(|ra| (0..n).map(|c| ra.iter().zip(b).map(|(x, rb)| x * rb[c]).sum()).collect()).collect()
+        };
+        let transpose = |a: &[Vec<f64>], cols: usize| -> Matrix {
+            (0..cols).map(|c| a.iter().map(|r| r[c]).collect()).collect()
+        };
+        let mut scores = matmul(q, &transpose(k, e), s);
+        for (i, row) in scores.iter_mut().enumerate() {
+            for (j, x) in row.iter_mut().enumerate() {
+                *x = if causal && j > i { f64::NEG_INFINITY } else { scale * *x };
+            }
+        }
+        let mut lse = Vec::new();
+        let p: Matrix = scores
+            .iter()
+            .map(|row| {
+                let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+                let total: f64 = row.iter().map(|x| (x - max).exp()).sum();
+                lse.push(max + total.ln());
+                row.iter().map(|x| (x - max).exp() / total).collect()
+            })
+            .collect();
+        let out = matmul(&p, v, ev);
+        let dp = matmul(dout, &transpose(v, ev), s);
+        let ds: Matrix = p
+            .iter()
+            .zip(&dp)
+            .map(|(pr, dr)| {
+                let sum: f64 = pr.iter().zip(dr).map(|(a, b)| a * b).sum();
+                pr.iter().zip(dr).map(|(a, b)| a * (b - sum)).collect()
+            })
+            .collect();
+        let scaled = |m: Matrix| m.into_iter().map(|r| r.into_iter().map(|x| scale * x).collect()).collect();
+        let dq = scaled(matmul(&ds, k, e));
+        let dk = scaled(matmul(&transpose(&ds, s), q, e));
+        let dv = matmul(&transpose(&p, s), dout, ev);
+        (out, lse, dq, dk, dv)
+    }
+
+    /// Rows `[at, at + n)` of width `w` of `x`, as a matrix.
+    fn rows(x: &Dense, at: usize, n: usize, w: usize) -> Matrix {
+        (at..at + n).map(|r| x.data[r * w..(r + 1) * w].to_vec()).collect()
+    }
+
+    /// The whole call the naive way: k and v repeated over each group of query heads as
+    /// PyTorch's `repeat_interleave(H / Hkv, dim=-3)` does, every head materialised, dk and
+    /// dv summed back over the repeats. Returns (out, lse, dq, dk, dv) as flat data.
+    fn naive(q: &Dense, k: &Dense, v: &Dense, dout: &Dense, causal: bool, scale: f64) -> [Vec<f64>; 5] {
+        let rank = q.shape.len();
+        let (h, t, e) = (q.shape[rank - 3], q.shape[rank - 2], q.shape[rank - 1]);
+        let (hkv, s, ev) = (k.shape[rank - 3], k.shape[rank - 2], v.shape[rank - 1]);
+        let batch: usize = q.shape[..rank - 3].iter().product();
+        let repeats = h / hkv;
+        let mut results: [Vec<f64>; 5] = Default::default();
+        let (mut dk, mut dv) = (vec![0.0; k.data.len()], vec![0.0; v.data.len()]);
+        for b in 0..batch {
+            for head in 0..h {
+                // repeat_interleave: repeated head r·repeats + c is head r of k and v.
+                let source = b * hkv + head / repeats;
+                let at = (b * h + head) * t;
+                let (o, l, dqh, dkh, dvh) = naive_head(
+                    &rows(q, at, t, e),
+                    &rows(k, source * s, s, e),
+                    &rows(v, source * s, s, ev),
+                    &rows(dout, at, t, ev),
+                    causal,
+                    scale,
+                );
+                results[0].extend(o.concat());
+                results[1].extend(l);
+                results[2].extend(dqh.concat());
+                for (x, g) in dk[source * s * e..].iter_mut().zip(dkh.concat()) {
+                    *x += g;
+                }
+                for (x, g) in dv[source * s * ev..].iter_mut().zip(dvh.concat()) {
+                    *x += g;
+                }
+            }
+        }
+        results[3] = dk;
+        results[4] = dv;
+        results
+    }
+
+    /// Both kernels against the naive computation, on q, k, v of the given shapes.
+    #[track_caller]
+    fn matches_naive(q: &[usize], k: &[usize], v: &[usize], causal: bool, seed: u64) {
+        let scale = 1.0 / (q[q.len() - 1] as f64).sqrt().max(1.0);
+        let given = [("causal", Attr::Bool(causal)), ("scale", Attr::Float(scale))];
+        let (q, k, v) = (rand(q, seed), rand(k, seed + 1), rand(v, seed + 2));
+        let forward = run(OpKind::Attention, &given, &[q.clone(), k.clone(), v.clone()]);
+        let dout = rand(&forward[0].shape, seed + 3);
+        let inputs = [dout.clone(), q.clone(), k.clone(), v.clone(), forward[0].clone(), forward[1].clone()];
+        let backward = run(OpKind::AttentionBackward, &given, &inputs);
+        let want = naive(&q, &k, &v, &dout, causal, scale);
+        let got = [&forward[0], &forward[1], &backward[0], &backward[1], &backward[2]];
+        for (name, (got, want)) in ["out", "lse", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
+            assert_eq!(got.data.len(), want.len(), "{name}");
+            for (i, (a, b)) in got.data.iter().zip(want).enumerate() {
+                assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{name}[{i}]: got {a}, want {b} (causal {causal})");
+            }
+        }
+    }
+
+    #[test]
+    fn kernels_match_materialised_attention() {
+        for causal in [false, true] {
+            // Multi-head, T = S.
+            matches_naive(&[2, 2, 5, 4], &[2, 2, 5, 4], &[2, 2, 5, 4], causal, 1);
+            // T < S and T > S (causal: the top-left triangle; late rows see every key).
+            matches_naive(&[1, 2, 3, 4], &[1, 2, 6, 4], &[1, 2, 6, 4], causal, 2);
+            matches_naive(&[1, 2, 6, 4], &[1, 2, 3, 4], &[1, 2, 3, 4], causal, 3);
+            // Grouped-query heads: 2 and 4 query heads per key/value head, E != Ev.
+            matches_naive(&[2, 4, 4, 3], &[2, 2, 4, 3], &[2, 2, 4, 5], causal, 4);
+            matches_naive(&[2, 1, 4, 5, 2], &[2, 1, 1, 7, 2], &[2, 1, 1, 7, 6], causal, 5);
+            // No batch dimensions; one key.
+            matches_naive(&[3, 4, 8], &[3, 4, 8], &[3, 4, 2], causal, 6);
+            matches_naive(&[2, 3, 4], &[1, 1, 4], &[1, 1, 4], causal, 7);
+        }
+    }
+
+    #[test]
+    fn large_scores_stay_finite() {
+        // Scores near ±800: exp would overflow without subtracting the row's maximum.
+        let given = [("causal", Attr::Bool(false)), ("scale", Attr::Float(100.0))];
+        let q = t(&[1, 2, 2], &[3.0, 1.0, -2.0, 2.0]);
+        let k = t(&[1, 3, 2], &[2.0, 2.0, -2.0, 1.0, 1.0, 0.0]);
+        let v = t(&[1, 3, 1], &[1.0, 2.0, 3.0]);
+        let out = run(OpKind::Attention, &given, &[q, k, v]);
+        // Row 0 scores 800, -500, 300: all weight on key 0. Row 1 scores 0, 600, -200: key 1.
+        assert_close(&out[0], &[1.0, 2.0], 1e-12);
+        assert_close(&out[1], &[800.0, 600.0], 1e-12);
+    }
+
+    #[test]
+    fn no_keys_give_zeros_and_minus_infinity() {
+        let given = [("causal", Attr::Bool(true)), ("scale", Attr::Float(0.5))];
+        let (q, k, v) = (rand(&[2, 3, 4], 8), Dense::zeros(vec![1, 0, 4]), Dense::zeros(vec![1, 0, 5]));
+        let out = run(OpKind::Attention, &given, &[q.clone(), k.clone(), v.clone()]);
+        assert_eq!(out[0].data, vec![0.0; 2 * 3 * 5]);
+        assert_eq!(out[1].data, vec![f64::NEG_INFINITY; 2 * 3]);
+        let inputs = [rand(&[2, 3, 5], 9), q, k, v, out[0].clone(), out[1].clone()];
+        let grads = run(OpKind::AttentionBackward, &given, &inputs);
+        assert_eq!(grads[0].data, vec![0.0; 2 * 3 * 4]);
+        assert!(grads[1].data.is_empty() && grads[2].data.is_empty());
+    }
+}
