@@ -151,6 +151,9 @@ fn census(graphs: &[Graph]) -> BTreeMap<String, usize> {
                     bump("matmul with a transpose".into());
                 }
             }
+            if op.kind == OpKind::Fill && op.attrs.float("step") != 0.0 {
+                bump("fill with a step (arange)".into());
+            }
             if op.kind == OpKind::Gelu && op.attrs.get("approximate") == Some(&Attr::Bool(false)) {
                 bump("exact gelu".into());
             }
@@ -226,6 +229,7 @@ fn the_generator_covers_every_op_and_feature() {
         "step with 3+ updates",
         "step with 2+ returns",
         "update in the middle of the step",
+        "fill with a step (arange)",
         "exact gelu",
         "cross_entropy ignoring a class",
         "cross_entropy with label smoothing",

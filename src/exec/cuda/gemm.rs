@@ -113,7 +113,7 @@ pub fn matmul(
             kernel: FILL,
             grid,
             block,
-            args: vec![Arg::Tensor(out.clone()), Arg::F64(0.0)],
+            args: vec![Arg::Tensor(out.clone()), Arg::F64(0.0), Arg::F64(0.0)],
         })];
     }
     match cublas_calls(&a_full, &b_full, out) {

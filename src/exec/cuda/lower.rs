@@ -112,7 +112,7 @@ pub fn lower_op(
         Tanh => unary(OP_TANH, y(0), x(0), 0.0),
         Hardswish => unary(OP_HARDSWISH, y(0), x(0), 0.0),
         Contiguous | Cast => unary(OP_COPY, y(0), x(0), 0.0),
-        Fill => elementwise(FILL, y(0).numel(), vec![t(y(0)), Arg::F64(attrs.float("value"))]),
+        Fill => elementwise(FILL, y(0).numel(), vec![t(y(0)), Arg::F64(attrs.float("value")), Arg::F64(attrs.float("step"))]),
         CausalMask => {
             let last = *y(0).shape.last().unwrap_or(&1);
             elementwise(CAUSAL_MASK, y(0).numel(), vec![t(y(0)), t(x(0)), int(last), Arg::F64(attrs.float("value"))])
@@ -144,7 +144,7 @@ pub fn lower_op(
             // Zeros, then dy copied into the slice of them.
             let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
             let slice = strided_part(out, axis, attrs.int("start") as u64, x(0).shape[axis], attrs.int("step") as u64);
-            let mut commands = elementwise(FILL, out.numel(), vec![t(out), Arg::F64(0.0)]);
+            let mut commands = elementwise(FILL, out.numel(), vec![t(out), Arg::F64(0.0), Arg::F64(0.0)]);
             commands.extend(unary(OP_COPY, &slice, x(0), 0.0));
             commands
         }

@@ -135,10 +135,11 @@ pub(super) fn causal_mask(x: &Dense, value: f64) -> Dense {
     out
 }
 
-/// A tensor of `shape` with every element `value` (`eval` converts it to the dtype; the type
-/// rule has checked that it is representable).
-pub(super) fn fill(shape: &[usize], value: f64) -> Dense {
-    Dense::new(shape.to_vec(), vec![value; shape.iter().product()])
+/// A tensor of `shape` whose element i (row-major) is `value + i·step`, computed in f64
+/// (`eval` converts it to the dtype; the type rule has checked that it is representable).
+pub(super) fn fill(shape: &[usize], value: f64, step: f64) -> Dense {
+    let n: usize = shape.iter().product();
+    Dense::new(shape.to_vec(), (0..n).map(|i| value + i as f64 * step).collect())
 }
 
 #[cfg(test)]
@@ -307,6 +308,13 @@ mod tests {
             eval(OpKind::Fill, &attrs, &[], &[TensorType::new(dtype, vec![2, 2])]).unwrap().remove(0)
         };
         assert_eq!(f(DType::F32, 1.5).data, [1.5; 4]);
+        // With a step: arange, row-major, in f64 (the executors round the stores).
+        let arange = |dtype, value, step| {
+            let given = [("shape", ints(&[2, 2])), ("dtype", Attr::DType(dtype)), ("value", Attr::Float(value)), ("step", Attr::Float(step))];
+            eval(OpKind::Fill, &attrs(OpKind::Fill, &given), &[], &[TensorType::new(dtype, vec![2, 2])]).unwrap().remove(0)
+        };
+        assert_eq!(arange(DType::I64, 5.0, -3.0).data, [5.0, 2.0, -1.0, -4.0]);
+        assert_eq!(arange(DType::Bf16, 0.0, 0.1).data, [0.0, 0.1, 0.2, 3.0 * 0.1]);
         assert_eq!(f(DType::I32, -7.0).data, [-7.0; 4]);
         assert_eq!(f(DType::Bool, 1.0).data, [1.0; 4]);
         assert_eq!(f(DType::F32, 1.5).shape, [2, 2]);

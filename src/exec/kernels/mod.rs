@@ -95,7 +95,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Contiguous => vec![x[0].clone()],
         // The dtype conversion itself is `to_dtype` below, as for every output.
         OpKind::Cast => vec![x[0].clone()],
-        OpKind::Fill => vec![elementwise::fill(&shapes[0], attrs.float("value"))],
+        OpKind::Fill => vec![elementwise::fill(&shapes[0], attrs.float("value"), attrs.float("step"))],
         OpKind::Embedding => vec![nn::embedding(&x[0], &x[1])?],
         OpKind::EmbeddingBackward => vec![nn::embedding_backward(&x[0], &x[1], &shapes[0])?],
         OpKind::LayerNorm => vec![nn::layer_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],

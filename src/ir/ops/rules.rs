@@ -450,19 +450,36 @@ pub(super) fn infer_cast(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     done(vec![TensorType { dtype: attrs.dtype("to"), shape: inputs[0].shape.clone() }])
 }
 
+/// `fill(shape, dtype, value, step)`: element i is `value + i·step`; the first and the last
+/// element must be representable in `dtype` (the others lie between them), and `step` must
+/// keep integer dtypes integral (bool: no step at all).
 pub(super) fn infer_fill(_: &[&TensorType], attrs: &Attrs) -> Rule {
     let dims = dims_attr(attrs, "shape")?;
     let dtype = attrs.dtype("dtype");
     let value = not_nan(attrs, "value")?;
-    let fits = match dtype {
+    let step = not_nan(attrs, "step")?;
+    if !step.is_finite() {
+        return Err(format!("step={step:?}: expected a finite number"));
+    }
+    let fits = |value: f64| match dtype {
         DType::F32 | DType::F16 | DType::Bf16 => true,
         DType::Bool => value == 0.0 || value == 1.0,
         DType::I32 => value.fract() == 0.0 && value >= i32::MIN as f64 && value <= i32::MAX as f64,
         // 2^63 is exactly representable; every f64 below it fits in an i64.
         DType::I64 => value.fract() == 0.0 && value >= -(2f64.powi(63)) && value < 2f64.powi(63),
     };
-    if !fits {
+    if !fits(value) {
         return Err(format!("value={value:?} is not representable as {dtype}"));
+    }
+    let numel = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).unwrap_or(u64::MAX);
+    if step != 0.0 {
+        if dtype == DType::Bool || (!dtype.is_float() && step.fract() != 0.0) {
+            return Err(format!("step={step:?} does not keep the elements {dtype}"));
+        }
+        let last = value + numel.saturating_sub(1) as f64 * step;
+        if !fits(last) || (dtype.is_float() && !last.is_finite()) {
+            return Err(format!("the last element, {last:?}, is not representable as {dtype}"));
+        }
     }
     done(vec![TensorType::new(dtype, dims)])
 }

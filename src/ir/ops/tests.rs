@@ -90,7 +90,7 @@ fn signatures() {
         "conv2d_backward(dy, x, w, stride=[1, 1], padding=[0, 0]) -> (dx, dw)"
     );
     assert_eq!(OpKind::Sgd.def().signature(), "sgd(p, g, lr=<float>) -> p_new");
-    assert_eq!(OpKind::Fill.def().signature(), "fill(shape=<ints>, dtype=<dtype>, value=0.0) -> out");
+    assert_eq!(OpKind::Fill.def().signature(), "fill(shape=<ints>, dtype=<dtype>, value=0.0, step=0.0) -> out");
     assert_eq!(OpKind::LayerNorm.def().signature(), "layer_norm(x, gamma, beta, eps=1e-5) -> y");
     assert_eq!(OpKind::CausalMask.def().signature(), "causal_mask(x, value=-inf) -> out");
     assert_eq!(OpKind::Add.def().signature(), "add(a, b) -> out");
@@ -356,6 +356,18 @@ fn fill_checks_value_against_dtype() {
     err(OpKind::Fill, &[], &f(&[2], DType::Bool, 2.0), "bool");
     err(OpKind::Fill, &[], &f(&[2, -3], DType::F32, 0.0), "negative");
     err(OpKind::Fill, &[], &f(&[2], DType::F32, f64::NAN), "NaN");
+    // With a step (arange): the last element must fit, integer dtypes take integer steps.
+    let step = |shape: &[i64], dtype, value, step: f64| {
+        let mut attrs = f(shape, dtype, value).to_vec();
+        attrs.push(("step", float(step)));
+        attrs
+    };
+    assert_eq!(ok(OpKind::Fill, &[], &step(&[1024], DType::I64, 0.0, 1.0)), ["i64[1024]"]);
+    assert_eq!(ok(OpKind::Fill, &[], &step(&[2, 3], DType::F16, 1.0, -0.5)), ["f16[2,3]"]);
+    err(OpKind::Fill, &[], &step(&[4], DType::I32, 0.0, 0.5), "does not keep the elements i32");
+    err(OpKind::Fill, &[], &step(&[4], DType::Bool, 0.0, 1.0), "bool");
+    err(OpKind::Fill, &[], &step(&[4], DType::I32, 2147483646.0, 1.0), "last element, 2147483649.0");
+    err(OpKind::Fill, &[], &step(&[4], DType::F32, 0.0, f64::INFINITY), "finite");
 }
 
 #[test]

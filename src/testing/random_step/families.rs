@@ -452,7 +452,13 @@ impl Gen {
             1 => (DType::Bool, self.choose(&[0.0, 1.0])),
             _ => (self.float_dtype(), self.choose(&[0.0, 1.0, 0.5, -2.0, 0.015625])),
         };
-        self.emit(OpKind::Fill, &[], &[("shape", ints(&shape)), ("dtype", Attr::DType(dtype)), ("value", Attr::Float(value))]);
+        let mut attrs = vec![("shape", ints(&shape)), ("dtype", Attr::DType(dtype)), ("value", Attr::Float(value))];
+        // An arange (PyTorch's positions): an integer step for integer dtypes.
+        if dtype != DType::Bool && self.chance(0.4) {
+            let step = if dtype.is_float() { self.choose(&[1.0, -0.5, 0.25]) } else { self.choose(&[1.0, -3.0]) };
+            attrs.push(("step", Attr::Float(step)));
+        }
+        self.emit(OpKind::Fill, &[], &attrs);
     }
 
     pub(super) fn eps(&mut self) -> Vec<(&'static str, Attr)> {

@@ -119,8 +119,10 @@ extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
     }
 }
 
-extern "C" __global__ void fill(Tensor out, double value) {
-    GRID_STRIDE(i, out.numel) { store_d(out, i, value); }
+// Element i is value + i·step (step 0: a constant; otherwise arange), computed in double
+// as the CPU reference does.
+extern "C" __global__ void fill(Tensor out, double value, double step) {
+    GRID_STRIDE(i, out.numel) { store_d(out, i, value + (double)i * step); }
 }
 
 // x is [..., T, T]; entries [..., i, j] with j > i become `value`.
