@@ -91,9 +91,12 @@ def module_path(node) -> str:
 class Translator:
     """Translates one exported program into a `StepWriter` (see the module docs)."""
 
-    def __init__(self, program: ExportedProgram, writer: StepWriter):
+    def __init__(self, program: ExportedProgram, writer: StepWriter, amp: bool = False):
         self.program = program
         self.w = writer
+        # Captured under CUDA autocast (`export.capture`): ops torch.export keeps whole
+        # whose autocast policy lives in their decomposition get it here (cross_entropy).
+        self.amp = amp
         self.env: dict[torch.fx.Node, object] = {}
         self.node: torch.fx.Node | None = None
         # Ops written as `extern` (another framework's op memplan plans but cannot run):
@@ -146,6 +149,15 @@ class Translator:
         graph = self.program.graph
         sig = self.program.graph_signature
         kinds = {spec.arg.name: spec for spec in sig.input_specs}
+        # Tied weights (GPT-2's token embedding and output head) are one tensor under several
+        # state-dict names; torch.export lists each name as an input and reads one of them.
+        # The step has one param, named as PyTorch's `named_parameters()` names it (the first
+        # name in the state dict), and no argument for the unread names.
+        tensors = self.program.state_dict
+        first_name, names = {}, {}
+        for name, tensor in tensors.items():
+            first_name.setdefault(id(tensor), name)
+            names[id(tensor)] = names.get(id(tensor), 0) + 1
         for node in graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -153,8 +165,11 @@ class Translator:
             fake = node.meta["val"]
             if not isinstance(fake, torch.Tensor):
                 raise ExportError(f"input {node.name} is not a tensor ({type(fake).__name__})")
+            tied = spec.target in tensors and names[id(tensors[spec.target])] > 1
+            if tied and not node.users:
+                continue
             if spec.kind == InputKind.PARAMETER:
-                role, source = "param", spec.target
+                role, source = "param", first_name[id(tensors[spec.target])] if tied else spec.target
                 if not fake.dtype.is_floating_point:
                     raise ExportError(f"parameter {spec.target} is {fake.dtype}: memplan trains float params only")
             elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -343,9 +358,16 @@ def _reshape(t: Translator, x: Value, final=True) -> Value:
     return t.emit("reshape", [x], [("shape", [int(d) for d in out.shape])], final=final)
 
 
+def _promoted(t: Translator, *values: Value) -> list[Value]:
+    """`values` cast to the dtype of the node's output: PyTorch promotes mixed dtypes (an f32
+    residual plus a bf16 branch under autocast is f32), memplan's ops take one dtype."""
+    dtype = t.out_fake().dtype
+    return [_cast_to(t, v, dtype) for v in values]
+
+
 def _scalar_or_tensor(t: Translator, a, b, tensor_op: str, scalar_fn):
     if isinstance(a, Value) and isinstance(b, Value):
-        return t.emit(tensor_op, [a, b])
+        return t.emit(tensor_op, _promoted(t, a, b))
     if isinstance(a, Value):
         return scalar_fn(a, float(b))
     raise ExportError(f"{tensor_op} with a Python number first ({a!r}) is not supported")
@@ -378,7 +400,7 @@ def sub(t, a, b, alpha=1):
     if isinstance(b, Value):
         if alpha != 1:
             b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
-        return t.emit("sub", [a, b])
+        return t.emit("sub", _promoted(t, a, b))
     return t.emit("add_scalar", [a], [("value", -float(b) * alpha)])
 
 
@@ -441,7 +463,10 @@ def contiguous(t, x, memory_format=None):
 
 
 def clone(t, x, memory_format=None):
-    return t.emit("contiguous", [x])
+    """A copy in PyTorch; in a functional graph nothing writes either copy afterwards, so a
+    dense value is its own clone (as torch.compile treats it) and only a strided one needs
+    `contiguous`."""
+    return contiguous(t, x)
 
 
 def alias(t, x, *_):
@@ -515,7 +540,7 @@ def unbind(t, x, dim=0):
 def cat(t, tensors, dim=0):
     tensors = [v for v in tensors if v.fake.numel() > 0 or len(tensors) == 1]
     axis = dim % tensors[0].rank
-    return t.emit("cat", tensors, [("axis", axis)])
+    return t.emit("cat", _promoted(t, *tensors), [("axis", axis)])
 
 
 def stack(t, tensors, dim=0):
@@ -530,14 +555,25 @@ def stack(t, tensors, dim=0):
     return t.emit("cat", expanded, [("axis", axis)])
 
 
-def softmax(t, x, dim, half_to_float=False):
+def _cast_to(t, x: Value, dtype) -> Value:
+    """`x` in `dtype` (itself if it has it): the cast an op's `dtype=` argument asks for."""
+    if dtype is None or dtype == x.fake.dtype:
+        return x
+    return t.emit("cast", [x], [("to", dtype)], fake=t.fake_like(x.shape, dtype), final=False)
+
+
+def softmax(t, x, dim, dtype=None):
+    x = _cast_to(t, x, dtype)
     return t.emit("softmax", [x], [("axis", dim % x.rank)] if dim % x.rank != x.rank - 1 else [])
+
+
+def softmax_internal(t, x, dim, half_to_float=False):
+    return softmax(t, x, dim, torch.float32 if half_to_float else None)
 
 
 def reduce(op):
     def handler(t, x, dims=None, keepdim=False, dtype=None):
-        if dtype is not None and dtype != x.fake.dtype:
-            raise ExportError(f"{op} with dtype={dtype} is not supported")
+        x = _cast_to(t, x, dtype)
         axes = list(range(x.rank)) if dims is None or dims == [] else _dims(t, x, dims)
         attrs = [("axes", axes)] + ([("keepdim", True)] if keepdim else [])
         return t.emit(op, [x], attrs)
@@ -622,12 +658,18 @@ def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100
         raise ExportError("cross_entropy with class weights or reduction other than 'mean' is not supported")
     if logits.rank != 2:
         raise ExportError(f"cross_entropy of {logits.type} logits: only [N, C] is supported (flatten first)")
+    if t.amp and logits.fake.dtype in (torch.float16, torch.bfloat16):
+        # CUDA autocast runs cross_entropy's log_softmax and nll_loss in f32: the loss is f32.
+        logits = _cast_to(t, logits, torch.float32)
+        loss = t.fake_like([], torch.float32)
+    else:
+        loss = None
     attrs = []
     if ignore_index != -100:
         attrs.append(("ignore_index", int(ignore_index)))
     if label_smoothing:
         attrs.append(("label_smoothing", float(label_smoothing)))
-    return t.emit("cross_entropy", [logits, target], attrs, role="cross_entropy")
+    return t.emit("cross_entropy", [logits, target], attrs, fake=loss, role="cross_entropy")
 
 
 def dropout(t, x, p, train):
@@ -668,6 +710,15 @@ def buffer_update(t, buffer, *_args, **_kwargs):
 def full(t, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
     fake = t.out_fake()
     return t.emit("fill", [], [("shape", [int(d) for d in size]), ("dtype", fake.dtype), ("value", float(fill_value))])
+
+
+def arange(t, *numbers, **_options):
+    """`torch.arange(end)`, `(start, end)` or `(start, end, step)` as a `fill` with a step."""
+    start, step = (0, 1) if len(numbers) == 1 else (numbers[0], numbers[2] if len(numbers) > 2 else 1)
+    fake = t.out_fake()
+    attrs = [("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype)]
+    attrs += [("value", float(start))] if start != 0 else []
+    return t.emit("fill", [], attrs + [("step", float(step))], role="arange")
 
 
 HANDLERS = {
@@ -718,7 +769,7 @@ HANDLERS = {
     "aten.alias.default": alias,
     "aten.detach.default": alias,
     "aten.softmax.int": softmax,
-    "aten._softmax.default": softmax,
+    "aten._softmax.default": softmax_internal,
     "aten.mean.dim": reduce("mean"),
     "aten.mean.default": reduce("mean"),
     "aten.sum.dim_IntList": reduce("sum"),
@@ -736,5 +787,8 @@ HANDLERS = {
     "aten.to.dtype": to_dtype,
     "aten._to_copy.default": to_dtype,
     "aten.full.default": full,
+    "aten.arange.default": arange,
+    "aten.arange.start": arange,
+    "aten.arange.start_step": arange,
     "aten.add_.Tensor": buffer_update,
 }

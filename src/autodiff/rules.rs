@@ -315,12 +315,25 @@ fn grad_causal_mask(b: &mut Builder, call: &GradCall) -> Rule {
 ///
 /// each one matmul with transpose flags (no transposed copies), then summed over the batch
 /// dimensions the operand was broadcast along (`unbroadcast`). Soundness: for
-/// y = A B, dA = dy Bᵀ and dB = Aᵀ dy; with A = aᵀ, da = (dA)ᵀ, and so on.
+/// y = A B, dA = dy Bᵀ and dB = Aᵀ dy; with A = aᵀ, da = (dA)ᵀ, and so on. A 2-D `b` times
+/// a batched `a` (not transposed) gets db from the flattened rows instead: Σ over batches
+/// of aᵀ dy is Σ over every row (batch and T) of aᵀ dy, one 2-D product.
 fn grad_matmul(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (a, m) = (call.inputs[0], call.inputs[1]);
     let (ta, tb) = (call.attrs.bool("transpose_a"), call.attrs.bool("transpose_b"));
     each(b, call, |b, k| {
+        // The 2-D weight of a batched product (`a[..., T, K]` times `m`, a linear layer):
+        // the batch dimensions flatten into the rows of `a` and `dy` (views where their
+        // layouts allow), so one 2-D product writes dm, the sum over every row. Per-batch
+        // products summed afterwards would first hold a [batch, K, N] temporary: for
+        // GPT-2's output head, batch times the size of the weight.
+        if k == 1 && !ta && b.ty(m).rank() == 2 && b.ty(a).rank() > 2 {
+            let (a_rows, dy_rows) = (flatten_rows(b, m, a)?, flatten_rows(b, m, dy)?);
+            let (l, r) = if tb { (dy_rows, a_rows) } else { (a_rows, dy_rows) };
+            let flags = [("transpose_a", Attr::Bool(true)), ("transpose_b", Attr::Bool(false))];
+            return b.op1(m, OpKind::Matmul, vec![l, r], &flags);
+        }
         // (left, right, transpose_left, transpose_right) of the matmul giving the gradient.
         let (l, r, tl, tr) = match (k, ta, tb) {
             (0, false, false) => (dy, m, false, true),
@@ -337,6 +350,17 @@ fn grad_matmul(b: &mut Builder, call: &GradCall) -> Rule {
         let g = b.op1(owner, OpKind::Matmul, vec![l, r], &flags)?;
         unbroadcast_to_input(b, call, k, g)
     })
+}
+
+/// `v[..., C]` as the 2-D `[rows, C]` its leading dimensions flatten into (a temporary of
+/// `owner`): a view where `v`'s layout allows one, else through `contiguous`.
+fn flatten_rows(b: &mut Builder, owner: ValueId, v: ValueId) -> Result<ValueId, String> {
+    let dims = b.ty(v).dims();
+    let (&columns, leading) = dims.split_last().ok_or("a matmul operand has rank 2 or more")?;
+    let rows = leading.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or("the rows overflow u64")?;
+    let shape = [rows, columns];
+    let v = b.reshapable(owner, v, &shape)?;
+    b.op1(owner, OpKind::Reshape, vec![v], &[("shape", shape_attr(&shape)?)])
 }
 
 /// `out, lse = attention(q, k, v, causal, scale)`: `dq, dk, dv = attention_backward(dout,

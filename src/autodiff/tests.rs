@@ -446,3 +446,37 @@ fn attributes_reach_the_backward_ops() {
         assert!(text.contains(line), "{line} not in:\n{text}");
     }
 }
+
+/// A linear layer on batched rows (`x[B, T, K] @ w[N, K]ᵀ`) gets its weight gradient from
+/// one 2-D product over the flattened rows: no `[B, N, K]` per-batch temporary, and the
+/// rows are views of `x` and `dy` (both dense). A transposed `x` flattens through a copy.
+#[test]
+fn a_batched_linear_layer_gets_its_weight_gradient_from_flattened_rows() {
+    let step = |x_op: &str| {
+        format!(
+            "step @lin(
+  %w: f32[6,5] param,
+  %x0: f32[4,3,5] input,
+  %y: i32[12] input,
+) {{
+  %x = {x_op}
+  %h = matmul(%x, %w, transpose_b=true)
+  %z = reshape(%h, shape=[12, 6])
+  %loss = cross_entropy(%z, %y)
+  return %loss
+}}"
+        )
+    };
+    let e = expand_ok(&forward(&step("relu(%x0)"), "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    assert!(e.values.iter().all(|v| v.ty.dims() != [4, 6, 5]), "{}", body(&e));
+    let dw = e.ops.iter().find(|op| op.outputs.iter().any(|&o| e.values[o].name == "w.grad")).unwrap();
+    assert_eq!(dw.kind, OpKind::Matmul);
+    let shapes: Vec<&[u64]> = dw.inputs.iter().map(|&v| e.values[v].ty.dims()).collect();
+    assert_eq!(shapes, [&[12, 6][..], &[12, 5][..]], "{}", body(&e));
+    assert!(!body(&e).contains("contiguous"), "{}", body(&e));
+    // x[b] transposed to [3, 5] rows from a [4, 5, 3] input: its rows are not a view.
+    let transposed = step("transpose(%x0, perm=[0, 2, 1])").replace("f32[4,3,5] input", "f32[4,5,3] input");
+    let e = expand_ok(&forward(&transposed, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    assert!(e.values.iter().all(|v| v.ty.dims() != [4, 6, 5]), "{}", body(&e));
+    assert_eq!(e.ops.iter().filter(|op| op.kind == OpKind::Contiguous).count(), 1, "{}", body(&e));
+}
