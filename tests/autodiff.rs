@@ -491,6 +491,21 @@ const CASES: &[Case] = &[
         fix: no_fix,
     },
     Case {
+        family: "dropout (p = 0.5, and p = 0, the identity; the seed fixes the masks, so dropout is linear)",
+        text: "step @s(
+  %x: f32[6,5] param, %z: f32[6,5] param,
+  %seed: i64[] input, %r: f32[6,5] input,
+) {
+  %d = dropout(%x, %seed, p=0.5, stream=0)
+  %e = dropout(%z, %seed, p=0.0, stream=1)
+  %m = mul(%d, %e)
+  %w = mul(%m, %r)
+  %loss = sum(%w, axes=[0, 1])
+}",
+        ints: &[("seed", &[-1234567.0])],
+        fix: no_fix,
+    },
+    Case {
         family: "cross_entropy",
         text: "step @s(
   %logits: f32[4,5] param,

@@ -3,7 +3,8 @@
 //! as host C++) and must match the CPU reference within the `--check` tolerances, step after
 //! step, with the arena poisoned first (a read of bytes nothing wrote shows up as NaN).
 //! Fused attention also runs in every configuration its kernels tell apart (causal,
-//! grouped heads, T ≠ S, rows longer than a block).
+//! grouped heads, T ≠ S, rows longer than a block); dropout's masks must equal the CPU
+//! reference's exactly.
 //!
 //! Without a C++ compiler the tests print why they skip and pass.
 
@@ -18,9 +19,10 @@ use memplan::exec::cpu::{Placement, advance, run_step};
 use memplan::exec::cuda::executor::{Backend, Executor, Upload};
 use memplan::exec::cuda::lower::LowerOptions;
 use memplan::exec::cuda::program::Program;
-use memplan::exec::cuda::source::{ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ, OP_COPY, UNARY};
+use memplan::exec::cuda::source::{ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ, DROPOUT, OP_COPY, UNARY};
 use memplan::exec::cuda::view::{Addr, Arg, Launch, View, grid_1d};
 use memplan::exec::data::{HostTensor, Tensors, init_args};
+use memplan::exec::kernels::dropout_uniform;
 use memplan::ir::ops::{OPS, OpKind};
 use memplan::ir::types::{DType, TensorType};
 use memplan::passes::PlanOptions;
@@ -313,6 +315,76 @@ fn attention_matches_the_cpu_reference() {
             assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
         }
     }
+}
+
+/// Dropout on the emulated GPU against the CPU reference: the CUDA program's copy of the
+/// mask's hash drops exactly the elements `dropout_uniform` (the CPU reference's) says, and
+/// the kept ones are bit-identical in f32 (one rounding from the same double in both);
+/// dropout_backward draws the forward's mask; p = 0 is the identity. Seeds negative, past
+/// 2^32 and at -2^53; p of 0, 0.3 and 0.9; f32, f16 and bf16; an output written in place.
+#[test]
+fn dropout_masks_match_the_cpu_reference_exactly() {
+    if emulator().is_none() {
+        return;
+    }
+    for dt in ["f32", "f16", "bf16"] {
+        let text = format!(
+            "step @dropout(
+  %x: {dt}[37,70] input,
+  %seed: i64[] input,
+) {{
+  %y = dropout(%x, %seed, p=0.3, stream=7)
+  %dx = dropout_backward(%x, %seed, p=0.3, stream=7)
+  %w = dropout(%x, %seed, p=0.9, stream=9)
+  %z = dropout(%x, %seed, p=0.0, stream=8)
+  return %y, %dx, %w, %z
+}}"
+        );
+        let graph = memplan::parse(&text).unwrap();
+        memplan::verify(&graph).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let x = graph.args[0];
+        let over_x = graph.returns.iter().filter(|r| plan.value_buffer[r.value] == plan.value_buffer[x]).count();
+        assert_eq!(over_x, 1, "{dt}: the last op reading %x writes its output over it");
+        let program = Program::new(&graph, &plan).unwrap();
+        for seed in [0_i64, 7, -3, (1 << 40) + 17, -(1 << 53)] {
+            let mut args = init_args(&graph, 1);
+            args.insert("seed".into(), HostTensor::from_f64(TensorType::new(DType::I64, vec![]), &[seed as f64]));
+            let backend = EmuBackend::new(emulator().unwrap(), program.arena_bytes, program.scratch_bytes.max(1));
+            let mut exec = Executor::new(backend, program.clone());
+            exec.poison().unwrap();
+            exec.upload(&args, Upload::All).unwrap();
+            exec.run().unwrap();
+            let gpu = exec.result().unwrap();
+            assert!(exec.backend.launches.iter().all(|&k| k == DROPOUT), "{:?}", exec.backend.launches);
+            let cpu = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
+            let x = args["x"].to_f64();
+            for (name, p, stream) in [("y", 0.3, 7), ("dx", 0.3, 7), ("w", 0.9, 9), ("z", 0.0, 8)] {
+                let (g, c) = (gpu.returns[name].to_f64(), cpu.returns[name].to_f64());
+                let case = format!("{dt}, seed {seed}, %{name}");
+                for (i, (&gi, &ci)) in g.iter().zip(&c).enumerate() {
+                    let kept = dropout_uniform(seed, stream, i as u64) >= p;
+                    assert_eq!(gi == 0.0, !kept || x[i] == 0.0, "{case}: element {i} (x {}, kept {kept})", x[i]);
+                    assert_eq!(ci == 0.0, gi == 0.0, "{case}: element {i}");
+                    // f16 and bf16 round through f32 on the GPU (once on the CPU): an ulp at most.
+                    assert!((gi - ci).abs() <= ci.abs() / 128.0, "{case}: element {i}: {gi} vs {ci}");
+                }
+                if dt == "f32" {
+                    assert_eq!(gpu.returns[name].bytes, cpu.returns[name].bytes, "{case}");
+                }
+            }
+            assert_eq!(gpu.returns["y"], gpu.returns["dx"], "{dt}, seed {seed}: the backward's mask is the forward's");
+            assert_eq!(gpu.returns["z"].bytes, args["x"].bytes, "{dt}, seed {seed}: p = 0 is the identity");
+            let dropped = g_dropped(&gpu.returns["w"].to_f64());
+            assert!((2000..2600).contains(&dropped), "{dt}, seed {seed}: {dropped} of 2590 dropped at p = 0.9");
+        }
+    }
+}
+
+/// How many elements are 0.
+fn g_dropped(values: &[f64]) -> usize {
+    values.iter().filter(|&&v| v == 0.0).count()
 }
 
 /// Runs the `unary` copy kernel on `n` elements stored as `bytes` of dtype `from`, into a

@@ -1,6 +1,7 @@
 //! Rematerialisation in a step (the remat pass, `src/passes/remat/`): the step's problem,
 //! hand-made sequences applied to small steps, budgets met on the tiny models with a
-//! test-only strategy, the infeasible error, and faults planted in plans that recompute.
+//! test-only strategy, the infeasible error, faults planted in plans that recompute, and
+//! recomputed dropouts drawing their masks again.
 //!
 //! Every plan made here passes the independent checker; every rewritten step prints and
 //! parses back to itself; every step small enough runs on the CPU executor bit-identical to
@@ -15,9 +16,10 @@ use std::path::Path;
 
 use memplan::checker::{Violation, Violations, check};
 use memplan::exec::cpu::{Placement, advance, run_step};
-use memplan::exec::data::init_args;
+use memplan::exec::data::{HostTensor, init_args};
 use memplan::ir::graph::Graph;
-use memplan::ir::ops::Attr;
+use memplan::ir::ops::{Attr, OpKind};
+use memplan::ir::types::{DType, TensorType};
 use memplan::passes::remat::{ApplyError, Budget, StepProblem, step_problem};
 use memplan::passes::{Pass, PlanError, PlanOptions, plan_sequence, plan_step, plan_with_strategy, run};
 use memplan::solve::Node;
@@ -441,6 +443,116 @@ fn planted_bad_records() {
     p.remat.as_mut().unwrap().budget = Some(plan.arena_bytes - 1);
     let v = violations(&g, &p);
     assert_eq!(v, vec![Violation::OverBudget { arena_bytes: plan.arena_bytes, budget: plan.arena_bytes - 1 }]);
+}
+
+/// ir/features/dropout.step with a second seed input `%seed2` (returned, so it lives through
+/// the step: a planted read of it is then the only fault), expanded and planned with both
+/// dropouts recomputed right before the weight gradients that read their outputs (`%d2`
+/// before `%w3.grad`, `%d1` before `%w2.grad`).
+fn recomputing_dropouts() -> (Graph, Graph, Plan) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ir/features/dropout.step");
+    let src = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("%seed: i64[] input,", "%seed: i64[] input,\n  %seed2: i64[] input,")
+        .replace("return %loss", "return %loss, %seed2");
+    let graph = memplan::expand(&parse(&src).unwrap()).unwrap();
+    let options = PlanOptions::default();
+    let step = problem_of(&graph, &options);
+    let mut sequence: Vec<Node> = (0..step.ops.len() as Node).collect();
+    for (again, before) in [("d2", "w3.grad"), ("d1", "w2.grad")] {
+        let (again, before) = (node_writing(&graph, &step, again), node_writing(&graph, &step, before));
+        let at = sequence.iter().position(|&n| n == before).unwrap();
+        sequence.insert(at, again);
+    }
+    let (rewritten, plan) = plan_sequence(&graph, &options, &sequence).unwrap();
+    assert_sound(&graph, &rewritten, &plan);
+    (graph, rewritten, plan)
+}
+
+#[test]
+fn a_recomputed_dropout_draws_the_same_mask() {
+    let (graph, rewritten, plan) = recomputing_dropouts();
+    let printed = print(&rewritten);
+    for line in [
+        "%d2.remat1: f32[256,64] = dropout(%a2, %seed, p=0.1, stream=1)",
+        "%d1.remat1: f32[256,64] = dropout(%a1, %seed, p=0.1, stream=0)",
+        "= matmul(%d2.remat1, %h3.grad, transpose_a=true)",
+        "= matmul(%d1.remat1, %h2.grad, transpose_a=true)",
+    ] {
+        assert!(printed.contains(line), "missing `{line}` in\n{printed}");
+    }
+    // The clones share their originals' streams: one computation, which the verifier accepts.
+    memplan::verify(&rewritten).unwrap();
+    let remat = plan.remat.as_ref().unwrap();
+    assert_eq!(remat.recomputes.len(), 2);
+    assert!(remat.recomputes.iter().all(|r| rewritten.ops[r.clone].kind == OpKind::Dropout));
+    assert_runs_identically(&graph, &rewritten, &plan);
+}
+
+#[test]
+fn planted_a_dropout_clone_with_another_stream() {
+    let (_, mut g, plan) = recomputing_dropouts();
+    let d2 = g.def_op(value_named(&g, "d2.remat1")).unwrap();
+    g.ops[d2].attrs = g.ops[d2].attrs.clone().with("stream", Attr::Int(5));
+    let v = violations(&g, &plan);
+    assert_eq!(v.len(), 1, "{}", Violations(v.clone()));
+    let text = v[0].to_string();
+    assert!(matches!(v[0], Violation::RecomputeDiffers { clone, .. } if clone == d2), "{text}");
+    assert!(text.contains("%d2.remat1") && text.contains("stream=5") && text.contains("stream=1"), "{text}");
+}
+
+#[test]
+fn planted_a_dropout_clone_reading_another_seed() {
+    let (_, mut g, plan) = recomputing_dropouts();
+    // %d1.remat1 = dropout(%a1, %seed2, ...): another seed value, so another mask.
+    let d1 = g.def_op(value_named(&g, "d1.remat1")).unwrap();
+    g.ops[d1].inputs[1] = value_named(&g, "seed2");
+    let v = violations(&g, &plan);
+    assert_eq!(v.len(), 1, "{}", Violations(v.clone()));
+    let text = v[0].to_string();
+    assert!(matches!(v[0], Violation::RecomputeInputDiffers { clone, input: 1, .. } if clone == d1), "{text}");
+    assert!(text.contains("%d1.remat1") && text.contains("input 1 is %seed2") && text.contains("bits of %seed"), "{text}");
+    // The verifier sees it too: another seed with the original's stream is another site
+    // drawing that stream.
+    let errors = memplan::verify(&g).unwrap_err().errors;
+    assert!(matches!(errors[..], [memplan::VerifyError::DropoutStreamReused { stream: 0, .. }]), "{errors:?}");
+}
+
+/// What recomputation must preserve, measured: under budgets the auto strategy meets by
+/// recomputing dropouts of ir/features/dropout.step, the planned run (each clone drawing
+/// its mask again from the seed) is bit-identical to the step run without a plan, for
+/// several seed values; and the seed matters (another seed, another loss).
+#[test]
+fn dropouts_recomputed_under_a_budget_run_bit_identically() {
+    let graph = load("ir/features/dropout.step");
+    let plain = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+    for fraction in [0.9, 0.7] {
+        let options = PlanOptions { budget: Some(Budget::Fraction(fraction)), ..PlanOptions::default() };
+        let (rewritten, plan) = plan_step(&graph, &options).unwrap_or_else(|e| panic!("{fraction}x: {e}"));
+        assert!(plan.arena_bytes as f64 <= fraction * plain.arena_bytes as f64, "{fraction}x: arena {}", plan.arena_bytes);
+        assert_sound(&graph, &rewritten, &plan);
+        let remat = plan.remat.as_ref().unwrap();
+        let dropouts: Vec<String> = remat
+            .recomputes
+            .iter()
+            .filter(|r| rewritten.ops[r.clone].kind == OpKind::Dropout)
+            .map(|r| rewritten.describe_op(r.clone))
+            .collect();
+        assert!(!dropouts.is_empty(), "{fraction}x: no dropout recomputed\n{}", print(&rewritten));
+        eprintln!("{fraction}x: arena {} of {}, recomputes {dropouts:?}", plan.arena_bytes, plain.arena_bytes);
+        assert_runs_identically(&graph, &rewritten, &plan);
+        let mut losses = Vec::new();
+        for seed in [-5_i64, 1 << 40] {
+            let mut args = init_args(&graph, 3);
+            args.insert("seed".into(), HostTensor::from_f64(TensorType::new(DType::I64, vec![]), &[seed as f64]));
+            let planned = run_step(&rewritten, Placement::Planned(&plan), &args).unwrap();
+            let reference = run_step(&graph, Placement::Unplanned, &args).unwrap();
+            let differences = planned.differences(&reference);
+            assert!(differences.is_empty(), "{fraction}x, seed {seed}: {differences:?}");
+            losses.push(planned.loss().unwrap());
+        }
+        assert_ne!(losses[0], losses[1], "the seed draws the masks");
+    }
 }
 
 #[test]

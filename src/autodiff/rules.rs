@@ -87,6 +87,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Extern => Some(grad_extern),
         OpKind::ExternView => Some(grad_extern),
         OpKind::ExternBackward => None,
+        OpKind::Dropout => Some(grad_dropout),
+        OpKind::DropoutBackward => None,
     }
 }
 
@@ -632,5 +634,21 @@ fn grad_extern(b: &mut Builder, call: &GradCall) -> Rule {
         ];
         let inputs = std::iter::once(dy).chain(call.inputs.iter().copied()).collect();
         b.op1(x, OpKind::ExternBackward, inputs, &attrs)
+    })
+}
+
+/// `y = dropout(x, seed, p, stream)`: for a fixed seed, y_i = m_i · x_i / (1 − p) with a
+/// mask m_i ∈ {0, 1} that depends on (seed, stream, i) only, so y is linear in x and
+/// `dx = dropout_backward(dy, seed, p, stream)` = m_i · dy_i / (1 − p), the same mask
+/// regenerated from the same seed value and attributes (no mask is saved). The seed is an
+/// integer: no gradient.
+fn grad_dropout(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let (x, seed) = (call.inputs[0], call.inputs[1]);
+    each(b, call, |b, k| {
+        if k != 0 {
+            return Err("the seed of dropout has no gradient".into());
+        }
+        Ok(b.op_attrs(&[x], OpKind::DropoutBackward, vec![dy, seed], call.attrs.clone())?[0])
     })
 }

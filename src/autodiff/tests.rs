@@ -267,6 +267,30 @@ fn attention_has_one_backward_op_reading_out_and_lse() {
 }
 
 #[test]
+fn dropout_backward_regenerates_the_mask_from_the_seed() {
+    let text = "step @s(
+  %w: f32[4,3] param,
+  %x: f32[2,4] input,
+  %seed: i64[] input,
+) {
+  %h = matmul(%x, %w)
+  %d = dropout(%h, %seed, p=0.25, stream=3)
+  %loss = sum(%d, axes=[0, 1])
+  return %loss
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    let text = body(&e);
+    // The same seed value and attributes as the forward; nothing but the seed and dy read.
+    let want = "%h.grad: f32[2,3] = dropout_backward(%d.grad, %seed, p=0.25, stream=3)";
+    assert!(text.contains(want), "{text}");
+    assert_eq!(e.ops.iter().filter(|op| op.kind == OpKind::DropoutBackward).count(), 1);
+    // The integer seed gets no gradient, and the forward's output is not read by backward.
+    assert!(!has(&e, "seed.grad"), "{text}");
+    let d = id(&e, "d");
+    assert!(e.ops.iter().all(|op| op.kind == OpKind::Sum || !op.inputs.contains(&d)), "{text}");
+}
+
+#[test]
 fn a_loss_through_lse_is_an_error() {
     let text = "step @s(
   %q: f32[2,4,3] param,

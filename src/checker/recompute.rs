@@ -17,6 +17,15 @@
 //! parent's generic check (no value's bytes are overwritten before its last read), which
 //! covers clones' reads like any other op's. The op table's `flops` column gives the costs.
 //! Nothing here trusts the planner: ids are bounds-checked, sums are done in `u128`.
+//!
+//! That covers `dropout`, the one op that draws random numbers, because its kernels are a
+//! pure function of their inputs and attributes too: the mask is a counter-based hash of
+//! the seed's *value* (an input), the `stream` attribute and the element index
+//! (src/exec/kernels/dropout.rs), with no generator state carried from op to op or step
+//! to step. A clone with the original's attributes (`p`, `stream`) whose seed input has the
+//! original's origin reads the same seed bits, so it draws the original's mask and writes
+//! the original's bits. A clone with another stream fails the attribute comparison; one
+//! reading another seed value fails the origin comparison (tests/remat.rs plants both).
 
 use crate::index::{Idx, OpId, ValueId};
 use crate::ir::graph::ValueDef;

@@ -13,6 +13,9 @@
 //!   (`ir::layout`: as PyTorch's `view`), else the step must copy with `contiguous` first;
 //! - updates: the target is a `param` or `state` argument updated once, the new value is
 //!   computed by an op (not an argument, not a view) and has the target's type;
+//! - dropout sites draw independent masks: no two forward `dropout` ops share a `stream`
+//!   unless they are one computation (a recompute's clone of the original, see
+//!   `same_computation`);
 //! - `backward` (a forward-only step, before autodiff expands it): the loss is a float
 //!   scalar computed by an op; the optimizer is an optimizer-class op whose attribute values
 //!   its row's rule accepts (called on `f32[1]` tensors and an `f32[]` step count); the
@@ -24,7 +27,7 @@ use thiserror::Error;
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
 use crate::ir::layout::{Layout, view_layout};
-use crate::ir::ops::{Attrs, OPS, OpClass, OpKind};
+use crate::ir::ops::{Attr, Attrs, OPS, OpClass, OpKind};
 use crate::ir::types::{DType, TensorType};
 
 /// One broken invariant. Spans are absent for graphs built by code.
@@ -251,6 +254,24 @@ pub enum VerifyError {
         backward: Option<SourceSpan>,
     },
 
+    /// Two forward `dropout` ops draw from one `stream`: their masks would be correlated
+    /// (the same mask, when they read one seed value and have as many elements), where
+    /// dropout sites are meant to be independent. A recompute of a dropout (the same
+    /// computation again, see `same_computation`) shares its original's stream by design.
+    #[error("`{op_text}` draws from stream {stream}, as `{first_text}` does")]
+    #[diagnostic(help("give each dropout site its own stream (their masks would be correlated)"))]
+    DropoutStreamReused {
+        op: OpId,
+        first: OpId,
+        stream: i64,
+        op_text: String,
+        first_text: String,
+        #[label("stream {stream} again")]
+        span: Option<SourceSpan>,
+        #[label("first drawn here")]
+        first_span: Option<SourceSpan>,
+    },
+
     /// A schedule that does not run every op exactly once in a topological order: always a
     /// planner bug.
     #[error("bad schedule: {message}")]
@@ -278,6 +299,7 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
     // Later checks index values by the ids ops hold; stop if those are broken.
     if errors.iter().all(|e| matches!(e, VerifyError::DuplicateName { .. })) {
         check_ops(graph, &mut errors);
+        check_dropout_streams(graph, &mut errors);
         check_updates(graph, &mut errors);
         check_backward(graph, &mut errors);
     }
@@ -412,6 +434,63 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
             }
         }
     }
+}
+
+/// Forward `dropout` ops: each `stream` is drawn by one dropout site. A later op with the
+/// stream of an earlier one is an error unless it is the same computation (a recompute).
+fn check_dropout_streams(graph: &Graph, errors: &mut Vec<VerifyError>) {
+    let mut first: indexmap::IndexMap<i64, OpId> = indexmap::IndexMap::new();
+    for (op_id, op) in graph.ops.iter_enumerated().filter(|(_, op)| op.kind == OpKind::Dropout) {
+        // A missing or mistyped attribute is reported by `check_ops`.
+        let Some(Attr::Int(stream)) = op.attrs.get("stream") else { continue };
+        match first.get(stream) {
+            None => {
+                first.insert(*stream, op_id);
+            }
+            Some(&earlier) if same_computation(graph, earlier, op_id) => {}
+            Some(&earlier) => errors.push(VerifyError::DropoutStreamReused {
+                op: op_id,
+                first: earlier,
+                stream: *stream,
+                op_text: graph.describe_op(op_id),
+                first_text: graph.describe_op(earlier),
+                span: op.span.into(),
+                first_span: graph.ops[earlier].span.into(),
+            }),
+        }
+    }
+}
+
+/// Whether ops `a` and `b` compute the same bits: the same kind and attributes, reading at
+/// each position the same value, or the same output of ops that (recursively) compute the
+/// same bits. Arguments are equal only to themselves. Sound because every op memplan runs
+/// is a deterministic function of its inputs and attributes (dropout's mask included: a
+/// hash of the seed value, the stream and the element index); `extern` ops are not known
+/// to be, so they are never the same computation as another op. The remat pass's clones
+/// are exactly this: the original's kind and attributes over clones of its inputs.
+/// Iterative (a chain of clones may be long); each pair of ops is compared once.
+fn same_computation(graph: &Graph, a: OpId, b: OpId) -> bool {
+    let mut pending = vec![(a, b)];
+    let mut seen = std::collections::HashSet::new();
+    while let Some((a, b)) = pending.pop() {
+        if a == b || !seen.insert((a, b)) {
+            continue;
+        }
+        let (x, y) = (&graph.ops[a], &graph.ops[b]);
+        if x.kind != y.kind || x.kind.is_extern() || x.attrs != y.attrs || x.inputs.len() != y.inputs.len() {
+            return false;
+        }
+        for (&u, &v) in x.inputs.iter().zip(&y.inputs) {
+            if u == v {
+                continue;
+            }
+            match (graph.values[u].def, graph.values[v].def) {
+                (ValueDef::Op { op: p, output: i }, ValueDef::Op { op: q, output: j }) if i == j => pending.push((p, q)),
+                _ => return false,
+            }
+        }
+    }
+    true
 }
 
 fn check_updates(graph: &Graph, errors: &mut Vec<VerifyError>) {
@@ -578,11 +657,11 @@ pub fn verify_schedule(graph: &Graph, schedule: &[OpId]) -> Result<(), VerifyErr
 
 #[cfg(test)]
 mod tests {
-    //! The `backward` checks (the others are exercised by the ir/ corpus).
+    //! The `backward` checks and dropout streams (the others are exercised by the ir/
+    //! corpus).
 
     use super::*;
     use crate::ir::graph::{Backward, Span};
-    use crate::ir::ops::Attr;
     use crate::ir::parse::parse;
 
     /// A step with a param `%w`, inputs `%x` (f32[8,4]), `%y` (i32[8]), `%s` (f32[]) and a
@@ -688,6 +767,71 @@ mod tests {
         // The same updates without backward are fine.
         let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2");
         assert_eq!(errors_of(&src), vec![]);
+    }
+
+    /// A step reading `%x: f32[4,3]` and the seeds `%seed`, `%seed2: i64[]`, with the
+    /// statements `lines`.
+    fn dropouts(lines: &[&str]) -> String {
+        let body: String = lines.iter().map(|line| format!("  {line}\n")).collect();
+        format!("step @d(\n  %x: f32[4,3] input,\n  %seed: i64[] input,\n  %seed2: i64[] input,\n) {{\n{body}}}\n")
+    }
+
+    #[test]
+    fn each_dropout_site_draws_its_own_stream() {
+        let src = dropouts(&[
+            "%a = dropout(%x, %seed, p=0.1, stream=0)",
+            "%h = relu(%a)",
+            "%b = dropout(%h, %seed, p=0.5, stream=0)",
+            "return %b",
+        ]);
+        let errs = errors_of(&src);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(
+            errs[0].to_string(),
+            "`%b = dropout(%h, %seed, p=0.5, stream=0)` draws from stream 0, \
+             as `%a = dropout(%x, %seed, p=0.1, stream=0)` does"
+        );
+        let help = errs[0].help().unwrap().to_string();
+        assert_eq!(help, "give each dropout site its own stream (their masks would be correlated)");
+        let VerifyError::DropoutStreamReused { span, first_span, stream, .. } = &errs[0] else { panic!("{errs:?}") };
+        assert_eq!(*stream, 0);
+        assert_eq!(text(&src, *span), "dropout(%h, %seed, p=0.5, stream=0)");
+        assert_eq!(text(&src, *first_span), "dropout(%x, %seed, p=0.1, stream=0)");
+        // Another seed value does not make it another site: streams tell sites apart.
+        let src = dropouts(&[
+            "%a = dropout(%x, %seed, p=0.1, stream=4)",
+            "%b = dropout(%x, %seed2, p=0.1, stream=4)",
+            "return %a, %b",
+        ]);
+        assert!(matches!(errors_of(&src)[..], [VerifyError::DropoutStreamReused { stream: 4, .. }]));
+        // Own streams are fine, and backward ops share their forward's.
+        let src = dropouts(&[
+            "%a = dropout(%x, %seed, p=0.1, stream=0)",
+            "%b = dropout(%a, %seed, p=0.1, stream=1)",
+            "%da = dropout_backward(%b, %seed, p=0.1, stream=0)",
+            "%db = dropout_backward(%da, %seed, p=0.1, stream=1)",
+            "return %db",
+        ]);
+        assert_eq!(errors_of(&src), vec![]);
+    }
+
+    #[test]
+    fn a_recomputed_dropout_shares_its_stream() {
+        // What the remat pass writes: the same kind and attributes over the same values or
+        // over clones of them (here %h.remat1 of %h) is one computation, drawing one mask.
+        let clone = ["%h = mul(%x, %x)", "%a = dropout(%h, %seed, p=0.1, stream=2)", "%h.remat1 = mul(%x, %x)"];
+        for (tail, same) in [
+            (&["%a.remat1 = dropout(%h.remat1, %seed, p=0.1, stream=2)"][..], true),
+            (&["%a.remat1 = dropout(%h, %seed, p=0.1, stream=2)"], true),
+            // Not the same computation: another p, another seed, another input.
+            (&["%a.remat1 = dropout(%h.remat1, %seed, p=0.2, stream=2)"], false),
+            (&["%a.remat1 = dropout(%h.remat1, %seed2, p=0.1, stream=2)"], false),
+            (&["%s = add(%x, %x)", "%a.remat1 = dropout(%s, %seed, p=0.1, stream=2)"], false),
+        ] {
+            let src = dropouts(&[&clone[..], tail, &["return %a, %a.remat1"]].concat());
+            let errs = errors_of(&src);
+            assert_eq!(errs.is_empty(), same, "{tail:?}: {errs:?}");
+        }
     }
 
     /// `%loss = sum(%w)` over a param, differentiated with `optimizer(attrs)`, built by code.

@@ -214,6 +214,10 @@ pub fn lower_op(
             ];
             elementwise(SGD_MOMENTUM, y(0).numel(), args)
         }
+        Dropout | DropoutBackward => {
+            let args = vec![t(y(0)), t(x(0)), t(x(1)), Arg::I64(attrs.int("stream")), Arg::F64(attrs.float("p"))];
+            elementwise(DROPOUT, y(0).numel(), args)
+        }
         Adam | Adamw => {
             let decay = if op.kind == Adamw { attrs.float("weight_decay") } else { 0.0 };
             let mut args = vec![t(y(0)), t(y(1)), t(y(2)), t(x(0)), t(x(1)), t(x(2)), t(x(3)), t(x(4))];

@@ -67,6 +67,7 @@ pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
 pub const ATTENTION: &str = "attention";
 pub const ATTENTION_BACKWARD_DQ: &str = "attention_backward_dq";
 pub const ATTENTION_BACKWARD_DKV: &str = "attention_backward_dkv";
+pub const DROPOUT: &str = "dropout";
 
 /// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
 ///
@@ -74,7 +75,7 @@ pub const ATTENTION_BACKWARD_DKV: &str = "attention_backward_dkv";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 37] = [
+pub const KERNELS: [&str; 38] = [
     BINARY,
     UNARY,
     FILL,
@@ -112,6 +113,7 @@ pub const KERNELS: [&str; 37] = [
     ATTENTION,
     ATTENTION_BACKWARD_DQ,
     ATTENTION_BACKWARD_DKV,
+    DROPOUT,
 ];
 
 // Op codes of `binary` and `unary`, and modes of `igemm` and the batch-norm kernels (the
@@ -190,6 +192,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         CrossEntropyBackward => &[CE_COUNT, CE_BACKWARD],
         SgdMomentum => &[SGD_MOMENTUM],
         Adam | Adamw => &[ADAM],
+        Dropout | DropoutBackward => &[DROPOUT],
     }
 }
 

@@ -13,7 +13,8 @@
 //! - `attention.rs`: fused attention and its backward, one query row at a time;
 //! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, conv2d, max_pool2d, embedding,
 //!   cross_entropy, and their backward ops;
-//! - `optim.rs`: sgd, sgd_momentum, adam, adamw.
+//! - `optim.rs`: sgd, sgd_momentum, adam, adamw;
+//! - `dropout.rs`: dropout and its backward, with the mask's hash ([`dropout_uniform`]).
 //!
 //! [`eval`] first re-checks the call against the op's type rule (input shapes, attribute
 //! values, the expected output shapes), so a kernel may rely on every shape the rule
@@ -23,11 +24,14 @@
 //! hold exact values of their dtype.
 
 mod attention;
+mod dropout;
 mod elementwise;
 mod linalg;
 mod nn;
 mod optim;
 mod shape;
+
+pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
 use crate::ir::ops::{Attrs, OpKind};
@@ -132,6 +136,9 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Extern | OpKind::ExternView | OpKind::ExternBackward => {
             return Err(ExecError::Extern { ops: attrs.str("target").to_string() });
         }
+        OpKind::Dropout | OpKind::DropoutBackward => {
+            vec![dropout::dropout(&x[0], &x[1], attrs.float("p"), attrs.int("stream"))]
+        }
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.
@@ -146,8 +153,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
 /// Checks that a call fits `kind`'s type rule: the input count, every input's data length
 /// against its shape, the rule's verdict on the input shapes and attributes, and the
 /// outputs it gives against `outputs`. Dense tensors carry no dtype, so the rule sees index
-/// inputs (`ids`, `labels`) as `i64`, attention's `lse` as `f32` (its only dtype) and every
-/// other input with the dtype of output 0.
+/// inputs (`ids`, `labels`) and dropout's `seed` as `i64`, attention's `lse` as `f32` (its
+/// only dtype) and every other input with the dtype of output 0.
 fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType]) -> Result<(), ExecError> {
     let def = kind.def();
     let bad = |message: String| Err(ExecError::BadPlan(format!("{kind}: {message}")));
@@ -194,7 +201,7 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
 /// The dtype a dense input named `name` stands for, in a call whose output 0 is `dtype`.
 fn input_dtype(name: &str, dtype: DType) -> DType {
     match name {
-        "ids" | "labels" => DType::I64,
+        "ids" | "labels" | "seed" => DType::I64,
         "lse" => DType::F32,
         _ => dtype,
     }
@@ -312,8 +319,8 @@ mod test_util {
         Attrs::for_op(kind, given).unwrap_or_else(|e| panic!("test attributes: {e}"))
     }
 
-    /// Runs `kind` on f32-typed inputs (i64 for ids and labels); output types come from the
-    /// op's type rule.
+    /// Runs `kind` on f32-typed inputs (i64 for ids, labels and seeds); output types come
+    /// from the op's type rule.
     pub fn try_run(kind: OpKind, given: &[(&str, Attr)], inputs: &[Dense]) -> Result<Vec<Dense>, ExecError> {
         let attrs = attrs(kind, given);
         let types: Vec<TensorType> = inputs

@@ -98,6 +98,9 @@ pub enum OpKind {
     Extern,
     ExternView,
     ExternBackward,
+    // Dropout: a mask drawn from (seed, stream, element index), regenerated, never saved.
+    Dropout,
+    DropoutBackward,
 }
 
 impl OpKind {

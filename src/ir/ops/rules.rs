@@ -823,3 +823,28 @@ pub(super) fn infer_extern(_: &[&TensorType], attrs: &Attrs) -> Rule {
 pub(super) fn attr_flops(_: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
     attrs.int("flops").max(0) as u64
 }
+
+/// `dropout(x, seed)` and `dropout_backward(dy, seed)`: input 0 (named `what`) a float
+/// tensor, `seed` an `i64[]` scalar, `p` a probability in [0, 1) (NaN is not), `stream` at
+/// least 0. The output has input 0's type.
+fn dropout_rule(inputs: &[&TensorType], attrs: &Attrs, what: &str) -> Rule {
+    let (x, seed) = (inputs[0], inputs[1]);
+    float_input(x, what)?;
+    if *seed != TensorType::new(DType::I64, vec![]) {
+        return Err(format!("seed must be an i64[] scalar, found {seed}"));
+    }
+    float_attr(attrs, "p", |p| (0.0..1.0).contains(&p), "a probability in [0, 1)")?;
+    let stream = attrs.int("stream");
+    if stream < 0 {
+        return Err(format!("stream={stream} must be at least 0"));
+    }
+    done(vec![x.clone()])
+}
+
+pub(super) fn infer_dropout(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    dropout_rule(inputs, attrs, "x")
+}
+
+pub(super) fn infer_dropout_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    dropout_rule(inputs, attrs, "dy")
+}

@@ -56,6 +56,9 @@ const EXTERN: &[AttrSpec] = &[
     attr("dtype", K::DType, None),
     attr("flops", K::Int, Some(AttrDefault::Int(0))),
 ];
+/// dropout's probability of zeroing an element, and the stream that tells the dropout
+/// sites of one step apart (both written: a front end knows them).
+const DROPOUT: &[AttrSpec] = &[attr("p", K::Float, None), attr("stream", K::Int, None)];
 /// The table. Row order = `OpKind` order.
 pub static OPS: &[OpDef] = &[
     OpDef {
@@ -884,5 +887,34 @@ pub static OPS: &[OpDef] = &[
         view_of: None,
         inplace: &[],
         doc: "the gradient of an extern op for one input: reads dy and the op's inputs; planned, not run",
+    },
+    OpDef {
+        kind: OpKind::Dropout,
+        name: "dropout",
+        inputs: &["x", "seed"],
+        outputs: &["y"],
+        attrs: DROPOUT,
+        class: OpClass::Forward,
+        infer: infer_dropout,
+        // One multiply per element; the mask's hash is integer work, not counted.
+        flops: per_output::<1>,
+        view_of: None,
+        // Elementwise: y_i reads x_i (and the seed, never written) before y_i is written.
+        inplace: &[(0, 0)],
+        doc: "x_i / (1 - p) where the uniform number hashed from (seed, stream, i) is >= p, else 0; saves no mask",
+    },
+    OpDef {
+        kind: OpKind::DropoutBackward,
+        name: "dropout_backward",
+        inputs: &["dy", "seed"],
+        outputs: &["dx"],
+        attrs: DROPOUT,
+        class: OpClass::Backward,
+        infer: infer_dropout_backward,
+        flops: per_output::<1>,
+        view_of: None,
+        // Elementwise: dx_i reads dy_i (and the seed, never written) before dx_i is written.
+        inplace: &[(0, 0)],
+        doc: "dy_i / (1 - p) where dropout's mask kept element i, else 0: the mask regenerated from (seed, stream)",
     },
 ];

@@ -61,7 +61,7 @@ fn rows_are_in_kind_order() {
 
 #[test]
 fn every_kind_has_a_row_and_a_unique_name() {
-    assert_eq!(OPS.len(), OpKind::ExternBackward as usize + 1);
+    assert_eq!(OPS.len(), OpKind::DropoutBackward as usize + 1);
     for row in OPS {
         assert_eq!(OpKind::from_name(row.name), Some(row.kind));
         assert!(row.view_of.is_none_or(|k| k < row.inputs.len()), "{}", row.name);
@@ -99,6 +99,8 @@ fn signatures() {
         OpKind::AttentionBackward.def().signature(),
         "attention_backward(dout, q, k, v, out, lse, causal=false, scale=<float>) -> (dq, dk, dv)"
     );
+    assert_eq!(OpKind::Dropout.def().signature(), "dropout(x, seed, p=<float>, stream=<int>) -> y");
+    assert_eq!(OpKind::DropoutBackward.def().signature(), "dropout_backward(dy, seed, p=<float>, stream=<int>) -> dx");
 }
 
 /// docs/IR.md lists every op with the signature its row gives.
@@ -553,6 +555,10 @@ fn flops() {
     assert_eq!(count(OpKind::PowScalar, &["f32[10]"], &[("exponent", float(3.0))]), 10);
     assert_eq!(count(OpKind::RmsNorm, &["f32[4,5]", "f32[5]"], &[]), 80);
     assert_eq!(count(OpKind::RmsNormBackward, &["f32[4,5]", "f32[4,5]", "f32[5]"], &[]), 200);
+    // Dropout: one multiply per element (the mask's hash is integer work).
+    let dropout = [("p", float(0.1)), ("stream", Attr::Int(0))];
+    assert_eq!(count(OpKind::Dropout, &["f32[4,5]", "i64[]"], &dropout), 20);
+    assert_eq!(count(OpKind::DropoutBackward, &["f16[4,5]", "i64[]"], &dropout), 20);
     // Attention: 2·(E + Ev) per scored pair; causal scores the pairs j <= i only.
     let scale = [("scale", float(0.25))];
     let causal = [("causal", Attr::Bool(true)), ("scale", float(0.25))];
@@ -573,6 +579,28 @@ fn flops() {
     // Saturates instead of overflowing.
     let big = ["f16[1048576,1073741824]", "f16[1073741824,1048576]"];
     assert_eq!(count(OpKind::Matmul, &big, &[]), u64::MAX);
+}
+
+#[test]
+fn dropout_and_its_backward() {
+    let given = |p: f64, stream: i64| [("p", float(p)), ("stream", Attr::Int(stream))];
+    for kind in [OpKind::Dropout, OpKind::DropoutBackward] {
+        let input = if kind == OpKind::Dropout { "x" } else { "dy" };
+        assert_eq!(ok(kind, &["f32[4,5]", "i64[]"], &given(0.1, 0)), ["f32[4,5]"]);
+        assert_eq!(ok(kind, &["bf16[]", "i64[]"], &given(0.0, 7)), ["bf16[]"]);
+        assert_eq!(ok(kind, &["f16[0,3]", "i64[]"], &given(0.999, i64::MAX)), ["f16[0,3]"]);
+        err(kind, &["i32[4]", "i64[]"], &given(0.1, 0), &format!("{input} must be a float tensor, found i32[4]"));
+        err(kind, &["f32[4]", "i64[1]"], &given(0.1, 0), "seed must be an i64[] scalar, found i64[1]");
+        err(kind, &["f32[4]", "i32[]"], &given(0.1, 0), "seed must be an i64[] scalar, found i32[]");
+        err(kind, &["f32[4]", "f32[]"], &given(0.1, 0), "found f32[]");
+        for (p, shown) in [(1.0, "1.0"), (1.5, "1.5"), (-0.1, "-0.1"), (f64::NAN, "NaN"), (f64::INFINITY, "inf")] {
+            err(kind, &["f32[4]", "i64[]"], &given(p, 0), &format!("p={shown} must be a probability in [0, 1)"));
+        }
+        err(kind, &["f32[4]", "i64[]"], &given(0.5, -1), "stream=-1 must be at least 0");
+        assert_eq!(kind.def().inplace, [(0, 0)], "{kind}: the output over input 0 only, never over the seed");
+    }
+    assert_eq!(OpKind::Dropout.def().class, OpClass::Forward);
+    assert_eq!(OpKind::DropoutBackward.def().class, OpClass::Backward);
 }
 
 /// Attribute values for the no-panic sweep, sensible and nonsense alike.

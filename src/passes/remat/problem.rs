@@ -71,7 +71,8 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
             // backward pass reuses forward ops such as matmul to compute gradients).
             let forward = row.class == OpClass::Forward && op.outputs.iter().all(|&o| classes[o] != Class::Grad);
             // Another framework's op may not be a pure function of its inputs (a random
-            // op): it is never run twice.
+            // op): it is never run twice. `dropout` is pure: its mask is a hash of the seed
+            // value and its attributes, which a recompute reads again.
             let recomputable =
                 forward && row.view_of.is_none() && !op.kind.is_extern() && op.outputs.iter().all(|&o| !survives[o]);
             NodeInfo { cost: op_flops(graph, op_id).max(1), recomputable, forward }

@@ -1,7 +1,7 @@
 //! The op families the generator draws from: elementwise chains, broadcasting, activations,
 //! math functions, attention (written out and fused), matmuls, reductions, views, casts,
-//! constants, normalisation, conv blocks, embeddings. Each builds a few valid ops from values in the pool (or new
-//! arguments).
+//! constants, normalisation, conv blocks, embeddings, dropout. Each builds a few valid ops
+//! from values in the pool (or new arguments).
 
 use super::*;
 
@@ -595,5 +595,25 @@ impl Gen {
         if self.emit_recorded(OpKind::Embedding, &[table, ids], &[]).is_some() && !reuse.contains(&ids) {
             self.ids.entry(vocab).or_default().push(ids);
         }
+    }
+
+    /// dropout of a float value, recorded for its backward op: p from 0 (the identity) to
+    /// 0.9, each site its own stream (the verifier requires it), every site reading the one
+    /// `i64[]` seed input (made at the first dropout; `init_args` fills it like any integer
+    /// input).
+    pub(super) fn dropout(&mut self) {
+        let x = self.float_value(0, 4);
+        let seed = match self.dropout_seed {
+            Some(seed) => seed,
+            None => {
+                let name = self.name("seed");
+                let seed = self.arg(name, TensorType::new(DType::I64, vec![]), Role::Input);
+                self.dropout_seed = Some(seed);
+                seed
+            }
+        };
+        let p = self.choose(&[0.0, 0.1, 0.5, 0.9]);
+        let stream = self.ops.iter().filter(|op| op.kind == OpKind::Dropout).count() as i64;
+        self.emit_recorded(OpKind::Dropout, &[x, seed], &[("p", Attr::Float(p)), ("stream", Attr::Int(stream))]);
     }
 }

@@ -55,13 +55,16 @@
 //! their backward ops, cross_entropy with i32 or i64 labels (sometimes an ignore_index
 //! that is a class, sometimes label smoothing) and its backward, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`
-//! incremented by `add_scalar` and updated), plus hand-written updates (`p + (-lr)·g`) and
-//! running-average `state` updates. Updates come in the middle of the step as well as at
-//! the end; their new values may be read later and returned. Several values are returned.
+//! incremented by `add_scalar` and updated), dropout (p from 0 to 0.9, each site its own
+//! stream, all reading one `i64[]` seed input) and its backward, plus hand-written updates
+//! (`p + (-lr)·g`) and running-average `state` updates. Updates come in the middle of the
+//! step as well as at the end; their new values may be read later and returned. Several
+//! values are returned.
 //!
 //! Names: params `%p0, %p1, ...`, inputs `%x0, ...`, labels `%y0, ...`, ids `%ids0, ...`,
-//! states `%m_p0`, `%v_p0`, `%buf_p0`, `%s0`, the step count `%t`; op outputs `%v0, %v1,
-//! ...`; new values of updates `%p0_new`, `%m_p0_new`, `%t_new`, ....
+//! the dropout seed `%seed0`, states `%m_p0`, `%v_p0`, `%buf_p0`, `%s0`, the step count
+//! `%t`; op outputs `%v0, %v1, ...`; new values of updates `%p0_new`, `%m_p0_new`,
+//! `%t_new`, ....
 //!
 //! Parts: this file holds the pool of values and the driver; `families.rs` the op
 //! families; `training.rs` the loss, backward ops, gradients and updates.
@@ -162,6 +165,7 @@ enum Family {
     Backward,
     Update,
     NewState,
+    Dropout,
 }
 
 const FAMILIES: &[(Family, u64)] = &[
@@ -190,6 +194,7 @@ const FAMILIES: &[(Family, u64)] = &[
     (Family::Backward, 12),
     (Family::Update, 7),
     (Family::NewState, 1),
+    (Family::Dropout, 3),
 ];
 
 struct Gen {
@@ -216,6 +221,8 @@ struct Gen {
     returns: Vec<usize>,
     /// Adam's step count `t` and `t_new`, made at the first adam.
     step_count: Option<usize>,
+    /// The `i64[]` seed input every dropout reads, made at the first dropout.
+    dropout_seed: Option<usize>,
     counters: BTreeMap<&'static str, usize>,
     params: usize,
 }
@@ -252,6 +259,7 @@ impl Gen {
             losses: Vec::new(),
             returns: Vec::new(),
             step_count: None,
+            dropout_seed: None,
             counters: BTreeMap::new(),
             params: 0,
         }
@@ -558,6 +566,7 @@ impl Gen {
                     self.update(v);
                 }
             }
+            Family::Dropout => self.dropout(),
             Family::NewState => {
                 // A running average of some value: read now and then, updated later.
                 if let Some(x) = self.pick(|g, v| g.ty(v).dtype.is_float() && numel(g.ty(v)) <= MAX_NUMEL) {

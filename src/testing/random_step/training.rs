@@ -164,6 +164,12 @@ impl Gen {
                     }
                 }
             }
+            OpKind::Dropout => {
+                // The forward's seed and attributes: the same mask, drawn again.
+                let dy = self.derive(&out_ty, None);
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                self.emit(OpKind::DropoutBackward, &[dy, r.inputs[1]], &given);
+            }
             OpKind::CrossEntropy => {
                 let dloss = if self.chance(0.6) {
                     let dtype = out_ty.dtype;

@@ -1,7 +1,7 @@
 // elementwise.cu — one thread per output element (grid-stride loops): binary arithmetic
 // with broadcasting (inputs arrive as views broadcast to the output's shape: stride 0 on
 // broadcast dimensions), activations and their gradients, copies and casts, fill,
-// causal_mask, and the optimizer updates.
+// causal_mask, dropout, and the optimizer updates.
 //
 // Outputs are dense. An output may lie over an input's bytes (in-place, as the plan allows
 // only for an input read directly at the same element): each thread reads its element's
@@ -130,6 +130,33 @@ extern "C" __global__ void causal_mask(Tensor out, Tensor x, i64 t, double value
     GRID_STRIDE(i, out.numel) {
         const i64 col = i % t, row = (i / t) % t;
         store_d(out, i, col > row ? value : load_d(x, i));
+    }
+}
+
+// Dropout's mask: exec/kernels/dropout.rs defines it (and pins values of it); these are the
+// same integer steps, so both executors draw the same mask bit for bit. splitmix64(s, n) is
+// SplitMix64's output n from state s; the key mixes the seed, then the stream; element i is
+// kept iff the top 53 bits of splitmix64(key, i), as a fraction of 2^53 (exact in double),
+// are >= p.
+__device__ __forceinline__ u64 splitmix64(u64 state, u64 n) {
+    u64 z = state + (n + 1ULL) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ double dropout_uniform(u64 key, u64 i) {
+    return (double)(splitmix64(key, i) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// dropout (a = x) and dropout_backward (a = dy): out_i = a_i / (1 − p) in double where
+// element i is kept, else 0; `seed` is the i64[] seed tensor. In place (out over a): each
+// thread reads a_i before writing out_i, and the seed is never written.
+extern "C" __global__ void dropout(Tensor out, Tensor a, Tensor seed, i64 stream, double p) {
+    const u64 key = splitmix64(splitmix64((u64)load_index(seed, 0), 0ULL), (u64)stream);
+    GRID_STRIDE(i, out.numel) {
+        const double v = load_d(a, i);
+        store_d(out, i, dropout_uniform(key, (u64)i) >= p ? v / (1.0 - p) : 0.0);
     }
 }
 
