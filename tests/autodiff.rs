@@ -361,6 +361,40 @@ const CASES: &[Case] = &[
         fix: no_fix,
     },
     Case {
+        family: "conv2d (groups, dilation)",
+        text: "step @s(
+  %x: f32[2,4,6,6] param, %k: f32[6,2,3,3] param, %d: f32[4,1,3,3] param,
+  %r: f32[2,6,4,3] input, %q: f32[2,4,2,2] input,
+) {
+  %y = conv2d(%x, %k, stride=[1, 2], padding=[1, 1], dilation=[2, 1], groups=2)
+  %z = conv2d(%x, %d, stride=[2, 1], dilation=[1, 2], groups=4)
+  %wy = mul(%y, %r)
+  %wz = mul(%z, %q)
+  %ly = sum(%wy, axes=[0, 1, 2, 3])
+  %lz = sum(%wz, axes=[0, 1, 2, 3])
+  %loss = add(%ly, %lz)
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "conv_transpose2d (stride, output_padding, dilation, groups)",
+        text: "step @s(
+  %x: f32[2,4,3,3] param, %k: f32[4,3,3,3] param, %d: f32[4,1,2,2] param,
+  %r: f32[2,6,6,6] input, %q: f32[2,4,6,4] input,
+) {
+  %y = conv_transpose2d(%x, %k, stride=[2, 2], padding=[1, 1], output_padding=[1, 1], groups=2)
+  %z = conv_transpose2d(%x, %d, padding=[0, 1], output_padding=[1, 0], dilation=[2, 3], groups=4)
+  %wy = mul(%y, %r)
+  %wz = mul(%z, %q)
+  %ly = sum(%wy, axes=[0, 1, 2, 3])
+  %lz = sum(%wz, axes=[0, 1, 2, 3])
+  %loss = add(%ly, %lz)
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
         family: "max_pool2d",
         text: "step @s(
   %x: f32[1,2,5,5] param,

@@ -387,6 +387,59 @@ fn g_dropped(values: &[f64]) -> usize {
     values.iter().filter(|&&v| v == 0.0).count()
 }
 
+/// Grouped, depthwise, dilated and transposed convolutions on the emulated GPU, forward and
+/// backward (through `backward`, so conv2d_backward and conv_transpose2d_backward run too),
+/// against the CPU reference: groups, depthwise (groups = C_in = C_out), dilation 2, stride 2
+/// with output_padding 1, output_padding below the dilation only, a gradient read through a
+/// strided view, and sizes that take several tiles and split-K (igemm_finish).
+#[test]
+fn conv_variants_match_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // (op, x, w, attributes)
+    let cases = [
+        ("conv2d", "f32[2,4,6,6]", "f32[6,2,3,3]", "padding=[1, 1], groups=2"),
+        ("conv2d", "f32[2,3,7,7]", "f32[3,1,3,3]", "stride=[2, 2], padding=[1, 1], groups=3"),
+        ("conv2d", "f32[1,2,9,8]", "f32[3,2,3,3]", "padding=[2, 1], dilation=[2, 2]"),
+        ("conv2d", "f16[2,4,8,8]", "f16[4,2,3,3]", "stride=[2, 1], padding=[2, 2], dilation=[2, 2], groups=2"),
+        ("conv_transpose2d", "f32[2,3,4,4]", "f32[3,3,3,3]", "stride=[2, 2], padding=[1, 1], output_padding=[1, 1]"),
+        ("conv_transpose2d", "f32[1,4,5,5]", "f32[4,3,3,3]", "dilation=[2, 2], groups=2"),
+        ("conv_transpose2d", "f32[2,4,3,3]", "f32[4,1,3,3]", "stride=[2, 2], padding=[1, 1], output_padding=[1, 1], groups=4"),
+        ("conv_transpose2d", "bf16[1,2,4,3]", "bf16[2,3,2,3]", "stride=[1, 2], padding=[0, 1], output_padding=[1, 0], dilation=[2, 1]"),
+        ("conv_transpose2d", "f32[2,2,16,16]", "f32[2,3,2,2]", "stride=[2, 2]"),
+        ("conv2d", "f32[2,3,20,20]", "f32[5,3,3,3]", "padding=[1, 1], dilation=[1, 2]"),
+    ];
+    let mut finished = false;
+    for (seed, (op, x, w, attrs)) in cases.into_iter().enumerate() {
+        // The loss sums y² over a slice of the channels: the gradient reaches the backward
+        // op as a strided view with zeros beside it.
+        let text = format!(
+            "step @conv(
+  %x: {x} param,
+  %w: {w} param,
+) {{
+  %y = {op}(%x, %w, {attrs})
+  %sq = mul(%y, %y)
+  %part = slice(%sq, axis=1, start=1, end=3)
+  %loss = sum(%part, axes=[0, 1, 2, 3])
+  backward %loss with sgd(lr=0.01)
+  return %loss, %y
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let backward = if op == "conv2d" { OpKind::Conv2dBackward } else { OpKind::ConvTranspose2dBackward };
+        assert!(graph.ops.iter().any(|o| o.kind == backward), "case {seed}: no {backward}");
+        let (launches, _) = emulated_matches_reference(&graph, &plan, 2, seed as u64)
+            .unwrap_or_else(|err| panic!("case {seed} ({op}, {attrs}): {err}\n{text}"));
+        assert!(launches.contains(&"igemm"), "case {seed}: {launches:?}");
+        finished |= launches.contains(&"igemm_finish");
+    }
+    assert!(finished, "no case split its depth (igemm_finish)");
+}
+
 /// Runs the `unary` copy kernel on `n` elements stored as `bytes` of dtype `from`, into a
 /// tensor of `to`, returning the stored bits.
 fn cast(bytes: &[u8], from: DType, to: DType) -> Vec<u8> {

@@ -179,6 +179,22 @@ fn census(graphs: &[Graph]) -> BTreeMap<String, usize> {
                     bump("attention on heads split by a transpose".into());
                 }
             }
+            if matches!(op.kind, OpKind::Conv2d | OpKind::ConvTranspose2d) {
+                let groups = op.attrs.int("groups") as u64;
+                let (x, y) = (&g.values[op.inputs[0]].ty, &g.values[op.outputs[0]].ty);
+                if groups > 1 {
+                    bump("grouped conv".into());
+                }
+                if groups > 1 && x.dims()[1] == groups && y.dims()[1] == groups {
+                    bump("depthwise conv".into());
+                }
+                if op.attrs.ints("dilation") != [1, 1] {
+                    bump("dilated conv".into());
+                }
+                if op.kind == OpKind::ConvTranspose2d && op.attrs.ints("output_padding") != [0, 0] {
+                    bump("conv_transpose2d with output_padding".into());
+                }
+            }
             if op.kind == OpKind::Reshape
                 && g.def_op(op.inputs[0]).is_some_and(|d| g.ops[d].kind == OpKind::Contiguous)
             {
@@ -237,6 +253,10 @@ fn the_generator_covers_every_op_and_feature() {
         "grouped-query attention",
         "attention with T != S",
         "attention on heads split by a transpose",
+        "grouped conv",
+        "depthwise conv",
+        "dilated conv",
+        "conv_transpose2d with output_padding",
     ];
     for feature in features {
         assert!(counts.get(feature).is_some_and(|&n| n >= 3), "{feature}: {:?} in {SEEDS} seeds", counts.get(feature));

@@ -89,6 +89,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::ExternBackward => None,
         OpKind::Dropout => Some(grad_dropout),
         OpKind::DropoutBackward => None,
+        OpKind::ConvTranspose2d => Some(grad_conv_transpose2d),
+        OpKind::ConvTranspose2dBackward => None,
     }
 }
 
@@ -520,14 +522,28 @@ fn grad_batch_norm(b: &mut Builder, call: &GradCall) -> Rule {
     grad_norm(b, call, OpKind::BatchNormBackward)
 }
 
-/// `conv2d(x, w, stride, padding)`: `dx, dw = conv2d_backward(dy, x, w, stride,
-/// padding)` (the transposed convolution and the correlation of x with dy), one op for
-/// both.
-fn grad_conv2d(b: &mut Builder, call: &GradCall) -> Rule {
+/// The convolutions: one `*_backward(dy, x, w, <the forward's attributes>)` op gives
+/// (dx, dw) at once; an output no input wants stays an unused temporary.
+fn grad_conv(b: &mut Builder, call: &GradCall, backward: OpKind) -> Rule {
     let dy = call.dy()?;
     let (x, w) = (call.inputs[0], call.inputs[1]);
-    let outputs = b.op_attrs(&[x, w], OpKind::Conv2dBackward, vec![dy, x, w], call.attrs.clone())?;
+    let outputs = b.op_attrs(&[x, w], backward, vec![dy, x, w], call.attrs.clone())?;
     Ok(outputs.into_iter().enumerate().map(|(k, g)| call.wants(k).then_some(g)).collect())
+}
+
+/// `conv2d(x, w, stride, padding, dilation, groups)`: `dx, dw = conv2d_backward(dy, x, w,
+/// ...)` with the same attributes (the transposed convolution of dy with w, and the
+/// correlation of x with dy, group by group).
+fn grad_conv2d(b: &mut Builder, call: &GradCall) -> Rule {
+    grad_conv(b, call, OpKind::Conv2dBackward)
+}
+
+/// `conv_transpose2d(x, w, ...)`: `dx, dw = conv_transpose2d_backward(dy, x, w, ...)` with
+/// the same attributes. y is linear in x with the adjoint of conv2d's map, so dx is
+/// conv2d(dy, w) (the transpose of the transpose, on x's positions); dw collects x times
+/// dy over every pair the forward multiplied.
+fn grad_conv_transpose2d(b: &mut Builder, call: &GradCall) -> Rule {
+    grad_conv(b, call, OpKind::ConvTranspose2dBackward)
 }
 
 /// `max_pool2d(x, kernel, stride, padding)`: each window's output is its (first) maximum,

@@ -23,3 +23,4 @@ __device__ double exp(double);
 __device__ double log(double);
 __device__ double sqrt(double);
 __device__ double pow(double, double);
+__device__ double fmax(double, double);

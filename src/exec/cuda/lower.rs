@@ -9,9 +9,9 @@
 //! Launch shapes: elementwise ops use grid-stride launches ([`grid_1d`]); line ops one block
 //! per line ([`line_threads`] threads); attention one block per query row (the forward, dq)
 //! or key row (dk, dv); reductions blocks of 32×8 threads; implicit GEMM 256 threads per
-//! 64×64 tile. Multi-kernel ops (norm gradients, batch statistics,
-//! reductions and convolutions split over many blocks) pass partial results through
-//! [`Scratch`] in the workspace, always added in a fixed order.
+//! 64×64 tile, once per group of a grouped convolution. Multi-kernel ops (norm gradients,
+//! batch statistics, reductions and convolutions split over many blocks) pass partial
+//! results through [`Scratch`] in the workspace, always added in a fixed order.
 
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
@@ -173,23 +173,35 @@ pub fn lower_op(
         RmsNormBackward => rms_norm_backward([y(0), y(1)], x(0), x(1), x(2), attrs.float("eps"), scratch),
         BatchNorm => batch_norm(y(0), x(0), x(1), x(2), attrs.float("eps"), scratch),
         BatchNormBackward => batch_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
+        // conv2d: y from x and w; its backward: dx (backward data) and dw (backward weight).
         Conv2d => {
-            let g = conv_geom(x(0), x(1), y(0), attrs.ints("stride"), attrs.ints("padding"))?;
-            let (k, crs, npq) = conv_sizes(&g)?;
-            let fwd = Igemm { mode: MODE_CONV_FWD, geom: g, size: [k, npq, crs], batches: 1, f32: options.conv_f32 };
-            gemm::igemm(fwd, y(0), x(1), x(0), scratch)
+            let g = conv_geom(x(0), x(1), y(0), attrs)?;
+            gemm::igemm(conv_igemm(MODE_CONV_FWD, g, attrs, options)?, y(0), x(1), x(0), scratch)
         }
         Conv2dBackward => {
             let (dy, xv, w) = (x(0), x(1), x(2));
-            let g = conv_geom(xv, w, dy, attrs.ints("stride"), attrs.ints("padding"))?;
-            let (k, crs, npq) = conv_sizes(&g)?;
-            let (c, nhw) = (g.c as u64, g.n as u64 * g.h as u64 * g.w as u64);
-            let krs = k * g.r as u64 * g.s as u64;
-            let f32 = options.conv_f32;
-            let data = Igemm { mode: MODE_CONV_BWD_DATA, geom: g, size: [c, nhw, krs], batches: 1, f32 };
-            let weight = Igemm { mode: MODE_CONV_BWD_WEIGHT, geom: g, size: [k, crs, npq], batches: 1, f32 };
-            let mut commands = gemm::igemm(data, y(0), w, dy, scratch);
-            commands.extend(gemm::igemm(weight, y(1), dy, xv, scratch));
+            let g = conv_geom(xv, w, dy, attrs)?;
+            let mut commands = gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, attrs, options)?, y(0), w, dy, scratch);
+            commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, attrs, options)?, y(1), dy, xv, scratch));
+            commands
+        }
+        // conv_transpose2d is conv2d's index space run the other way (kernels/nn.rs): its y
+        // is conv2d's input side and its x conv2d's output side, with the same weight. So its
+        // forward, y[b,k',h,w] = Σ x[b,k,p,q]·w[k,k'',r,s] over the (p, r) with
+        // p·sh + r·dh − ph = h, is conv2d's backward data with dy := x; its backward data,
+        // dx[b,k,p,q] = Σ dy[b,k',p·sh + r·dh − ph, ...]·w[k,k'',r,s], is conv2d's forward of dy
+        // (on x's positions: P and Q come from x, which matters when output_padding ≥ stride);
+        // and its weight gradient, dw[k,k'',r,s] = Σ_{b,p,q} x[b,k,p,q]·dy[b,k',p·sh + r·dh − ph,
+        // ...], is conv2d's weight gradient with x in dy's role and dy in x's.
+        ConvTranspose2d => {
+            let g = conv_geom(y(0), x(1), x(0), attrs)?;
+            gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, attrs, options)?, y(0), x(1), x(0), scratch)
+        }
+        ConvTranspose2dBackward => {
+            let (dy, xv, w) = (x(0), x(1), x(2));
+            let g = conv_geom(dy, w, xv, attrs)?;
+            let mut commands = gemm::igemm(conv_igemm(MODE_CONV_FWD, g, attrs, options)?, y(0), w, dy, scratch);
+            commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, attrs, options)?, y(1), xv, dy, scratch));
             commands
         }
         MaxPool2d => {
@@ -504,47 +516,93 @@ fn batch_norm_backward(
     commands
 }
 
-/// conv2d's geometry from x [N,C,H,W], w [K,C,R,S] and y [N,K,P,Q].
-fn conv_geom(x: &View, w: &View, y: &View, stride: &[i64], padding: &[i64]) -> Result<Geom, CudaError> {
-    let dims = [
+/// A geometry from its sizes (named for the message when one does not fit an `int`):
+/// `n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw`.
+fn geom(sizes: [(u64, &str); 15]) -> Result<Geom, CudaError> {
+    let mut v = [0i32; 15];
+    for (slot, (x, what)) in v.iter_mut().zip(sizes) {
+        *slot = i32_of(x, what)?;
+    }
+    let [n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw] = v;
+    Ok(Geom { n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw, pad: 0 })
+}
+
+/// The geometry of a convolution's index space in conv2d's terms (kernels/conv.cu): the
+/// input side `big [N,C,H,W]`, the weight `w [K,C/groups,R,S]`, the output side
+/// `small [N,K,P,Q]`, and the op's stride, padding and dilation; `c` and `k` count the
+/// channels of one group.
+fn conv_geom(big: &View, w: &View, small: &View, attrs: &Attrs) -> Result<Geom, CudaError> {
+    let groups = attrs.int("groups") as u64;
+    let [stride, padding, dilation] = ["stride", "padding", "dilation"].map(|name| attrs.ints(name));
+    let u = |x: i64| x as u64;
+    geom([
+        (big.shape[0], "N"),
+        (big.shape[1] / groups, "C/groups"),
+        (big.shape[2], "H"),
+        (big.shape[3], "W"),
+        (w.shape[0] / groups, "K/groups"),
+        (w.shape[2], "R"),
+        (w.shape[3], "S"),
+        (small.shape[2], "P"),
+        (small.shape[3], "Q"),
+        (u(stride[0]), "stride"),
+        (u(stride[1]), "stride"),
+        (u(padding[0]), "padding"),
+        (u(padding[1]), "padding"),
+        (u(dilation[0]), "dilation"),
+        (u(dilation[1]), "dilation"),
+    ])
+}
+
+/// One implicit GEMM of a conv's index space `g` in `mode`, once per group (the groups are
+/// `igemm`'s batches): out(m, n) over depth
+/// - forward: the output side, m = k (of a group), n = (b, p, q), depth (c, r, s);
+/// - backward data: the input side, m = c, n = (b, h, w), depth (k, r, s);
+/// - backward weight: the weight, m = k, n = (c, r, s), depth (b, p, q).
+///
+/// The kernel decodes its indices in 32 bits, so every product of sizes it forms, and every
+/// position it computes (p·sh + r·dh, h + ph, ...), must fit an `int`.
+fn conv_igemm(mode: i32, g: Geom, attrs: &Attrs, options: LowerOptions) -> Result<Igemm, CudaError> {
+    let u = |x: i32| x as u64;
+    let (k, crs, npq) = (u(g.k), u(g.c) * u(g.r) * u(g.s), u(g.n) * u(g.p) * u(g.q));
+    let (krs, nhw) = (u(g.k) * u(g.r) * u(g.s), u(g.n) * u(g.h) * u(g.w));
+    let positions = [
+        u(g.p) * u(g.sh) + u(g.r) * u(g.dh) + u(g.ph),
+        u(g.q) * u(g.sw) + u(g.s) * u(g.dw) + u(g.pw),
+        u(g.h) + u(g.r) * u(g.dh) + u(g.ph),
+        u(g.w) + u(g.s) * u(g.dw) + u(g.pw),
+    ];
+    for x in [crs, npq, krs, nhw, u(g.p) * u(g.q), u(g.h) * u(g.w)].into_iter().chain(positions) {
+        i32_of(x, "a product of conv sizes")?;
+    }
+    let size = match mode {
+        MODE_CONV_FWD => [k, npq, crs],
+        MODE_CONV_BWD_DATA => [u(g.c), nhw, krs],
+        _ => [k, crs, npq],
+    };
+    Ok(Igemm { mode, geom: g, size, batches: attrs.int("groups") as u64, f32: options.conv_f32 })
+}
+
+/// A pooling window's geometry: x [N,C,H,W], y [N,C,P,Q] (one group of C channels).
+fn pool_geom(x: &View, y: &View, kernel: &[i64], stride: &[i64], padding: &[i64]) -> Result<Geom, CudaError> {
+    let u = |x: i64| x as u64;
+    geom([
         (x.shape[0], "N"),
         (x.shape[1], "C"),
         (x.shape[2], "H"),
         (x.shape[3], "W"),
-        (w.shape[0], "K"),
-        (w.shape[2], "R"),
-        (w.shape[3], "S"),
+        (x.shape[1], "C"),
+        (u(kernel[0]), "kernel"),
+        (u(kernel[1]), "kernel"),
         (y.shape[2], "P"),
         (y.shape[3], "Q"),
-        (stride[0] as u64, "stride"),
-        (stride[1] as u64, "stride"),
-        (padding[0] as u64, "padding"),
-        (padding[1] as u64, "padding"),
-    ];
-    let mut v = [0i32; 13];
-    for (slot, (x, what)) in v.iter_mut().zip(dims) {
-        *slot = i32_of(x, what)?;
-    }
-    let [n, c, h, w, k, r, s, p, q, sh, sw, ph, pw] = v;
-    Ok(Geom { n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, pad: 0 })
-}
-
-/// `(K, C·R·S, N·P·Q)` of a conv. The implicit GEMM decodes its indices in 32 bits, so
-/// every product of sizes it forms must fit an `int`.
-fn conv_sizes(g: &Geom) -> Result<(u64, u64, u64), CudaError> {
-    let u = |x: i32| x as u64;
-    let (k, crs, npq) = (u(g.k), u(g.c) * u(g.r) * u(g.s), u(g.n) * u(g.p) * u(g.q));
-    let products = [crs, npq, k * u(g.r) * u(g.s), u(g.n) * u(g.h) * u(g.w), u(g.p) * u(g.q), u(g.h) * u(g.w)];
-    for x in products {
-        i32_of(x, "a product of conv sizes")?;
-    }
-    Ok((k, crs, npq))
-}
-
-/// A pooling window's geometry: x [N,C,H,W], y [N,C,P,Q].
-fn pool_geom(x: &View, y: &View, kernel: &[i64], stride: &[i64], padding: &[i64]) -> Result<Geom, CudaError> {
-    let window = View { shape: vec![x.shape[1], x.shape[1], kernel[0] as u64, kernel[1] as u64], ..x.clone() };
-    conv_geom(x, &window, y, stride, padding)
+        (u(stride[0]), "stride"),
+        (u(stride[1]), "stride"),
+        (u(padding[0]), "padding"),
+        (u(padding[1]), "padding"),
+        (1, "dilation"),
+        (1, "dilation"),
+    ])
 }
 
 /// cross_entropy's attributes as its kernels take them.

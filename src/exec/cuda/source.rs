@@ -185,7 +185,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         RmsNormBackward => &[RMS_STATS, LN_GRAD_PARAMS, RMS_GRAD_GAMMA_FINISH, RMS_NORM_BACKWARD_DX],
         BatchNorm => &[BN_PARTIAL, BN_FINISH, BN_APPLY],
         BatchNormBackward => &[BN_PARTIAL, BN_FINISH, BN_BACKWARD_DX],
-        Conv2d | Conv2dBackward => &[IGEMM, IGEMM_F32, IGEMM_FINISH],
+        Conv2d | Conv2dBackward | ConvTranspose2d | ConvTranspose2dBackward => &[IGEMM, IGEMM_F32, IGEMM_FINISH],
         MaxPool2d => &[MAX_POOL2D],
         MaxPool2dBackward => &[MAX_POOL2D_BACKWARD],
         CrossEntropy => &[CE_ROWS, CE_COUNT, CE_MEAN],

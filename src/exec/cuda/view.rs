@@ -221,9 +221,11 @@ pub struct DeviceTensor {
 
 const _: () = assert!(std::mem::size_of::<DeviceTensor>() == 160);
 
-/// `struct Geom` of common.cuh: the sizes of a conv2d or pooling window op, NCHW. `n, c,
-/// h, w`: the input; `k`: output channels; `r, s`: the window; `p, q`: the output's height
-/// and width; `sh, sw`: strides; `ph, pw`: padding.
+/// `struct Geom` of common.cuh: the sizes of a convolution's index space (in conv2d's
+/// terms) or of a pooling window op, NCHW. `n, h, w`: the input side; `c`: its channels per
+/// group; `k`: the output side's channels per group; `r, s`: the window; `p, q`: the output
+/// side's height and width; `sh, sw`: strides; `ph, pw`: padding; `dh, dw`: dilation. A
+/// pooling op is one group of `c = k` channels with dilation 1.
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Geom {
@@ -240,10 +242,13 @@ pub struct Geom {
     pub sw: i32,
     pub ph: i32,
     pub pw: i32,
+    pub dh: i32,
+    pub dw: i32,
+    /// Unused: keeps the size a multiple of 8.
     pub pad: i32,
 }
 
-const _: () = assert!(std::mem::size_of::<Geom>() == 56);
+const _: () = assert!(std::mem::size_of::<Geom>() == 64);
 
 /// One kernel argument, in the order of the kernel's parameters.
 #[derive(Clone, PartialEq, Debug)]

@@ -11,8 +11,8 @@
 //! - `shape.rs`: reshape, transpose, expand (as dense copies), sum, mean;
 //! - `linalg.rs`: matmul with transposes and broadcast batch dimensions;
 //! - `attention.rs`: fused attention and its backward, one query row at a time;
-//! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, conv2d, max_pool2d, embedding,
-//!   cross_entropy, and their backward ops;
+//! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, conv2d, conv_transpose2d,
+//!   max_pool2d, embedding, cross_entropy, and their backward ops;
 //! - `optim.rs`: sgd, sgd_momentum, adam, adamw;
 //! - `dropout.rs`: dropout and its backward, with the mask's hash ([`dropout_uniform`]).
 //!
@@ -108,8 +108,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::RmsNormBackward => nn::rms_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
         OpKind::BatchNorm => vec![nn::batch_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::BatchNormBackward => nn::batch_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
-        OpKind::Conv2d => vec![nn::conv2d(&x[0], &x[1], &Window::conv(attrs, &x[1]), &shapes[0])],
-        OpKind::Conv2dBackward => nn::conv2d_backward(&x[0], &x[1], &x[2], &Window::conv(attrs, &x[2])),
+        OpKind::Conv2d => vec![nn::conv2d(&x[0], &x[1], attrs, &shapes[0])],
+        OpKind::Conv2dBackward => nn::conv2d_backward(&x[0], &x[1], &x[2], attrs),
         OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &Window::pool(attrs), &shapes[0])],
         OpKind::MaxPool2dBackward => vec![nn::max_pool2d_backward(&x[0], &x[1], &Window::pool(attrs))],
         OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1], &nn::CrossEntropyAttrs::read(attrs))?],
@@ -139,6 +139,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Dropout | OpKind::DropoutBackward => {
             vec![dropout::dropout(&x[0], &x[1], attrs.float("p"), attrs.int("stream"))]
         }
+        OpKind::ConvTranspose2d => vec![nn::conv_transpose2d(&x[0], &x[1], attrs, &shapes[0])],
+        OpKind::ConvTranspose2dBackward => nn::conv_transpose2d_backward(&x[0], &x[1], &x[2], attrs),
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.
@@ -284,7 +286,7 @@ fn resolve_axis(axis: i64, rank: usize) -> usize {
     if axis < 0 { (axis + rank as i64) as usize } else { axis as usize }
 }
 
-/// The sliding-window attributes of conv2d and max_pool2d, as (height, width) pairs.
+/// The sliding-window attributes of max_pool2d, as (height, width) pairs.
 struct Window {
     kernel: [usize; 2],
     stride: [usize; 2],
@@ -292,11 +294,6 @@ struct Window {
 }
 
 impl Window {
-    /// conv2d's window: the kernel is `w[K,C,R,S]`'s (R, S).
-    fn conv(attrs: &Attrs, w: &Dense) -> Window {
-        Window { kernel: [w.shape[2], w.shape[3]], stride: pair(attrs, "stride"), padding: pair(attrs, "padding") }
-    }
-
     fn pool(attrs: &Attrs) -> Window {
         Window { kernel: pair(attrs, "kernel"), stride: pair(attrs, "stride"), padding: pair(attrs, "padding") }
     }
@@ -471,6 +468,15 @@ mod tests {
             (OpKind::Conv2d, vec![], vec![z(&[0, 1, 3, 3]), z(&[2, 1, 2, 2])]),
             (OpKind::Conv2d, vec![], vec![z(&[1, 0, 3, 3]), z(&[2, 0, 2, 2])]),
             (OpKind::Conv2dBackward, vec![], vec![z(&[1, 0, 2, 2]), z(&[1, 1, 3, 3]), z(&[0, 1, 2, 2])]),
+            (OpKind::Conv2d, vec![("groups", Attr::Int(2))], vec![z(&[0, 2, 3, 3]), z(&[4, 1, 2, 2])]),
+            (OpKind::ConvTranspose2d, vec![("groups", Attr::Int(2))], vec![z(&[0, 2, 3, 3]), z(&[2, 2, 2, 2])]),
+            (OpKind::ConvTranspose2d, vec![], vec![z(&[1, 0, 3, 3]), z(&[0, 2, 2, 2])]),
+            (OpKind::ConvTranspose2d, vec![("padding", ints(&[1, 1]))], vec![z(&[1, 1, 1, 1]), z(&[1, 1, 2, 2])]),
+            (
+                OpKind::ConvTranspose2dBackward,
+                vec![("groups", Attr::Int(2))],
+                vec![z(&[0, 4, 4, 4]), z(&[0, 2, 3, 3]), z(&[2, 2, 2, 2])],
+            ),
             (OpKind::MaxPool2d, w2.to_vec(), vec![z(&[1, 1, 0, 0])]),
             (OpKind::MaxPool2dBackward, w2.to_vec(), vec![z(&[1, 1, 1, 1]), z(&[1, 1, 0, 0])]),
             (OpKind::CrossEntropy, vec![], vec![z(&[0, 3]), z(&[0])]),
@@ -786,20 +792,49 @@ mod tests {
         }
     }
 
+    /// A conv's attributes: stride, padding, dilation, groups.
+    fn conv_attrs(stride: [i64; 2], padding: [i64; 2], dilation: [i64; 2], groups: i64) -> Vec<(&'static str, Attr)> {
+        vec![("stride", ints(&stride)), ("padding", ints(&padding)), ("dilation", ints(&dilation)), ("groups", Attr::Int(groups))]
+    }
+
     #[test]
     fn grad_conv2d() {
-        // (x shape, w shape, stride, padding)
-        type Case<'a> = (&'a [usize], &'a [usize], [i64; 2], [i64; 2]);
-        let cases: [Case; 3] = [
-            (&[2, 2, 5, 5], &[3, 2, 3, 3], [2, 2], [1, 1]),
-            (&[1, 2, 4, 6], &[2, 2, 2, 3], [1, 2], [0, 1]),
-            (&[1, 1, 3, 3], &[1, 1, 3, 3], [1, 1], [2, 2]),
+        // (x shape, w shape, stride, padding, dilation, groups): plain, dilated, grouped,
+        // depthwise.
+        type Case<'a> = (&'a [usize], &'a [usize], [i64; 2], [i64; 2], [i64; 2], i64);
+        let cases: [Case; 6] = [
+            (&[2, 2, 5, 5], &[3, 2, 3, 3], [2, 2], [1, 1], [1, 1], 1),
+            (&[1, 2, 4, 6], &[2, 2, 2, 3], [1, 2], [0, 1], [1, 1], 1),
+            (&[1, 1, 3, 3], &[1, 1, 3, 3], [1, 1], [2, 2], [1, 1], 1),
+            (&[1, 2, 7, 6], &[2, 2, 3, 2], [1, 2], [1, 0], [2, 3], 1),
+            (&[2, 4, 5, 5], &[6, 2, 3, 3], [2, 1], [1, 1], [1, 2], 2),
+            (&[1, 3, 6, 6], &[3, 1, 3, 3], [2, 2], [1, 1], [2, 2], 3),
         ];
-        for (x_shape, w_shape, stride, padding) in cases {
-            let given = [("stride", ints(&stride)), ("padding", ints(&padding))];
+        for (x_shape, w_shape, stride, padding, dilation, groups) in cases {
+            let given = conv_attrs(stride, padding, dilation, groups);
             let inputs = [rand(x_shape, 24), rand(w_shape, 25)];
             grad_check(OpKind::Conv2d, &given, &inputs, &[(0, "x"), (1, "w")], &|xs, dy| {
                 run(OpKind::Conv2dBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
+            });
+        }
+    }
+
+    #[test]
+    fn grad_conv_transpose2d() {
+        // (x shape, w shape, stride, padding, output_padding, dilation, groups)
+        type Case<'a> = (&'a [usize], &'a [usize], [i64; 2], [i64; 2], [i64; 2], [i64; 2], i64);
+        let cases: [Case; 4] = [
+            (&[2, 2, 3, 3], &[2, 3, 3, 3], [2, 2], [1, 1], [1, 1], [1, 1], 1),
+            (&[1, 4, 3, 2], &[4, 1, 2, 3], [1, 2], [0, 1], [0, 1], [2, 1], 2),
+            (&[1, 3, 3, 3], &[3, 1, 3, 3], [2, 2], [1, 1], [1, 0], [2, 2], 3),
+            (&[1, 2, 2, 2], &[2, 2, 2, 2], [3, 1], [0, 0], [2, 0], [1, 1], 1),
+        ];
+        for (x_shape, w_shape, stride, padding, output_padding, dilation, groups) in cases {
+            let mut given = conv_attrs(stride, padding, dilation, groups);
+            given.push(("output_padding", ints(&output_padding)));
+            let inputs = [rand(x_shape, 31), rand(w_shape, 32)];
+            grad_check(OpKind::ConvTranspose2d, &given, &inputs, &[(0, "x"), (1, "w")], &|xs, dy| {
+                run(OpKind::ConvTranspose2dBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
             });
         }
     }

@@ -101,6 +101,9 @@ pub enum OpKind {
     // Dropout: a mask drawn from (seed, stream, element index), regenerated, never saved.
     Dropout,
     DropoutBackward,
+    // Transposed convolution.
+    ConvTranspose2d,
+    ConvTranspose2dBackward,
 }
 
 impl OpKind {
@@ -413,7 +416,7 @@ impl OpDef {
 
     /// One-line usage, for help lines and docs: inputs, attributes with their defaults (or
     /// `<kind>` where the attribute must be written), outputs. For example
-    /// `conv2d_backward(dy, x, w, stride=[1, 1], padding=[0, 0]) -> (dx, dw)`.
+    /// `max_pool2d(x, kernel=<ints>, stride=<ints>, padding=[0, 0]) -> y`.
     pub fn signature(&self) -> String {
         let mut parts: Vec<String> = self.inputs.iter().map(|name| name.to_string()).collect();
         for spec in self.attrs {

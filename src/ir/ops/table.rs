@@ -20,6 +20,23 @@ const CROSS_ENTROPY: &[AttrSpec] = &[
 ];
 const STRIDE_1: AttrSpec = attr("stride", K::Ints, Some(AttrDefault::Ints(&[1, 1])));
 const PADDING_0: AttrSpec = attr("padding", K::Ints, Some(AttrDefault::Ints(&[0, 0])));
+/// PyTorch's conv2d arguments: stride, padding, dilation (the spacing of the kernel's taps)
+/// and groups (channels split into that many independent convolutions).
+const CONV: &[AttrSpec] = &[
+    STRIDE_1,
+    PADDING_0,
+    attr("dilation", K::Ints, Some(AttrDefault::Ints(&[1, 1]))),
+    attr("groups", K::Int, Some(AttrDefault::Int(1))),
+];
+/// PyTorch's conv_transpose2d arguments (output_padding: rows and columns added at the end
+/// of the output, to pick one of the sizes a strided conv2d maps to the same input size).
+const CONV_TRANSPOSE: &[AttrSpec] = &[
+    STRIDE_1,
+    PADDING_0,
+    attr("output_padding", K::Ints, Some(AttrDefault::Ints(&[0, 0]))),
+    attr("dilation", K::Ints, Some(AttrDefault::Ints(&[1, 1]))),
+    attr("groups", K::Int, Some(AttrDefault::Int(1))),
+];
 const POOL: &[AttrSpec] =
     &[attr("kernel", K::Ints, None), attr("stride", K::Ints, None), PADDING_0];
 const ATTENTION: &[AttrSpec] =
@@ -672,20 +689,20 @@ pub static OPS: &[OpDef] = &[
         name: "conv2d",
         inputs: &["x", "w"],
         outputs: &["y"],
-        attrs: &[STRIDE_1, PADDING_0],
+        attrs: CONV,
         class: OpClass::Forward,
         infer: infer_conv2d,
         flops: flops_conv2d,
         view_of: None,
         inplace: &[],
-        doc: "2-d cross-correlation of x[N,C,H,W] with w[K,C,R,S], zero padding",
+        doc: "2-d cross-correlation of x[N,C,H,W] with w[K,C/groups,R,S]: zero padding, dilated taps, channel groups",
     },
     OpDef {
         kind: OpKind::Conv2dBackward,
         name: "conv2d_backward",
         inputs: &["dy", "x", "w"],
         outputs: &["dx", "dw"],
-        attrs: &[STRIDE_1, PADDING_0],
+        attrs: CONV,
         class: OpClass::Backward,
         infer: infer_conv2d_backward,
         flops: flops_conv2d_backward,
@@ -916,5 +933,31 @@ pub static OPS: &[OpDef] = &[
         // Elementwise: dx_i reads dy_i (and the seed, never written) before dx_i is written.
         inplace: &[(0, 0)],
         doc: "dy_i / (1 - p) where dropout's mask kept element i, else 0: the mask regenerated from (seed, stream)",
+    },
+    OpDef {
+        kind: OpKind::ConvTranspose2d,
+        name: "conv_transpose2d",
+        inputs: &["x", "w"],
+        outputs: &["y"],
+        attrs: CONV_TRANSPOSE,
+        class: OpClass::Forward,
+        infer: infer_conv_transpose2d,
+        flops: flops_conv_transpose2d,
+        view_of: None,
+        inplace: &[],
+        doc: "the transpose of conv2d: x[N,C,H,W] spread through w[C,K/groups,R,S] into y[N,K,P,Q]",
+    },
+    OpDef {
+        kind: OpKind::ConvTranspose2dBackward,
+        name: "conv_transpose2d_backward",
+        inputs: &["dy", "x", "w"],
+        outputs: &["dx", "dw"],
+        attrs: CONV_TRANSPOSE,
+        class: OpClass::Backward,
+        infer: infer_conv_transpose2d_backward,
+        flops: flops_conv_transpose2d_backward,
+        view_of: None,
+        inplace: &[],
+        doc: "conv_transpose2d's gradients w.r.t. x (a conv2d of dy with w) and w",
     },
 ];

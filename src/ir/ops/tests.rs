@@ -61,7 +61,7 @@ fn rows_are_in_kind_order() {
 
 #[test]
 fn every_kind_has_a_row_and_a_unique_name() {
-    assert_eq!(OPS.len(), OpKind::DropoutBackward as usize + 1);
+    assert_eq!(OPS.len(), OpKind::ConvTranspose2dBackward as usize + 1);
     for row in OPS {
         assert_eq!(OpKind::from_name(row.name), Some(row.kind));
         assert!(row.view_of.is_none_or(|k| k < row.inputs.len()), "{}", row.name);
@@ -87,7 +87,11 @@ fn broadcasting() {
 fn signatures() {
     assert_eq!(
         OpKind::Conv2dBackward.def().signature(),
-        "conv2d_backward(dy, x, w, stride=[1, 1], padding=[0, 0]) -> (dx, dw)"
+        "conv2d_backward(dy, x, w, stride=[1, 1], padding=[0, 0], dilation=[1, 1], groups=1) -> (dx, dw)"
+    );
+    assert_eq!(
+        OpKind::ConvTranspose2d.def().signature(),
+        "conv_transpose2d(x, w, stride=[1, 1], padding=[0, 0], output_padding=[0, 0], dilation=[1, 1], groups=1) -> y"
     );
     assert_eq!(OpKind::Sgd.def().signature(), "sgd(p, g, lr=<float>) -> p_new");
     assert_eq!(OpKind::Fill.def().signature(), "fill(shape=<ints>, dtype=<dtype>, value=0.0, step=0.0) -> out");
@@ -450,6 +454,113 @@ fn conv2d_output_sizes() {
     err(b, &["f32[8,16,16,16]", "f32[8,3,32,32]", "f32[16,4,3,3]"], &attrs, "channels differ");
 }
 
+/// conv2d's attributes: stride, padding, dilation, groups.
+fn conv(stride: [i64; 2], padding: [i64; 2], dilation: [i64; 2], groups: i64) -> [(&'static str, Attr); 4] {
+    [("stride", ints(&stride)), ("padding", ints(&padding)), ("dilation", ints(&dilation)), ("groups", Attr::Int(groups))]
+}
+
+/// Shapes by PyTorch's formula, worked by hand: P = ⌊(H + 2·padding − dilation·(R − 1) − 1)
+/// / stride⌋ + 1, w is [K, C/groups, R, S].
+#[test]
+fn grouped_and_dilated_conv2d_output_sizes() {
+    let c = OpKind::Conv2d;
+    // MobileNet's depthwise conv: groups = C = K = 32, w [32,1,3,3], stride 2, padding 1:
+    // ⌊(112 + 2 − 2 − 1) / 2⌋ + 1 = 55 + 1 = 56.
+    let depthwise = conv([2, 2], [1, 1], [1, 1], 32);
+    assert_eq!(ok(c, &["f32[8,32,112,112]", "f32[32,1,3,3]"], &depthwise), ["f32[8,32,56,56]"]);
+    // ResNeXt's grouped 3×3: 32 groups of 4 channels: (56 + 2 − 2 − 1) + 1 = 56.
+    let resnext = conv([1, 1], [1, 1], [1, 1], 32);
+    assert_eq!(ok(c, &["f32[2,128,56,56]", "f32[256,4,3,3]"], &resnext), ["f32[2,256,56,56]"]);
+    // Dilation 2 (a 3×3 kernel spanning 5): height (10 + 0 − 4 − 1) + 1 = 6, width
+    // (9 + 4 − 4 − 1) + 1 = 9.
+    assert_eq!(ok(c, &["f32[1,3,10,9]", "f32[4,3,3,3]"], &conv([1, 1], [0, 2], [2, 2], 1)), ["f32[1,4,6,9]"]);
+    // Dilation (3, 1), stride 2, 2 groups: height ⌊(11 − 6 − 1) / 2⌋ + 1 = 3, width
+    // ⌊(11 − 2 − 1) / 2⌋ + 1 = 5.
+    assert_eq!(ok(c, &["f32[1,2,11,11]", "f32[4,1,3,3]"], &conv([2, 2], [0, 0], [3, 1], 2)), ["f32[1,4,3,5]"]);
+    // 2 groups of 2 input and 3 output channels.
+    assert_eq!(ok(c, &["f16[1,4,3,3]", "f16[6,2,1,1]"], &conv([1, 1], [0, 0], [1, 1], 2)), ["f16[1,6,3,3]"]);
+    // The defaults are today's conv2d.
+    assert_eq!(ok(c, &["f32[8,3,32,32]", "f32[16,3,3,3]"], &conv([2, 2], [1, 1], [1, 1], 1)), ["f32[8,16,16,16]"]);
+
+    let x = "f32[1,4,5,5]";
+    err(c, &[x, "f32[2,4,3,3]"], &conv([1, 1], [0, 0], [1, 1], 0), "groups=0 must be at least 1");
+    err(c, &[x, "f32[2,4,3,3]"], &conv([1, 1], [0, 0], [1, 1], -2), "groups=-2 must be at least 1");
+    err(c, &[x, "f32[3,1,3,3]"], &conv([1, 1], [0, 0], [1, 1], 3), "groups=3 must divide the input channels: x f32[1,4,5,5] has C=4");
+    err(c, &[x, "f32[3,2,3,3]"], &conv([1, 1], [0, 0], [1, 1], 2), "groups=2 must divide the output channels: w f32[3,2,3,3] has K=3");
+    err(c, &[x, "f32[4,4,3,3]"], &conv([1, 1], [0, 0], [1, 1], 2), "with groups=2 w needs C/groups=2, but w f32[4,4,3,3] has 4");
+    err(c, &[x, "f32[4,4,3,3]"], &conv([1, 1], [0, 0], [0, 1], 1), "dilation=[0, 1]: each entry must be at least 1");
+    err(c, &[x, "f32[4,4,3,3]"], &conv([1, 1], [0, 0], [-1, 1], 1), "dilation=[-1, 1]");
+    err(c, &[x, "f32[4,4,3,3]"], &[("dilation", ints(&[1, 1, 1]))], "dilation=[1, 1, 1] must have 2 entries");
+    // A dilated window larger than the padded input: 3 taps 3 apart span 7 > 5.
+    let e = err(c, &[x, "f32[4,4,3,3]"], &conv([1, 1], [0, 0], [3, 3], 1), "smaller than the window (7)");
+    assert!(e.contains("dilation=[3, 3]"), "{e}");
+    err(c, &[x, "f32[4,4,4,4]"], &conv([1, 1], [0, 0], [i64::MAX, 1], 1), "span more than 2^64");
+
+    let b = OpKind::Conv2dBackward;
+    let attrs = conv([2, 2], [1, 1], [2, 2], 2);
+    assert_eq!(ok(b, &["f32[1,6,3,3]", "f32[1,4,7,7]", "f32[6,2,3,3]"], &attrs), ["f32[1,4,7,7]", "f32[6,2,3,3]"]);
+    err(b, &["f32[1,6,4,4]", "f32[1,4,7,7]", "f32[6,2,3,3]"], &attrs, "type f32[1,6,3,3]");
+    err(b, &["f32[1,6,3,3]", "f32[1,4,7,7]", "f32[6,4,3,3]"], &attrs, "C/groups=2");
+}
+
+/// conv_transpose2d by PyTorch's formula, worked by hand: P = (H − 1)·stride − 2·padding +
+/// dilation·(R − 1) + output_padding + 1, w is [C, K/groups, R, S].
+#[test]
+fn conv_transpose2d_output_sizes() {
+    let t = OpKind::ConvTranspose2d;
+    let attrs = |stride: [i64; 2], padding: [i64; 2], output_padding: [i64; 2], dilation: [i64; 2], groups: i64| {
+        let mut given = conv(stride, padding, dilation, groups).to_vec();
+        given.push(("output_padding", ints(&output_padding)));
+        given
+    };
+    // U-Net's 2×2 up-convolution, stride 2: (16 − 1)·2 − 0 + 1 + 0 + 1 = 32.
+    let up = attrs([2, 2], [0, 0], [0, 0], [1, 1], 1);
+    assert_eq!(ok(t, &["f32[4,64,16,16]", "f32[64,32,2,2]"], &up), ["f32[4,32,32,32]"]);
+    // 3×3, stride 2, padding 1: (8 − 1)·2 − 2 + 2 + 1 = 15, and 16 with output_padding 1
+    // (the inverse of a stride-2 'same' conv2d, which maps both 15 and 16 to 8).
+    let x = "f32[1,8,8,8]";
+    assert_eq!(ok(t, &[x, "f32[8,4,3,3]"], &attrs([2, 2], [1, 1], [0, 0], [1, 1], 1)), ["f32[1,4,15,15]"]);
+    assert_eq!(ok(t, &[x, "f32[8,4,3,3]"], &attrs([2, 2], [1, 1], [1, 1], [1, 1], 1)), ["f32[1,4,16,16]"]);
+    assert_eq!(ok(OpKind::Conv2d, &["f32[1,4,16,16]", "f32[8,4,3,3]"], &conv([2, 2], [1, 1], [1, 1], 1)), ["f32[1,8,8,8]"]);
+    // Dilation 2: height (5 − 1) + 2·2 + 1 = 9, width (6 − 1) + 4 + 1 = 10.
+    assert_eq!(ok(t, &["f32[1,2,5,6]", "f32[2,3,3,3]"], &attrs([1, 1], [0, 0], [0, 0], [2, 2], 1)), ["f32[1,3,9,10]"]);
+    // 2 groups of 2 input channels, 3 output channels each: K = 6; (3 − 1) + 1 + 1 = 4.
+    assert_eq!(ok(t, &["bf16[1,4,3,3]", "bf16[4,3,2,2]"], &attrs([1, 1], [0, 0], [0, 0], [1, 1], 2)), ["bf16[1,6,4,4]"]);
+    // Depthwise (groups = C = K = 6), stride 2, padding 1, output_padding 1: 3·2 − 2 + 2 + 1 + 1 = 8.
+    assert_eq!(ok(t, &["f32[2,6,4,4]", "f32[6,1,3,3]"], &attrs([2, 2], [1, 1], [1, 1], [1, 1], 6)), ["f32[2,6,8,8]"]);
+    // output_padding below the dilation (not the stride) is allowed: (3 − 1) + 4 + 1 + 1 = 8.
+    assert_eq!(ok(t, &["f32[1,1,3,3]", "f32[1,1,3,3]"], &attrs([1, 1], [0, 0], [1, 1], [2, 2], 1)), ["f32[1,1,8,8]"]);
+    // ... and below the stride in one dimension, the dilation in the other: height
+    // 2·2 + 2 + 1 + 1 = 8, width 2 + 4 + 1 + 1 = 8.
+    assert_eq!(ok(t, &["f32[1,1,3,3]", "f32[1,1,3,3]"], &attrs([2, 1], [0, 0], [1, 1], [1, 2], 1)), ["f32[1,1,8,8]"]);
+    // Padding may cut the output to nothing, not below: 0 − 2 + 2 = 0, then 0 − 2 + 1 = −1.
+    let pad = attrs([1, 1], [1, 1], [0, 0], [1, 1], 1);
+    assert_eq!(ok(t, &["f32[1,1,1,1]", "f32[1,1,2,2]"], &pad), ["f32[1,1,0,0]"]);
+    err(t, &["f32[1,1,1,1]", "f32[1,1,1,1]"], &pad, "the output height (1-1)*1 - 2*1 + 1 + 0 = -1 is negative");
+
+    let ins = ["f32[1,4,5,5]", "f32[4,2,3,3]"];
+    let too_much = "output_padding=[2, 0] must be smaller than the stride ([2, 2]) or the dilation ([1, 1])";
+    err(t, &ins, &attrs([2, 2], [0, 0], [2, 0], [1, 1], 1), too_much);
+    err(t, &ins, &attrs([1, 1], [0, 0], [0, 1], [1, 1], 1), "output_padding=[0, 1]");
+    err(t, &ins, &attrs([1, 1], [0, 0], [0, -1], [1, 1], 1), "output_padding=[0, -1]: each entry must be at least 0");
+    err(t, &["f32[1,4,5,5]", "f32[3,2,3,3]"], &[], "channels differ: x f32[1,4,5,5] has C=4 but w f32[3,2,3,3] has C=3");
+    err(t, &ins, &attrs([1, 1], [0, 0], [0, 0], [1, 1], 3), "groups=3 must divide the input channels");
+    err(t, &ins, &attrs([1, 1], [0, 0], [0, 0], [1, 1], 0), "groups=0 must be at least 1");
+    err(t, &ins, &attrs([1, 1], [0, 0], [0, 0], [0, 1], 1), "dilation=[0, 1]");
+    err(t, &["f32[4,5,5]", "f32[4,2,3,3]"], &[], "[C,K/groups,R,S]");
+    err(t, &["f32[1,4,5,5]", "f16[4,2,3,3]"], &[], "dtypes differ");
+    err(t, &["i32[1,4,5,5]", "i32[4,2,3,3]"], &[], "float");
+    err(t, &["f32[1,1,4294967296,1]", "f32[1,1,1,1]"], &attrs([i64::MAX, 1], [0, 0], [0, 0], [1, 1], 1), "too large");
+    err(t, &["f32[4294967296,4294967296,1,1]", "f32[4294967296,4294967296,1,1]"], &[], "2^64");
+
+    let b = OpKind::ConvTranspose2dBackward;
+    let given = attrs([2, 2], [1, 1], [1, 1], [1, 1], 2);
+    assert_eq!(ok(b, &["f32[1,6,8,8]", "f32[1,4,4,4]", "f32[4,3,3,3]"], &given), ["f32[1,4,4,4]", "f32[4,3,3,3]"]);
+    let wrong_dy = "dy must be conv_transpose2d(x f32[1,4,4,4], w f32[4,3,3,3])'s type f32[1,6,8,8]";
+    err(b, &["f32[1,6,7,7]", "f32[1,4,4,4]", "f32[4,3,3,3]"], &given, wrong_dy);
+    err(b, &["f32[1,6,8,8]", "f32[1,4,4,4]", "f32[2,3,3,3]"], &given, "channels differ");
+}
+
 #[test]
 fn max_pool2d_output_sizes() {
     let m = OpKind::MaxPool2d;
@@ -546,6 +657,20 @@ fn flops() {
     assert_eq!(count(OpKind::Conv2d, &["f32[8,3,32,32]", "f32[16,3,3,3]"], &sp), conv);
     let dy_x_w = ["f32[8,16,16,16]", "f32[8,3,32,32]", "f32[16,3,3,3]"];
     assert_eq!(count(OpKind::Conv2dBackward, &dy_x_w, &sp), 2 * conv);
+    // Groups: 2·N·K·P·Q·(C/groups)·R·S; 4 groups, y [2,8,4,4]. Dilation changes only P, Q.
+    let grouped = [("groups", Attr::Int(4))];
+    assert_eq!(count(OpKind::Conv2d, &["f32[2,8,6,6]", "f32[8,2,3,3]"], &grouped), 2 * 2 * 8 * 4 * 4 * 2 * 3 * 3);
+    let dilated = [("dilation", ints(&[2, 2]))];
+    assert_eq!(count(OpKind::Conv2d, &["f32[2,8,6,6]", "f32[8,8,3,3]"], &dilated), 2 * 2 * 8 * 2 * 2 * 8 * 3 * 3);
+    // The transpose: 2·N·C·H·W·(K/groups)·R·S, the FLOPs of the conv2d it transposes; the
+    // backward twice that.
+    let up = [("stride", ints(&[2, 2])), ("groups", Attr::Int(2))];
+    let transposed = 2 * 4 * 3 * 3 * 2 * 2 * 2;
+    assert_eq!(count(OpKind::ConvTranspose2d, &["f32[1,4,3,3]", "f32[4,2,2,2]"], &up), transposed);
+    let down = [("stride", ints(&[2, 2])), ("groups", Attr::Int(2))];
+    assert_eq!(count(OpKind::Conv2d, &["f32[1,4,6,6]", "f32[4,2,2,2]"], &down), transposed);
+    let dy_x_w = ["f32[1,4,6,6]", "f32[1,4,3,3]", "f32[4,2,2,2]"];
+    assert_eq!(count(OpKind::ConvTranspose2dBackward, &dy_x_w, &up), 2 * transposed);
     assert_eq!(count(OpKind::Transpose, &["f32[4,5]"], &[("perm", ints(&[1, 0]))]), 0);
     let pool = [("kernel", ints(&[2, 2])), ("stride", ints(&[2, 2]))];
     assert_eq!(count(OpKind::MaxPool2d, &["f32[1,2,8,8]"], &pool), 32 * 4);

@@ -505,26 +505,53 @@ impl Gen {
         self.new_input(TensorType::new(dtype, dims))
     }
 
-    /// conv2d, then maybe batch_norm, relu, max_pool2d.
+    /// A convolution, then maybe batch_norm, relu, max_pool2d: conv2d (sometimes grouped,
+    /// depthwise among them, sometimes dilated) or, a third of the time, conv_transpose2d
+    /// (likewise, and with output_padding where its stride or dilation allows one).
     pub(super) fn conv_block(&mut self) {
         let x = self.nchw();
         let t = self.ty(x).clone();
         let (c, h, w) = (t.dims()[1], t.dims()[2], t.dims()[3]);
-        let k = 1 + self.below(4) as u64;
-        let r = (1 + self.below(3) as u64).min(h);
-        let s = (1 + self.below(3) as u64).min(w);
-        let weight = TensorType::new(t.dtype, vec![k, c, r, s]);
-        if numel(&weight) > MAX_NUMEL {
-            return;
-        }
-        let weight = self.param(weight);
-        let first_record = self.records.len();
+        // Groups: a divisor of C above 1 sometimes (C itself: depthwise).
+        let divisors: Vec<u64> = (2..=c).filter(|g| c.is_multiple_of(*g)).collect();
+        let groups = if !divisors.is_empty() && self.chance(0.4) { self.choose(&divisors) } else { 1 };
+        let k = groups * (1 + self.below(if groups > 1 { 2 } else { 4 }) as u64);
+        let dilation = [1 + u64::from(self.chance(0.25)), 1 + u64::from(self.chance(0.25))];
         let stride = [1 + self.below(2) as u64, 1 + self.below(2) as u64];
         let padding = [self.below(2) as u64, self.below(2) as u64];
-        let Some(mut y) = self.emit_recorded(OpKind::Conv2d, &[x, weight], &[("stride", ints(&stride)), ("padding", ints(&padding))])
-        else {
-            return;
+        let first_record = self.records.len();
+        let mut given = vec![("stride", ints(&stride)), ("padding", ints(&padding))];
+        if dilation != [1, 1] {
+            given.push(("dilation", ints(&dilation)));
+        }
+        if groups > 1 {
+            given.push(("groups", Attr::Int(groups as i64)));
+        }
+        let y = if self.chance(1.0 / 3.0) {
+            // conv_transpose2d: w [C, K/groups, R, S]; output_padding 1 only below the
+            // stride or the dilation.
+            let (r, s) = (1 + self.below(3) as u64, 1 + self.below(3) as u64);
+            let weight = TensorType::new(t.dtype, vec![c, k / groups, r, s]);
+            if numel(&weight) > MAX_NUMEL {
+                return;
+            }
+            let weight = self.param(weight);
+            let output_padding: Vec<u64> =
+                (0..2).map(|i| u64::from(stride[i].max(dilation[i]) > 1 && self.chance(0.5))).collect();
+            given.push(("output_padding", ints(&output_padding)));
+            self.emit_recorded(OpKind::ConvTranspose2d, &[x, weight], &given)
+        } else {
+            // conv2d: w [K, C/groups, R, S], its dilated extent within the input.
+            let taps = |g: &mut Gen, size: u64, dilation: u64| (1 + g.below(3) as u64).min((size - 1) / dilation + 1);
+            let (r, s) = (taps(self, h, dilation[0]), taps(self, w, dilation[1]));
+            let weight = TensorType::new(t.dtype, vec![k, c / groups, r, s]);
+            if numel(&weight) > MAX_NUMEL {
+                return;
+            }
+            let weight = self.param(weight);
+            self.emit_recorded(OpKind::Conv2d, &[x, weight], &given)
         };
+        let Some(mut y) = y else { return };
         if self.chance(0.5)
             && let Some(b) = self.batch_norm(y)
         {

@@ -21,7 +21,7 @@
 //! that are never read are part of the variety). Forward ops are recorded so that backward
 //! families can find them: `relu_backward` reads a relu's output, `attention_backward`
 //! attention's inputs and both its outputs, `layer_norm_backward` its x and gamma,
-//! `conv2d_backward` the conv's x and w, and so on.
+//! `conv2d_backward` and `conv_transpose2d_backward` the conv's x and w, and so on.
 //!
 //! Gradients of optimizers need the param's exact type. A backward op that yields one
 //! (`dgamma`, `dw`, `dtable`) is remembered for its param; otherwise `derive` computes a
@@ -51,8 +51,9 @@
 //! transpose, expand, contiguous (and reshape of a transposed or expanded value only
 //! through contiguous), casts among f32/f16/bf16 (and to i32/i64/bool and back), fill,
 //! embedding and its backward, layer_norm/batch_norm and their 3-output backward ops,
-//! rms_norm and its 2-output backward, conv2d/max_pool2d (small NCHW, strides, padding) and
-//! their backward ops, cross_entropy with i32 or i64 labels (sometimes an ignore_index
+//! rms_norm and its 2-output backward, conv2d (small NCHW, strides, padding, dilation,
+//! groups, depthwise), conv_transpose2d (the same, and output_padding), max_pool2d and their
+//! backward ops, cross_entropy with i32 or i64 labels (sometimes an ignore_index
 //! that is a class, sometimes label smoothing) and its backward, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`
 //! incremented by `add_scalar` and updated), dropout (p from 0 to 0.9, each site its own

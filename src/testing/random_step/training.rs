@@ -77,7 +77,7 @@ impl Gen {
             OpKind::Relu | OpKind::Sigmoid | OpKind::Tanh | OpKind::Softmax => vec![r.output],
             OpKind::Gelu | OpKind::Silu | OpKind::Hardswish | OpKind::MaxPool2d => vec![r.inputs[0]],
             OpKind::LayerNorm | OpKind::RmsNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
-            OpKind::Conv2d | OpKind::CrossEntropy => vec![r.inputs[0], r.inputs[1]],
+            OpKind::Conv2d | OpKind::ConvTranspose2d | OpKind::CrossEntropy => vec![r.inputs[0], r.inputs[1]],
             OpKind::Embedding => vec![r.inputs[1]],
             OpKind::Attention => [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat(),
             _ => vec![],
@@ -129,10 +129,11 @@ impl Gen {
                     self.grads.insert(r.inputs[2], outs[2]);
                 }
             }
-            OpKind::Conv2d => {
+            OpKind::Conv2d | OpKind::ConvTranspose2d => {
+                let kind = if r.kind == OpKind::Conv2d { OpKind::Conv2dBackward } else { OpKind::ConvTranspose2dBackward };
                 let dy = self.derive(&out_ty, None);
-                let given = [("stride", r.attrs.get("stride").unwrap().clone()), ("padding", r.attrs.get("padding").unwrap().clone())];
-                if let Some(outs) = self.emit_named(OpKind::Conv2dBackward, &[dy, r.inputs[0], r.inputs[1]], &given, None) {
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                if let Some(outs) = self.emit_named(kind, &[dy, r.inputs[0], r.inputs[1]], &given, None) {
                     self.grads.insert(r.inputs[1], outs[1]);
                 }
             }

@@ -78,14 +78,16 @@ struct Tensor {
     i64 stride[MAX_RANK];
 };
 
-// The sizes of a conv2d or pooling op, NCHW: input n,c,h,w; k output channels; r,s window;
-// p,q output height and width; sh,sw strides; ph,pw padding. Layout = view.rs Geom.
+// The sizes of a convolution's index space (in conv2d's terms) or of a pooling op, NCHW:
+// input side n,h,w with c channels per group; k output channels per group; r,s window; p,q
+// output height and width; sh,sw strides; ph,pw padding; dh,dw dilation. Pooling is one
+// group with dilation 1. Layout = view.rs Geom.
 struct Geom {
-    int n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, pad;
+    int n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw, pad;
 };
 
 static_assert(sizeof(Tensor) == 160, "struct Tensor must match DeviceTensor");
-static_assert(sizeof(Geom) == 56, "struct Geom must match view.rs Geom");
+static_assert(sizeof(Geom) == 64, "struct Geom must match view.rs Geom");
 
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 

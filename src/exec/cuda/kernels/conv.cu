@@ -1,16 +1,21 @@
-// conv.cu — convolution as implicit GEMM, the matmul kernel for operands cuBLAS cannot
-// read, and max pooling.
+// conv.cu — convolution (grouped, dilated, transposed) as implicit GEMM, the matmul kernel
+// for operands cuBLAS cannot read, and max pooling.
 //
 // `igemm` computes out(m, n) = Σ_k A(m, k)·B(k, n) in 64×64 tiles (256 threads, 4×4 outputs
 // each, 16-deep slices of k staged in shared memory, float accumulators), reading A and B
-// straight from the tensors (no im2col buffer):
+// straight from the tensors (no im2col buffer). The conv modes work in a convolution's index
+// space in conv2d's terms (Geom): an input side x[N, G·C, H, W], a weight w[G·K, C, R, S] and
+// an output side y[N, G·K, P, Q], G groups of C input and K output channels, output (p, q) at
+// tap (r, s) meeting input (p·sh + r·dh − ph, q·sw + s·dw − pw). Per group:
 //   MODE_CONV_FWD:        A = w[k, (c, r, s)], B = x[(c, r, s), (b, p, q)]   → y[b, k, p, q]
 //   MODE_CONV_BWD_DATA:   A = w[(k, r, s)]ᵀ,   B = dy[(k, r, s), (b, h, w)]  → dx[b, c, h, w]
 //   MODE_CONV_BWD_WEIGHT: A = dy[k, (b, p, q)], B = x[(b, p, q), (c, r, s)]  → dw[k, c, r, s]
 //   MODE_MATMUL:          A[z.., m, k], B[z.., k, n] (any strides)           → out[z.., m, n]
-// Padding reads as 0. blockIdx.z runs over `batches × splits`: batches of a matmul, or
-// slices of k (split-K) whose partial tiles (doubles) go to the workspace and igemm_finish
-// adds them in split order.
+// conv_transpose2d runs the same modes with its y as the input side and its x as the output
+// side (lower.rs says which mode computes what). Padding reads as 0. blockIdx.z runs over
+// `batches × splits`: batches of a matmul or groups of a conv (each group's channels are
+// found by offsets, conv_group), or slices of k (split-K, one batch only) whose partial tiles
+// (doubles) go to the workspace and igemm_finish adds them in split order.
 //
 // Two instances: `igemm` keeps tiles and sums in double, `igemm_f32` in float. A float sum
 // of a conv's C·R·S products loses about 1e-5 of the result where the products cancel, and
@@ -43,24 +48,48 @@ struct Mat {
     i64 base, rs, cs;
 };
 
-// In the conv modes every index (k < depth, n < cols) and every product of sizes fits an
-// int (the host checks), so they decode with 32-bit division, several times cheaper than
-// 64-bit; element offsets stay 64-bit.
+// The element offsets of group z's channels in a conv mode's operands a and b and its
+// output (the weight's channels are its dimension 0, an activation's its dimension 1).
+__device__ __forceinline__ void conv_group(int mode, const Tensor& out, const Tensor& a, const Tensor& b, const Geom& g,
+                                           i64 z, i64* a0, i64* b0, i64* out0) {
+    switch (mode) {
+        case MODE_CONV_FWD:  // a = w, b = x, out = y
+            *a0 = z * g.k * a.stride[0];
+            *b0 = z * g.c * b.stride[1];
+            *out0 = z * g.k * out.stride[1];
+            break;
+        case MODE_CONV_BWD_DATA:  // a = w, b = dy, out = dx
+            *a0 = z * g.k * a.stride[0];
+            *b0 = z * g.k * b.stride[1];
+            *out0 = z * g.c * out.stride[1];
+            break;
+        default:  // MODE_CONV_BWD_WEIGHT: a = dy, b = x, out = dw
+            *a0 = z * g.k * a.stride[1];
+            *b0 = z * g.c * b.stride[1];
+            *out0 = z * g.k * out.stride[0];
+            break;
+    }
+}
+
+// In the conv modes every index (k < depth, n < cols), every product of sizes and every
+// position (p·sh + r·dh, h + ph, ...) fits an int (the host checks), so they decode with
+// 32-bit division, several times cheaper than 64-bit; element offsets stay 64-bit. ma.base
+// and mb.base are the group's offsets (conv_group) in the conv modes.
 template <typename acc_t>
 __device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& g, const Mat& ma, i64 m, i64 k) {
     const int kk = (int)k, rs = g.r * g.s;
     switch (mode) {
         case MODE_CONV_FWD: {  // w[m, c, r, s], k = (c, r, s)
             const int rem = kk % rs;
-            return load_at_f(a, at4(a, m, kk / rs, rem / g.s, rem % g.s));
+            return load_at_f(a, ma.base + at4(a, m, kk / rs, rem / g.s, rem % g.s));
         }
         case MODE_CONV_BWD_DATA: {  // w[kk, m, r, s], k = (kk, r, s)
             const int rem = kk % rs;
-            return load_at_f(a, at4(a, kk / rs, m, rem / g.s, rem % g.s));
+            return load_at_f(a, ma.base + at4(a, kk / rs, m, rem / g.s, rem % g.s));
         }
         case MODE_CONV_BWD_WEIGHT: {  // dy[b, m, p, q], k = (b, p, q)
             const int pq = g.p * g.q, rem = kk % pq;
-            return load_at_f(a, at4(a, kk / pq, m, rem / g.q, rem % g.q));
+            return load_at_f(a, ma.base + at4(a, kk / pq, m, rem / g.q, rem % g.q));
         }
         default: return load_at_f(a, ma.base + m * ma.rs + k * ma.cs);
     }
@@ -71,7 +100,7 @@ __device__ __forceinline__ acc_t igemm_a(int mode, const Tensor& a, const Geom& 
 // the k loop, and only k's part is decoded per element.
 struct Col {
     int bb;      // CONV_FWD, CONV_BWD_DATA: the image; CONV_BWD_WEIGHT: the input channel c
-    int h0, w0;  // CONV_FWD: p·sh − ph, q·sw − pw; CONV_BWD_DATA: h + ph, w + pw; CONV_BWD_WEIGHT: r − ph, s − pw
+    int h0, w0;  // CONV_FWD: p·sh − ph, q·sw − pw; CONV_BWD_DATA: h + ph, w + pw; CONV_BWD_WEIGHT: r·dh − ph, s·dw − pw
 };
 
 __device__ __forceinline__ Col igemm_col(int mode, const Geom& g, i64 n) {
@@ -95,8 +124,8 @@ __device__ __forceinline__ Col igemm_col(int mode, const Geom& g, i64 n) {
         case MODE_CONV_BWD_WEIGHT: {  // n = (c, r, s)
             const int rs = g.r * g.s, nrem = nn % rs;
             col.bb = nn / rs;
-            col.h0 = nrem / g.s - g.ph;
-            col.w0 = nrem % g.s - g.pw;
+            col.h0 = (nrem / g.s) * g.dh - g.ph;
+            col.w0 = (nrem % g.s) * g.dw - g.pw;
             break;
         }
         default: break;
@@ -109,48 +138,48 @@ __device__ __forceinline__ acc_t igemm_b(int mode, const Tensor& b, const Geom& 
                                          const Col& col) {
     const int kk = (int)k, rs = g.r * g.s;
     switch (mode) {
-        case MODE_CONV_FWD: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (c, r, s)
+        case MODE_CONV_FWD: {  // x[bb, c, p·sh + r·dh − ph, q·sw + s·dw − pw], k = (c, r, s)
             const int krem = kk % rs;
-            const int h = col.h0 + krem / g.s, w = col.w0 + krem % g.s;
+            const int h = col.h0 + (krem / g.s) * g.dh, w = col.w0 + (krem % g.s) * g.dw;
             if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
-            return load_at_f(b, at4(b, col.bb, kk / rs, h, w));
+            return load_at_f(b, mb.base + at4(b, col.bb, kk / rs, h, w));
         }
-        case MODE_CONV_BWD_DATA: {  // dy[bb, kk, p, q] with p·sh + r − ph = h, k = (kk, r, s)
+        case MODE_CONV_BWD_DATA: {  // dy[bb, kk, p, q] with p·sh + r·dh − ph = h, k = (kk, r, s)
             const int krem = kk % rs;
-            const int hp = col.h0 - krem / g.s, wp = col.w0 - krem % g.s;
+            const int hp = col.h0 - (krem / g.s) * g.dh, wp = col.w0 - (krem % g.s) * g.dw;
             if (hp < 0 || wp < 0 || hp % g.sh != 0 || wp % g.sw != 0) return 0.0f;
             const int p = hp / g.sh, q = wp / g.sw;
             if (p >= g.p || q >= g.q) return 0.0f;
-            return load_at_f(b, at4(b, col.bb, kk / rs, p, q));
+            return load_at_f(b, mb.base + at4(b, col.bb, kk / rs, p, q));
         }
-        case MODE_CONV_BWD_WEIGHT: {  // x[bb, c, p·sh + r − ph, q·sw + s − pw], k = (bb, p, q)
+        case MODE_CONV_BWD_WEIGHT: {  // x[bb, c, p·sh + r·dh − ph, q·sw + s·dw − pw], k = (bb, p, q)
             const int pq = g.p * g.q, krem = kk % pq;
             const int h = (krem / g.q) * g.sh + col.h0, w = (krem % g.q) * g.sw + col.w0;
             if (h < 0 || h >= g.h || w < 0 || w >= g.w) return 0.0f;
-            return load_at_f(b, at4(b, kk / pq, col.bb, h, w));
+            return load_at_f(b, mb.base + at4(b, kk / pq, col.bb, h, w));
         }
         default: return load_at_f(b, mb.base + k * mb.rs + n * mb.cs);
     }
 }
 
-// Stores out(m, n) of batch z.
-__device__ __forceinline__ void igemm_store(int mode, const Tensor& out, const Geom& g, i64 z, i64 rows, i64 cols,
-                                            i64 m, i64 n, double v) {
+// Stores out(m, n) of batch z; `base` is the offset of a conv group's channels (conv_group).
+__device__ __forceinline__ void igemm_store(int mode, const Tensor& out, const Geom& g, i64 z, i64 base, i64 rows,
+                                            i64 cols, i64 m, i64 n, double v) {
     const int nn = (int)n;
     switch (mode) {
         case MODE_CONV_FWD: {  // n = (bb, p, q)
             const int pq = g.p * g.q, rem = nn % pq;
-            store_at_d(out, at4(out, nn / pq, m, rem / g.q, rem % g.q), v);
+            store_at_d(out, base + at4(out, nn / pq, m, rem / g.q, rem % g.q), v);
             break;
         }
         case MODE_CONV_BWD_DATA: {  // n = (bb, h, w)
             const int hw = g.h * g.w, rem = nn % hw;
-            store_at_d(out, at4(out, nn / hw, m, rem / g.w, rem % g.w), v);
+            store_at_d(out, base + at4(out, nn / hw, m, rem / g.w, rem % g.w), v);
             break;
         }
         case MODE_CONV_BWD_WEIGHT: {  // n = (c, r, s)
             const int rs = g.r * g.s, rem = nn % rs;
-            store_at_d(out, at4(out, m, nn / rs, rem / g.s, rem % g.s), v);
+            store_at_d(out, base + at4(out, m, nn / rs, rem / g.s, rem % g.s), v);
             break;
         }
         default: store_d(out, (z * rows + m) * cols + n, v); break;
@@ -174,6 +203,7 @@ __device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const T
         const i64 batch = z / splits, split = z % splits;
         const i64 k_begin = split * k_chunk, k_end = imin(depth, k_begin + k_chunk);
         Mat ma = {0, 0, 0}, mb = {0, 0, 0};
+        i64 out_base = 0;
         if (mode == MODE_MATMUL) {
             ma.base = batch_offset(a, batch);
             ma.rs = a.stride[a.rank - 2];
@@ -181,6 +211,8 @@ __device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const T
             mb.base = batch_offset(b, batch);
             mb.rs = b.stride[b.rank - 2];
             mb.cs = b.stride[b.rank - 1];
+        } else {
+            conv_group(mode, out, a, b, g, batch, &ma.base, &mb.base, &out_base);
         }
         for (i64 tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
             const i64 m0 = tile * TILE_M;
@@ -224,7 +256,7 @@ __device__ __forceinline__ void igemm_tiles(int mode, const Tensor& out, const T
                     if (splits > 1) {
                         ((double*)partials)[(split * rows + m) * cols + n] = (double)acc[i][j];
                     } else {
-                        igemm_store(mode, out, g, batch, rows, cols, m, n, (double)acc[i][j]);
+                        igemm_store(mode, out, g, batch, out_base, rows, cols, m, n, (double)acc[i][j]);
                     }
                 }
             }
@@ -247,13 +279,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) igemm_f32(int mode, Tensor 
     igemm_tiles<float>(mode, out, a, b, g, rows, cols, depth, batches, splits, k_chunk, partials);
 }
 
-// out(m, n) = Σ over splits of the partial tiles, in split order (split-K, one batch).
+// out(m, n) = Σ over splits of the partial tiles, in split order (split-K, one batch: of a
+// conv, one group, at offset 0).
 extern "C" __global__ void igemm_finish(int mode, Tensor out, u64 partials, Geom g, i64 rows, i64 cols, i64 splits) {
     const double* p = (const double*)partials;
     GRID_STRIDE(i, rows * cols) {
         double total = 0.0;
         for (i64 s = 0; s < splits; ++s) total += p[s * rows * cols + i];
-        igemm_store(mode, out, g, 0, rows, cols, i / cols, i % cols, total);
+        igemm_store(mode, out, g, 0, 0, rows, cols, i / cols, i % cols, total);
     }
 }
 
