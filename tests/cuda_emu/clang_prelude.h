@@ -23,3 +23,5 @@ __device__ double exp(double);
 __device__ double log(double);
 __device__ double sqrt(double);
 __device__ double pow(double, double);
+__device__ float floorf(float);
+__device__ double log1p(double);

@@ -98,6 +98,15 @@ pub enum OpKind {
     Extern,
     ExternView,
     ExternBackward,
+    // Resampling of images, a binary loss, and selection by a mask.
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool2dBackward,
+    UpsampleNearest2d,
+    UpsampleNearest2dBackward,
+    BceWithLogits,
+    BceWithLogitsBackward,
+    Where,
+    MaskedFill,
 }
 
 impl OpKind {

@@ -52,8 +52,11 @@
 //! through contiguous), casts among f32/f16/bf16 (and to i32/i64/bool and back), fill,
 //! embedding and its backward, layer_norm/batch_norm and their 3-output backward ops,
 //! rms_norm and its 2-output backward, conv2d/max_pool2d (small NCHW, strides, padding) and
-//! their backward ops, cross_entropy with i32 or i64 labels (sometimes an ignore_index
-//! that is a class, sometimes label smoothing) and its backward, and the optimizers sgd,
+//! their backward ops, adaptive_avg_pool2d and upsample_nearest2d (to sizes that divide the
+//! input's, and to sizes that do not, up and down) and their backward ops, where and
+//! masked_fill with bool masks that broadcast (new `input`s: fair coins), cross_entropy
+//! with i32 or i64 labels (sometimes an ignore_index that is a class, sometimes label
+//! smoothing) and bce_with_logits, and their backward ops, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`
 //! incremented by `add_scalar` and updated), plus hand-written updates (`p + (-lr)·g`) and
 //! running-average `state` updates. Updates come in the middle of the step as well as at
@@ -157,8 +160,11 @@ enum Family {
     BatchNorm,
     Conv,
     Pool,
+    Resample,
+    Masking,
     Embedding,
     Loss,
+    BinaryLoss,
     Backward,
     Update,
     NewState,
@@ -185,8 +191,11 @@ const FAMILIES: &[(Family, u64)] = &[
     (Family::BatchNorm, 2),
     (Family::Conv, 3),
     (Family::Pool, 2),
+    (Family::Resample, 3),
+    (Family::Masking, 4),
     (Family::Embedding, 2),
     (Family::Loss, 5),
+    (Family::BinaryLoss, 2),
     (Family::Backward, 12),
     (Family::Update, 7),
     (Family::NewState, 1),
@@ -547,8 +556,11 @@ impl Gen {
                 let x = self.nchw();
                 self.pool_op(x);
             }
+            Family::Resample => self.resample(),
+            Family::Masking => self.masking(),
             Family::Embedding => self.embedding(),
             Family::Loss => self.loss(),
+            Family::BinaryLoss => self.binary_loss(),
             Family::Backward => self.backward(),
             Family::Update => {
                 let live: Vec<usize> =
