@@ -565,6 +565,55 @@ const CASES: &[Case] = &[
         ints: &[("labels", &[0.0, -100.0, 2.0, -100.0]), ("labels2", &[1.0, 4.0, 1.0, 3.0])],
         fix: no_fix,
     },
+    Case {
+        family: "adaptive_avg_pool2d (overlapping bins, more bins than rows), upsample_nearest2d (up by 7/3, down)",
+        text: "step @s(
+  %x: f32[2,2,5,4] param, %z: f32[1,2,3,2] param,
+  %r1: f32[2,2,3,6] input, %r2: f32[1,2,7,1] input,
+) {
+  %p = adaptive_avg_pool2d(%x, output_size=[3, 6])
+  %u = upsample_nearest2d(%z, output_size=[7, 1])
+  %w1 = mul(%p, %r1)
+  %w2 = mul(%u, %r2)
+  %l1 = sum(%w1, axes=[0, 1, 2, 3])
+  %l2 = sum(%w2, axes=[0, 1, 2, 3])
+  %loss = add(%l1, %l2)
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "bce_with_logits",
+        text: "step @s(
+  %x: f32[3,4] param,
+  %t: f32[3,4] input,
+) {
+  %z = mul_scalar(%x, value=3.0)
+  %p = sigmoid(%t)
+  %loss = bce_with_logits(%z, %p)
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
+        family: "where, masked_fill (broadcast masks, operands and a scalar param)",
+        text: "step @s(
+  %a: f32[2,3] param, %b: f32[3] param, %c: f32[] param, %x: f32[2,2,3] param,
+  %cond: bool[2,1] input, %mask: bool[3] input,
+  %r: f32[2,3] input, %r2: f32[2,2,3] input,
+) {
+  %s = where(%cond, %a, %b)
+  %s2 = where(%mask, %c, %s)
+  %m = masked_fill(%x, %mask, value=-1.5)
+  %w = mul(%s2, %r)
+  %w2 = mul(%m, %r2)
+  %l1 = sum(%w, axes=[0, 1])
+  %l2 = sum(%w2, axes=[0, 1, 2])
+  %loss = add(%l1, %l2)
+}",
+        ints: &[("cond", &[1.0, 0.0]), ("mask", &[0.0, 1.0, 0.0])],
+        fix: no_fix,
+    },
 ];
 
 fn case_args(g: &Graph, case: &Case) -> IndexMap<String, Dense> {

@@ -3,8 +3,9 @@
 //! as host C++) and must match the CPU reference within the `--check` tolerances, step after
 //! step, with the arena poisoned first (a read of bytes nothing wrote shows up as NaN).
 //! Fused attention also runs in every configuration its kernels tell apart (causal,
-//! grouped heads, T ≠ S, rows longer than a block); dropout's masks must equal the CPU
-//! reference's exactly.
+//! grouped heads, T ≠ S, rows longer than a block), and so do convolutions (grouped,
+//! dilated, transposed), resampling (bins that tile or overlap, integer and other ratios),
+//! masks and binary cross-entropy; dropout's masks must equal the CPU reference's exactly.
 //!
 //! Without a C++ compiler the tests print why they skip and pass.
 
@@ -19,7 +20,11 @@ use memplan::exec::cpu::{Placement, advance, run_step};
 use memplan::exec::cuda::executor::{Backend, Executor, Upload};
 use memplan::exec::cuda::lower::LowerOptions;
 use memplan::exec::cuda::program::Program;
-use memplan::exec::cuda::source::{ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ, DROPOUT, OP_COPY, UNARY};
+use memplan::exec::cuda::source::{
+    ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ,
+    BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, DROPOUT, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
+    UPSAMPLE_NEAREST2D_BACKWARD, WHERE_SELECT,
+};
 use memplan::exec::cuda::view::{Addr, Arg, Launch, View, grid_1d};
 use memplan::exec::data::{HostTensor, Tensors, init_args};
 use memplan::exec::kernels::dropout_uniform;
@@ -438,6 +443,71 @@ fn conv_variants_match_the_cpu_reference() {
         finished |= launches.contains(&"igemm_finish");
     }
     assert!(finished, "no case split its depth (igemm_finish)");
+}
+
+/// Resampling, masks and binary cross-entropy on the emulated GPU, forward and backward
+/// (through `backward`), against the CPU reference: adaptive bins that tile, overlap or
+/// outnumber the pixels (global pooling too), nearest resizing by integer factors, by
+/// ratios that are not (2 → 82 holds the float32 index that differs from the exact one),
+/// and down; x read through a transposed view; masks broadcast; f16 and bf16; a loss over
+/// 8192 elements (two blocks of partial sums).
+#[test]
+fn resampling_masks_and_bce_match_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // (dtype, N, C, H, W, pooled (PH, PW), resized (OH, OW), downsampled (DH, DW))
+    let cases = [
+        ("f32", 2, 3, 5, 7, (3, 3), (10, 10), (2, 3)),
+        ("f32", 1, 2, 4, 4, (1, 1), (8, 8), (4, 4)),
+        ("f16", 2, 2, 6, 6, (4, 8), (8, 16), (3, 2)),
+        ("bf16", 1, 1, 3, 2, (5, 7), (10, 7), (1, 1)),
+        ("f32", 1, 1, 3, 3, (2, 3), (82, 5), (2, 2)),
+        ("f32", 2, 1, 64, 64, (8, 8), (64, 64), (32, 32)),
+    ];
+    for (seed, (dt, n, c, h, w, (ph, pw), (oh, ow), (dh, dw))) in cases.into_iter().enumerate() {
+        let text = format!(
+            "step @resample(
+  %x: {dt}[{n},{c},{w},{h}] param,
+  %r: {dt}[{n},{c},{dh},{dw}] input,
+  %keep: bool[{oh},1] input,
+  %pad: bool[{ow}] input,
+  %t: {dt}[{n},{c},{oh},{ow}] input,
+) {{
+  %xt = transpose(%x, perm=[0, 1, 3, 2])
+  %p = adaptive_avg_pool2d(%xt, output_size=[{ph}, {pw}])
+  %u = upsample_nearest2d(%p, output_size=[{oh}, {ow}])
+  %z = fill(shape=[], dtype={dt}, value=0.5)
+  %s = where(%keep, %u, %z)
+  %f = masked_fill(%s, %pad, value=-3.0)
+  %l1 = bce_with_logits(%f, %t)
+  %d = upsample_nearest2d(%xt, output_size=[{dh}, {dw}])
+  %e = mul(%d, %r)
+  %l2 = mean(%e, axes=[0, 1, 2, 3])
+  %loss = add(%l1, %l2)
+  backward %loss with sgd(lr=0.5)
+  return %loss, %u, %f
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let (launches, _) = emulated_matches_reference(&graph, &plan, 2, seed as u64)
+            .unwrap_or_else(|err| panic!("case {seed} ({dt}): {err}\n{text}"));
+        for kernel in [
+            ADAPTIVE_AVG_POOL2D,
+            ADAPTIVE_AVG_POOL2D_BACKWARD,
+            UPSAMPLE_NEAREST2D,
+            UPSAMPLE_NEAREST2D_BACKWARD,
+            BCE_PARTIAL,
+            BCE_MEAN,
+            BCE_BACKWARD,
+            WHERE_SELECT,
+            MASKED_FILL,
+        ] {
+            assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
+        }
+    }
 }
 
 /// Runs the `unary` copy kernel on `n` elements stored as `bytes` of dtype `from`, into a

@@ -195,6 +195,24 @@ fn census(graphs: &[Graph]) -> BTreeMap<String, usize> {
                     bump("conv_transpose2d with output_padding".into());
                 }
             }
+            let dims = |k: usize| g.values[op.inputs[k]].ty.dims().to_vec();
+            let out_dims = g.values[op.outputs[0]].ty.dims().to_vec();
+            let divides = |k: usize| dims(0)[k].is_multiple_of(out_dims[k]);
+            if op.kind == OpKind::AdaptiveAvgPool2d && !(divides(2) && divides(3)) {
+                bump("adaptive_avg_pool2d with overlapping bins".into());
+            }
+            let no_integer_ratio = |a: u64, b: u64| !a.is_multiple_of(b) && !b.is_multiple_of(a);
+            if op.kind == OpKind::UpsampleNearest2d
+                && (no_integer_ratio(dims(0)[2], out_dims[2]) || no_integer_ratio(dims(0)[3], out_dims[3]))
+            {
+                bump("upsample_nearest2d by a ratio that is no integer".into());
+            }
+            if op.kind == OpKind::MaskedFill && dims(1) != out_dims {
+                bump("masked_fill with a broadcast mask".into());
+            }
+            if op.kind == OpKind::Where && (0..3).any(|k| dims(k) != out_dims) {
+                bump("where with broadcasting".into());
+            }
             if op.kind == OpKind::Reshape
                 && g.def_op(op.inputs[0]).is_some_and(|d| g.ops[d].kind == OpKind::Contiguous)
             {
@@ -257,6 +275,10 @@ fn the_generator_covers_every_op_and_feature() {
         "depthwise conv",
         "dilated conv",
         "conv_transpose2d with output_padding",
+        "adaptive_avg_pool2d with overlapping bins",
+        "upsample_nearest2d by a ratio that is no integer",
+        "masked_fill with a broadcast mask",
+        "where with broadcasting",
     ];
     for feature in features {
         assert!(counts.get(feature).is_some_and(|&n| n >= 3), "{feature}: {:?} in {SEEDS} seeds", counts.get(feature));

@@ -5,7 +5,8 @@
 //! 1. **Needs-grad analysis.** A value needs a gradient when it lies on a path from a float
 //!    `param` to the loss through float values (integer and bool values never get one).
 //!    Every op on such a path must have a gradient rule (`rules::rule`), and no output it
-//!    has that carries no gradient (`attention`'s `lse`) may lie on one.
+//!    has that carries no gradient (`attention`'s `lse`), nor an input that takes none
+//!    (`bce_with_logits`'s `targets`), may lie on one.
 //! 2. **Seed.** `%loss.grad = fill(shape=[], dtype=<loss dtype>, value=1.0)`.
 //! 3. **Reverse sweep.** Ops on a path, in reverse program order: the gradient of each
 //!    output is final once every later reader has contributed (program order is
@@ -82,6 +83,20 @@ pub enum AutodiffError {
         span: Option<SourceSpan>,
     },
 
+    /// A param reaches the loss through an input that takes no gradient
+    /// (`bce_with_logits`'s `targets`): the gradient through it cannot be computed.
+    #[error("%{param} reaches the loss through %{value}, the `{input}` input of `{op_text}`, which takes no gradient")]
+    #[diagnostic(help("{kind} differentiates its other inputs only; compute its `{input}` from values that need no gradient"))]
+    NoGradientInto {
+        param: String,
+        value: String,
+        input: &'static str,
+        kind: OpKind,
+        op_text: String,
+        #[label("not differentiable")]
+        span: Option<SourceSpan>,
+    },
+
     /// A gradient rule could not build its ops: a bug in memplan's rules.
     #[error("the gradient rule of `{op_text}` failed: {message} (a memplan bug)")]
     RuleFailed {
@@ -152,6 +167,7 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
         let name = graph.values[backward.loss].name.clone();
         return Err(AutodiffError::NoParams { name, span: backward.span.into() });
     }
+    let param_of = |v: ValueId| origin[v].expect("a value needing a gradient has a param");
     let mut count = IndexVec::from_elem(0u32, graph.values.len());
     for (id, op) in graph.ops.iter_enumerated() {
         if !op.outputs.iter().any(|&v| needs[v]) {
@@ -175,9 +191,21 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
         if let Some(k) = output {
             let value = op.outputs[k];
             return Err(AutodiffError::NoGradientThrough {
-                param: graph.values[origin[value].expect("a value needing a gradient has a param")].name.clone(),
+                param: graph.values[param_of(value)].name.clone(),
                 value: graph.values[value].name.clone(),
                 output: op.kind.def().outputs[k],
+                kind: op.kind,
+                op_text: graph.describe_op(id),
+                span: op.span.into(),
+            });
+        }
+        let input = rules::inputs_without_gradient(op.kind).iter().copied().find(|&k| needs[op.inputs[k]]);
+        if let Some(k) = input {
+            let value = op.inputs[k];
+            return Err(AutodiffError::NoGradientInto {
+                param: graph.values[param_of(value)].name.clone(),
+                value: graph.values[value].name.clone(),
+                input: op.kind.def().input_name(k),
                 kind: op.kind,
                 op_text: graph.describe_op(id),
                 span: op.span.into(),

@@ -91,6 +91,14 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::DropoutBackward => None,
         OpKind::ConvTranspose2d => Some(grad_conv_transpose2d),
         OpKind::ConvTranspose2dBackward => None,
+        OpKind::AdaptiveAvgPool2d => Some(grad_adaptive_avg_pool2d),
+        OpKind::AdaptiveAvgPool2dBackward => None,
+        OpKind::UpsampleNearest2d => Some(grad_upsample_nearest2d),
+        OpKind::UpsampleNearest2dBackward => None,
+        OpKind::BceWithLogits => Some(grad_bce_with_logits),
+        OpKind::BceWithLogitsBackward => None,
+        OpKind::Where => Some(grad_where),
+        OpKind::MaskedFill => Some(grad_masked_fill),
     }
 }
 
@@ -102,6 +110,19 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
 pub(crate) fn outputs_without_gradient(kind: OpKind) -> &'static [usize] {
     match kind {
         OpKind::Attention => &[1],
+        _ => &[],
+    }
+}
+
+/// The inputs of `kind` (by position) that take no gradient although they may be float:
+/// `bce_with_logits`'s `targets` (PyTorch differentiates them; memplan's rule does not). A
+/// loss that depends on a param through one of them is an error of the expansion
+/// ([`AutodiffError::NoGradientInto`](super::AutodiffError)), never a silently incomplete
+/// gradient. Integer and bool inputs (labels, ids, masks) never need a gradient, so they
+/// need no entry.
+pub(crate) fn inputs_without_gradient(kind: OpKind) -> &'static [usize] {
+    match kind {
+        OpKind::BceWithLogits => &[1],
         _ => &[],
     }
 }
@@ -667,4 +688,81 @@ fn grad_dropout(b: &mut Builder, call: &GradCall) -> Rule {
         }
         Ok(b.op_attrs(&[x], OpKind::DropoutBackward, vec![dy, seed], call.attrs.clone())?[0])
     })
+}
+
+/// The forward's input shape and output size, as the resampling backward ops take them.
+fn resample_attrs(b: &Builder, call: &GradCall) -> Result<[(&'static str, Attr); 2], String> {
+    let shape = shape_attr(b.ty(call.inputs[0]).dims())?;
+    Ok([("shape", shape), ("output_size", Attr::Ints(call.attrs.ints("output_size").to_vec()))])
+}
+
+/// `adaptive_avg_pool2d(x, output_size)`: output pixel (i, j) is the mean of its bin, so
+/// each x pixel gets dy(i, j) / (bin area) from every bin holding it: `dx =
+/// adaptive_avg_pool2d_backward(dy, shape=x's shape, output_size)` (bins overlap when
+/// the output size does not divide the input's; their shares add). Linear, so exact.
+fn grad_adaptive_avg_pool2d(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| {
+        let attrs = resample_attrs(b, call)?;
+        b.op1(call.inputs[0], OpKind::AdaptiveAvgPool2dBackward, vec![dy], &attrs)
+    })
+}
+
+/// `upsample_nearest2d(x, output_size)`: each output pixel is a copy of one x pixel, so
+/// `dx = upsample_nearest2d_backward(dy, shape=x's shape, output_size)` adds up the dy of
+/// every copy (0 for a pixel nothing copied, when downsampling).
+fn grad_upsample_nearest2d(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| {
+        let attrs = resample_attrs(b, call)?;
+        b.op1(call.inputs[0], OpKind::UpsampleNearest2dBackward, vec![dy], &attrs)
+    })
+}
+
+/// `loss = bce_with_logits(x, t)` = mean(max(x, 0) − x·t + log(1 + e^−|x|)): per element
+/// the derivative in x is σ(x) − t (on both sides of 0), so `dlogits =
+/// bce_with_logits_backward(dloss, x, t)` = dloss·(σ(x) − t)/numel. The targets take no
+/// gradient ([`inputs_without_gradient`]): the expansion refuses a loss that depends on a
+/// param through them, and this rule refuses to be asked for one.
+fn grad_bce_with_logits(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let (logits, targets) = (call.inputs[0], call.inputs[1]);
+    each(b, call, |b, k| {
+        if k != 0 {
+            return Err("the targets of bce_with_logits have no gradient".into());
+        }
+        b.op1(logits, OpKind::BceWithLogitsBackward, vec![dy, logits, targets], &[])
+    })
+}
+
+/// `out = where(cond, a, b)`: out takes a's element where cond holds and b's elsewhere, so
+/// `da = unbroadcast(where(cond, dy, 0))` and `db = unbroadcast(masked_fill(dy, cond,
+/// value=0))` (the same as `where(cond, 0, dy)`, without a zero tensor), each summed over
+/// the dimensions its operand was broadcast along. The zero is one `fill` scalar, which
+/// `where` broadcasts. cond is bool: no gradient.
+fn grad_where(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let cond = call.inputs[0];
+    each(b, call, |b, k| {
+        let x = call.inputs[k];
+        let g = match k {
+            1 => {
+                let dtype = Attr::DType(b.ty(dy).dtype);
+                let zero = b.op1(x, OpKind::Fill, vec![], &[("shape", Attr::Ints(vec![])), ("dtype", dtype)])?;
+                b.op1(x, OpKind::Where, vec![cond, dy, zero], &[])?
+            }
+            2 => b.op1(x, OpKind::MaskedFill, vec![dy, cond], &[("value", Attr::Float(0.0))])?,
+            _ => return Err("the cond of where has no gradient".into()),
+        };
+        unbroadcast_to_input(b, call, k, g)
+    })
+}
+
+/// `masked_fill(x, mask, value)`: filled elements are constants and the rest pass x
+/// through, so `dx = masked_fill(dy, mask, value=0)` (out has x's shape: nothing to
+/// reduce). The mask is bool: no gradient.
+fn grad_masked_fill(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let (x, mask) = (call.inputs[0], call.inputs[1]);
+    each(b, call, |b, _| b.op1(x, OpKind::MaskedFill, vec![dy, mask], &[("value", Attr::Float(0.0))]))
 }

@@ -504,3 +504,64 @@ fn a_batched_linear_layer_gets_its_weight_gradient_from_flattened_rows() {
     assert!(e.values.iter().all(|v| v.ty.dims() != [4, 6, 5]), "{}", body(&e));
     assert_eq!(e.ops.iter().filter(|op| op.kind == OpKind::Contiguous).count(), 1, "{}", body(&e));
 }
+
+#[test]
+fn masks_and_resampling_expand_to_their_rules() {
+    let text = "step @s(
+  %a: f32[2,3] param,
+  %b: f32[3] param,
+  %x: f32[1,2,4,4] param,
+  %cond: bool[2,1] input,
+  %pad: bool[4] input,
+) {
+  %s = where(%cond, %a, %b)
+  %m = masked_fill(%x, %pad, value=-inf)
+  %p = adaptive_avg_pool2d(%m, output_size=[3, 3])
+  %u = upsample_nearest2d(%p, output_size=[6, 6])
+  %l1 = sum(%s, axes=[0, 1])
+  %l2 = mean(%u, axes=[0, 1, 2, 3])
+  %loss = add(%l1, %l2)
+  return %loss
+}";
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    let text = body(&e);
+    // The resampling gradients take x's shape, not x.
+    let up = "%p.grad: f32[1,2,3,3] = upsample_nearest2d_backward(%u.grad, shape=[1, 2, 3, 3], output_size=[6, 6])";
+    assert!(text.contains(up), "{text}");
+    let pool = "%m.grad: f32[1,2,4,4] = adaptive_avg_pool2d_backward(%p.grad, shape=[1, 2, 4, 4], output_size=[3, 3])";
+    assert!(text.contains(pool), "{text}");
+    // masked_fill passes dy through where the mask is false.
+    assert!(text.contains("%x.grad: f32[1,2,4,4] = masked_fill(%m.grad, %pad, value=0.0)"), "{text}");
+    // where: a's share through where with a zero scalar; b's through masked_fill, summed
+    // over the rows it was broadcast along.
+    assert!(text.contains("%a.grad.t1: f32[] = fill(shape=[], dtype=f32)"), "{text}");
+    assert!(text.contains("%a.grad: f32[2,3] = where(%cond, %s.grad, %a.grad.t1)"), "{text}");
+    assert!(text.contains("%b.grad.t1: f32[2,3] = masked_fill(%s.grad, %cond, value=0.0)"), "{text}");
+    assert!(text.contains("%b.grad: f32[3] = sum(%b.grad.t1, axes=[0])"), "{text}");
+}
+
+#[test]
+fn a_loss_through_bce_targets_is_an_error() {
+    let text = "step @s(
+  %w: f32[4,3] param,
+  %x: f32[2,4] input,
+  %y: f32[2,3] input,
+) {
+  %z = matmul(%x, %w)
+  %t = sigmoid(%z)
+  %loss = bce_with_logits(%y, %t)
+  return %loss
+}";
+    let e = expand(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))])).unwrap_err();
+    assert!(matches!(e, AutodiffError::NoGradientInto { input: "targets", .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "%w reaches the loss through %t, the `targets` input of `%loss = bce_with_logits(%y, %t)`, which takes no gradient"
+    );
+    let shown = crate::diagnostics::render(&e, "s.step", text, false);
+    assert!(shown.contains("s.step:8:11") && shown.contains("not differentiable"), "{shown}");
+    // Through the logits (targets an input) it differentiates.
+    let fine = text.replace("bce_with_logits(%y, %t)", "bce_with_logits(%t, %y)");
+    let e = expand_ok(&forward(&fine, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    assert!(body(&e).contains("%t.grad: f32[2,3] = bce_with_logits_backward(%loss.grad, %t, %y)"), "{}", body(&e));
+}

@@ -24,3 +24,5 @@ __device__ double log(double);
 __device__ double sqrt(double);
 __device__ double pow(double, double);
 __device__ double fmax(double, double);
+__device__ float floorf(float);
+__device__ double log1p(double);

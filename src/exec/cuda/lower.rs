@@ -237,7 +237,47 @@ pub fn lower_op(
             args.push(Arg::F64(decay));
             elementwise(ADAM, y(0).numel(), args)
         }
+        AdaptiveAvgPool2d => resample(ADAPTIVE_AVG_POOL2D, y(0), x(0), x(0), y(0)),
+        AdaptiveAvgPool2dBackward => resample(ADAPTIVE_AVG_POOL2D_BACKWARD, y(0), x(0), y(0), x(0)),
+        UpsampleNearest2d => resample(UPSAMPLE_NEAREST2D, y(0), x(0), x(0), y(0)),
+        UpsampleNearest2dBackward => resample(UPSAMPLE_NEAREST2D_BACKWARD, y(0), x(0), y(0), x(0)),
+        BceWithLogits => bce_with_logits(y(0), x(0), x(1), scratch),
+        BceWithLogitsBackward => {
+            elementwise(BCE_BACKWARD, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), t(x(2))])
+        }
+        Where => {
+            let shape = &y(0).shape;
+            let mut args = vec![t(y(0))];
+            args.extend((0..3).map(|i| t(&x(i).broadcast_to(shape))));
+            elementwise(WHERE_SELECT, y(0).numel(), args)
+        }
+        MaskedFill => {
+            let args = vec![t(y(0)), t(x(0)), t(&x(1).broadcast_to(&y(0).shape)), Arg::F64(attrs.float("value"))];
+            elementwise(MASKED_FILL, y(0).numel(), args)
+        }
     })
+}
+
+/// A resampling kernel writing `to` from `from` (one thread per element of `to`), given
+/// the image `[N, C, H, W]` and its resized `[N, C, OH, OW]`: the forward's x and y, the
+/// backward's dx and dy.
+fn resample(kernel: &'static str, to: &View, from: &View, image: &View, resized: &View) -> Vec<Command> {
+    let sizes = [image.shape[2], image.shape[3], resized.shape[2], resized.shape[3]].map(int);
+    elementwise(kernel, to.numel(), [vec![t(to), t(from)], sizes.to_vec()].concat())
+}
+
+/// Partial sums of the elementwise losses per block of 256 threads (at least 4096 elements
+/// each, at most 1024 blocks), then one block adding the partials in order: the mean.
+fn bce_with_logits(loss: &View, logits: &View, targets: &View, scratch: &mut Scratch) -> Vec<Command> {
+    let n = logits.numel();
+    let blocks = n.div_ceil(4096).clamp(1, 1024);
+    let chunk = n.div_ceil(blocks).max(1);
+    let partials = Arg::Ptr(scratch.alloc(blocks * 8));
+    let args = vec![partials.clone(), t(logits), t(targets), int(n), int(chunk)];
+    vec![
+        launch(BCE_PARTIAL, [blocks as u32, 1, 1], [256, 1, 1], args),
+        launch(BCE_MEAN, [1, 1, 1], [1024, 1, 1], vec![t(loss), partials, int(blocks), int(n)]),
+    ]
 }
 
 fn resolve_axis(axis: i64, rank: usize) -> usize {

@@ -9,13 +9,14 @@
 use crate::ir::ops::OpKind;
 
 /// The kernel files, in program order.
-pub const FILES: [(&str, &str); 6] = [
+pub const FILES: [(&str, &str); 7] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("rows.cu", include_str!("kernels/rows.cu")),
     ("reduce.cu", include_str!("kernels/reduce.cu")),
     ("conv.cu", include_str!("kernels/conv.cu")),
     ("attention.cu", include_str!("kernels/attention.cu")),
+    ("resample.cu", include_str!("kernels/resample.cu")),
 ];
 
 /// The whole program, with a `#line` before each file so compiler messages name it.
@@ -68,6 +69,15 @@ pub const ATTENTION: &str = "attention";
 pub const ATTENTION_BACKWARD_DQ: &str = "attention_backward_dq";
 pub const ATTENTION_BACKWARD_DKV: &str = "attention_backward_dkv";
 pub const DROPOUT: &str = "dropout";
+pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
+pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
+pub const UPSAMPLE_NEAREST2D: &str = "upsample_nearest2d";
+pub const UPSAMPLE_NEAREST2D_BACKWARD: &str = "upsample_nearest2d_backward";
+pub const BCE_PARTIAL: &str = "bce_partial";
+pub const BCE_MEAN: &str = "bce_mean";
+pub const BCE_BACKWARD: &str = "bce_backward";
+pub const WHERE_SELECT: &str = "where_select";
+pub const MASKED_FILL: &str = "masked_fill";
 
 /// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
 ///
@@ -75,7 +85,7 @@ pub const DROPOUT: &str = "dropout";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 38] = [
+pub const KERNELS: [&str; 47] = [
     BINARY,
     UNARY,
     FILL,
@@ -114,6 +124,15 @@ pub const KERNELS: [&str; 38] = [
     ATTENTION_BACKWARD_DQ,
     ATTENTION_BACKWARD_DKV,
     DROPOUT,
+    ADAPTIVE_AVG_POOL2D,
+    ADAPTIVE_AVG_POOL2D_BACKWARD,
+    UPSAMPLE_NEAREST2D,
+    UPSAMPLE_NEAREST2D_BACKWARD,
+    BCE_PARTIAL,
+    BCE_MEAN,
+    BCE_BACKWARD,
+    WHERE_SELECT,
+    MASKED_FILL,
 ];
 
 // Op codes of `binary` and `unary`, and modes of `igemm` and the batch-norm kernels (the
@@ -193,6 +212,14 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         SgdMomentum => &[SGD_MOMENTUM],
         Adam | Adamw => &[ADAM],
         Dropout | DropoutBackward => &[DROPOUT],
+        AdaptiveAvgPool2d => &[ADAPTIVE_AVG_POOL2D],
+        AdaptiveAvgPool2dBackward => &[ADAPTIVE_AVG_POOL2D_BACKWARD],
+        UpsampleNearest2d => &[UPSAMPLE_NEAREST2D],
+        UpsampleNearest2dBackward => &[UPSAMPLE_NEAREST2D_BACKWARD],
+        BceWithLogits => &[BCE_PARTIAL, BCE_MEAN],
+        BceWithLogitsBackward => &[BCE_BACKWARD],
+        Where => &[WHERE_SELECT],
+        MaskedFill => &[MASKED_FILL],
     }
 }
 

@@ -1,15 +1,15 @@
 //! Elementwise kernels: add/sub/mul/div with numpy broadcasting, add_scalar/mul_scalar and
 //! the math functions (pow_scalar, neg, exp, log, sqrt, rsqrt: through [`unary`]), the
 //! activations (relu, gelu in both forms, silu, sigmoid, tanh, hardswish) with their
-//! backward ops, causal_mask, fill. (`contiguous` and `cast` are copies; `eval` converts to
-//! the output dtype.)
+//! backward ops, causal_mask, fill, where and masked_fill (selection by a bool tensor,
+//! broadcast). (`contiguous` and `cast` are copies; `eval` converts to the output dtype.)
 //!
 //! The activations follow PyTorch's CPU kernels formula for formula (aten's
 //! `Activation.cpp`, `UnaryOps`), so that an imported model computes what it did there:
 //! silu is `x / (1 + exp(-x))`, sigmoid_backward `dy · (1 − y) · y`, hardswish_backward
 //! `dy · (x/3 + 1/2)` on [−3, 3], exact gelu `0.5·x·(1 + erf(x/√2))`.
 
-use super::{broadcast_strides, walk};
+use super::{broadcast_strides, strides, walk};
 use crate::exec::Dense;
 
 /// `f(a, b)` elementwise, with `a` and `b` broadcast to `out_shape` (numpy rules).
@@ -140,6 +140,24 @@ pub(super) fn causal_mask(x: &Dense, value: f64) -> Dense {
 pub(super) fn fill(shape: &[usize], value: f64, step: f64) -> Dense {
     let n: usize = shape.iter().product();
     Dense::new(shape.to_vec(), (0..n).map(|i| value + i as f64 * step).collect())
+}
+
+/// `a` where `cond` (0 or 1) is 1, else `b`; all three broadcast to `out_shape` (numpy
+/// rules), as PyTorch's `torch.where(cond, a, b)`.
+pub(super) fn where_select(cond: &Dense, a: &Dense, b: &Dense, out_shape: &[usize]) -> Dense {
+    let [sc, sa, sb] = [cond, a, b].map(|t| broadcast_strides(&t.shape, out_shape));
+    let mut data = Vec::with_capacity(out_shape.iter().product());
+    walk(out_shape, [&sc, &sa, &sb], |[c, i, j]| data.push(if cond.data[c] != 0.0 { a.data[i] } else { b.data[j] }));
+    Dense::new(out_shape.to_vec(), data)
+}
+
+/// `x` with `value` where `mask` (0 or 1, broadcast to x's shape) is 1: PyTorch's
+/// `x.masked_fill(mask, value)`.
+pub(super) fn masked_fill(x: &Dense, mask: &Dense, value: f64) -> Dense {
+    let (sx, sm) = (strides(&x.shape), broadcast_strides(&mask.shape, &x.shape));
+    let mut data = Vec::with_capacity(x.data.len());
+    walk(&x.shape, [&sx, &sm], |[i, m]| data.push(if mask.data[m] != 0.0 { value } else { x.data[i] }));
+    Dense::new(x.shape.clone(), data)
 }
 
 #[cfg(test)]
@@ -296,6 +314,31 @@ mod tests {
         assert_eq!(out.data, [1.0, inf, 3.0, 4.0, 5.0, inf, 7.0, 8.0]);
         let out = run(OpKind::CausalMask, &[("value", Attr::Float(0.0))], &[t(&[3, 3], &[1.0; 9])]).remove(0);
         assert_eq!(out.data, [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]);
+    }
+
+    /// torch.where(cond[2,1], a[3], b[]) broadcasts to [2,3]; the mask's rows pick a or b.
+    #[test]
+    fn where_broadcasts_all_three() {
+        let cond = t(&[2, 1], &[1.0, 0.0]);
+        let out = run(OpKind::Where, &[], &[cond, t(&[3], &[1.0, 2.0, 3.0]), t(&[], &[-1.0])]).remove(0);
+        assert_eq!(out.shape, [2, 3]);
+        assert_eq!(out.data, [1.0, 2.0, 3.0, -1.0, -1.0, -1.0]);
+        let cond = t(&[3], &[0.0, 1.0, 1.0]);
+        let out = run(OpKind::Where, &[], &[cond, t(&[2, 1], &[5.0, 6.0]), t(&[2, 3], &[0.0; 6])]).remove(0);
+        assert_eq!(out.data, [0.0, 5.0, 5.0, 0.0, 6.0, 6.0]);
+    }
+
+    /// BERT's attention mask: a [T] padding mask over [B, T, T] scores, filled with −inf.
+    #[test]
+    fn masked_fill_broadcasts_the_mask() {
+        let x = t(&[2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let inf = f64::NEG_INFINITY;
+        let out = run(OpKind::MaskedFill, &[("value", Attr::Float(inf))], &[x.clone(), t(&[2], &[0.0, 1.0])]);
+        assert_eq!(out[0].data, [1.0, inf, 3.0, inf, 5.0, inf, 7.0, inf]);
+        let out = run(OpKind::MaskedFill, &[("value", Attr::Float(0.5))], &[x.clone(), t(&[2, 1, 1], &[1.0, 0.0])]);
+        assert_eq!(out[0].data, [0.5, 0.5, 0.5, 0.5, 5.0, 6.0, 7.0, 8.0]);
+        let out = run(OpKind::MaskedFill, &[("value", Attr::Float(9.0))], &[x.clone(), t(&[], &[0.0])]);
+        assert_eq!(out[0].data, x.data);
     }
 
     #[test]

@@ -7,12 +7,14 @@
 //!
 //! - `elementwise.rs`: add/sub/mul/div (numpy broadcasting), add_scalar/mul_scalar,
 //!   pow_scalar/neg/exp/log/sqrt/rsqrt, relu/gelu/silu/sigmoid/tanh/hardswish and their
-//!   backward ops, causal_mask, cast, fill, contiguous;
+//!   backward ops, causal_mask, where, masked_fill, cast, fill, contiguous;
 //! - `shape.rs`: reshape, transpose, expand (as dense copies), sum, mean;
 //! - `linalg.rs`: matmul with transposes and broadcast batch dimensions;
 //! - `attention.rs`: fused attention and its backward, one query row at a time;
 //! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, conv2d, conv_transpose2d,
-//!   max_pool2d, embedding, cross_entropy, and their backward ops;
+//!   max_pool2d, embedding, cross_entropy, bce_with_logits, and their backward ops;
+//! - `resample.rs`: adaptive_avg_pool2d and upsample_nearest2d (NCHW, PyTorch's index
+//!   rules) and their backward ops;
 //! - `optim.rs`: sgd, sgd_momentum, adam, adamw;
 //! - `dropout.rs`: dropout and its backward, with the mask's hash ([`dropout_uniform`]).
 //!
@@ -29,6 +31,7 @@ mod elementwise;
 mod linalg;
 mod nn;
 mod optim;
+mod resample;
 mod shape;
 
 pub use dropout::dropout_uniform;
@@ -141,6 +144,14 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         }
         OpKind::ConvTranspose2d => vec![nn::conv_transpose2d(&x[0], &x[1], attrs, &shapes[0])],
         OpKind::ConvTranspose2dBackward => nn::conv_transpose2d_backward(&x[0], &x[1], &x[2], attrs),
+        OpKind::AdaptiveAvgPool2d => vec![resample::adaptive_avg_pool2d(&x[0], &shapes[0])],
+        OpKind::AdaptiveAvgPool2dBackward => vec![resample::adaptive_avg_pool2d_backward(&x[0], &shapes[0])],
+        OpKind::UpsampleNearest2d => vec![resample::upsample_nearest2d(&x[0], &shapes[0])],
+        OpKind::UpsampleNearest2dBackward => vec![resample::upsample_nearest2d_backward(&x[0], &shapes[0])],
+        OpKind::BceWithLogits => vec![nn::bce_with_logits(&x[0], &x[1])],
+        OpKind::BceWithLogitsBackward => vec![nn::bce_with_logits_backward(&x[0], &x[1], &x[2])],
+        OpKind::Where => vec![elementwise::where_select(&x[0], &x[1], &x[2], &shapes[0])],
+        OpKind::MaskedFill => vec![elementwise::masked_fill(&x[0], &x[1], attrs.float("value"))],
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.
@@ -156,7 +167,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
 /// against its shape, the rule's verdict on the input shapes and attributes, and the
 /// outputs it gives against `outputs`. Dense tensors carry no dtype, so the rule sees index
 /// inputs (`ids`, `labels`) and dropout's `seed` as `i64`, attention's `lse` as `f32` (its
-/// only dtype) and every other input with the dtype of output 0.
+/// only dtype), the masks of `where` and `masked_fill` (`cond`, `mask`) as `bool`, and
+/// every other input with the dtype of output 0.
 fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType]) -> Result<(), ExecError> {
     let def = kind.def();
     let bad = |message: String| Err(ExecError::BadPlan(format!("{kind}: {message}")));
@@ -205,6 +217,7 @@ fn input_dtype(name: &str, dtype: DType) -> DType {
     match name {
         "ids" | "labels" | "seed" => DType::I64,
         "lse" => DType::F32,
+        "cond" | "mask" => DType::Bool,
         _ => dtype,
     }
 }
@@ -483,6 +496,21 @@ mod tests {
             (OpKind::CrossEntropyBackward, vec![], vec![z(&[]), z(&[0, 3]), z(&[0])]),
             (OpKind::Sgd, vec![("lr", Attr::Float(0.1))], vec![z(&[0]), z(&[0])]),
             (OpKind::Adam, vec![], vec![z(&[0]), z(&[0]), z(&[0]), z(&[0]), t(&[], &[1.0])]),
+            (OpKind::AdaptiveAvgPool2d, vec![("output_size", ints(&[2, 2]))], vec![z(&[0, 2, 3, 3])]),
+            (
+                OpKind::AdaptiveAvgPool2dBackward,
+                vec![("shape", ints(&[0, 2, 3, 3])), ("output_size", ints(&[2, 2]))],
+                vec![z(&[0, 2, 2, 2])],
+            ),
+            (OpKind::UpsampleNearest2d, vec![("output_size", ints(&[4, 4]))], vec![z(&[0, 1, 2, 2])]),
+            (
+                OpKind::UpsampleNearest2dBackward,
+                vec![("shape", ints(&[0, 1, 2, 2])), ("output_size", ints(&[4, 4]))],
+                vec![z(&[0, 1, 4, 4])],
+            ),
+            (OpKind::BceWithLogitsBackward, vec![], vec![z(&[]), z(&[2, 0]), z(&[2, 0])]),
+            (OpKind::Where, vec![], vec![z(&[0, 1]), z(&[3]), z(&[])]),
+            (OpKind::MaskedFill, vec![("value", Attr::Float(1.0))], vec![z(&[0, 3]), z(&[3])]),
         ];
         for (kind, given, inputs) in cases {
             let out = run(kind, &given, &inputs);
@@ -874,5 +902,52 @@ mod tests {
                 });
             }
         }
+    }
+
+    /// Adaptive pooling with overlapping bins (5 → 3, 4 → 3) and with bins larger than one
+    /// pixel in both directions; nearest resizing up by a non-integer factor and down.
+    #[test]
+    fn grad_resampling() {
+        for (x_shape, out) in [([2, 2, 5, 4], [3, 3]), ([1, 3, 4, 6], [2, 3]), ([1, 1, 3, 2], [5, 7])] {
+            let given = [("output_size", ints(&out))];
+            let shape: Vec<i64> = x_shape.iter().map(|&d| d as i64).collect();
+            let back = [("shape", ints(&shape)), ("output_size", ints(&out))];
+            for (forward, backward) in [
+                (OpKind::AdaptiveAvgPool2d, OpKind::AdaptiveAvgPool2dBackward),
+                (OpKind::UpsampleNearest2d, OpKind::UpsampleNearest2dBackward),
+            ] {
+                grad_check(forward, &given, &[rand(&x_shape, 40)], &[(0, "x")], &|_, dy| {
+                    run(backward, &back, std::slice::from_ref(dy))
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn grad_bce_with_logits() {
+        let logits = Dense::new(vec![3, 4], rand(&[3, 4], 41).data.iter().map(|v| v * 4.0).collect());
+        let targets = Dense::new(vec![3, 4], rand(&[3, 4], 42).data.iter().map(|v| v.abs()).collect());
+        grad_check(OpKind::BceWithLogits, &[], &[logits, targets], &[(0, "logits")], &|xs, dy| {
+            run(OpKind::BceWithLogitsBackward, &[], &[dy.clone(), xs[0].clone(), xs[1].clone()])
+        });
+    }
+
+    /// where's da and db, and masked_fill's dx, as autodiff writes them: masked_fill(dy,
+    /// mask, 0) (and where(cond, dy, 0)), summed over broadcast dimensions.
+    #[test]
+    fn grad_where_and_masked_fill() {
+        let cond = t(&[2, 1], &[1.0, 0.0]);
+        let inputs = [cond.clone(), rand(&[2, 3], 43), rand(&[3], 44)];
+        grad_check(OpKind::Where, &[], &inputs, &[(1, "a"), (2, "b")], &|xs, dy| {
+            let zero = t(&[], &[0.0]);
+            let da = run(OpKind::Where, &[], &[xs[0].clone(), dy.clone(), zero]).remove(0);
+            let db = run(OpKind::MaskedFill, &[("value", Attr::Float(0.0))], &[dy.clone(), xs[0].clone()]).remove(0);
+            vec![da, run(OpKind::Sum, &[("axes", ints(&[0]))], &[db]).remove(0)]
+        });
+        let given = [("value", Attr::Float(-5.0))];
+        let inputs = [rand(&[2, 3], 45), t(&[3], &[0.0, 1.0, 0.0])];
+        grad_check(OpKind::MaskedFill, &given, &inputs, &[(0, "x")], &|xs, dy| {
+            run(OpKind::MaskedFill, &[("value", Attr::Float(0.0))], &[dy.clone(), xs[1].clone()])
+        });
     }
 }

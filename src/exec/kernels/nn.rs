@@ -1,7 +1,7 @@
 //! Neural-network kernels and their gradients: softmax, layer_norm, rms_norm, batch_norm
 //! (training mode, batch statistics), conv2d and conv_transpose2d (with dilation and
-//! groups), max_pool2d (NCHW), embedding and cross_entropy (with PyTorch's ignore_index and
-//! label smoothing).
+//! groups), max_pool2d (NCHW), embedding, cross_entropy (with PyTorch's ignore_index and
+//! label smoothing) and bce_with_logits.
 //!
 //! Backward kernels compute the exact gradients of their forward kernels (checked against
 //! finite differences in `kernels/mod.rs`); norms recompute their statistics (mean and
@@ -9,6 +9,7 @@
 //! before anything is computed: a value outside its range (that is not cross_entropy's
 //! ignore_index) is an [`ExecError::IndexOutOfRange`].
 
+use super::elementwise::sigmoid;
 use super::{Window, pair, resolve_axis};
 use crate::exec::{Dense, ExecError};
 use crate::ir::ops::Attrs;
@@ -519,6 +520,30 @@ pub(super) fn cross_entropy_backward(
     Ok(Dense::new(logits.shape.clone(), out))
 }
 
+// ---------------------------------------------------------------------------------------
+// bce_with_logits
+
+/// PyTorch's `F.binary_cross_entropy_with_logits(x, t)` (mean reduction, no weights): the
+/// mean over all elements of max(x, 0) − x·t + log(1 + e^−|x|), the stable form of
+/// −t·log σ(x) − (1 − t)·log(1 − σ(x)) that aten computes (as (1 − t)·x − log σ(x)). No
+/// elements give NaN, PyTorch's mean of nothing.
+pub(super) fn bce_with_logits(logits: &Dense, targets: &Dense) -> Dense {
+    let total = logits
+        .data
+        .iter()
+        .zip(&targets.data)
+        .fold(0.0, |acc, (&x, &t)| acc + (x.max(0.0) - x * t + (-x.abs()).exp().ln_1p()));
+    Dense::new(vec![], vec![total / logits.data.len() as f64])
+}
+
+/// dlogits = dloss · (σ(x) − t) / numel(x), PyTorch's `binary_cross_entropy_with_logits`
+/// backward (the derivative of each term is σ(x) − t on both sides of x = 0).
+pub(super) fn bce_with_logits_backward(dloss: &Dense, logits: &Dense, targets: &Dense) -> Dense {
+    let (dloss, n) = (dloss.data[0], logits.data.len() as f64);
+    let data = logits.data.iter().zip(&targets.data).map(|(&x, &t)| dloss * (sigmoid(x) - t) / n).collect();
+    Dense::new(logits.shape.clone(), data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_util::*;
@@ -998,5 +1023,28 @@ mod tests {
         // Backward: uniform logits, dloss 2, N = 2, C = 2: (0.5 − onehot)·2/2.
         let d = run(OpKind::CrossEntropyBackward, &[], &[t(&[], &[2.0]), t(&[2, 2], &[0.0; 4]), t(&[2], &[1.0, 0.0])]);
         assert_eq!(d[0], t(&[2, 2], &[0.5, -0.5, -0.5, 0.5]));
+    }
+
+    /// Values PyTorch gives: BCEWithLogitsLoss of logits [0, 2, −3] and targets [1, 0, 0.5]
+    /// is mean(log 2, 2 + log(1 + e⁻²), 1.5 + log(1 + e⁻³)); huge logits stay finite.
+    #[test]
+    fn bce_with_logits_values() {
+        let logits = t(&[3], &[0.0, 2.0, -3.0]);
+        let targets = t(&[3], &[1.0, 0.0, 0.5]);
+        let loss = run(OpKind::BceWithLogits, &[], &[logits.clone(), targets.clone()]).remove(0);
+        let want = (2f64.ln() + 2.0 + (-2f64).exp().ln_1p() + 1.5 + (-3f64).exp().ln_1p()) / 3.0;
+        assert_eq!(loss.shape, Vec::<usize>::new());
+        assert_close(&loss, &[want], 1e-15);
+        // The naive −t·log σ(x) − (1 − t)·log(1 − σ(x)) is the same number.
+        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let naive: f64 =
+            logits.data.iter().zip(&targets.data).map(|(&x, &t)| -t * sig(x).ln() - (1.0 - t) * (1.0 - sig(x)).ln()).sum();
+        assert_close(&loss, &[naive / 3.0], 1e-12);
+        let loss = run(OpKind::BceWithLogits, &[], &[t(&[2], &[1000.0, -1000.0]), t(&[2], &[0.0, 1.0])]).remove(0);
+        assert_close(&loss, &[1000.0], 1e-9);
+        let empty = run(OpKind::BceWithLogits, &[], &[t(&[0], &[]), t(&[0], &[])]).remove(0);
+        assert!(empty.data[0].is_nan());
+        let dlogits = run(OpKind::BceWithLogitsBackward, &[], &[t(&[], &[3.0]), logits, targets]).remove(0);
+        assert_close(&dlogits, &[3.0 * (0.5 - 1.0) / 3.0, sig(2.0), (sig(-3.0) - 0.5)], 1e-15);
     }
 }

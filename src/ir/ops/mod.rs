@@ -104,6 +104,15 @@ pub enum OpKind {
     // Transposed convolution.
     ConvTranspose2d,
     ConvTranspose2dBackward,
+    // Resampling of images, a binary loss, and selection by a mask.
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool2dBackward,
+    UpsampleNearest2d,
+    UpsampleNearest2dBackward,
+    BceWithLogits,
+    BceWithLogitsBackward,
+    Where,
+    MaskedFill,
 }
 
 impl OpKind {

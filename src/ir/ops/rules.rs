@@ -54,6 +54,10 @@ pub(super) fn index_input(t: &TensorType, what: &str) -> Result<(), String> {
     if t.dtype.is_index() { Ok(()) } else { Err(format!("{what} must be an i32 or i64 tensor, found {t}")) }
 }
 
+pub(super) fn bool_input(t: &TensorType, what: &str) -> Result<(), String> {
+    if t.dtype == DType::Bool { Ok(()) } else { Err(format!("{what} must be a bool tensor, found {t}")) }
+}
+
 /// An axis attribute resolved against `t`'s rank (negative counts from the end).
 pub(super) fn axis(value: i64, t: &TensorType) -> Result<usize, String> {
     let rank = t.rank() as i64;
@@ -985,4 +989,104 @@ pub(super) fn infer_dropout(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
 
 pub(super) fn infer_dropout_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     dropout_rule(inputs, attrs, "dy")
+}
+
+/// The output of resampling `x [N,C,H,W]` to `output_size = [OH, OW]`
+/// (adaptive_avg_pool2d, upsample_nearest2d): `[N,C,OH,OW]` of x's float dtype. As in
+/// PyTorch, C, H, W, OH and OW are at least 1 (every bin and every source holds a pixel);
+/// N may be 0.
+fn resampled(x: &TensorType, attrs: &Attrs) -> Result<TensorType, String> {
+    float_input(x, "x")?;
+    let &[n, c, h, w] = x.dims() else {
+        return Err(format!("x must be [N,C,H,W], found {x}"));
+    };
+    if c == 0 || h == 0 || w == 0 {
+        return Err(format!("x must have C, H and W of at least 1 (N may be 0), found {x}"));
+    }
+    let [oh, ow] = pair(attrs, "output_size", 1)?;
+    Ok(TensorType::new(x.dtype, vec![n, c, oh, ow]))
+}
+
+pub(super) fn infer_resample(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    done(vec![resampled(inputs[0], attrs)?])
+}
+
+/// `*_backward(dy, shape, output_size)`: `dy` must be exactly the forward's output for an
+/// `x` of type `dy.dtype[shape]`; the output is that `x`'s type.
+pub(super) fn infer_resample_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let dy = inputs[0];
+    let x = TensorType::new(dy.dtype, dims_attr(attrs, "shape")?);
+    let y = resampled(&x, attrs).map_err(|e| format!("shape={}: {e}", Attr::Ints(attrs.ints("shape").to_vec())))?;
+    if *dy != y {
+        return Err(format!("dy must be the forward's output {y} for x {x}, found {dy}"));
+    }
+    done(vec![x])
+}
+
+/// Σ over the `out` adaptive bins of `size` elements of their lengths: bin i spans
+/// ⌊i·size/out⌋..⌈(i+1)·size/out⌉, and the lengths add up to size + out − gcd(size, out)
+/// (Σ ⌈k·s/o⌉ − ⌊(k−1)·s/o⌋ over k = 1..=o telescopes to s, plus 1 for each k with o ∤ k·s:
+/// o − gcd(s, o) of them). Symmetric in size and out; no loop, so huge sizes cost nothing.
+pub(super) fn bin_lengths(size: u64, out: u64) -> u64 {
+    let (mut gcd, mut b) = (size, out);
+    while b != 0 {
+        (gcd, b) = (b, gcd % b);
+    }
+    // gcd <= min(size, out) unless one of them is 0 (no bins, or no elements in any).
+    if size.min(out) == 0 { 0 } else { size.max(out).saturating_add(size.min(out) - gcd) }
+}
+
+/// adaptive_avg_pool2d and its backward: one operation per element of each bin (the
+/// additions and the division; the backward's division and additions likewise), from the
+/// `[N,C,H,W]` and `[N,C,OH,OW]` sides (the forward's input and output, the backward's
+/// input and output: the count is symmetric in H and OH).
+pub(super) fn flops_adaptive_avg_pool2d(inputs: &[&TensorType], outputs: &[&TensorType], _: &Attrs) -> u64 {
+    let (Some(a), Some(b)) = (inputs.first(), outputs.first()) else { return 0 };
+    let planes = dim(a, 0).saturating_mul(dim(a, 1));
+    let (rows, cols) = (bin_lengths(dim(a, 2), dim(b, 2)), bin_lengths(dim(a, 3), dim(b, 3)));
+    planes.saturating_mul(rows).saturating_mul(cols)
+}
+
+/// `bce_with_logits(logits, targets)`: float logits of any shape, targets of exactly their
+/// type; the loss is a scalar of the logits' dtype (as cross_entropy's).
+pub(super) fn infer_bce_with_logits(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (logits, targets) = (inputs[0], inputs[1]);
+    float_input(logits, "logits")?;
+    same_type(logits, "logits", targets, "targets")?;
+    done(vec![TensorType::new(logits.dtype, vec![])])
+}
+
+pub(super) fn infer_bce_with_logits_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (dloss, logits, targets) = (inputs[0], inputs[1], inputs[2]);
+    float_input(logits, "logits")?;
+    same_type(logits, "logits", targets, "targets")?;
+    let want = TensorType::new(logits.dtype, vec![]);
+    if *dloss != want {
+        return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));
+    }
+    done(vec![logits.clone()])
+}
+
+/// `where(cond, a, b)`: cond bool, a and b one float dtype, the three shapes broadcast
+/// together (numpy rules); out has a's dtype and the broadcast shape.
+pub(super) fn infer_where(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (cond, a, b) = (inputs[0], inputs[1], inputs[2]);
+    bool_input(cond, "cond")?;
+    let dtype = same_dtype(&inputs[1..])?;
+    float_input(a, "a")?;
+    let shape = broadcast(&broadcast(&cond.shape, &a.shape)?, &b.shape)?;
+    done(vec![TensorType { dtype, shape }])
+}
+
+/// `masked_fill(x, mask, value)`: x float, mask bool and broadcastable to x's shape (the
+/// output keeps x's shape), value a number (±inf allowed).
+pub(super) fn infer_masked_fill(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, mask) = (inputs[0], inputs[1]);
+    float_input(x, "x")?;
+    bool_input(mask, "mask")?;
+    not_nan(attrs, "value")?;
+    match broadcast(&mask.shape, &x.shape) {
+        Ok(shape) if shape == x.shape => done(vec![x.clone()]),
+        _ => Err(format!("mask {mask} must broadcast to x's shape {}", x.shape)),
+    }
 }

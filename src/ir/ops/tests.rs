@@ -61,7 +61,7 @@ fn rows_are_in_kind_order() {
 
 #[test]
 fn every_kind_has_a_row_and_a_unique_name() {
-    assert_eq!(OPS.len(), OpKind::ConvTranspose2dBackward as usize + 1);
+    assert_eq!(OPS.len(), OpKind::MaskedFill as usize + 1);
     for row in OPS {
         assert_eq!(OpKind::from_name(row.name), Some(row.kind));
         assert!(row.view_of.is_none_or(|k| k < row.inputs.len()), "{}", row.name);
@@ -105,6 +105,13 @@ fn signatures() {
     );
     assert_eq!(OpKind::Dropout.def().signature(), "dropout(x, seed, p=<float>, stream=<int>) -> y");
     assert_eq!(OpKind::DropoutBackward.def().signature(), "dropout_backward(dy, seed, p=<float>, stream=<int>) -> dx");
+    assert_eq!(
+        OpKind::AdaptiveAvgPool2dBackward.def().signature(),
+        "adaptive_avg_pool2d_backward(dy, shape=<ints>, output_size=<ints>) -> dx"
+    );
+    assert_eq!(OpKind::Where.def().signature(), "where(cond, a, b) -> out");
+    assert_eq!(OpKind::MaskedFill.def().signature(), "masked_fill(x, mask, value=<float>) -> out");
+    assert_eq!(OpKind::BceWithLogits.def().signature(), "bce_with_logits(logits, targets) -> loss");
 }
 
 /// docs/IR.md lists every op with the signature its row gives.
@@ -701,6 +708,16 @@ fn flops() {
     let square = ["f32[1,2,4,8]"; 3];
     let ins = ["f32[1,2,4,8]", square[0], square[1], square[2], "f32[1,2,4,8]", "f32[1,2,4]"];
     assert_eq!(2 * count(OpKind::AttentionBackward, &ins, &causal), 5 * count(OpKind::Attention, &square, &causal));
+    // Adaptive pooling: N·C·(bin lengths along H)·(along W); 5 -> 3 is 7, 6 -> 2 is 6.
+    let size = |oh, ow| [("output_size", ints(&[oh, ow]))];
+    assert_eq!(count(OpKind::AdaptiveAvgPool2d, &["f32[2,3,5,6]"], &size(3, 2)), 2 * 3 * 7 * 6);
+    let back = [("shape", ints(&[2, 3, 5, 6])), ("output_size", ints(&[3, 2]))];
+    assert_eq!(count(OpKind::AdaptiveAvgPool2dBackward, &["f32[2,3,3,2]"], &back), 2 * 3 * 7 * 6);
+    assert_eq!(count(OpKind::UpsampleNearest2d, &["f32[2,3,5,6]"], &size(10, 12)), 0);
+    let back = [("shape", ints(&[2, 3, 5, 6])), ("output_size", ints(&[10, 12]))];
+    assert_eq!(count(OpKind::UpsampleNearest2dBackward, &["f32[2,3,10,12]"], &back), 2 * 3 * 10 * 12);
+    assert_eq!(count(OpKind::BceWithLogits, &["f32[4,5]", "f32[4,5]"], &[]), 160);
+    assert_eq!(count(OpKind::Where, &["bool[4,1]", "f32[5]", "f32[]"], &[]), 20);
     // Saturates instead of overflowing.
     let big = ["f16[1048576,1073741824]", "f16[1073741824,1048576]"];
     assert_eq!(count(OpKind::Matmul, &big, &[]), u64::MAX);
@@ -726,6 +743,94 @@ fn dropout_and_its_backward() {
     }
     assert_eq!(OpKind::Dropout.def().class, OpClass::Forward);
     assert_eq!(OpKind::DropoutBackward.def().class, OpClass::Backward);
+}
+
+#[test]
+fn resampling_output_sizes() {
+    let size = |oh, ow| [("output_size", ints(&[oh, ow]))];
+    for kind in [OpKind::AdaptiveAvgPool2d, OpKind::UpsampleNearest2d] {
+        assert_eq!(ok(kind, &["f32[2,3,5,7]"], &size(3, 1)), ["f32[2,3,3,1]"]);
+        assert_eq!(ok(kind, &["bf16[1,2,2,2]"], &size(8, 6)), ["bf16[1,2,8,6]"]);
+        assert_eq!(ok(kind, &["f16[0,2,4,4]"], &size(2, 2)), ["f16[0,2,2,2]"]);
+        err(kind, &["f32[2,3,5,7]"], &size(0, 2), "output_size=[0, 2]: each entry must be at least 1");
+        err(kind, &["f32[2,3,5,7]"], &[("output_size", ints(&[3]))], "must have 2 entries");
+        err(kind, &["f32[2,0,5,7]"], &size(1, 1), "C, H and W of at least 1");
+        err(kind, &["f32[2,3,0,7]"], &size(1, 1), "C, H and W of at least 1");
+        err(kind, &["f32[3,5,7]"], &size(1, 1), "[N,C,H,W]");
+        err(kind, &["i32[2,3,5,7]"], &size(1, 1), "float");
+        err(kind, &["f32[1,1,1,1]"], &size(i64::MAX, i64::MAX), "2^64");
+    }
+    let shape = |s: &[i64], oh, ow| [("shape", ints(s)), ("output_size", ints(&[oh, ow]))];
+    for kind in [OpKind::AdaptiveAvgPool2dBackward, OpKind::UpsampleNearest2dBackward] {
+        assert_eq!(ok(kind, &["f32[2,3,3,1]"], &shape(&[2, 3, 5, 7], 3, 1)), ["f32[2,3,5,7]"]);
+        assert_eq!(ok(kind, &["f16[1,1,4,4]"], &shape(&[1, 1, 2, 2], 4, 4)), ["f16[1,1,2,2]"]);
+        err(kind, &["f32[2,3,3,2]"], &shape(&[2, 3, 5, 7], 3, 1), "dy must be the forward's output f32[2,3,3,1]");
+        err(kind, &["f32[2,3,3,1]"], &shape(&[2, 3, 5], 3, 1), "shape=[2, 3, 5]: x must be [N,C,H,W]");
+        err(kind, &["f32[2,3,3,1]"], &shape(&[2, 3, -5, 7], 3, 1), "negative dimension");
+        err(kind, &["i64[2,3,3,1]"], &shape(&[2, 3, 5, 7], 3, 1), "float");
+    }
+}
+
+#[test]
+fn bce_with_logits() {
+    let l = OpKind::BceWithLogits;
+    assert_eq!(ok(l, &["f32[4,1,8,8]", "f32[4,1,8,8]"], &[]), ["f32[]"]);
+    assert_eq!(ok(l, &["bf16[]", "bf16[]"], &[]), ["bf16[]"]);
+    assert_eq!(ok(l, &["f16[0,3]", "f16[0,3]"], &[]), ["f16[]"]);
+    err(l, &["f32[4,3]", "f32[3]"], &[], "logits and targets must have the same type, found f32[4,3] and f32[3]");
+    err(l, &["f32[4,3]", "f16[4,3]"], &[], "same type");
+    err(l, &["i32[4]", "i32[4]"], &[], "logits must be a float tensor");
+    let b = OpKind::BceWithLogitsBackward;
+    assert_eq!(ok(b, &["f32[]", "f32[4,3]", "f32[4,3]"], &[]), ["f32[4,3]"]);
+    err(b, &["f32[1]", "f32[4,3]", "f32[4,3]"], &[], "dloss must be f32[] for logits f32[4,3], found f32[1]");
+    err(b, &["f16[]", "f32[4,3]", "f32[4,3]"], &[], "dloss must be f32[]");
+    err(b, &["f32[]", "f32[4,3]", "f32[4,1]"], &[], "same type");
+    assert_eq!(b.def().inplace, [(0, 1), (0, 2)]);
+}
+
+#[test]
+fn where_and_masked_fill_broadcast() {
+    let w = OpKind::Where;
+    assert_eq!(ok(w, &["bool[4,1]", "f32[4,5]", "f32[]"], &[]), ["f32[4,5]"]);
+    assert_eq!(ok(w, &["bool[2,1,3]", "f16[4,1]", "f16[3]"], &[]), ["f16[2,4,3]"]);
+    assert_eq!(ok(w, &["bool[]", "bf16[]", "bf16[]"], &[]), ["bf16[]"]);
+    err(w, &["f32[4]", "f32[4]", "f32[4]"], &[], "cond must be a bool tensor, found f32[4]");
+    err(w, &["bool[4]", "f32[4]", "f16[4]"], &[], "dtypes differ");
+    err(w, &["bool[4]", "i32[4]", "i32[4]"], &[], "a must be a float tensor");
+    err(w, &["bool[3]", "f32[4]", "f32[4]"], &[], "do not broadcast");
+    err(w, &["bool[4]", "f32[4]", "f32[2,3]"], &[], "do not broadcast");
+    let m = OpKind::MaskedFill;
+    let value = |x| [("value", float(x))];
+    assert_eq!(ok(m, &["f32[2,4,4]", "bool[4,4]"], &value(f64::NEG_INFINITY)), ["f32[2,4,4]"]);
+    assert_eq!(ok(m, &["f16[2,3]", "bool[2,1]"], &value(0.0)), ["f16[2,3]"]);
+    assert_eq!(ok(m, &["f32[2,3]", "bool[]"], &value(1.5)), ["f32[2,3]"]);
+    err(m, &["f32[3]", "bool[2,3]"], &value(0.0), "mask bool[2,3] must broadcast to x's shape [3]");
+    err(m, &["f32[3]", "bool[2]"], &value(0.0), "must broadcast");
+    err(m, &["f32[3]", "i32[3]"], &value(0.0), "mask must be a bool tensor");
+    err(m, &["i32[3]", "bool[3]"], &value(0.0), "x must be a float tensor");
+    err(m, &["f32[3]", "bool[3]"], &value(f64::NAN), "NaN");
+    assert_eq!(w.def().inplace, [(0, 1), (0, 2)]);
+    assert_eq!(m.def().inplace, [(0, 0)]);
+}
+
+/// PyTorch's bins for 5 → 3: [0, 2), [1, 4), [3, 5), 7 elements in all; the closed form
+/// against the bins counted one by one.
+#[test]
+fn adaptive_bins_add_up() {
+    assert_eq!(bin_lengths(5, 3), 7);
+    assert_eq!(bin_lengths(3, 5), 7);
+    assert_eq!(bin_lengths(8, 4), 8);
+    assert_eq!(bin_lengths(7, 1), 7);
+    for size in 1..40u64 {
+        for out in 1..40u64 {
+            let counted: u64 = (0..out).map(|i| ((i + 1) * size).div_ceil(out) - i * size / out).sum();
+            assert_eq!(bin_lengths(size, out), counted, "{size} -> {out}");
+        }
+    }
+    assert_eq!(bin_lengths(u64::MAX, u64::MAX), u64::MAX);
+    assert_eq!(bin_lengths(u64::MAX, 2), u64::MAX);
+    assert_eq!(bin_lengths(0, 3), 0);
+    assert_eq!(bin_lengths(3, 0), 0);
 }
 
 /// Attribute values for the no-panic sweep, sensible and nonsense alike.

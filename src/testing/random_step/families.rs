@@ -1,7 +1,7 @@
 //! The op families the generator draws from: elementwise chains, broadcasting, activations,
 //! math functions, attention (written out and fused), matmuls, reductions, views, casts,
-//! constants, normalisation, conv blocks, embeddings, dropout. Each builds a few valid ops
-//! from values in the pool (or new arguments).
+//! constants, normalisation, conv blocks, resampling, masks, embeddings, dropout. Each
+//! builds a few valid ops from values in the pool (or new arguments).
 
 use super::*;
 
@@ -588,6 +588,57 @@ impl Gen {
             &[x],
             &[("kernel", ints(&kernel)), ("stride", ints(&stride)), ("padding", ints(&padding))],
         )
+    }
+
+    /// adaptive_avg_pool2d (global, or to any size: overlapping bins, more bins than pixels)
+    /// or upsample_nearest2d (integer factors, other ratios, down as well as up) of a small
+    /// NCHW value, recorded for its backward op, which follows right away sometimes.
+    pub(super) fn resample(&mut self) {
+        let x = self.nchw();
+        let (h, w) = (self.ty(x).dims()[2], self.ty(x).dims()[3]);
+        let upsample = self.chance(0.5);
+        let size = |g: &mut Gen, d: u64| match g.below(3) {
+            0 if upsample => d * (1 + g.below(3) as u64),
+            0 => 1,
+            _ => 1 + g.below(2 * d as usize) as u64,
+        };
+        let out = [size(self, h), size(self, w)];
+        let kind = if upsample { OpKind::UpsampleNearest2d } else { OpKind::AdaptiveAvgPool2d };
+        if self.emit_recorded(kind, &[x], &[("output_size", ints(&out))]).is_some() && self.chance(0.3) {
+            self.backward_of(self.records.len() - 1);
+        }
+    }
+
+    /// A bool value that broadcasts to `ty`'s shape: from the pool sometimes, else a new
+    /// input of that shape with leading dimensions dropped and others set to 1 at random
+    /// (a padding mask over attention scores is `[T]` against `[B, H, T, T]`).
+    fn mask_for(&mut self, ty: &TensorType) -> usize {
+        if self.chance(0.4)
+            && let Some(m) = self.pick(|g, v| {
+                g.ty(v).dtype == DType::Bool && broadcast(&g.ty(v).shape, &ty.shape).is_ok_and(|s| s == ty.shape)
+            })
+        {
+            return m;
+        }
+        let keep = self.below(ty.rank() + 1);
+        let dims = ty.dims()[ty.rank() - keep..].iter().map(|&d| if self.chance(0.3) { 1 } else { d }).collect::<Vec<_>>();
+        self.new_input(TensorType::new(DType::Bool, dims))
+    }
+
+    /// masked_fill(x, mask, value) or where(cond, a, b) with a and b that broadcast (the
+    /// second operand as binary ops pick one: a value of the same type, a bias, a scalar).
+    pub(super) fn masking(&mut self) {
+        let x = self.float_value(0, 4);
+        let ty = self.ty(x).clone();
+        let mask = self.mask_for(&ty);
+        if self.chance(0.5) {
+            let value = self.choose(&[-2.0, 0.0, 0.5, 3.0]);
+            self.emit(OpKind::MaskedFill, &[x, mask], &[("value", Attr::Float(value))]);
+        } else {
+            let other = self.operand_for(x);
+            let (a, b) = if self.chance(0.5) { (x, other) } else { (other, x) };
+            self.emit(OpKind::Where, &[mask, a, b], &[]);
+        }
     }
 
     pub(super) fn index_dtype(&mut self) -> DType {

@@ -53,8 +53,11 @@
 //! embedding and its backward, layer_norm/batch_norm and their 3-output backward ops,
 //! rms_norm and its 2-output backward, conv2d (small NCHW, strides, padding, dilation,
 //! groups, depthwise), conv_transpose2d (the same, and output_padding), max_pool2d and their
-//! backward ops, cross_entropy with i32 or i64 labels (sometimes an ignore_index
-//! that is a class, sometimes label smoothing) and its backward, and the optimizers sgd,
+//! backward ops, adaptive_avg_pool2d and upsample_nearest2d (to sizes that divide the
+//! input's, and to sizes that do not, up and down) and their backward ops, where and
+//! masked_fill with bool masks that broadcast (new `input`s: fair coins), cross_entropy
+//! with i32 or i64 labels (sometimes an ignore_index that is a class, sometimes label
+//! smoothing) and bce_with_logits, and their backward ops, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`
 //! incremented by `add_scalar` and updated), dropout (p from 0 to 0.9, each site its own
 //! stream, all reading one `i64[]` seed input) and its backward, plus hand-written updates
@@ -161,8 +164,11 @@ enum Family {
     BatchNorm,
     Conv,
     Pool,
+    Resample,
+    Masking,
     Embedding,
     Loss,
+    BinaryLoss,
     Backward,
     Update,
     NewState,
@@ -190,8 +196,11 @@ const FAMILIES: &[(Family, u64)] = &[
     (Family::BatchNorm, 2),
     (Family::Conv, 3),
     (Family::Pool, 2),
+    (Family::Resample, 3),
+    (Family::Masking, 4),
     (Family::Embedding, 2),
     (Family::Loss, 5),
+    (Family::BinaryLoss, 2),
     (Family::Backward, 12),
     (Family::Update, 7),
     (Family::NewState, 1),
@@ -556,8 +565,11 @@ impl Gen {
                 let x = self.nchw();
                 self.pool_op(x);
             }
+            Family::Resample => self.resample(),
+            Family::Masking => self.masking(),
             Family::Embedding => self.embedding(),
             Family::Loss => self.loss(),
+            Family::BinaryLoss => self.binary_loss(),
             Family::Backward => self.backward(),
             Family::Update => {
                 let live: Vec<usize> =

@@ -1,4 +1,4 @@
-//! The training part of a random step: a loss, backward ops of recorded forward ops,
+//! The training part of a random step: losses, backward ops of recorded forward ops,
 //! gradients of each param's type, and the updates (optimizers or by hand).
 
 use super::*;
@@ -61,6 +61,18 @@ impl Gen {
         }
     }
 
+    /// bce_with_logits of a float value and targets of its type (from the pool, the logits
+    /// themselves, or a new input), recorded for its backward op.
+    pub(super) fn binary_loss(&mut self) {
+        let logits = self.float_value(0, 4);
+        let targets = self.same_type(logits);
+        let Some(loss) = self.emit_recorded(OpKind::BceWithLogits, &[logits, targets], &[]) else { return };
+        self.losses.push(loss);
+        if self.chance(0.5) {
+            self.backward_of(self.records.len() - 1);
+        }
+    }
+
     pub(super) fn backward(&mut self) {
         let usable: Vec<usize> = (0..self.records.len()).filter(|&i| self.record_usable(i)).collect();
         if !usable.is_empty() {
@@ -77,7 +89,9 @@ impl Gen {
             OpKind::Relu | OpKind::Sigmoid | OpKind::Tanh | OpKind::Softmax => vec![r.output],
             OpKind::Gelu | OpKind::Silu | OpKind::Hardswish | OpKind::MaxPool2d => vec![r.inputs[0]],
             OpKind::LayerNorm | OpKind::RmsNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
-            OpKind::Conv2d | OpKind::ConvTranspose2d | OpKind::CrossEntropy => vec![r.inputs[0], r.inputs[1]],
+            OpKind::Conv2d | OpKind::ConvTranspose2d | OpKind::CrossEntropy | OpKind::BceWithLogits => {
+                vec![r.inputs[0], r.inputs[1]]
+            }
             OpKind::Embedding => vec![r.inputs[1]],
             OpKind::Attention => [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat(),
             _ => vec![],
@@ -171,7 +185,7 @@ impl Gen {
                 let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
                 self.emit(OpKind::DropoutBackward, &[dy, r.inputs[1]], &given);
             }
-            OpKind::CrossEntropy => {
+            OpKind::CrossEntropy | OpKind::BceWithLogits => {
                 let dloss = if self.chance(0.6) {
                     let dtype = out_ty.dtype;
                     self.emit(OpKind::Fill, &[], &[("shape", ints(&[])), ("dtype", Attr::DType(dtype)), ("value", Attr::Float(1.0))])
@@ -179,8 +193,21 @@ impl Gen {
                     Some(self.derive(&out_ty, None))
                 };
                 let Some(dloss) = dloss else { return };
+                let kind =
+                    if r.kind == OpKind::CrossEntropy { OpKind::CrossEntropyBackward } else { OpKind::BceWithLogitsBackward };
                 let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
-                self.emit(OpKind::CrossEntropyBackward, &[dloss, r.inputs[0], r.inputs[1]], &given);
+                self.emit(kind, &[dloss, r.inputs[0], r.inputs[1]], &given);
+            }
+            OpKind::AdaptiveAvgPool2d | OpKind::UpsampleNearest2d => {
+                let kind = if r.kind == OpKind::AdaptiveAvgPool2d {
+                    OpKind::AdaptiveAvgPool2dBackward
+                } else {
+                    OpKind::UpsampleNearest2dBackward
+                };
+                let dy = self.derive(&out_ty, None);
+                let output_size = r.attrs.get("output_size").unwrap().clone();
+                let given = [("shape", ints(self.ty(r.inputs[0]).dims())), ("output_size", output_size)];
+                self.emit(kind, &[dy], &given);
             }
             _ => {}
         }

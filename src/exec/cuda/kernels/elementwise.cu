@@ -1,7 +1,8 @@
 // elementwise.cu — one thread per output element (grid-stride loops): binary arithmetic
 // with broadcasting (inputs arrive as views broadcast to the output's shape: stride 0 on
 // broadcast dimensions), activations and their gradients, copies and casts, fill,
-// causal_mask, dropout, and the optimizer updates.
+// causal_mask, where and masked_fill (selection by a bool tensor), dropout, and the optimizer
+// updates.
 //
 // Outputs are dense. An output may lie over an input's bytes (in-place, as the plan allows
 // only for an input read directly at the same element): each thread reads its element's
@@ -158,6 +159,17 @@ extern "C" __global__ void dropout(Tensor out, Tensor a, Tensor seed, i64 stream
         const double v = load_d(a, i);
         store_d(out, i, dropout_uniform(key, (u64)i) >= p ? v / (1.0 - p) : 0.0);
     }
+}
+
+// out = a where cond else b; cond, a and b arrive as views broadcast to out's shape.
+// Copies: a float element goes through double unchanged.
+extern "C" __global__ void where_select(Tensor out, Tensor cond, Tensor a, Tensor b) {
+    GRID_STRIDE(i, out.numel) { store_d(out, i, load_d(cond, i) != 0.0 ? load_d(a, i) : load_d(b, i)); }
+}
+
+// out = value where mask else x; mask arrives as a view broadcast to x's shape.
+extern "C" __global__ void masked_fill(Tensor out, Tensor x, Tensor mask, double value) {
+    GRID_STRIDE(i, out.numel) { store_d(out, i, load_d(mask, i) != 0.0 ? value : load_d(x, i)); }
 }
 
 // buf_new = momentum·buf + g; p_new = p − lr·buf_new.

@@ -1,4 +1,5 @@
-// reduce.cu — sums over axes (sum, mean) and batch_norm's per-channel statistics.
+// reduce.cu — sums over axes (sum, mean), batch_norm's per-channel statistics, and the mean
+// binary cross-entropy of logits (bce_with_logits) with its gradient.
 //
 // batch_norm computes in double, for the reason layer_norm does (rows.cu): its gradient
 // cancels almost entirely when a channel's variance is small against eps (always so for
@@ -133,5 +134,38 @@ extern "C" __global__ void bn_backward_dx(Tensor dx, Tensor dy, Tensor x, Tensor
         const double xhat = (load_d(x, i) - mean) * rstd;
         const double sum_dy = su[2 * c], sum_dy_xhat = su[2 * c + 1];
         store_d(dx, i, load_d(gamma, c) * rstd * (load_d(dy, i) - sum_dy / (double)m - xhat * sum_dy_xhat / (double)m));
+    }
+}
+
+// bce_with_logits: PyTorch's mean binary cross-entropy of logits x and targets t
+// (exec/kernels/nn.rs), in double. Block b sums max(x, 0) − x·t + log(1 + e^−|x|) over the
+// elements b·chunk .. (b+1)·chunk into partials[b]; bce_mean adds the partials in block
+// order and divides by n (0/0 = NaN for no elements, as PyTorch's mean of nothing).
+extern "C" __global__ void bce_partial(u64 partials, Tensor logits, Tensor targets, i64 n, i64 chunk) {
+    const i64 e0 = (i64)blockIdx.x * chunk, e1 = imin(n, e0 + chunk);
+    double s = 0.0;
+    for (i64 e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+        const double x = load_d(logits, e);
+        s += (x > 0.0 ? x : 0.0) - x * load_d(targets, e) + log1p(exp(x < 0.0 ? x : -x));
+    }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) ((double*)partials)[blockIdx.x] = s;
+}
+
+extern "C" __global__ void bce_mean(Tensor loss, u64 partials, i64 blocks, i64 n) {
+    const double* p = (const double*)partials;
+    double s = 0.0;
+    for (i64 b = threadIdx.x; b < blocks; b += blockDim.x) s += p[b];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) store_d(loss, 0, s / (double)n);
+}
+
+// dlogits = dloss·(σ(x) − t)/n, elementwise: each thread reads its element of logits and
+// targets before writing dlogits, which may lie over either (in place).
+extern "C" __global__ void bce_backward(Tensor dlogits, Tensor dloss, Tensor logits, Tensor targets) {
+    const double dl = load_d(dloss, 0), n = (double)dlogits.numel;
+    GRID_STRIDE(i, dlogits.numel) {
+        const double x = load_d(logits, i);
+        store_d(dlogits, i, dl * (1.0 / (1.0 + exp(-x)) - load_d(targets, i)) / n);
     }
 }

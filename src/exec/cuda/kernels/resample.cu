@@ -1,0 +1,89 @@
+// resample.cu — images x [N, C, H, W] resampled to y [N, C, OH, OW] with PyTorch's index rules
+// (exec/kernels/resample.rs is the reference): adaptive average pooling, whose bin i spans
+// ⌊i·H/OH⌋ .. ⌈(i+1)·H/OH⌉, and nearest-neighbour resizing, whose output index i copies
+// source min(⌊i·(H/OH)⌋, H − 1) with the scale and the product in float, as aten computes
+// them. The planes (n, c) are independent.
+//
+// One thread per output element. The backward ops gather: the thread of dx element e adds
+// the dy of every output pixel that came from e, in row-major order of those pixels (the
+// order in which the CPU reference scatters them), so no two threads write one element and
+// nothing needs atomics. Sums in double.
+
+// PyTorch's adaptive bin i of `out` bins over `size` elements: bin_start ≤ r < bin_end.
+__device__ __forceinline__ i64 bin_start(i64 i, i64 size, i64 out) { return i * size / out; }
+__device__ __forceinline__ i64 bin_end(i64 i, i64 size, i64 out) { return ((i + 1) * size + out - 1) / out; }
+
+// y[plane, i, j] = the mean of bin (i, j) of x's plane, summed in row-major order.
+extern "C" __global__ void adaptive_avg_pool2d(Tensor y, Tensor x, i64 h, i64 w, i64 oh, i64 ow) {
+    GRID_STRIDE(e, y.numel) {
+        const i64 j = e % ow, i = (e / ow) % oh, plane = e / (oh * ow);
+        const i64 r0 = bin_start(i, h, oh), r1 = bin_end(i, h, oh);
+        const i64 c0 = bin_start(j, w, ow), c1 = bin_end(j, w, ow);
+        double total = 0.0;
+        for (i64 r = r0; r < r1; ++r) {
+            for (i64 c = c0; c < c1; ++c) total += load_d(x, (plane * h + r) * w + c);
+        }
+        store_d(y, e, total / (double)((r1 - r0) * (c1 - c0)));
+    }
+}
+
+// dx[plane, r, c] = Σ dy[plane, i, j] / (area of bin (i, j)) over the bins holding (r, c):
+// the bins holding element r of `size` are ⌊r·out/size⌋ .. ⌈(r+1)·out/size⌉ − 1 (bin i
+// holds r when i·size/out < r + 1 and (i+1)·size/out > r).
+extern "C" __global__ void adaptive_avg_pool2d_backward(Tensor dx, Tensor dy, i64 h, i64 w, i64 oh, i64 ow) {
+    GRID_STRIDE(e, dx.numel) {
+        const i64 c = e % w, r = (e / w) % h, plane = e / (h * w);
+        const i64 i0 = r * oh / h, i1 = ((r + 1) * oh + h - 1) / h;
+        const i64 j0 = c * ow / w, j1 = ((c + 1) * ow + w - 1) / w;
+        double total = 0.0;
+        for (i64 i = i0; i < i1; ++i) {
+            const i64 rows = bin_end(i, h, oh) - bin_start(i, h, oh);
+            for (i64 j = j0; j < j1; ++j) {
+                const i64 area = rows * (bin_end(j, w, ow) - bin_start(j, w, ow));
+                total += load_d(dy, (plane * oh + i) * ow + j) / (double)area;
+            }
+        }
+        store_d(dx, e, total);
+    }
+}
+
+// PyTorch's nearest source of output index dst (aten's nearest_neighbor_compute_source_index):
+// min(⌊dst · s⌋, size − 1) with s = size / out, both in float.
+__device__ __forceinline__ i64 nearest_source(i64 dst, i64 size, i64 out) {
+    const float scale = (float)size / (float)out;
+    return imin((i64)floorf((float)dst * scale), size - 1);
+}
+
+// The first output index whose source is at least `src` (out if none). Sources never
+// decrease along the output, so the outputs copying source s are nearest_first(s) ..
+// nearest_first(s + 1). From the exact ⌈src·out/size⌉, a step or two reach the float
+// mapping's boundary.
+__device__ i64 nearest_first(i64 src, i64 size, i64 out) {
+    i64 i = imin((src * out + size - 1) / size, out);
+    while (i > 0 && nearest_source(i - 1, size, out) >= src) --i;
+    while (i < out && nearest_source(i, size, out) < src) ++i;
+    return i;
+}
+
+// y[plane, i, j] = x[plane, source(i), source(j)].
+extern "C" __global__ void upsample_nearest2d(Tensor y, Tensor x, i64 h, i64 w, i64 oh, i64 ow) {
+    GRID_STRIDE(e, y.numel) {
+        const i64 j = e % ow, i = (e / ow) % oh, plane = e / (oh * ow);
+        store_d(y, e, load_d(x, (plane * h + nearest_source(i, h, oh)) * w + nearest_source(j, w, ow)));
+    }
+}
+
+// dx[plane, r, c] = Σ dy[plane, i, j] over the outputs (i, j) copied from (r, c); 0 for a
+// pixel no output copies (downsampling).
+extern "C" __global__ void upsample_nearest2d_backward(Tensor dx, Tensor dy, i64 h, i64 w, i64 oh, i64 ow) {
+    GRID_STRIDE(e, dx.numel) {
+        const i64 c = e % w, r = (e / w) % h, plane = e / (h * w);
+        const i64 i0 = nearest_first(r, h, oh), i1 = nearest_first(r + 1, h, oh);
+        const i64 j0 = nearest_first(c, w, ow), j1 = nearest_first(c + 1, w, ow);
+        double total = 0.0;
+        for (i64 i = i0; i < i1; ++i) {
+            for (i64 j = j0; j < j1; ++j) total += load_d(dy, (plane * oh + i) * ow + j);
+        }
+        store_d(dx, e, total);
+    }
+}

@@ -1,0 +1,222 @@
+//! Resampling images `x [N,C,H,W]` to `y [N,C,OH,OW]` with PyTorch's index rules, plane by
+//! plane (one plane per (n, c)):
+//!
+//! - `adaptive_avg_pool2d`: y(i, j) is the mean of the bin rows ⌊i·H/OH⌋..⌈(i+1)·H/OH⌉ ×
+//!   columns ⌊j·W/OW⌋..⌈(j+1)·W/OW⌉ of x (aten's `start_index`/`end_index`); bins overlap
+//!   where OH does not divide H;
+//! - `upsample_nearest2d`: y(i, j) = x(src(i), src(j)) with aten's float32 source index
+//!   ([`nearest_source`]);
+//!
+//! and their backward ops, which add each dy element into the x pixels it came from:
+//! dy(i, j) / (bin area) into every pixel of its bin, or dy(i, j) into its source pixel.
+//! They run over dy in row-major order, so each dx element receives its terms in
+//! row-major order of the output pixels: the order the CUDA kernels
+//! (`cuda/kernels/resample.cu`, one thread per dx element, no atomics) add them in.
+
+use crate::exec::Dense;
+
+/// `(N·C, H, W)` of an NCHW shape: planes, rows, columns.
+fn planes(shape: &[usize]) -> (usize, usize, usize) {
+    (shape[0] * shape[1], shape[2], shape[3])
+}
+
+/// PyTorch's adaptive bin `i` of `out` bins over `size` elements: ⌊i·size/out⌋..⌈(i+1)·size/out⌉.
+fn bin(i: usize, size: usize, out: usize) -> std::ops::Range<usize> {
+    i * size / out..((i + 1) * size).div_ceil(out)
+}
+
+/// PyTorch's nearest source of output index `dst` of `out` over `size` inputs
+/// (`nearest_neighbor_compute_source_index`): min(⌊dst·s⌋, size − 1), the scale
+/// s = size/out and the product both in float32, as aten computes them. So it is not
+/// always ⌊dst·size/out⌋: 2 → 82 maps dst 41 to 0 (41 · f32(2/82) rounds below 1). With an
+/// integer factor (out = k·size, or size = k·out) it is dst / k, or dst·k.
+pub(crate) fn nearest_source(dst: usize, size: usize, out: usize) -> usize {
+    let scale = size as f32 / out as f32;
+    ((dst as f32 * scale).floor() as usize).min(size - 1)
+}
+
+/// y(i, j) = the mean of bin (i, j) of x, summed in row-major order, then divided by the
+/// bin's area.
+pub(super) fn adaptive_avg_pool2d(x: &Dense, out_shape: &[usize]) -> Dense {
+    let (n, h, w) = planes(&x.shape);
+    let (oh, ow) = (out_shape[2], out_shape[3]);
+    let mut y = Vec::with_capacity(n * oh * ow);
+    for plane in x.data.chunks_exact(h * w).take(n) {
+        for i in 0..oh {
+            for j in 0..ow {
+                let (rows, cols) = (bin(i, h, oh), bin(j, w, ow));
+                let area = (rows.len() * cols.len()) as f64;
+                let total = rows.flat_map(|r| plane[r * w..(r + 1) * w][cols.clone()].iter()).fold(0.0, |a, &v| a + v);
+                y.push(total / area);
+            }
+        }
+    }
+    Dense::new(out_shape.to_vec(), y)
+}
+
+/// dx of `x_shape`: dy(i, j) / (area of bin (i, j)) added into every pixel of the bin.
+pub(super) fn adaptive_avg_pool2d_backward(dy: &Dense, x_shape: &[usize]) -> Dense {
+    let (n, h, w) = planes(x_shape);
+    let (oh, ow) = (dy.shape[2], dy.shape[3]);
+    let mut dx = Dense::zeros(x_shape.to_vec());
+    for p in 0..n {
+        let plane = &mut dx.data[p * h * w..(p + 1) * h * w];
+        for i in 0..oh {
+            for j in 0..ow {
+                let (rows, cols) = (bin(i, h, oh), bin(j, w, ow));
+                let share = dy.data[(p * oh + i) * ow + j] / (rows.len() * cols.len()) as f64;
+                for r in rows {
+                    for v in &mut plane[r * w..(r + 1) * w][cols.clone()] {
+                        *v += share;
+                    }
+                }
+            }
+        }
+    }
+    dx
+}
+
+/// y(i, j) = x(src(i), src(j)).
+pub(super) fn upsample_nearest2d(x: &Dense, out_shape: &[usize]) -> Dense {
+    let (n, h, w) = planes(&x.shape);
+    let (oh, ow) = (out_shape[2], out_shape[3]);
+    let mut y = Vec::with_capacity(n * oh * ow);
+    for plane in x.data.chunks_exact(h * w).take(n) {
+        for i in 0..oh {
+            let row = nearest_source(i, h, oh) * w;
+            y.extend((0..ow).map(|j| plane[row + nearest_source(j, w, ow)]));
+        }
+    }
+    Dense::new(out_shape.to_vec(), y)
+}
+
+/// dx of `x_shape`: dy(i, j) added into x(src(i), src(j)); pixels no output copied get 0.
+pub(super) fn upsample_nearest2d_backward(dy: &Dense, x_shape: &[usize]) -> Dense {
+    let (n, h, w) = planes(x_shape);
+    let (oh, ow) = (dy.shape[2], dy.shape[3]);
+    let mut dx = Dense::zeros(x_shape.to_vec());
+    for p in 0..n {
+        for i in 0..oh {
+            let row = (p * h + nearest_source(i, h, oh)) * w;
+            for j in 0..ow {
+                dx.data[row + nearest_source(j, w, ow)] += dy.data[(p * oh + i) * ow + j];
+            }
+        }
+    }
+    dx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+    use crate::ir::ops::OpKind;
+
+    fn size(oh: i64, ow: i64) -> [(&'static str, crate::ir::ops::Attr); 1] {
+        [("output_size", ints(&[oh, ow]))]
+    }
+
+    fn back(shape: &[i64], oh: i64, ow: i64) -> [(&'static str, crate::ir::ops::Attr); 2] {
+        [("shape", ints(shape)), ("output_size", ints(&[oh, ow]))]
+    }
+
+    /// PyTorch's bins for 5 → 3 are [0, 2), [1, 4), [3, 5) (torch.nn.AdaptiveAvgPool1d(3)
+    /// on 0..5 gives 0.5, 2, 3.5); for 3 → 5, [0, 1), [0, 2), [1, 2), [1, 3), [2, 3).
+    #[test]
+    fn adaptive_bins_are_pytorchs() {
+        assert_eq!([0, 1, 2].map(|i| bin(i, 5, 3)), [0..2, 1..4, 3..5]);
+        assert_eq!([0, 1, 2, 3, 4].map(|i| bin(i, 3, 5)), [0..1, 0..2, 1..2, 1..3, 2..3]);
+        assert_eq!([0, 1].map(|i| bin(i, 6, 2)), [0..3, 3..6]);
+        let x = t(&[1, 1, 1, 5], &[0.0, 1.0, 2.0, 3.0, 4.0]);
+        let y = run(OpKind::AdaptiveAvgPool2d, &size(1, 3), &[x]).remove(0);
+        assert_eq!(y.shape, [1, 1, 1, 3]);
+        assert_close(&y, &[0.5, 2.0, 3.5], 0.0);
+        let x = t(&[1, 1, 1, 3], &[0.0, 3.0, 6.0]);
+        let y = run(OpKind::AdaptiveAvgPool2d, &size(1, 5), &[x]).remove(0);
+        assert_close(&y, &[0.0, 1.5, 3.0, 4.5, 6.0], 0.0);
+    }
+
+    /// Both axes at once, two planes: 4×5 → 2×3 averages 2×2, 2×3 and 2×2 blocks; 1×1 is
+    /// the global mean of each plane (ResNet's head).
+    #[test]
+    fn adaptive_avg_pool2d_values() {
+        let x = Dense::new(vec![1, 2, 4, 5], (0..40).map(f64::from).collect());
+        let y = run(OpKind::AdaptiveAvgPool2d, &size(2, 3), std::slice::from_ref(&x)).remove(0);
+        // Plane 0, row bins [0, 2) and [2, 4); column bins [0, 2), [1, 4), [3, 5).
+        let mean = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, p: usize| {
+            let cells: Vec<f64> = rows.flat_map(|r| cols.clone().map(move |c| (p * 20 + r * 5 + c) as f64)).collect();
+            cells.iter().sum::<f64>() / cells.len() as f64
+        };
+        let mut want = Vec::new();
+        for p in 0..2 {
+            for rows in [0..2, 2..4] {
+                for cols in [0..2, 1..4, 3..5] {
+                    want.push(mean(rows.clone(), cols, p));
+                }
+            }
+        }
+        assert_close(&y, &want, 1e-12);
+        let global = run(OpKind::AdaptiveAvgPool2d, &size(1, 1), &[x]).remove(0);
+        assert_close(&global, &[9.5, 29.5], 1e-12);
+    }
+
+    /// The backward spreads each dy over its bin; where bins overlap (5 → 3: pixels 1 and 3
+    /// lie in two bins) the shares add.
+    #[test]
+    fn adaptive_avg_pool2d_backward_values() {
+        let dy = t(&[1, 1, 1, 3], &[2.0, 3.0, 4.0]);
+        let dx = run(OpKind::AdaptiveAvgPool2dBackward, &back(&[1, 1, 1, 5], 1, 3), &[dy]).remove(0);
+        assert_eq!(dx.shape, [1, 1, 1, 5]);
+        assert_close(&dx, &[1.0, 1.0 + 1.0, 1.0, 1.0 + 2.0, 2.0], 1e-12);
+        // 1×1: the mean's gradient, dy / (H·W) everywhere.
+        let dy = t(&[2, 1, 1, 1], &[6.0, -12.0]);
+        let dx = run(OpKind::AdaptiveAvgPool2dBackward, &back(&[2, 1, 2, 3], 1, 1), &[dy]).remove(0);
+        assert_close(&dx, &[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -2.0, -2.0, -2.0, -2.0, -2.0, -2.0], 0.0);
+    }
+
+    /// PyTorch's float32 source index: F.interpolate(torch.arange(2.).view(1, 1, 1, 2),
+    /// size=(1, 82))[..., 41] is 0.0, where 41·2/82 = 1 exactly; integer factors are exact
+    /// divisions.
+    #[test]
+    fn nearest_sources_are_pytorchs() {
+        assert_eq!(nearest_source(41, 2, 82), 0);
+        assert_eq!(41 * 2 / 82, 1);
+        assert_eq!((0..6).map(|d| nearest_source(d, 2, 6)).collect::<Vec<_>>(), [0, 0, 0, 1, 1, 1]);
+        assert_eq!((0..3).map(|d| nearest_source(d, 7, 3)).collect::<Vec<_>>(), [0, 2, 4]);
+        assert_eq!((0..4).map(|d| nearest_source(d, 8, 4)).collect::<Vec<_>>(), [0, 2, 4, 6]);
+        for size in 1..=256 {
+            for k in 1..=8 {
+                for d in 0..size * k {
+                    assert_eq!(nearest_source(d, size, size * k), d / k, "{size} -> {}", size * k);
+                }
+                for d in 0..size {
+                    assert_eq!(nearest_source(d, size * k, size), d * k, "{} -> {size}", size * k);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn upsample_nearest2d_values() {
+        let x = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let y = run(OpKind::UpsampleNearest2d, &size(4, 6), &[x]).remove(0);
+        assert_eq!(y.shape, [1, 1, 4, 6]);
+        let (a, b) = ([1.0, 1.0, 1.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 4.0, 4.0, 4.0]);
+        assert_close(&y, &[a, a, b, b].concat(), 0.0);
+        // Downsampling picks every k-th pixel: 3×4 → 2×2 reads rows 0, 1 and columns 0, 2.
+        let x = Dense::new(vec![1, 1, 3, 4], (0..12).map(f64::from).collect());
+        let y = run(OpKind::UpsampleNearest2d, &size(2, 2), &[x]).remove(0);
+        assert_close(&y, &[0.0, 2.0, 4.0, 6.0], 0.0);
+    }
+
+    /// The backward adds every copy's gradient into its source; pixels nothing copied get 0.
+    #[test]
+    fn upsample_nearest2d_backward_values() {
+        let dy = Dense::new(vec![1, 1, 2, 4], (1..=8).map(f64::from).collect());
+        let dx = run(OpKind::UpsampleNearest2dBackward, &back(&[1, 1, 1, 2], 2, 4), &[dy]).remove(0);
+        assert_close(&dx, &[1.0 + 2.0 + 5.0 + 6.0, 3.0 + 4.0 + 7.0 + 8.0], 0.0);
+        let dy = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let dx = run(OpKind::UpsampleNearest2dBackward, &back(&[1, 1, 3, 4], 2, 2), &[dy]).remove(0);
+        assert_close(&dx, &[1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0], 0.0);
+    }
+}
