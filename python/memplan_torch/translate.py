@@ -97,6 +97,8 @@ class Translator:
         # Captured under CUDA autocast (`export.capture`): ops torch.export keeps whole
         # whose autocast policy lives in their decomposition get it here (cross_entropy).
         self.amp = amp
+        self._dropout_seed: Value | None = None
+        self._streams = 0
         self.env: dict[torch.fx.Node, object] = {}
         self.node: torch.fx.Node | None = None
         # Ops written as `extern` (another framework's op memplan plans but cannot run):
@@ -252,6 +254,19 @@ class Translator:
         if final and self.node in self.result_of_module:
             return path
         return f"{path}.{role}" if path else role
+
+    def dropout_seed(self) -> Value:
+        """The step's `dropout_seed` input (an i64[] scalar), added at the first dropout."""
+        if self._dropout_seed is None:
+            name = self.w.arg("dropout_seed", "i64[]", "input")
+            self._dropout_seed = Value(name, self.fake_like([], torch.int64))
+            self.roles[name] = "input"
+        return self._dropout_seed
+
+    def next_stream(self) -> int:
+        """A stream no other dropout site of the step has (0, 1, 2, ... in order)."""
+        self._streams += 1
+        return self._streams - 1
 
     def emit(self, op: str, inputs: list[Value], attrs=(), fake=None, final=True, role=None) -> Value:
         """One memplan op with one output whose fake tensor is `fake` (the node's own by
@@ -619,13 +634,30 @@ def _bias_per_channel(t, y: Value, bias: Value | None, spatial: int) -> Value:
     return t.emit("add", [y, shaped])
 
 
-def conv2d(t, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    if list(dilation) != [1, 1] or groups != 1:
-        raise ExportError(f"conv2d with dilation={list(dilation)}, groups={groups} is not supported yet")
+def _conv_attrs(stride, padding, dilation, groups, output_padding=None) -> list:
+    """conv attributes as memplan writes them: the defaults left out."""
     if isinstance(padding, str):
-        raise ExportError(f"conv2d with padding={padding!r} is not supported (give the numbers)")
-    attrs = [("stride", list(stride)), ("padding", list(padding))]
-    y = t.emit("conv2d", [x, w], attrs, final=bias is None, role="conv")
+        raise ExportError(f"convolution with padding={padding!r} is not supported (give the numbers)")
+    pair = lambda v: list(v) * (2 // len(v)) if len(v) else [0, 0]  # noqa: E731 - [k] means [k, k]
+    attrs = [("stride", pair(stride)), ("padding", pair(padding))]
+    if output_padding is not None and pair(output_padding) != [0, 0]:
+        attrs.append(("output_padding", pair(output_padding)))
+    if pair(dilation) != [1, 1]:
+        attrs.append(("dilation", pair(dilation)))
+    if groups != 1:
+        attrs.append(("groups", int(groups)))
+    return attrs
+
+
+def conv2d(t, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    y = t.emit("conv2d", [x, w], _conv_attrs(stride, padding, dilation, groups), final=bias is None, role="conv")
+    return _bias_per_channel(t, y, bias, 2)
+
+
+def conv_transpose2d(t, x, w, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0), groups=1,
+                     dilation=(1, 1)):
+    attrs = _conv_attrs(stride, padding, dilation, groups, output_padding)
+    y = t.emit("conv_transpose2d", [x, w], attrs, final=bias is None, role="conv_transpose")
     return _bias_per_channel(t, y, bias, 2)
 
 
@@ -648,9 +680,40 @@ def max_pool2d(t, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mo
 
 
 def adaptive_avg_pool2d(t, x, output_size):
-    if list(output_size) != [1, 1]:
-        raise ExportError(f"adaptive_avg_pool2d to {list(output_size)} is not supported yet (only to 1x1)")
-    return t.emit("mean", [x], [("axes", [x.rank - 2, x.rank - 1]), ("keepdim", True)])
+    size = [int(d) for d in output_size]
+    if size == [1, 1]:
+        # Global pooling is a mean: its gradient is a broadcast view, no buffer.
+        return t.emit("mean", [x], [("axes", [x.rank - 2, x.rank - 1]), ("keepdim", True)])
+    if x.rank != 4:
+        raise ExportError(f"adaptive_avg_pool2d of a rank-{x.rank} tensor (memplan's takes [N,C,H,W])")
+    return t.emit("adaptive_avg_pool2d", [x], [("output_size", size)])
+
+
+def upsample_nearest2d(t, x, output_size=None, scale_factors=None):
+    out = t.out_fake()
+    if scale_factors is not None and any(float(f) != int(f) for f in scale_factors):
+        raise ExportError(f"nearest upsampling by scale factors {list(scale_factors)} (memplan matches PyTorch for sizes and integer factors)")
+    return t.emit("upsample_nearest2d", [x], [("output_size", [int(d) for d in out.shape[2:]])])
+
+
+def bce_with_logits(t, logits, targets, weight=None, pos_weight=None, reduction=1):
+    if weight is not None or pos_weight is not None or reduction != 1:
+        raise ExportError("binary_cross_entropy_with_logits with weights or reduction other than 'mean' is not supported")
+    # (CUDA autocast's f32 policy for this op is in the captured graph: its casts come first.)
+    return t.emit("bce_with_logits", [logits, targets], fake=t.fake_like([], logits.fake.dtype), role="bce_with_logits")
+
+
+def where(t, cond, a, b):
+    dtype = t.out_fake().dtype
+    a = a if isinstance(a, Value) else _constant(t, [], dtype, a, "scalar")
+    b = b if isinstance(b, Value) else _constant(t, [], dtype, b, "scalar")
+    return t.emit("where", [cond, *_promoted(t, a, b)])
+
+
+def masked_fill(t, x, mask, value):
+    if isinstance(value, Value):
+        raise ExportError("masked_fill with a tensor value is not supported (give a number)")
+    return t.emit("masked_fill", [x, mask], [("value", float(value))])
 
 
 def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
@@ -673,9 +736,12 @@ def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100
 
 
 def dropout(t, x, p, train):
+    """memplan's seeded dropout: the step's `dropout_seed` input (one i64[] scalar the
+    training loop feeds fresh each step) and a stream per dropout site, in order. Its
+    masks are memplan's, not PyTorch's: the same in distribution, not element for element."""
     if not train or p == 0:
         return x
-    raise ExportError(f"dropout with p={p} is not supported yet (export with p=0 or the model in eval mode)")
+    return t.emit("dropout", [x, t.dropout_seed()], [("p", float(p)), ("stream", t.next_stream())])
 
 
 def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -782,6 +848,15 @@ HANDLERS = {
     "aten.max_pool2d.default": max_pool2d,
     "aten.adaptive_avg_pool2d.default": adaptive_avg_pool2d,
     "aten.cross_entropy_loss.default": cross_entropy,
+    "aten.binary_cross_entropy_with_logits.default": bce_with_logits,
+    "aten.conv_transpose2d.input": conv_transpose2d,
+    "aten.upsample_nearest2d.vec": upsample_nearest2d,
+    "aten.upsample_nearest2d.default": upsample_nearest2d,
+    "aten.where.self": where,
+    "aten.where.ScalarOther": where,
+    "aten.where.ScalarSelf": where,
+    "aten.where.Scalar": where,
+    "aten.masked_fill.Scalar": masked_fill,
     "aten.dropout.default": dropout,
     "aten.scaled_dot_product_attention.default": attention,
     "aten.to.dtype": to_dtype,

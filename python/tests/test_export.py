@@ -164,3 +164,65 @@ def test_fit_finds_the_largest_batch_that_fits(tmp_path):
     assert rows[best] <= 8 << 20 and best + 1 in rows and rows[best + 1] > 8 << 20, done.stdout
     done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "1KiB", "--memplan", memplan_binary(), cwd=tmp_path)
     assert done.returncode == 2 and "no batch fits" in done.stderr
+
+
+class Mixed(nn.Module):
+    """One of each op a handler maps beyond the zoo's: a depthwise dilated conv, nearest
+    upsampling by a factor, masked_fill and where with a scalar, narrow and stack."""
+
+    def __init__(self):
+        super().__init__()
+        self.depthwise = nn.Conv2d(4, 4, 3, padding=2, dilation=2, groups=4)
+        self.pointwise = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x, drop, leak, target):
+        h = F.interpolate(self.depthwise(x), scale_factor=2, mode="nearest")
+        h = self.pointwise(h).masked_fill(drop, 0.0)
+        h = torch.where(leak, 0.1 * h, h)
+        parts = torch.stack([h.narrow(1, 0, 1), h.narrow(1, 1, 1)], dim=0).sum(0)
+        return ((parts - target) ** 2).mean()
+
+
+def mixed_inputs():
+    torch.manual_seed(1)
+    return torch.randn(2, 4, 5, 5), torch.rand(2, 1, 10, 10) > 0.7, torch.rand(10) > 0.5, torch.randn(2, 1, 10, 10)
+
+
+def test_handled_ops_become_memplan_ops_and_compute_pytorchs_loss(memplan, tmp_path):
+    torch.manual_seed(0)
+    model = Mixed()
+    text = memplan_torch.export_step(model, mixed_inputs(), optimizer="sgd")
+    assert "extern" not in text, text
+    [conv] = [line for line in lines(text, "conv2d") if "groups=4" in line]
+    assert "dilation=[2, 2]" in conv
+    assert lines(text, "upsample_nearest2d") and lines(text, "masked_fill") and lines(text, "where")
+    step = tmp_path / "mixed.step"
+    step.write_text(text)
+    weights = tmp_path / "w.safetensors"
+    from memplan_torch import safetensors, step_arguments
+
+    safetensors.write_new(weights, step_arguments(model, mixed_inputs()))
+    done = memplan("run", step, "--weights", weights)
+    [loss] = [float(line.split("loss")[1]) for line in done.stdout.splitlines() if line.startswith("step 1")]
+    assert loss == pytest.approx(model(*mixed_inputs()).item(), rel=1e-5)
+
+
+class Dropping(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.b(F.dropout(F.relu(self.a(F.dropout(x, 0.2))), 0.5)).mean()
+
+
+def test_dropout_takes_the_steps_seed_and_a_stream_per_site(memplan, tmp_path):
+    text = memplan_torch.export_step(Dropping(), (torch.randn(4, 8),))
+    assert "%dropout_seed: i64[] input," in text
+    sites = lines(text, "dropout")
+    assert [("p=0.2" in s, "stream=0" in s) for s in sites] == [(True, True), (False, False)]
+    assert "p=0.5, stream=1" in sites[1]
+    step = tmp_path / "dropping.step"
+    step.write_text(text)
+    assert memplan("check", step).stdout.startswith("ok: ")
+    assert "dropout_backward(" in memplan("expand", step).stdout
