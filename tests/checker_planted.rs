@@ -132,3 +132,38 @@ fn a_wrong_lower_bound() {
     let v = violations(&g, &p);
     assert_eq!(reported!(v, Violation::LowerBound { .. }).len(), 1, "{}", Violations(v.clone()));
 }
+
+/// Writing over a value through a view: allowed through a reshape (the same bytes in the
+/// same order), reported through a transpose (the kernel would read elements it already
+/// overwrote). Both plans are the reshape step's, with the output moved onto the input.
+#[test]
+fn in_place_through_a_reshape_only() {
+    let step = |view: &str| {
+        let text = format!(
+            "step @s(%x: f32[4,4] input) {{
+  %h = relu(%x)
+  %v = {view}
+  %o = add_scalar(%v, value=1.0)
+  return %o
+}}"
+        );
+        let graph = parse(&text).unwrap();
+        let options = PlanOptions { inplace: false, ..PlanOptions::default() };
+        let mut plan = plan(&graph, &options).unwrap();
+        check(&graph, &plan).expect("the unplanted plan is valid");
+        // %o written over %h's bytes.
+        let (o, h) = (plan.value_buffer[value(&graph, "o")], plan.value_buffer[value(&graph, "h")]);
+        plan.buffers[o].offset = plan.buffers[h].offset;
+        (graph, plan)
+    };
+    let (g, p) = step("reshape(%h, shape=[16])");
+    let overlaps: Vec<Violation> = match check(&g, &p) {
+        Ok(()) => vec![],
+        Err(Violations(v)) => v.into_iter().filter(|v| matches!(v, Violation::ClobberedRead { .. })).collect(),
+    };
+    assert!(overlaps.is_empty(), "{}", Violations(overlaps.clone()));
+    let (g, p) = step("transpose(%h, perm=[1, 0])");
+    let v = violations(&g, &p);
+    let clobbers = reported!(v, Violation::ClobberedRead { .. });
+    assert!(clobbers.iter().any(|t| t.contains("%o") && t.contains("%h")), "{clobbers:?}");
+}

@@ -30,7 +30,7 @@
 //!   if it must survive the step (a param/state that is not updated, a returned value, an
 //!   update's new value). Two root values whose bytes intersect while both are live are a
 //!   read of a clobbered value, except the in-place case (b written at last(a) by the op
-//!   reading a as input k and writing b as output j, (j, k) in the op's `inplace`, equal
+//!   reading a (or a chain of `reshape` views of a) as input k and writing b as output j, (j, k) in the op's `inplace`, equal
 //!   byte sizes, same offset) — which never applies to a value that must survive the step
 //!   (an op may not write over a returned value even when it reads it last). Each buffer's claimed range covers its root values'
 //!   `[def, last]`; `lower_bound` equals the max over positions of the sum of
@@ -75,6 +75,7 @@ use std::collections::{BTreeSet, BinaryHeap};
 
 use crate::index::{BufferId, Idx, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
+use crate::ir::ops::OpKind;
 use crate::plan::{Plan, SCHEMA_VERSION};
 
 /// The most overlapping pairs one sweep reports before it stops listing them.
@@ -515,8 +516,22 @@ impl<'a> Checker<'a> {
             {
                 return false;
             }
+            // The op reads `va` as input k, or reads a reshape (of a reshape, ...) of it: a
+            // reshape view of a dense value holds its bytes in the same order.
+            let reads_va = |input: ValueId| {
+                let mut v = input;
+                loop {
+                    if v == va {
+                        return true;
+                    }
+                    match graph.values[v].def {
+                        ValueDef::Op { op, .. } if graph.ops[op].kind == OpKind::Reshape => v = graph.ops[op].inputs[0],
+                        _ => return false,
+                    }
+                }
+            };
             let inputs = &graph.ops[op].inputs;
-            graph.ops[op].kind.def().inplace.iter().any(|&(j, k)| j == output && inputs.get(k) == Some(&va))
+            graph.ops[op].kind.def().inplace.iter().any(|&(j, k)| j == output && inputs.get(k).is_some_and(|&i| reads_va(i)))
         };
         let mut found = Vec::new();
         let truncated = overlapping_pairs(&rects, &order, |i, j| {

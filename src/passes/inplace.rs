@@ -2,9 +2,12 @@
 //!
 //! Runs after the schedule and before buffer assignment. For each op, in schedule order,
 //! each `(output j, input k)` pair its op-table row lists as in-place-safe is taken when:
-//! 1. the input `x` owns its bytes (it is not a view) and the op reads it only directly:
-//!    no other input of the op is a view of `x` (an elementwise kernel reading a permuted
-//!    view of the bytes it is overwriting would read already-written elements);
+//! 1. the input `x` owns its bytes, or is a `reshape` (of a `reshape`, ...) of the value `r`
+//!    that does (`dense_root`: a reshape view of a dense value reads the same bytes in the
+//!    same row-major order, so reading it element by element is reading `r`), and the op
+//!    reads `r` only through `x`: no other input of the op is a view of `r` (an elementwise
+//!    kernel reading a permuted view of the bytes it is overwriting would read
+//!    already-written elements). Below, "x" means `r` where it is about bytes and lifetimes;
 //! 2. `x` dies at this op: its last read (directly or through a view) is at this op's
 //!    position, and it need not survive the step: it is not a `param` or `state`
 //!    argument (those persist, or receive their update), not returned (nor viewed by a
@@ -29,13 +32,34 @@
 use crate::analysis::liveness::lifetimes;
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, ValueDef};
+use crate::ir::ops::OpKind;
 
-/// `reuse[v] = Some(x)`: value `v` is written over the bytes of input `x`.
+/// `reuse[v] = Some(x)`: value `v` is written over the bytes of `x`, an input of its op (or
+/// the value an input reshapes).
 pub type Reuse = IndexVec<ValueId, Option<ValueId>>;
 
 /// No value reuses another's bytes (the pass switched off).
 pub fn no_reuse(graph: &Graph) -> Reuse {
     IndexVec::from_elem(None, graph.values.len())
+}
+
+/// The value whose bytes `x` reads in their row-major order: `x` itself if it owns its
+/// bytes, the root under a chain of `reshape` views (a reshape view of a dense value keeps
+/// its elements' order), `None` through any other view (a transpose, slice or expand reads
+/// the bytes in another order, or only some of them).
+pub(crate) fn dense_root(graph: &Graph, x: ValueId) -> Option<ValueId> {
+    let mut v = x;
+    while let ValueDef::Op { op, .. } = graph.values[v].def {
+        let op = &graph.ops[op];
+        if op.kind.def().view_of.is_none() {
+            break;
+        }
+        if op.kind != OpKind::Reshape {
+            return None;
+        }
+        v = op.inputs[0];
+    }
+    Some(v)
 }
 
 /// Chooses in-place pairs for `graph` run in `schedule` order (see the module docs).
@@ -57,19 +81,19 @@ pub fn inplace(graph: &Graph, schedule: &[OpId]) -> Reuse {
         let op = &graph.ops[op_id];
         for &(j, k) in op.kind.def().inplace {
             let (Some(&out), Some(&x)) = (op.outputs.get(j), op.inputs.get(k)) else { continue };
+            let Some(r) = dense_root(graph, x) else { continue };
             let (x_ty, out_ty) = (&graph.values[x].ty, &graph.values[out].ty);
-            let takes = life.is_root(x)
-                && op.inputs.iter().all(|&i| life.root[i] != x || i == x)
-                && life.last[x] == position
-                && !must_survive[x]
+            let takes = op.inputs.iter().all(|&i| life.root[i] != r || i == x)
+                && life.last[r] == position
+                && !must_survive[r]
                 && x_ty.dtype == out_ty.dtype
                 && x_ty.bytes() == out_ty.bytes()
                 && !is_update_value[out]
-                && !donated[x]
+                && !donated[r]
                 && reuse[out].is_none();
             if takes {
-                reuse[out] = Some(x);
-                donated[x] = true;
+                reuse[out] = Some(r);
+                donated[r] = true;
             }
         }
     }
@@ -151,6 +175,60 @@ mod tests {
 }",
         );
         assert!(got.is_empty(), "{got:?}");
+    }
+
+    /// A reshape view reads its root's bytes in order: an op may write over the root
+    /// through it (GPT-2's loss gradient over its logits). A transposed or sliced view
+    /// reads them in another order or only some of them: never.
+    #[test]
+    fn reshapes_of_a_dying_value_pass_it_on_and_other_views_do_not() {
+        let got = pairs(
+            "step @s(%x: f32[4,6] input) {
+  %h = relu(%x)
+  %r = reshape(%h, shape=[2, 12])
+  %rr = reshape(%r, shape=[24])
+  %o = mul_scalar(%rr, value=2.0)
+  return %o
+}",
+        );
+        assert_eq!(got, named(&[("h", "x"), ("o", "h")]));
+        for view in ["transpose(%h, perm=[1, 0])", "slice(%h, axis=1, start=0, end=3)"] {
+            let got = pairs(&format!(
+                "step @s(%x: f32[4,6] input) {{
+  %h = relu(%x)
+  %v = {view}
+  %o = relu(%v)
+  return %o
+}}"
+            ));
+            assert_eq!(got, named(&[("h", "x")]), "{view}");
+        }
+        // The root is still read later (through the other reshape): it does not die here.
+        let got = pairs(
+            "step @s(%x: f32[4,6] input) {
+  %h = relu(%x)
+  %r = reshape(%h, shape=[24])
+  %o = relu(%r)
+  %s = reshape(%h, shape=[6, 4])
+  %t = relu(%s)
+  return %o, %t
+}",
+        );
+        assert_eq!(got, named(&[("h", "x"), ("t", "h")]));
+        // Planned and checked end to end.
+        let graph = crate::parse(
+            "step @s(%x: f32[4,6] input) {
+  %h = relu(%x)
+  %r = reshape(%h, shape=[24])
+  %o = relu(%r)
+  return %o
+}",
+        )
+        .unwrap();
+        let plan = crate::plan(&graph, &crate::passes::PlanOptions::default()).unwrap();
+        crate::check(&graph, &plan).unwrap();
+        let id = |name: &str| graph.values.iter_enumerated().find(|(_, v)| v.name == name).unwrap().0;
+        assert_eq!(plan.value_buffer[id("o")], plan.value_buffer[id("x")]);
     }
 
     #[test]

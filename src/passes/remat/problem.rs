@@ -32,6 +32,7 @@ use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::Graph;
 use crate::ir::ops::OpClass;
 use crate::ir::types::TensorType;
+use crate::passes::inplace::dense_root;
 use crate::passes::lower::lower;
 use crate::solve::remat::{NodeInfo, Problem, Share};
 use crate::solve::{DagValue, Node};
@@ -85,16 +86,16 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
         let op = &graph.ops[op_id];
         for &(j, k) in op.kind.def().inplace {
             let (Some(&out), Some(&x)) = (op.outputs.get(j), op.inputs.get(k)) else { continue };
+            let Some(r) = dense_root(graph, x) else { continue };
             let (x_ty, out_ty) = (&graph.values[x].ty, &graph.values[out].ty);
-            let possible = root[x] == x
-                && root[out] == out
-                && op.inputs.iter().all(|&i| root[i] != x || i == x)
-                && !survives[x]
+            let possible = root[out] == out
+                && op.inputs.iter().all(|&i| root[i] != r || i == x)
+                && !survives[r]
                 && !graph.updates.iter().any(|u| u.value == out)
                 && x_ty.dtype == out_ty.dtype
                 && x_ty.bytes() == out_ty.bytes();
             if possible {
-                shares.push(Share { input: slot[x] as u32, output: slot[out] as u32 });
+                shares.push(Share { input: slot[r] as u32, output: slot[out] as u32 });
             }
         }
     }
