@@ -100,7 +100,7 @@ fn report_reads_a_step_or_its_plan_json_alike() {
 
 #[test]
 fn report_snapshots() {
-    let cases: [(&str, &[&str]); 7] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("mlp_peak_by_class", &["report", "ir/models/mlp.step"]),
         ("mlp_step_3_by_op", &["report", "ir/models/mlp.step", "--at", "3", "--by", "op"]),
         ("gpt2_tiny_by_loc", &["report", "ir/models/gpt2_tiny.step", "--by", "loc", "--top", "8"]),
@@ -109,6 +109,8 @@ fn report_snapshots() {
         // An export of a PyTorch model carries module paths: bytes per module and class.
         ("resnet_small_by_module", &["report", "ir/torch/resnet_small.step", "--by", "module", "--depth", "2", "--top", "6"]),
         ("mlp_torch_by_module", &["report", "ir/torch/mlp.step", "--by", "module"]),
+        // A bf16 autocast export: what is kept in which precision at the peak.
+        ("gpt2_small_bf16_by_dtype", &["report", "ir/torch/gpt2_small_bf16.step", "--by", "dtype", "--top", "4"]),
     ];
     for (name, args) in cases {
         insta::assert_snapshot!(name, ok(&memplan(args)));

@@ -45,6 +45,8 @@ enum ByArg {
     Loc,
     /// The nn.Module computing each value (loc(..., "module.path")), with each module's bytes by class.
     Module,
+    /// Each value's dtype (f32, bf16, ...), with each dtype's bytes by class: where mixed precision keeps what.
+    Dtype,
 }
 
 fn parse_at(s: &str) -> Result<At, String> {
@@ -65,6 +67,7 @@ pub fn run(Args { file, at, top, by, depth, alignment, passes }: Args) -> Result
         ByArg::Op => GroupBy::Op,
         ByArg::Loc => GroupBy::Loc,
         ByArg::Module => GroupBy::Module { depth: depth.map(|d| d as usize) },
+        ByArg::Dtype => GroupBy::Dtype,
     };
     out!("{}", live::render(&set, &name, by, top));
     Ok(())

@@ -23,6 +23,7 @@ use crate::analysis::liveness::lifetimes;
 use crate::bytes::{format_bytes, format_short};
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::{Graph, ValueDef};
+use crate::ir::types::DType;
 use crate::report::{Subject, live_at, live_bytes, peak_position};
 
 /// Which step to look at.
@@ -46,6 +47,8 @@ pub enum GroupBy {
     /// The module computing the value (see the module docs), its path cut to `depth`
     /// components when given (`blocks.3` for depth 2); `(model)` for the root module.
     Module { depth: Option<usize> },
+    /// The value's dtype (`f32`, `bf16`, ...): what mixed precision keeps in which precision.
+    Dtype,
 }
 
 /// Why a live set cannot be shown.
@@ -65,6 +68,7 @@ pub struct LiveEntry {
     /// `%name`.
     pub value: String,
     pub ty: String,
+    pub dtype: DType,
     pub class: Class,
     pub bytes: u64,
     /// The op kind that writes it, or `(argument)`.
@@ -111,6 +115,7 @@ pub fn live_set(subject: &Subject, at: At) -> Result<LiveSet, LiveError> {
         .map(|(v, bytes)| LiveEntry {
             value: graph.value_name(v),
             ty: graph.values[v].ty.to_string(),
+            dtype: graph.values[v].ty.dtype,
             class: classes[v],
             bytes,
             op: match graph.values[v].def {
@@ -185,6 +190,7 @@ pub fn groups(set: &LiveSet, by: GroupBy) -> Vec<Group> {
             GroupBy::Module { depth } => {
                 entry.module.as_deref().map_or_else(|| "(unknown)".to_string(), |m| module_key(m, depth))
             }
+            GroupBy::Dtype => entry.dtype.to_string(),
         };
         let group = groups.entry(key.clone()).or_insert(Group { key, values: 0, bytes: 0, by_class: [0; 6] });
         group.values += 1;
@@ -227,6 +233,7 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
         GroupBy::Op => "by op",
         GroupBy::Loc => "by source line",
         GroupBy::Module { .. } => "by module",
+        GroupBy::Dtype => "by dtype",
     };
     let mut cumulative = 0u64;
     let rows: Vec<[String; 6]> = groups
@@ -246,8 +253,9 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
         .collect();
     let _ = writeln!(w);
     table(w, [title, "values", "bytes", "share", "cumulative", "cum."], &[false, true, true, true, true, true], &rows);
-    if let GroupBy::Module { .. } = by {
-        class_breakdown(w, &groups[..top.min(groups.len())]);
+    if matches!(by, GroupBy::Module { .. } | GroupBy::Dtype) {
+        let key = if by == GroupBy::Dtype { "dtype" } else { "module" };
+        class_breakdown(w, key, &groups[..top.min(groups.len())]);
     }
     if groups.len() > top {
         let rest: u64 = groups[top..].iter().map(|g| g.bytes).fold(0, u64::saturating_add);
@@ -288,9 +296,9 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
     out
 }
 
-/// Each module's bytes by class (params, grads, activations, optimizer state, inputs,
-/// temps), in the groups' order.
-fn class_breakdown(w: &mut String, groups: &[Group]) {
+/// Each group's (module's or dtype's) bytes by class (params, grads, activations,
+/// optimizer state, inputs, temps), in the groups' order.
+fn class_breakdown(w: &mut String, key: &str, groups: &[Group]) {
     let rows: Vec<[String; 7]> = groups
         .iter()
         .map(|g| {
@@ -304,7 +312,7 @@ fn class_breakdown(w: &mut String, groups: &[Group]) {
     let _ = writeln!(w);
     table(
         w,
-        ["module", "param", "grad", "activation", "state", "input", "temp"],
+        [key, "param", "grad", "activation", "state", "input", "temp"],
         &[false, true, true, true, true, true, true],
         &rows,
     );
