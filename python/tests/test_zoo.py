@@ -107,7 +107,9 @@ def torch_steps(model, inputs, optimizer, steps=3):
 def memplan_steps(memplan, tmp_path, step, weights, steps):
     """memplan's losses over `steps` training steps from `weights`, and the final params."""
     saved = tmp_path / f"after{steps}.safetensors"
-    done = memplan("run", step, "--weights", weights, "--steps", steps, "--save", saved)
+    # --compare-unplanned: each step also runs unplanned (every value its own memory) and
+    # must match the planned run bit for bit (exit 3 otherwise).
+    done = memplan("run", step, "--weights", weights, "--steps", steps, "--save", saved, "--compare-unplanned")
     losses = [float(line.split("loss")[1]) for line in done.stdout.splitlines() if line.startswith("step ")]
     return losses, read_safetensors(saved)
 
