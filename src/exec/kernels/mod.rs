@@ -11,8 +11,9 @@
 //! - `shape.rs`: reshape, transpose, expand (as dense copies), sum, mean;
 //! - `linalg.rs`: matmul with transposes and broadcast batch dimensions;
 //! - `attention.rs`: fused attention and its backward, one query row at a time;
-//! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, conv2d, conv_transpose2d,
-//!   max_pool2d, embedding, cross_entropy, bce_with_logits, and their backward ops;
+//! - `nn.rs`: softmax, layer_norm, rms_norm, batch_norm, max_pool2d, embedding,
+//!   cross_entropy, bce_with_logits, and their backward ops;
+//! - `conv.rs`: conv2d and conv_transpose2d and their backward ops;
 //! - `resample.rs`: adaptive_avg_pool2d and upsample_nearest2d (NCHW, PyTorch's index
 //!   rules) and their backward ops;
 //! - `optim.rs`: sgd, sgd_momentum, adam, adamw;
@@ -26,6 +27,7 @@
 //! hold exact values of their dtype.
 
 mod attention;
+mod conv;
 mod dropout;
 mod elementwise;
 mod linalg;
@@ -111,8 +113,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::RmsNormBackward => nn::rms_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
         OpKind::BatchNorm => vec![nn::batch_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::BatchNormBackward => nn::batch_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
-        OpKind::Conv2d => vec![nn::conv2d(&x[0], &x[1], attrs, &shapes[0])],
-        OpKind::Conv2dBackward => nn::conv2d_backward(&x[0], &x[1], &x[2], attrs),
+        OpKind::Conv2d => vec![conv::conv2d(&x[0], &x[1], attrs, &shapes[0])],
+        OpKind::Conv2dBackward => conv::conv2d_backward(&x[0], &x[1], &x[2], attrs),
         OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &Window::pool(attrs), &shapes[0])],
         OpKind::MaxPool2dBackward => vec![nn::max_pool2d_backward(&x[0], &x[1], &Window::pool(attrs))],
         OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1], &nn::CrossEntropyAttrs::read(attrs))?],
@@ -142,8 +144,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Dropout | OpKind::DropoutBackward => {
             vec![dropout::dropout(&x[0], &x[1], attrs.float("p"), attrs.int("stream"))]
         }
-        OpKind::ConvTranspose2d => vec![nn::conv_transpose2d(&x[0], &x[1], attrs, &shapes[0])],
-        OpKind::ConvTranspose2dBackward => nn::conv_transpose2d_backward(&x[0], &x[1], &x[2], attrs),
+        OpKind::ConvTranspose2d => vec![conv::conv_transpose2d(&x[0], &x[1], attrs, &shapes[0])],
+        OpKind::ConvTranspose2dBackward => conv::conv_transpose2d_backward(&x[0], &x[1], &x[2], attrs),
         OpKind::AdaptiveAvgPool2d => vec![resample::adaptive_avg_pool2d(&x[0], &shapes[0])],
         OpKind::AdaptiveAvgPool2dBackward => vec![resample::adaptive_avg_pool2d_backward(&x[0], &shapes[0])],
         OpKind::UpsampleNearest2d => vec![resample::upsample_nearest2d(&x[0], &shapes[0])],
