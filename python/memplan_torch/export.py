@@ -9,7 +9,9 @@ optimizer update, so the file is the whole training step.
 Capture never runs the model: `torch.export` traces it with fake tensors (shapes and
 dtypes only). A model built under `virtual()` (`with torch.device("meta")`) has no weight
 memory at all, which is how a 7B-parameter configuration exports on a laptop; a model
-with real weights exports the same way (and `weights()` can then save them).
+with real weights exports the same way (and `step_arguments()` can then save them).
+Under `amp`, the capture is PyTorch's CUDA autocast on fake CUDA tensors (see
+`_cuda_autocast` below): the casts it inserts are in the graph.
 """
 
 from __future__ import annotations

@@ -12,14 +12,20 @@ Views stay views: `view`, `reshape`, `flatten`, `unsqueeze`, `squeeze`, `transpo
 memplan's `reshape`, `transpose`, `expand`, `slice` and `select`, which share their input's
 bytes exactly as PyTorch's storage does (memplan's `reshape` is a view where PyTorch's
 `view` is one). A `reshape` PyTorch must copy is a `contiguous` copy first, as in PyTorch.
-Identity ops (`alias`, `detach`, `contiguous` of dense data, `dropout` with p=0 or in eval
-mode) emit nothing.
+Identity ops (`alias`, `detach`, `contiguous` and `clone` of dense data, `dropout` with p=0
+or in eval mode) emit nothing.
+
+An ATen op without a handler (or in a form its handler cannot express, which it says by
+raising `ExportError` before writing anything) becomes an `extern` op: its name, output
+types, aliasing (from the op's schema) and FLOPs (from PyTorch's flop counter), so any
+model plans. Mixed dtypes are promoted as PyTorch does, with `cast`s.
 
 Names: an op's output is named after the module that computes it (its `nn_module_stack`
 path): a module's result is the module path itself (`blocks.3.attn.q_proj`), other values
 are `path.op` (`blocks.3.attn.transpose`), the loss is `loss`; parameters and buffers keep
 their state-dict names. Each op carries the source line of the user's code that called it
-(the innermost stack frame outside torch itself) as `loc("model.py":42)`.
+(the innermost stack frame outside torch itself) and the module path, as
+`loc("model.py":42, "blocks.3.attn")`.
 """
 
 from __future__ import annotations
@@ -101,9 +107,6 @@ class Translator:
         self._streams = 0
         self.env: dict[torch.fx.Node, object] = {}
         self.node: torch.fx.Node | None = None
-        # Ops written as `extern` (another framework's op memplan plans but cannot run):
-        # target -> how many times.
-        self.externs: dict[str, int] = {}
         self.roles: dict[str, str] = {}  # memplan argument name -> role
         self.arg_sources: dict[str, str] = {}  # memplan argument name -> state-dict or input name
 
@@ -230,7 +233,6 @@ class Translator:
             else:
                 attrs.append(("flops", flops if i == 0 else 0))
                 results.append(self.emit("extern", inputs, attrs, fake=fake, final=final, role=schema.name.split("::")[-1]))
-        self.externs[target] = self.externs.get(target, 0) + 1
         return tuple(results) if isinstance(val, (list, tuple)) else results[0]
 
     def _resolve(self, a):
