@@ -168,9 +168,13 @@ pub fn lower_op(
         }
         EmbeddingBackward => embedding_backward(y(0), x(0), x(1)),
         LayerNorm => layer_norm(y(0), x(0), x(1), x(2), attrs.float("eps")),
-        LayerNormBackward => layer_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
+        LayerNormBackward => {
+            norm_backward(&LAYER_NORM_KERNELS, &[y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch)
+        }
         RmsNorm => rms_norm(y(0), x(0), x(1), attrs.float("eps")),
-        RmsNormBackward => rms_norm_backward([y(0), y(1)], x(0), x(1), x(2), attrs.float("eps"), scratch),
+        RmsNormBackward => {
+            norm_backward(&RMS_NORM_KERNELS, &[y(0), y(1)], x(0), x(1), x(2), attrs.float("eps"), scratch)
+        }
         BatchNorm => batch_norm(y(0), x(0), x(1), x(2), attrs.float("eps"), scratch),
         BatchNormBackward => batch_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
         // conv2d: y from x and w; its backward: dx (backward data) and dw (backward weight).
@@ -401,33 +405,53 @@ fn layer_norm(y: &View, x: &View, gamma: &View, beta: &View, eps: f64) -> Vec<Co
     vec![launch(LAYER_NORM, [line_blocks(rows), 1, 1], [line_threads(d), 1, 1], args)]
 }
 
-fn layer_norm_backward(
-    [dx, dgamma, dbeta]: [&View; 3],
+/// The kernels of a row-normalisation backward: its statistics, the sums that finish its
+/// parameter gradients, and dx. layer_norm and rms_norm share the rest (rms_norm's
+/// statistics have a zero mean, so `ln_grad_params` serves both; it has no dbeta).
+struct NormBackward {
+    stats: &'static str,
+    finish: &'static str,
+    dx: &'static str,
+}
+
+const LAYER_NORM_KERNELS: NormBackward =
+    NormBackward { stats: LN_STATS, finish: LN_GRAD_PARAMS_FINISH, dx: LAYER_NORM_BACKWARD_DX };
+const RMS_NORM_KERNELS: NormBackward =
+    NormBackward { stats: RMS_STATS, finish: RMS_GRAD_GAMMA_FINISH, dx: RMS_NORM_BACKWARD_DX };
+
+/// The gradients `outputs` (dx, dgamma, and dbeta for layer_norm) of a row normalisation
+/// of `x` by `gamma`.
+fn norm_backward(
+    kernels: &NormBackward,
+    outputs: &[&View],
     dy: &View,
     x: &View,
     gamma: &View,
     eps: f64,
     scratch: &mut Scratch,
 ) -> Vec<Command> {
+    let [dx, dparams @ ..] = outputs else { unreachable!("a norm backward writes dx first") };
     let (rows, d) = rows_of(x);
     if d == 0 {
         return Vec::new();
     }
     let (groups, chunk) = row_groups(d.div_ceil(32), rows, 64, d * 16);
-    // Two doubles per row (mean, rstd) and per (group, column) (Σ dy·x̂, Σ dy).
+    // Two doubles per row (mean or 0, rstd) and per (group, column) (Σ dy·x̂, Σ dy).
     let stats = if rows > 0 { Arg::Ptr(scratch.alloc(rows * 16)) } else { Arg::Null };
     let partials = Arg::Ptr(scratch.alloc(groups * d * 16));
     let (blocks, threads) = ([line_blocks(rows), 1, 1], [line_threads(d), 1, 1]);
     let mut commands = Vec::new();
     if rows > 0 {
-        commands.push(launch(LN_STATS, blocks, threads, vec![stats.clone(), t(x), int(rows), int(d), Arg::F64(eps)]));
+        commands.push(launch(kernels.stats, blocks, threads, vec![stats.clone(), t(x), int(rows), int(d), Arg::F64(eps)]));
     }
     let args = vec![partials.clone(), t(dy), t(x), stats.clone(), int(rows), int(d), int(chunk)];
     commands.push(launch(LN_GRAD_PARAMS, [d.div_ceil(32) as u32, groups as u32, 1], [32, 8, 1], args));
-    commands.extend(elementwise(LN_GRAD_PARAMS_FINISH, d, vec![t(dgamma), t(dbeta), partials, int(d), int(groups)]));
+    let mut finish: Vec<Arg> = dparams.iter().map(|&v| t(v)).collect();
+    finish.extend([partials, int(d), int(groups)]);
+    commands.extend(elementwise(kernels.finish, d, finish));
     if rows > 0 {
         let args = vec![t(dx), t(dy), t(x), t(gamma), stats, int(rows), int(d)];
-        commands.push(launch(LAYER_NORM_BACKWARD_DX, blocks, threads, args));
+        commands.push(launch(kernels.dx, blocks, threads, args));
     }
     commands
 }
@@ -441,38 +465,6 @@ fn rms_norm(y: &View, x: &View, gamma: &View, eps: f64) -> Vec<Command> {
     vec![launch(RMS_NORM, [line_blocks(rows), 1, 1], [line_threads(d), 1, 1], args)]
 }
 
-/// As [`layer_norm_backward`], with rms_norm's statistics (a zero mean, so `ln_grad_params`
-/// serves both) and no dbeta.
-fn rms_norm_backward(
-    [dx, dgamma]: [&View; 2],
-    dy: &View,
-    x: &View,
-    gamma: &View,
-    eps: f64,
-    scratch: &mut Scratch,
-) -> Vec<Command> {
-    let (rows, d) = rows_of(x);
-    if d == 0 {
-        return Vec::new();
-    }
-    let (groups, chunk) = row_groups(d.div_ceil(32), rows, 64, d * 16);
-    // Two doubles per row (0, rstd) and per (group, column) (Σ dy·x̂, Σ dy).
-    let stats = if rows > 0 { Arg::Ptr(scratch.alloc(rows * 16)) } else { Arg::Null };
-    let partials = Arg::Ptr(scratch.alloc(groups * d * 16));
-    let (blocks, threads) = ([line_blocks(rows), 1, 1], [line_threads(d), 1, 1]);
-    let mut commands = Vec::new();
-    if rows > 0 {
-        commands.push(launch(RMS_STATS, blocks, threads, vec![stats.clone(), t(x), int(rows), int(d), Arg::F64(eps)]));
-    }
-    let args = vec![partials.clone(), t(dy), t(x), stats.clone(), int(rows), int(d), int(chunk)];
-    commands.push(launch(LN_GRAD_PARAMS, [d.div_ceil(32) as u32, groups as u32, 1], [32, 8, 1], args));
-    commands.extend(elementwise(RMS_GRAD_GAMMA_FINISH, d, vec![t(dgamma), partials, int(d), int(groups)]));
-    if rows > 0 {
-        let args = vec![t(dx), t(dy), t(x), t(gamma), stats, int(rows), int(d)];
-        commands.push(launch(RMS_NORM_BACKWARD_DX, blocks, threads, args));
-    }
-    commands
-}
 
 /// `(C, inner, M)` of a batch-normalised `x [N, C, ...]`: channels, elements per (sample,
 /// channel), elements per channel.
