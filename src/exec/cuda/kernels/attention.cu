@@ -20,7 +20,8 @@
 // A thread computes a 4×2 patch of each score tile and a 4×4 patch of its outputs: rows
 // ty + i·(threads / 16), columns tx + 16·j (ty = thread / 16, tx = thread % 16), so the 16
 // threads sharing a row are one half-warp, which reduces the row's maximum and sum with
-// shuffles.
+// shuffles. The kernels rely on exactly their block sizes (ATTN_FWD_THREADS,
+// ATTN_BWD_THREADS), which lower.rs launches (source.rs mirrors these #defines).
 //
 // Shared memory holds 64-column chunks (ATTN_CHUNK) of the staged rows, each row padded to
 // 65 floats so that the rows a warp reads at one column fall in different banks, the 32-key
