@@ -2,8 +2,9 @@
 //! the host emulation of the kernels (`cuda_emu`: the exact program NVRTC compiles, built
 //! as host C++) and must match the CPU reference within the `--check` tolerances, step after
 //! step, with the arena poisoned first (a read of bytes nothing wrote shows up as NaN).
-//! Fused attention also runs in every configuration its kernels tell apart (causal,
-//! grouped heads, T ≠ S, rows longer than a block), and so do convolutions (grouped,
+//! Fused attention also runs in every configuration its tiled kernels tell apart (causal,
+//! grouped heads, T ≠ S, sizes that cross the tiles and column chunks, its gradients
+//! returned directly and repeating bit for bit), and so do convolutions (grouped,
 //! dilated, transposed), resampling (bins that tile or overlap, integer and other ratios),
 //! masks and binary cross-entropy; dropout's masks must equal the CPU reference's exactly.
 //!
@@ -277,8 +278,8 @@ fn random_steps_match_the_cpu_reference() {
 
 /// Fused attention on the emulated GPU, forward and backward (through `backward`), against
 /// the CPU reference: causal or not, T = S, T < S and T > S, 2 and 4 query heads per
-/// key/value head, E ≠ Ev, f16 and bf16, q read through a transposed view, and rows longer
-/// than a block (several tiles of keys, several passes over the columns of out, dq, dk, dv).
+/// key/value head, E ≠ Ev, f16 and bf16, q read through a transposed view, and 270 keys
+/// with head dims of 260 and 258 (nine key tiles, five 64-column chunks of out, dq, dk, dv).
 #[test]
 fn attention_matches_the_cpu_reference() {
     if emulator().is_none() {
@@ -318,6 +319,70 @@ fn attention_matches_the_cpu_reference() {
             .unwrap_or_else(|err| panic!("case {seed} ({dt}, causal {causal}): {err}\n{text}"));
         for kernel in [ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV] {
             assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
+        }
+    }
+}
+
+/// The tiled attention kernels' results themselves (out, lse, dq, dk, dv returned, not
+/// folded into an update) against the CPU reference, for shapes that cross their tiles (64
+/// query rows per forward block, 32 per dq block, 32 keys per tile, 64-column chunks of E
+/// and Ev): T and S that are not multiples of them, head dims that are not (24, 48) or
+/// exceed a chunk (80: E tiled, out's, dq's, dk's and dv's columns split over blocks),
+/// causal with T < S and T > S, 2 and 4 query heads per key/value head, f32, f16 and bf16,
+/// q through a transposed view. Rounding noise (elements `--check` would leave out) must
+/// stay rare. Two runs of a case give the same bits.
+#[test]
+fn tiled_attention_and_its_gradients_match_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // (dtype, B, H, Hkv, T, S, E, Ev, causal)
+    let cases = [
+        ("f32", 1, 2, 1, 70, 45, 24, 24, true),
+        ("f32", 1, 4, 1, 33, 100, 80, 80, true),
+        ("f32", 2, 2, 2, 65, 65, 80, 24, false),
+        ("f32", 1, 2, 2, 130, 97, 16, 8, true),
+        ("bf16", 1, 4, 2, 40, 70, 80, 48, true),
+        ("f16", 1, 2, 1, 90, 33, 24, 80, false),
+        ("f16", 2, 2, 1, 100, 37, 48, 16, true),
+    ];
+    for (seed, (dt, b, h, hkv, t, s, e, ev, causal)) in cases.into_iter().enumerate() {
+        let scale = 1.0 / (e as f64).sqrt();
+        let text = format!(
+            "step @attention_grads(
+  %q: {dt}[{b},{t},{h},{e}] input,
+  %k: {dt}[{b},{hkv},{s},{e}] input,
+  %v: {dt}[{b},{hkv},{s},{ev}] input,
+  %dout: {dt}[{b},{h},{t},{ev}] input,
+) {{
+  %qh = transpose(%q, perm=[0, 2, 1, 3])
+  %o, %lse = attention(%qh, %k, %v, causal={causal}, scale={scale:?})
+  %dq, %dk, %dv = attention_backward(%dout, %qh, %k, %v, %o, %lse, causal={causal}, scale={scale:?})
+  return %o, %lse, %dq, %dk, %dv
+}}"
+        );
+        let graph = memplan::parse(&text).unwrap();
+        memplan::verify(&graph).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let case = format!("case {seed} ({dt}, B {b}, H {h}/{hkv}, T {t}, S {s}, E {e}, Ev {ev}, causal {causal})");
+        let (launches, noise) =
+            emulated_matches_reference(&graph, &plan, 1, seed as u64).unwrap_or_else(|err| panic!("{case}: {err}"));
+        assert_eq!(launches, [ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV], "{case}");
+        assert!(noise.elements * 1000 <= noise.total, "{case}: {:?}", noise.lines);
+        let program = Program::new(&graph, &plan).unwrap();
+        let args = init_args(&graph, seed as u64);
+        let run = || {
+            let backend = EmuBackend::new(emulator().unwrap(), program.arena_bytes, program.scratch_bytes.max(1));
+            let mut exec = Executor::new(backend, program.clone());
+            exec.poison().unwrap();
+            exec.upload(&args, Upload::All).unwrap();
+            exec.run().unwrap();
+            exec.result().unwrap()
+        };
+        let (first, second) = (run(), run());
+        for name in ["o", "lse", "dq", "dk", "dv"] {
+            assert_eq!(first.returns[name].bytes, second.returns[name].bytes, "{case}: %{name} repeats");
         }
     }
 }

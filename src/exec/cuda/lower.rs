@@ -7,11 +7,12 @@
 //! are in `kernels/`; `source::kernels_for` lists which ones each op may use.
 //!
 //! Launch shapes: elementwise ops use grid-stride launches ([`grid_1d`]); line ops one block
-//! per line ([`line_threads`] threads); attention one block per query row (the forward, dq)
-//! or key row (dk, dv); reductions blocks of 32×8 threads; implicit GEMM 256 threads per
-//! 64×64 tile, once per group of a grouped convolution. Multi-kernel ops (norm gradients,
-//! batch statistics, reductions and convolutions split over many blocks) pass partial
-//! results through [`Scratch`] in the workspace, always added in a fixed order.
+//! per line ([`line_threads`] threads); attention one block per tile of query rows (the
+//! forward, dq) or keys (dk, dv) and per 64 columns of its output; reductions blocks of
+//! 32×8 threads; implicit GEMM 256 threads per 64×64 tile, once per group of a grouped
+//! convolution. Multi-kernel ops (norm gradients, batch statistics, reductions and
+//! convolutions split over many blocks) pass partial results through [`Scratch`] in the
+//! workspace, always added in a fixed order.
 
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
@@ -123,17 +124,7 @@ pub fn lower_op(
             let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
             gemm::matmul(x(0), x(1), ta, tb, y(0), options.conv_f32, scratch)
         }
-        Attention => {
-            let sizes = AttentionSizes::of(x(0), x(1), x(2));
-            if sizes.rows == 0 {
-                Vec::new()
-            } else {
-                let mut args = vec![t(y(0)), t(y(1)), t(x(0)), t(x(1)), t(x(2)), int(sizes.rows)];
-                args.extend(sizes.args(attrs));
-                let threads = line_threads(sizes.s.max(sizes.ev));
-                vec![launch(ATTENTION, [line_blocks(sizes.rows), 1, 1], [threads, 1, 1], args)]
-            }
-        }
+        Attention => attention([y(0), y(1)], [x(0), x(1), x(2)], attrs),
         AttentionBackward => {
             attention_backward([y(0), y(1), y(2)], [x(0), x(1), x(2), x(3), x(4), x(5)], attrs, scratch)
         }
@@ -349,6 +340,17 @@ impl AttentionSizes {
         AttentionSizes { rows, keys, group, t, s, e, ev }
     }
 
+    /// Tiles of `per_tile` query rows, ceil(T / per_tile) per query head (none when there
+    /// are no rows).
+    fn query_tiles(&self, per_tile: u64) -> u64 {
+        self.rows.checked_div(self.t).unwrap_or(0) * self.t.div_ceil(per_tile)
+    }
+
+    /// Tiles of [`ATTN_BWD_ROWS`] keys, ceil(S / 32) per key/value head.
+    fn key_tiles(&self) -> u64 {
+        self.keys.checked_div(self.s).unwrap_or(0) * self.s.div_ceil(ATTN_BWD_ROWS)
+    }
+
     /// The arguments every attention kernel ends with, after its row count: `group, t, s, e,
     /// ev, causal, scale`.
     fn args(&self, attrs: &Attrs) -> Vec<Arg> {
@@ -364,8 +366,29 @@ impl AttentionSizes {
     }
 }
 
-/// dq (and each query row's D = dout·out, into scratch) one block per query row, then dk
-/// and dv one block per key row, reading D.
+/// gridDim.y of an attention kernel writing rows of `width` columns: one block per
+/// [`ATTN_CHUNK`] columns, at least one (the forward's lse and dq's D are written by block
+/// y = 0 even without columns). Past `u32` it saturates, and validation refuses the grid.
+fn column_chunks(width: u64) -> u32 {
+    u32::try_from(width.div_ceil(ATTN_CHUNK).max(1)).unwrap_or(u32::MAX)
+}
+
+/// out and lse one block per tile of [`ATTN_FWD_ROWS`] query rows and per
+/// [`ATTN_CHUNK`] columns of out (gridDim.y).
+fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &Attrs) -> Vec<Command> {
+    let sizes = AttentionSizes::of(q, k, v);
+    if sizes.rows == 0 {
+        return Vec::new();
+    }
+    let mut args = vec![t(out), t(lse), t(q), t(k), t(v), int(sizes.rows)];
+    args.extend(sizes.args(attrs));
+    let grid = [line_blocks(sizes.query_tiles(ATTN_FWD_ROWS)), column_chunks(sizes.ev), 1];
+    vec![launch(ATTENTION, grid, [ATTN_FWD_THREADS, 1, 1], args)]
+}
+
+/// dq (and each query row's D = dout·out, a float into scratch) one block per tile of
+/// [`ATTN_BWD_ROWS`] query rows, then dk and dv one block per tile of as many keys, reading
+/// D; both split E (and Ev) into chunks over gridDim.y.
 fn attention_backward(
     [dq, dk, dv]: [&View; 3],
     [dout, q, k, v, out, lse]: [&View; 6],
@@ -373,19 +396,20 @@ fn attention_backward(
     scratch: &mut Scratch,
 ) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
-    let deltas = if sizes.rows > 0 { Arg::Ptr(scratch.alloc(sizes.rows * 8)) } else { Arg::Null };
+    let deltas = if sizes.rows > 0 { Arg::Ptr(scratch.alloc(sizes.rows * 4)) } else { Arg::Null };
+    let threads = [ATTN_BWD_THREADS, 1, 1];
     let mut commands = Vec::new();
     if sizes.rows > 0 {
         let mut args = vec![t(dq), deltas.clone(), t(dout), t(q), t(k), t(v), t(out), t(lse), int(sizes.rows)];
         args.extend(sizes.args(attrs));
-        let threads = line_threads(sizes.s.max(sizes.e));
-        commands.push(launch(ATTENTION_BACKWARD_DQ, [line_blocks(sizes.rows), 1, 1], [threads, 1, 1], args));
+        let grid = [line_blocks(sizes.query_tiles(ATTN_BWD_ROWS)), column_chunks(sizes.e), 1];
+        commands.push(launch(ATTENTION_BACKWARD_DQ, grid, threads, args));
     }
     if sizes.keys > 0 {
         let mut args = vec![t(dk), t(dv), deltas, t(dout), t(q), t(k), t(v), t(lse), int(sizes.keys)];
         args.extend(sizes.args(attrs));
-        let threads = line_threads((sizes.group * sizes.t).max(sizes.e).max(sizes.ev));
-        commands.push(launch(ATTENTION_BACKWARD_DKV, [line_blocks(sizes.keys), 1, 1], [threads, 1, 1], args));
+        let grid = [line_blocks(sizes.key_tiles()), column_chunks(sizes.e.max(sizes.ev)), 1];
+        commands.push(launch(ATTENTION_BACKWARD_DKV, grid, threads, args));
     }
     commands
 }
@@ -741,6 +765,7 @@ fn reduce(out: &View, x: &View, axes: &[i64], mean: bool, scratch: &mut Scratch)
 mod tests {
     use super::*;
     use crate::exec::cuda::view::Addr;
+    use crate::ir::ops::Attr;
     use crate::ir::types::DType;
 
     #[test]
@@ -777,6 +802,36 @@ mod tests {
         let commands = reduce(&out, &x, &[0], false, &mut scratch);
         assert_eq!(commands.len(), 2);
         assert_eq!(scratch.used(), 43 * 768 * 8);
+    }
+
+    #[test]
+    fn attention_tiles_rows_keys_and_columns() {
+        let attrs = Attrs(vec![("causal", Attr::Bool(true)), ("scale", Attr::Float(0.125))]);
+        let dense = |at: u64, shape: &[u64]| View::dense(Addr::arena(at << 20), DType::F32, shape);
+        // 2 batches × 4 query heads of T = 100 rows over 2 key/value heads of S = 37 keys;
+        // E = 80 (two chunks of columns), Ev = 24 (one).
+        let (q, k, v) = (dense(0, &[2, 4, 100, 80]), dense(1, &[2, 2, 37, 80]), dense(2, &[2, 2, 37, 24]));
+        let (out, lse) = (dense(3, &[2, 4, 100, 24]), dense(4, &[2, 4, 100]));
+        let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], &attrs)[..] else { panic!() };
+        // 8 query heads × ceil(100 / 64) tiles, one chunk of out's 24 columns.
+        assert_eq!((forward.kernel, forward.grid, forward.block), (ATTENTION, [16, 1, 1], [256, 1, 1]));
+        assert_eq!(forward.args[5..8], [Arg::I64(800), Arg::I64(2), Arg::I64(100)]);
+        let (dq, dk, dv) = (dense(5, &[2, 4, 100, 80]), dense(6, &[2, 2, 37, 80]), dense(7, &[2, 2, 37, 24]));
+        let mut scratch = Scratch::default();
+        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], &attrs, &mut scratch);
+        let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
+        // dq: 8 heads × ceil(100 / 32) tiles, dq's 80 columns in 2 chunks; D: a float per row.
+        assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ, [32, 2, 1], [128, 1, 1]));
+        assert_eq!(scratch.used(), 800 * 4);
+        // dk and dv: 4 key/value heads × ceil(37 / 32) tiles, max(E, Ev) = 80 in 2 chunks.
+        assert_eq!((keys.kernel, keys.grid, keys.block), (ATTENTION_BACKWARD_DKV, [8, 2, 1], [128, 1, 1]));
+        assert_eq!(keys.args[8], Arg::I64(2 * 2 * 37));
+        // A head dim of 0 still launches one chunk (lse; D for dk and dv); no query rows, none.
+        assert_eq!((column_chunks(0), column_chunks(64), column_chunks(65)), (1, 1, 2));
+        let none = dense(8, &[2, 4, 0, 80]);
+        assert!(attention([&out, &lse], [&none, &k, &v], &attrs).is_empty());
+        // Widths past what gridDim.y can split saturate (and validation refuses the grid).
+        assert_eq!(column_chunks(u64::MAX), u32::MAX);
     }
 
     #[test]

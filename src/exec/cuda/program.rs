@@ -239,6 +239,7 @@ mod steps;
 mod tests {
     use super::*;
     use crate::exec::cuda::source::{CUBLAS_GEMM, Param, kernels_for, signature};
+    use crate::exec::cuda::view::Launch;
     use crate::passes::PlanOptions;
     use crate::testing::random_step::random_step;
 
@@ -335,6 +336,58 @@ mod tests {
         let convs = p.ops.iter().filter(|o| o.kind == OpKind::Conv2dBackward).count();
         assert_eq!(convs, 20);
         assert!(p.scratch_bytes <= 2 * crate::exec::cuda::gemm::SPLIT_BUDGET + (1 << 20), "{}", p.scratch_bytes);
+    }
+
+    /// A step of `attention(q, k, v)` (q through a transposed view) and its backward, with
+    /// q `[B, T, H, E]`, k `[B, Hkv, S, E]`, v `[B, Hkv, S, Ev]`.
+    fn attention_step(b: u64, h: u64, hkv: u64, t: u64, s: u64, e: u64, ev: u64) -> (Graph, Plan) {
+        let text = format!(
+            "step @attention(
+  %q: bf16[{b},{t},{h},{e}] param,
+  %k: bf16[{b},{hkv},{s},{e}] param,
+  %v: bf16[{b},{hkv},{s},{ev}] param,
+) {{
+  %qh = transpose(%q, perm=[0, 2, 1, 3])
+  %o, %lse = attention(%qh, %k, %v, causal=true, scale=0.125)
+  %loss = sum(%o, axes=[0, 1, 2, 3])
+  backward %loss with sgd(lr=0.1)
+  return %loss
+}}"
+        );
+        let graph = crate::expand(&crate::parse(&text).unwrap()).unwrap();
+        let plan = crate::plan(&graph, &PlanOptions::default()).unwrap();
+        crate::check(&graph, &plan).unwrap();
+        (graph, plan)
+    }
+
+    #[test]
+    fn attention_launches_fit_cuda_at_long_sequences() {
+        // Llama-like heads (32 query heads over 8, E = 128) at 8192 tokens, batch 16: 65536
+        // forward tiles and 131072 dq tiles, so the grids stop at 65536 blocks and the
+        // kernels loop over the rest; E = 128 gives gridDim.y = 2.
+        let (graph, plan) = attention_step(16, 32, 8, 8192, 8192, 128, 128);
+        let p = Program::new(&graph, &plan).unwrap();
+        assert_consistent(&p, "long attention");
+        let launches: Vec<&Launch> = p
+            .commands()
+            .filter_map(|(_, c)| match c {
+                Command::Launch(l) if l.kernel.starts_with("attention") => Some(l),
+                _ => None,
+            })
+            .collect();
+        let grids: Vec<(&str, [u32; 3])> = launches.iter().map(|l| (l.kernel, l.grid)).collect();
+        assert_eq!(
+            grids,
+            [
+                ("attention", [65536, 2, 1]),
+                ("attention_backward_dq", [65536, 2, 1]),
+                ("attention_backward_dkv", [16 * 8 * 256, 2, 1])
+            ]
+        );
+        // A head dim gridDim.y cannot split is refused before any launch, not run wrong.
+        let (graph, plan) = attention_step(1, 1, 1, 2, 2, 1, 64 * 65536);
+        let err = Program::new(&graph, &plan).unwrap_err();
+        assert!(matches!(err, CudaError::Unsupported(_)) && err.to_string().contains("CUDA's limits"), "{err}");
     }
 
     #[test]

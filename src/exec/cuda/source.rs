@@ -173,6 +173,21 @@ pub const BN_MEAN: i32 = 0;
 pub const BN_VAR: i32 = 1;
 pub const BN_GRADS: i32 = 2;
 
+// Tile sizes of the attention kernels that fix their launches' shapes (the `#define`s of
+// attention.cu; a test compares them).
+/// Columns of E or Ev a block stages at a time: blocks split the output columns into
+/// chunks of this many (gridDim.y).
+pub const ATTN_CHUNK: u64 = 64;
+/// Query rows per block of `attention`.
+pub const ATTN_FWD_ROWS: u64 = 64;
+/// Threads per block of `attention`.
+pub const ATTN_FWD_THREADS: u32 = 256;
+/// Query rows per block of `attention_backward_dq`, keys per block of
+/// `attention_backward_dkv`.
+pub const ATTN_BWD_ROWS: u64 = 32;
+/// Threads per block of both backward kernels.
+pub const ATTN_BWD_THREADS: u32 = 128;
+
 /// The kernels (and cuBLAS) that may run `kind`, in the order an op uses them. Views
 /// (reshape, transpose, expand, slice, select) run nothing: they are strides over their
 /// input's bytes.
@@ -358,6 +373,16 @@ mod tests {
         ];
         for (name, code) in codes {
             assert!(program.contains(&format!("#define {name} {code}\n")), "#define {name} {code}");
+        }
+        let tiles = [
+            ("ATTN_CHUNK", ATTN_CHUNK),
+            ("ATTN_FWD_ROWS", ATTN_FWD_ROWS),
+            ("ATTN_FWD_THREADS", u64::from(ATTN_FWD_THREADS)),
+            ("ATTN_BWD_ROWS", ATTN_BWD_ROWS),
+            ("ATTN_BWD_THREADS", u64::from(ATTN_BWD_THREADS)),
+        ];
+        for (name, value) in tiles {
+            assert!(program.contains(&format!("#define {name} {value} ")), "#define {name} {value}");
         }
         for (i, dtype) in ["DT_F32", "DT_F16", "DT_BF16", "DT_I32", "DT_I64", "DT_BOOL"].iter().enumerate() {
             assert!(program.contains(&format!("#define {dtype} {i}\n")), "{dtype}");

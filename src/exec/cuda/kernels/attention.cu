@@ -1,160 +1,422 @@
-// attention.cu — fused attention and its gradients (exec/kernels/attention.rs is the
-// reference). q [..., H, T, E], k [..., Hkv, S, E] and v [..., Hkv, S, Ev] are views read
-// by row: query row r = bh·T + i of q, out, dout and lse (bh the query head over all batch
-// entries), key row kv·S + j of k and v, where kv = bh / group (group = H / Hkv query heads
-// per key/value head: grouped-query attention). With `causal`, query row i sees keys j <= i.
+// attention.cu — fused attention and its gradients in FlashAttention-2's tiles
+// (exec/kernels/attention.rs is the reference). q [..., H, T, E], k [..., Hkv, S, E] and
+// v [..., Hkv, S, Ev] are views read by row: query row r = bh·T + i of q, out, dout and lse
+// (bh the query head over all batch entries), key row kv·S + j of k and v, where kv = bh /
+// group (group = H / Hkv query heads per key/value head: grouped-query attention). With
+// `causal`, query row i sees keys j <= i (top-left aligned, also when T != S).
 //
-// No T×S buffer exists. One block owns one row (a query row in `attention` and
-// `attention_backward_dq`, a key row in `attention_backward_dkv`) and visits the rows it
-// pairs with in tiles of blockDim.x: each thread scores one pair, and the tile's weights pass
-// through shared memory to the threads that own the output columns (column c is thread
-// c mod blockDim.x's, in pass c / blockDim.x; a later pass recomputes the same scores the
-// same way, so every pass sees the same numbers).
+// No T×S buffer exists. A block owns a tile of rows of one head and walks the tiles it
+// pairs with, staging both in shared memory:
+// - `attention`: 64 query rows (ATTN_FWD_ROWS, 256 threads) against tiles of 32 keys
+//   (ATTN_KEYS): scores S = scale·q·kᵀ, the online softmax per row (running maximum m and
+//   sum l; when a tile raises m, l and the partial output are rescaled by exp(m_old −
+//   m_new)), then out += P·v; at the end out /= l and lse = m + log l.
+// - `attention_backward_dq`: 32 query rows (ATTN_BWD_ROWS, 128 threads) against tiles of
+//   32 keys: first D = rowsum(dout ∘ out) (to `deltas`, floats in the workspace), then per
+//   tile P = exp(scale·q·kᵀ − lse), dS = P ∘ (dout·vᵀ − D) and dq += scale·dS·k.
+// - `attention_backward_dkv`: 32 keys of one key/value head (128 threads) against tiles of
+//   32 query rows of every query head of its group: the same P and dS (D from `deltas`),
+//   dv += Pᵀ·dout and dk += scale·dSᵀ·q.
+// A thread computes a 4×2 patch of each score tile and a 4×4 patch of its outputs: rows
+// ty + i·(threads / 16), columns tx + 16·j (ty = thread / 16, tx = thread % 16), so the 16
+// threads sharing a row are one half-warp, which reduces the row's maximum and sum with
+// shuffles. The kernels rely on exactly their block sizes (ATTN_FWD_THREADS,
+// ATTN_BWD_THREADS), which lower.rs launches (source.rs mirrors these #defines).
 //
-// Everything is computed in double (scores, exponentials, every sum) and rounded once when
-// stored: rows of many keys sum many terms, and float sums would drift from the reference
-// past --check's tolerance. No atomics and no two blocks write one element: dk and dv are
-// written by the block owning the key row, which sums over every query row of its group
-// itself, in the reference's order; dq by the block owning the query row.
+// Shared memory holds 64-column chunks (ATTN_CHUNK) of the staged rows, each row padded to
+// 65 floats so that the rows a warp reads at one column fall in different banks, the 32-key
+// tiles of P (and dS) padded to 33, and tables of the staged rows' element offsets (a view's
+// offset is computed once per row, not per element). When E (or Ev) is at most 64 the
+// block's own rows stay in shared memory for its whole walk; larger head dims are tiled:
+// the scores sum over chunks staged one after another, and the output columns are split
+// into 64-column chunks over gridDim.y, each block recomputing the scores (and, in the
+// backward, dP) for its chunk. Every kernel's static shared memory is under 48 KB (asserted
+// below).
+//
+// Loads and stores convert through the dtype switch of common.cuh (f32, f16, bf16);
+// everything is computed in float: scores, exponentials, the softmax's running maximum and
+// sum, D, every accumulation. Sums are short where it matters (a score sums E products, a
+// tile 32 keys, and tiles combine through the rescaled running sums), so rounding stays
+// near float's epsilon, far inside --check's tolerance. No atomics and no two blocks write
+// one element: dq is written by the block owning the query rows, dk and dv by the block
+// owning the keys, which sums over every query row of its group itself, in a fixed order;
+// runs repeat bit for bit. With `causal`, key tiles wholly above the diagonal are never
+// visited (a query tile stops at its last row; a key tile starts at its first key) and the
+// tiles that cross it are masked.
 
-// The most threads a block has (view.rs THREADS): the size of a tile.
-#define ATTN_TILE 256
+#define ATTN_CHUNK 64        // columns of E or Ev staged at a time
+#define ATTN_LD 65           // row stride of a staged chunk (ATTN_CHUNK + 1)
+#define ATTN_KEYS 32         // keys per tile (and query rows per tile in dk/dv)
+#define ATTN_PLD 33          // row stride of a tile of P or dS (ATTN_KEYS + 1)
+#define ATTN_FWD_ROWS 64     // query rows per block of `attention`
+#define ATTN_FWD_THREADS 256 // threads per block of `attention`
+#define ATTN_BWD_ROWS 32     // query rows per block of `attention_backward_dq`, keys per block of dk/dv
+#define ATTN_BWD_THREADS 128 // threads per block of both backward kernels
 
-// The keys query row i sees: all s, or with causal the first min(i + 1, s).
-__device__ __forceinline__ i64 attn_keys(i64 i, i64 s, int causal) { return causal ? imin(s, i + 1) : s; }
+static_assert(ATTN_FWD_ROWS == 4 * (ATTN_FWD_THREADS / 16) && ATTN_BWD_ROWS == 4 * (ATTN_BWD_THREADS / 16),
+              "a thread owns 4 rows");
+static_assert(ATTN_KEYS == 2 * 16 && ATTN_BWD_ROWS == ATTN_KEYS, "a thread owns 2 columns of a score tile");
+// Static shared memory per block (floats, offsets and per-row values), within 48 KB.
+static_assert(4 * (ATTN_FWD_ROWS * ATTN_LD + ATTN_KEYS * ATTN_LD + ATTN_FWD_ROWS * ATTN_PLD) +
+                      8 * (2 * ATTN_FWD_ROWS + 2 * ATTN_KEYS) <= 48 * 1024,
+              "attention: shared memory");
+static_assert(4 * (4 * ATTN_BWD_ROWS * ATTN_LD + ATTN_BWD_ROWS * ATTN_PLD + 2 * ATTN_BWD_ROWS) +
+                      8 * (6 * ATTN_BWD_ROWS) <= 48 * 1024,
+              "attention_backward_dq: shared memory");
+static_assert(4 * (4 * ATTN_BWD_ROWS * ATTN_LD + 2 * ATTN_KEYS * ATTN_PLD + 2 * ATTN_BWD_ROWS) +
+                      8 * (6 * ATTN_BWD_ROWS) <= 48 * 1024,
+              "attention_backward_dkv: shared memory");
 
-// Σ_c a[ra·n + c]·b[rb·n + c]: the dot product of row ra of a and row rb of b (n columns).
-__device__ __forceinline__ double row_dot(const Tensor& a, i64 ra, const Tensor& b, i64 rb, i64 n) {
-    double acc = 0.0;
-    for (i64 c = 0; c < n; ++c) acc += load_d(a, ra * n + c) * load_d(b, rb * n + c);
-    return acc;
+// The stride between a row's elements: 1 in a dense tensor, else the last dimension's.
+__device__ __forceinline__ i64 attn_col_stride(const Tensor& t) { return t.dense ? 1 : t.stride[t.rank - 1]; }
+
+// table[r] = the element offset of row first + r of t (rows of n elements) for r < count,
+// −1 (read as zeros) for the rest of its `slots`. Element c of row r is then at table[r] +
+// c·attn_col_stride(t).
+__device__ __forceinline__ void attn_rows_at(i64* table, const Tensor& t, i64 first, i64 count, i64 n, int slots) {
+    for (int r = threadIdx.x; r < slots; r += blockDim.x) table[r] = r < count ? offset_of(t, (first + r) * n) : -1;
 }
 
-// out[r] = Σ_j p_j·v[j] / Σ_j p_j and lse[r] = m + log Σ_j p_j, p_j = exp(scale·q[r]·k[j] − m),
-// by the online softmax: one sweep over the keys in tiles with a running maximum m and sum
-// l; when a tile raises the maximum, l and the partial output are rescaled by exp(m_old −
-// m_new). A row that sees no key gives 0 and −inf.
+// buf[r·ATTN_LD + c] = element c0 + c of staged row r (r < rows, c < ATTN_CHUNK): 0 past
+// the row's n elements and for rows marked −1. Consecutive threads read consecutive
+// elements of a row.
+__device__ __forceinline__ void attn_stage(float* buf, int rows, const Tensor& t, const i64* table, i64 c0, i64 n) {
+    const i64 cs = attn_col_stride(t);
+    for (int x = threadIdx.x; x < rows * ATTN_CHUNK; x += blockDim.x) {
+        const int r = x / ATTN_CHUNK, c = x % ATTN_CHUNK;
+        const i64 at = table[r], col = c0 + c;
+        buf[r * ATTN_LD + c] = at >= 0 && col < n ? load_at_f(t, at + col * cs) : 0.0f;
+    }
+}
+
+// acc[i][j] += Σ_{d < depth} a[r0 + i·rs][d]·b[c0 + 16·j][d]: rows of a against rows of b,
+// both staged chunks.
+template <int R, int C>
+__device__ __forceinline__ void attn_dot_rows(float (&acc)[R][C], const float* a, int r0, int rs, const float* b, int c0,
+                                              int depth) {
+    for (int d = 0; d < depth; ++d) {
+        float x[R], y[C];
+#pragma unroll
+        for (int i = 0; i < R; ++i) x[i] = a[(r0 + i * rs) * ATTN_LD + d];
+#pragma unroll
+        for (int j = 0; j < C; ++j) y[j] = b[(c0 + 16 * j) * ATTN_LD + d];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int j = 0; j < C; ++j) acc[i][j] += x[i] * y[j];
+    }
+}
+
+// acc[i][j] += Σ_{x < depth} p[r0 + i·rs][x]·b[x][c0 + 16·j]: a tile of P or dS (row stride
+// ATTN_PLD) times a staged chunk.
+template <int R, int C>
+__device__ __forceinline__ void attn_times(float (&acc)[R][C], const float* p, int r0, int rs, const float* b, int c0,
+                                           int depth) {
+    for (int x = 0; x < depth; ++x) {
+        float w[R], y[C];
+#pragma unroll
+        for (int i = 0; i < R; ++i) w[i] = p[(r0 + i * rs) * ATTN_PLD + x];
+#pragma unroll
+        for (int j = 0; j < C; ++j) y[j] = b[x * ATTN_LD + c0 + 16 * j];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int j = 0; j < C; ++j) acc[i][j] += w[i] * y[j];
+    }
+}
+
+// The maximum and the sum over the 16 threads of a half-warp (one row's threads). Every
+// thread gets the same bits (each butterfly step adds the same two values on both sides).
+__device__ __forceinline__ float attn_row_max(float v) {
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float attn_row_sum(float v) {
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Whether query i sees key j (query i < t and key j < s already known).
+__device__ __forceinline__ bool attn_sees(i64 i, i64 j, int causal) { return !causal || j <= i; }
+
+// out[r] = Σ_j p_j·v[j] / Σ_j p_j and lse[r] = m + log Σ_j p_j over the keys j row r sees,
+// p_j = exp(scale·q[r]·k[j] − m), m the row's largest score. Block (x, y): tiles x, x +
+// gridDim.x, ... of ATTN_FWD_ROWS query rows (ceil(T / 64) per head) and the 64 columns of
+// out from y·64; block y = 0 writes lse. A row that sees no key gives 0 and −inf.
 extern "C" __global__ void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, i64 rows, i64 group,
                                      i64 t, i64 s, i64 e, i64 ev, int causal, double scale) {
-    __shared__ double tile[ATTN_TILE];
-    const i64 width = blockDim.x;
-    const i64 passes = imax(1, (ev + width - 1) / width);  // one at least: lse
-    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const i64 kv = r / t / group, n = attn_keys(r % t, s, causal);
-        for (i64 pass = 0; pass < passes; ++pass) {
-            const i64 col = pass * width + threadIdx.x;
-            double m = -(double)f_inf(), l = 0.0, acc = 0.0;
-            for (i64 j0 = 0; j0 < n; j0 += width) {
-                const i64 j = j0 + threadIdx.x;
-                const double score = j < n ? scale * row_dot(q, r, k, kv * s + j, e) : -(double)f_inf();
-                const double m_new = fmax(m, block_max_d(score));
-                const double p = j < n ? exp(score - m_new) : 0.0;
-                const double rescale = exp(m - m_new);
-                l = l * rescale + block_sum_d(p);
-                __syncthreads();  // the previous tile's readers are done
-                tile[threadIdx.x] = p;
+    __shared__ float qs[ATTN_FWD_ROWS * ATTN_LD];
+    __shared__ float kvs[ATTN_KEYS * ATTN_LD];  // a chunk of k, then of v
+    __shared__ float ps[ATTN_FWD_ROWS * ATTN_PLD];
+    __shared__ i64 q_at[ATTN_FWD_ROWS], out_at[ATTN_FWD_ROWS], k_at[ATTN_KEYS], v_at[ATTN_KEYS];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, rs = ATTN_FWD_THREADS / 16;
+    const float sc = (float)scale, inf = f_inf();
+    const i64 c0 = (i64)blockIdx.y * ATTN_CHUNK;
+    const i64 per_head = (t + ATTN_FWD_ROWS - 1) / ATTN_FWD_ROWS, tiles = rows / t * per_head;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 bh = tile / per_head, i0 = tile % per_head * ATTN_FWD_ROWS, kv = bh / group;
+        const i64 count = imin(ATTN_FWD_ROWS, t - i0), first = bh * t + i0;
+        __syncthreads();  // the previous tile's stores are done with the tables
+        attn_rows_at(q_at, q, first, count, e, ATTN_FWD_ROWS);
+        attn_rows_at(out_at, out, first, count, ev, ATTN_FWD_ROWS);
+        __syncthreads();
+        if (e <= ATTN_CHUNK) attn_stage(qs, ATTN_FWD_ROWS, q, q_at, 0, e);  // for every key tile
+        float acc[4][4] = {}, m[4], l[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) m[i] = -inf, l[i] = 0.0f;
+        // Keys past the tile's last row are above the diagonal for all its rows.
+        const i64 keys = causal ? imin(s, i0 + count) : s;
+        for (i64 j0 = 0; j0 < keys; j0 += ATTN_KEYS) {
+            const i64 kcount = imin(ATTN_KEYS, s - j0);
+            attn_rows_at(k_at, k, kv * s + j0, kcount, e, ATTN_KEYS);
+            attn_rows_at(v_at, v, kv * s + j0, kcount, ev, ATTN_KEYS);
+            __syncthreads();  // also: the previous tile's readers of kvs and ps are done
+            float score[4][2] = {};
+            for (i64 d0 = 0; d0 < e; d0 += ATTN_CHUNK) {
+                if (e > ATTN_CHUNK) attn_stage(qs, ATTN_FWD_ROWS, q, q_at, d0, e);
+                attn_stage(kvs, ATTN_KEYS, k, k_at, d0, e);
                 __syncthreads();
-                if (col < ev) {
-                    acc *= rescale;
-                    const i64 count = imin(width, n - j0);
-                    for (i64 x = 0; x < count; ++x) acc += tile[x] * load_d(v, (kv * s + j0 + x) * ev + col);
-                }
-                m = m_new;
+                attn_dot_rows(score, qs, ty, rs, kvs, tx, (int)imin(ATTN_CHUNK, e - d0));
+                __syncthreads();
             }
-            if (col < ev) store_d(out, r * ev + col, n > 0 ? acc / l : 0.0);
-            if (pass == 0 && threadIdx.x == 0) store_d(lse, r, n > 0 ? m + log(l) : -(double)f_inf());
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = ty + i * rs;
+                float top = -inf;
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const i64 key = j0 + tx + 16 * j;
+                    const bool seen = r < count && key < s && attn_sees(i0 + r, key, causal);
+                    score[i][j] = seen ? sc * score[i][j] : -inf;
+                    top = fmaxf(top, score[i][j]);
+                }
+                const float m_new = fmaxf(m[i], attn_row_max(top));
+                // Nothing seen yet (m_new = −inf): nothing to rescale, every weight 0.
+                const float rescale = m_new == -inf ? 1.0f : expf(m[i] - m_new);
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const float p = m_new == -inf ? 0.0f : expf(score[i][j] - m_new);
+                    ps[r * ATTN_PLD + tx + 16 * j] = p;
+                    sum += p;
+                }
+                l[i] = l[i] * rescale + attn_row_sum(sum);
+                m[i] = m_new;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] *= rescale;
+            }
+            attn_stage(kvs, ATTN_KEYS, v, v_at, c0, ev);
+            __syncthreads();
+            attn_times(acc, ps, ty, rs, kvs, tx, (int)kcount);
+        }
+        const i64 cs = attn_col_stride(out);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = ty + i * rs;
+            if (r >= count) continue;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const i64 col = c0 + tx + 16 * j;
+                if (col < ev) store_at_f(out, out_at[r] + col * cs, l[i] > 0.0f ? acc[i][j] / l[i] : 0.0f);
+            }
+            if (blockIdx.y == 0 && tx == 0) store_f(lse, first + r, l[i] > 0.0f ? m[i] + logf(l[i]) : -inf);
         }
     }
 }
 
 // dq[r] = scale·Σ_j ds_j·k[j], ds_j = p_j·(dout[r]·v[j] − D), p_j = exp(scale·q[r]·k[j] −
-// lse[r]), D = dout[r]·out[r]; D also goes to deltas[r] (doubles in the workspace) for
-// attention_backward_dkv, which runs after this kernel.
+// lse[r]), D = dout[r]·out[r]; D also goes to deltas[r] (floats in the workspace) for
+// attention_backward_dkv, which runs after this kernel. Block (x, y): tiles of ATTN_BWD_ROWS
+// query rows and the 64 columns of dq from y·64; block y = 0 writes D.
 extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor dout, Tensor q, Tensor k, Tensor v,
                                                  Tensor out, Tensor lse, i64 rows, i64 group, i64 t, i64 s, i64 e,
                                                  i64 ev, int causal, double scale) {
-    __shared__ double tile[ATTN_TILE];
-    double* delta = (double*)deltas;
-    const i64 width = blockDim.x;
-    const i64 passes = (e + width - 1) / width;
-    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const i64 kv = r / t / group, n = attn_keys(r % t, s, causal);
-        double part = 0.0;
-        for (i64 c = threadIdx.x; c < ev; c += width) part += load_d(dout, r * ev + c) * load_d(out, r * ev + c);
-        const double d = block_sum_d(part);
-        if (threadIdx.x == 0) delta[r] = d;
-        const double row_lse = load_d(lse, r);
-        for (i64 pass = 0; pass < passes; ++pass) {
-            const i64 col = pass * width + threadIdx.x;
-            double acc = 0.0;
-            for (i64 j0 = 0; j0 < n; j0 += width) {
-                const i64 j = j0 + threadIdx.x;
-                double ds = 0.0;
-                if (j < n) {
-                    const i64 key = kv * s + j;
-                    const double p = exp(scale * row_dot(q, r, k, key, e) - row_lse);
-                    ds = p * (row_dot(dout, r, v, key, ev) - d);
-                }
+    __shared__ float qs[ATTN_BWD_ROWS * ATTN_LD], dos[ATTN_BWD_ROWS * ATTN_LD];
+    __shared__ float ks[ATTN_KEYS * ATTN_LD], vs[ATTN_KEYS * ATTN_LD];
+    __shared__ float dss[ATTN_BWD_ROWS * ATTN_PLD];
+    __shared__ i64 q_at[ATTN_BWD_ROWS], do_at[ATTN_BWD_ROWS], out_at[ATTN_BWD_ROWS], dq_at[ATTN_BWD_ROWS];
+    __shared__ i64 k_at[ATTN_KEYS], v_at[ATTN_KEYS];
+    __shared__ float row_lse[ATTN_BWD_ROWS], row_d[ATTN_BWD_ROWS];
+    float* delta = (float*)deltas;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, rs = ATTN_BWD_THREADS / 16;
+    const float sc = (float)scale;
+    const i64 c0 = (i64)blockIdx.y * ATTN_CHUNK;
+    const i64 per_head = (t + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS, tiles = rows / t * per_head;
+    const i64 do_cs = attn_col_stride(dout), out_cs = attn_col_stride(out);
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 bh = tile / per_head, i0 = tile % per_head * ATTN_BWD_ROWS, kv = bh / group;
+        const i64 count = imin(ATTN_BWD_ROWS, t - i0), first = bh * t + i0;
+        __syncthreads();  // the previous tile's stores are done with the tables
+        attn_rows_at(q_at, q, first, count, e, ATTN_BWD_ROWS);
+        attn_rows_at(do_at, dout, first, count, ev, ATTN_BWD_ROWS);
+        attn_rows_at(out_at, out, first, count, ev, ATTN_BWD_ROWS);
+        attn_rows_at(dq_at, dq, first, count, e, ATTN_BWD_ROWS);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = ty + i * rs;
+            float part = 0.0f;
+            if (r < count)
+                for (i64 c = tx; c < ev; c += 16)
+                    part += load_at_f(dout, do_at[r] + c * do_cs) * load_at_f(out, out_at[r] + c * out_cs);
+            const float d = attn_row_sum(part);
+            if (tx == 0 && r < count) {
+                row_d[r] = d;
+                row_lse[r] = load_f(lse, first + r);
+                if (blockIdx.y == 0) delta[first + r] = d;
+            }
+        }
+        if (e <= ATTN_CHUNK) attn_stage(qs, ATTN_BWD_ROWS, q, q_at, 0, e);
+        if (ev <= ATTN_CHUNK) attn_stage(dos, ATTN_BWD_ROWS, dout, do_at, 0, ev);
+        float acc[4][4] = {};
+        const i64 keys = causal ? imin(s, i0 + count) : s;
+        for (i64 j0 = 0; j0 < keys; j0 += ATTN_KEYS) {
+            const i64 kcount = imin(ATTN_KEYS, s - j0);
+            attn_rows_at(k_at, k, kv * s + j0, kcount, e, ATTN_KEYS);
+            attn_rows_at(v_at, v, kv * s + j0, kcount, ev, ATTN_KEYS);
+            __syncthreads();  // also: D, lse and the resident rows are in; the previous tile is done
+            float score[4][2] = {}, dp[4][2] = {};
+            for (i64 d0 = 0; d0 < e; d0 += ATTN_CHUNK) {
+                if (e > ATTN_CHUNK) attn_stage(qs, ATTN_BWD_ROWS, q, q_at, d0, e);
+                attn_stage(ks, ATTN_KEYS, k, k_at, d0, e);
                 __syncthreads();
-                tile[threadIdx.x] = ds;
+                attn_dot_rows(score, qs, ty, rs, ks, tx, (int)imin(ATTN_CHUNK, e - d0));
                 __syncthreads();
-                if (col < e) {
-                    const i64 count = imin(width, n - j0);
-                    for (i64 x = 0; x < count; ++x) acc += tile[x] * load_d(k, (kv * s + j0 + x) * e + col);
+            }
+            for (i64 d0 = 0; d0 < ev; d0 += ATTN_CHUNK) {
+                if (ev > ATTN_CHUNK) attn_stage(dos, ATTN_BWD_ROWS, dout, do_at, d0, ev);
+                attn_stage(vs, ATTN_KEYS, v, v_at, d0, ev);
+                __syncthreads();
+                attn_dot_rows(dp, dos, ty, rs, vs, tx, (int)imin(ATTN_CHUNK, ev - d0));
+                __syncthreads();
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = ty + i * rs;
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const i64 key = j0 + tx + 16 * j;
+                    float ds = 0.0f;
+                    if (r < count && key < s && attn_sees(i0 + r, key, causal)) {
+                        const float p = expf(sc * score[i][j] - row_lse[r]);
+                        ds = p * (dp[i][j] - row_d[r]);
+                    }
+                    dss[r * ATTN_PLD + tx + 16 * j] = ds;
                 }
             }
-            if (col < e) store_d(dq, r * e + col, scale * acc);
+            // ks holds k's columns 0..64 when E <= 64; else stage this block's columns.
+            if (e > ATTN_CHUNK) attn_stage(ks, ATTN_KEYS, k, k_at, c0, e);
+            __syncthreads();
+            attn_times(acc, dss, ty, rs, ks, tx, (int)kcount);
+        }
+        const i64 cs = attn_col_stride(dq);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = ty + i * rs;
+            if (r >= count) continue;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const i64 col = c0 + tx + 16 * j;
+                if (col < e) store_at_f(dq, dq_at[r] + col * cs, sc * acc[i][j]);
+            }
         }
     }
 }
 
-// Query row x of the rows that see a key of key/value head kv: query head kv·group + x /
-// per_head (each of the group's heads contributes per_head rows), row first + x % per_head.
-__device__ __forceinline__ i64 attn_query_row(i64 kv, i64 group, i64 t, i64 first, i64 per_head, i64 x) {
-    return (kv * group + x / per_head) * t + first + x % per_head;
-}
-
-// dk[key] = scale·Σ ds·q[r] and dv[key] = Σ p·dout[r] over the query rows r that see key j of
-// key/value head kv (key = kv·S + j): rows i >= j with causal, else all T, of each of the
-// group's query heads, head by head and row by row. p and ds as in attention_backward_dq,
-// with D from deltas.
+// dk[key] = scale·Σ ds·q[r] and dv[key] = Σ p·dout[r] over the query rows r that see key j
+// of key/value head kv (key = kv·S + j): rows i >= j with causal, else all T, of each of
+// the group's query heads, head by head, in tiles of 32 rows. p and ds as in
+// attention_backward_dq, with D from deltas. Block (x, y): tiles of ATTN_BWD_ROWS keys
+// (ceil(S / 32) per key/value head) and the 64 columns of dk and dv from y·64.
 extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 deltas, Tensor dout, Tensor q, Tensor k,
                                                   Tensor v, Tensor lse, i64 keys, i64 group, i64 t, i64 s, i64 e,
                                                   i64 ev, int causal, double scale) {
-    __shared__ double p_tile[ATTN_TILE];
-    __shared__ double ds_tile[ATTN_TILE];
-    const double* delta = (const double*)deltas;
-    const i64 width = blockDim.x;
-    const i64 passes = (imax(e, ev) + width - 1) / width;
-    for (i64 key = blockIdx.x; key < keys; key += gridDim.x) {
-        const i64 kv = key / s, j = key % s;
-        const i64 first = causal ? j : 0;
-        const i64 per_head = imax(0, t - first);
-        const i64 n = group * per_head;
-        for (i64 pass = 0; pass < passes; ++pass) {
-            const i64 col = pass * width + threadIdx.x;
-            double gk = 0.0, gv = 0.0;
-            for (i64 x0 = 0; x0 < n; x0 += width) {
-                const i64 x = x0 + threadIdx.x;
-                double p = 0.0, ds = 0.0;
-                if (x < n) {
-                    const i64 r = attn_query_row(kv, group, t, first, per_head, x);
-                    p = exp(scale * row_dot(q, r, k, key, e) - load_d(lse, r));
-                    ds = p * (row_dot(dout, r, v, key, ev) - delta[r]);
+    __shared__ float ks[ATTN_BWD_ROWS * ATTN_LD], vs[ATTN_BWD_ROWS * ATTN_LD];
+    __shared__ float qs[ATTN_KEYS * ATTN_LD], dos[ATTN_KEYS * ATTN_LD];
+    __shared__ float pt[ATTN_BWD_ROWS * ATTN_PLD], dst[ATTN_BWD_ROWS * ATTN_PLD];  // P and dS, key-major
+    __shared__ i64 k_at[ATTN_BWD_ROWS], v_at[ATTN_BWD_ROWS], dk_at[ATTN_BWD_ROWS], dv_at[ATTN_BWD_ROWS];
+    __shared__ i64 q_at[ATTN_KEYS], do_at[ATTN_KEYS];
+    __shared__ float row_lse[ATTN_KEYS], row_d[ATTN_KEYS];
+    const float* delta = (const float*)deltas;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, rs = ATTN_BWD_THREADS / 16;
+    const float sc = (float)scale;
+    const i64 c0 = (i64)blockIdx.y * ATTN_CHUNK;
+    const i64 per_head = (s + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS, tiles = keys / s * per_head;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 kv = tile / per_head, j0 = tile % per_head * ATTN_BWD_ROWS;
+        const i64 kcount = imin(ATTN_BWD_ROWS, s - j0), first_key = kv * s + j0;
+        __syncthreads();  // the previous tile's stores are done with the tables
+        attn_rows_at(k_at, k, first_key, kcount, e, ATTN_BWD_ROWS);
+        attn_rows_at(v_at, v, first_key, kcount, ev, ATTN_BWD_ROWS);
+        attn_rows_at(dk_at, dk, first_key, kcount, e, ATTN_BWD_ROWS);
+        attn_rows_at(dv_at, dv, first_key, kcount, ev, ATTN_BWD_ROWS);
+        __syncthreads();
+        if (e <= ATTN_CHUNK) attn_stage(ks, ATTN_BWD_ROWS, k, k_at, 0, e);
+        if (ev <= ATTN_CHUNK) attn_stage(vs, ATTN_BWD_ROWS, v, v_at, 0, ev);
+        float gk[4][4] = {}, gv[4][4] = {};
+        // Query rows before the tile's first key see none of its keys.
+        const i64 from = causal ? j0 : 0;
+        for (i64 g = 0; g < group; ++g) {
+            const i64 bh = kv * group + g;
+            for (i64 i0 = from; i0 < t; i0 += ATTN_KEYS) {
+                const i64 count = imin(ATTN_KEYS, t - i0), first = bh * t + i0;
+                attn_rows_at(q_at, q, first, count, e, ATTN_KEYS);
+                attn_rows_at(do_at, dout, first, count, ev, ATTN_KEYS);
+                for (int x = threadIdx.x; x < count; x += blockDim.x) {
+                    row_lse[x] = load_f(lse, first + x);
+                    row_d[x] = delta[first + x];
                 }
-                __syncthreads();
-                p_tile[threadIdx.x] = p;
-                ds_tile[threadIdx.x] = ds;
-                __syncthreads();
-                const i64 count = imin(width, n - x0);
-                for (i64 y = 0; y < count; ++y) {
-                    const i64 r = attn_query_row(kv, group, t, first, per_head, x0 + y);
-                    if (col < ev) gv += p_tile[y] * load_d(dout, r * ev + col);
-                    if (col < e) gk += ds_tile[y] * load_d(q, r * e + col);
+                __syncthreads();  // also: the resident rows are in; the previous query tile is done
+                float score[4][2] = {}, dp[4][2] = {};
+                for (i64 d0 = 0; d0 < e; d0 += ATTN_CHUNK) {
+                    if (e > ATTN_CHUNK) attn_stage(ks, ATTN_BWD_ROWS, k, k_at, d0, e);
+                    attn_stage(qs, ATTN_KEYS, q, q_at, d0, e);
+                    __syncthreads();
+                    attn_dot_rows(score, ks, ty, rs, qs, tx, (int)imin(ATTN_CHUNK, e - d0));
+                    __syncthreads();
                 }
+                for (i64 d0 = 0; d0 < ev; d0 += ATTN_CHUNK) {
+                    if (ev > ATTN_CHUNK) attn_stage(vs, ATTN_BWD_ROWS, v, v_at, d0, ev);
+                    attn_stage(dos, ATTN_KEYS, dout, do_at, d0, ev);
+                    __syncthreads();
+                    attn_dot_rows(dp, vs, ty, rs, dos, tx, (int)imin(ATTN_CHUNK, ev - d0));
+                    __syncthreads();
+                }
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = ty + i * rs;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int x = tx + 16 * j;
+                        float p = 0.0f, ds = 0.0f;
+                        if (r < kcount && x < count && attn_sees(i0 + x, j0 + r, causal)) {
+                            p = expf(sc * score[i][j] - row_lse[x]);
+                            ds = p * (dp[i][j] - row_d[x]);
+                        }
+                        pt[r * ATTN_PLD + x] = p;
+                        dst[r * ATTN_PLD + x] = ds;
+                    }
+                }
+                // qs and dos hold columns 0..64 when E (Ev) <= 64; else stage this block's.
+                if (e > ATTN_CHUNK && c0 < e) attn_stage(qs, ATTN_KEYS, q, q_at, c0, e);
+                if (ev > ATTN_CHUNK && c0 < ev) attn_stage(dos, ATTN_KEYS, dout, do_at, c0, ev);
+                __syncthreads();
+                if (c0 < ev) attn_times(gv, pt, ty, rs, dos, tx, (int)count);
+                if (c0 < e) attn_times(gk, dst, ty, rs, qs, tx, (int)count);
             }
-            if (col < e) store_d(dk, key * e + col, scale * gk);
-            if (col < ev) store_d(dv, key * ev + col, gv);
+        }
+        const i64 k_cs = attn_col_stride(dk), v_cs = attn_col_stride(dv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = ty + i * rs;
+            if (r >= kcount) continue;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const i64 col = c0 + tx + 16 * j;
+                if (col < e) store_at_f(dk, dk_at[r] + col * k_cs, sc * gk[i][j]);
+                if (col < ev) store_at_f(dv, dv_at[r] + col * v_cs, gv[i][j]);
+            }
         }
     }
 }
