@@ -566,6 +566,18 @@ const CASES: &[Case] = &[
         fix: no_fix,
     },
     Case {
+        family: "cross_entropy of bf16 logits with an f32 loss (f32_loss)",
+        text: "step @s(
+  %logits: bf16[4,5] param,
+  %labels: i64[4] input,
+) {
+  %z = mul_scalar(%logits, value=2.0)
+  %loss: f32[] = cross_entropy(%z, %labels, ignore_index=2, label_smoothing=0.2, f32_loss=true)
+}",
+        ints: &[("labels", &[0.0, 4.0, 2.0, 1.0])],
+        fix: no_fix,
+    },
+    Case {
         family: "adaptive_avg_pool2d (overlapping bins, more bins than rows), upsample_nearest2d (up by 7/3, down)",
         text: "step @s(
   %x: f32[2,2,5,4] param, %z: f32[1,2,3,2] param,

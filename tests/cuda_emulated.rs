@@ -228,8 +228,8 @@ fn ignored_labels_and_label_smoothing_match_the_cpu_reference() {
 /// The random seeds [`random_steps_match_the_cpu_reference`] runs.
 const RANDOM_SEEDS: u64 = 60;
 
-/// The emulated steps run every op of the table (and gelu's and cross_entropy's options):
-/// the small corpus steps and the random seeds together hold each one.
+/// The emulated steps run every op of the table (and gelu's and cross_entropy's options,
+/// f32_loss included): the small corpus steps and the random seeds together hold each one.
 #[test]
 fn the_emulated_steps_cover_every_op() {
     let mut graphs: Vec<Graph> = step_files()
@@ -251,6 +251,7 @@ fn the_emulated_steps_cover_every_op() {
     for kind in [OpKind::CrossEntropy, OpKind::CrossEntropyBackward] {
         assert!(has(kind, &|a| a.int("ignore_index") >= 0), "{kind} ignoring a class");
         assert!(has(kind, &|a| a.float("label_smoothing") > 0.0), "{kind} with label smoothing");
+        assert!(has(kind, &|a| a.bool("f32_loss")), "{kind} with an f32 loss of half logits");
     }
 }
 

@@ -579,7 +579,8 @@ fn grad_max_pool2d(b: &mut Builder, call: &GradCall) -> Rule {
 /// `loss = cross_entropy(logits, labels, ignore_index, label_smoothing)`: `dlogits =
 /// cross_entropy_backward(dloss, logits, labels, ignore_index, label_smoothing)` = dloss ·
 /// (softmax(logits) − (1 − ε)·onehot(labels) − ε/C) / (rows not ignored), 0 on ignored rows.
-/// Labels get no gradient.
+/// Labels get no gradient. Under `f32_loss` (half logits, an f32 loss) dloss is f32 and
+/// dlogits has the logits' type: the gradient the unfused cast's rule (a cast back) gives.
 fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (logits, labels) = (call.inputs[0], call.inputs[1]);

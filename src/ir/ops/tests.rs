@@ -611,7 +611,21 @@ fn cross_entropy() {
         err(kind, inputs, &options(-100, -0.1), "label_smoothing=-0.1");
         err(kind, inputs, &options(-100, f64::NAN), "label_smoothing=NaN");
     }
-    assert_eq!(c.def().signature(), "cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0) -> loss");
+    // f32_loss: half logits, an f32 loss and dloss, a gradient of the logits' type.
+    let f32_loss = [("f32_loss", Attr::Bool(true))];
+    assert_eq!(ok(c, &["bf16[4,3]", "i64[4]"], &f32_loss), ["f32[]"]);
+    assert_eq!(ok(c, &["f16[4,3]", "i32[4]"], &f32_loss), ["f32[]"]);
+    assert_eq!(ok(b, &["f32[]", "bf16[4,3]", "i64[4]"], &f32_loss), ["bf16[4,3]"]);
+    err(b, &["bf16[]", "bf16[4,3]", "i64[4]"], &f32_loss, "dloss must be f32[] for logits bf16[4,3], found bf16[]");
+    err(b, &["f32[]", "bf16[4,3]", "i64[4]"], &[], "dloss must be bf16[]");
+    for kind in [c, b] {
+        let inputs: &[&str] = if kind == c { &["f32[4,3]", "i64[4]"] } else { &["f32[]", "f32[4,3]", "i64[4]"] };
+        err(kind, inputs, &f32_loss, "f32_loss=true takes f16 or bf16 logits, found f32[4,3]");
+    }
+    assert_eq!(
+        c.def().signature(),
+        "cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, f32_loss=false) -> loss"
+    );
 }
 
 #[test]

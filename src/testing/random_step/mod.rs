@@ -57,7 +57,7 @@
 //! input's, and to sizes that do not, up and down) and their backward ops, where and
 //! masked_fill with bool masks that broadcast (new `input`s: fair coins), cross_entropy
 //! with i32 or i64 labels (sometimes an ignore_index that is a class, sometimes label
-//! smoothing) and bce_with_logits, and their backward ops, and the optimizers sgd,
+//! smoothing; of f16/bf16 logits, sometimes an f32 loss) and bce_with_logits, and their backward ops, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`
 //! incremented by `add_scalar` and updated), dropout (p from 0 to 0.9, each site its own
 //! stream, all reading one `i64[]` seed input) and its backward, plus hand-written updates
