@@ -525,6 +525,20 @@ const CASES: &[Case] = &[
         fix: no_fix,
     },
     Case {
+        family: "attention with out rows before heads (transpose_out), its heads merged by a reshape view",
+        text: "step @s(
+  %q: f32[2,2,3,4] param, %k: f32[2,2,3,4] param, %v: f32[2,2,3,2] param,
+  %r: f32[2,3,4] input,
+) {
+  %o, %lse = attention(%q, %k, %v, causal=true, scale=0.5, transpose_out=true)
+  %m = reshape(%o, shape=[2, 3, 4])
+  %w = mul(%m, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
         family: "dropout (p = 0.5, and p = 0, the identity; the seed fixes the masks, so dropout is linear)",
         text: "step @s(
   %x: f32[6,5] param, %z: f32[6,5] param,

@@ -281,7 +281,8 @@ class Translator:
         return Value(name, fake, _shadow_after(op, inputs, dict(attrs), fake))
 
     def emit_multi(self, op: str, inputs: list[Value], fakes: list[torch.Tensor], roles: list[str], attrs=()) -> list[Value]:
-        names = [self.name_for(r, i == 0) for i, r in enumerate(roles)]
+        """One op with several outputs, helper values of the node (named path.role)."""
+        names = [self.name_for(r, False) for r in roles]
         types = [type_text(f.dtype, f.shape) for f in fakes]
         outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node))
         return [Value(n, f, _dense(f)) for n, f in zip(outs, fakes)]
@@ -779,12 +780,18 @@ def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     if dropout_p:
         raise ExportError("scaled_dot_product_attention with dropout_p > 0 is not supported")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # PyTorch's flash attention writes out [..., T, H, Ev] and returns a transposed view of it,
+    # so the usual `y.transpose(1, 2).contiguous().view(B, T, C)` copies nothing: the same
+    # here with `transpose_out` (else the copy would be kept beside out until the backward).
     out = t.out_fake()
+    perm = list(range(q.rank))
+    perm[-3], perm[-2] = perm[-2], perm[-3]
+    rows_first = t.fake_like([out.shape[d] for d in perm], out.dtype)
     lse = t.fake_like(out.shape[:-1], torch.float32)
     attrs = [("causal", True)] if is_causal else []
-    attrs.append(("scale", scale))
-    result, _lse = t.emit_multi("attention", [q, k, v], [out, lse], ["attention", "attention.lse"], attrs)
-    return result
+    attrs += [("scale", scale), ("transpose_out", True)]
+    result, _lse = t.emit_multi("attention", [q, k, v], [rows_first, lse], ["attention", "attention.lse"], attrs)
+    return t.emit("transpose", [result], [("perm", perm)], fake=out)
 
 
 def to_dtype(t, x, dtype=None, *rest, **kwargs):

@@ -276,3 +276,26 @@ def test_an_f32_cast_only_the_loss_reads_is_fused_into_it(memplan, tmp_path):
     assert "= cross_entropy(%cast.1, %y) loc(" in loss, loss
     step.write_text(text)
     assert memplan("check", step).stdout.startswith("ok: ")
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, 4, 4).transpose(1, 2) for z in self.qkv(x).split(16, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c)).mean()
+
+
+def test_attention_writes_rows_before_heads_so_merging_the_heads_copies_nothing(memplan, tmp_path):
+    text = memplan_torch.export_step(SelfAttention(), (torch.randn(2, 5, 16),))
+    [attention] = lines(text, "attention")
+    assert attention.startswith("  %attention: f32[2,5,4,4], %attention.lse: f32[2,4,5] = attention("), attention
+    assert "causal=true, scale=0.5, transpose_out=true)" in attention
+    assert not lines(text, "contiguous"), "PyTorch's flash layout: y.transpose(1, 2).contiguous() is a view"
+    step = tmp_path / "attention.step"
+    step.write_text(text)
+    assert memplan("check", step).stdout.startswith("ok: ")

@@ -394,7 +394,8 @@ fn flatten_rows(b: &mut Builder, owner: ValueId, v: ValueId) -> Result<ValueId, 
 /// activations, and no T×S value exists). dk and dv sum over the query heads that share a
 /// key/value head. `lse` takes no gradient (see [`outputs_without_gradient`]); the expansion
 /// refuses a loss that depends on it, and this rule refuses to be called with one. Outputs
-/// no input wants stay unused temporaries, as for the norms.
+/// no input wants stay unused temporaries, as for the norms. Under `transpose_out`, `dout`
+/// has `out`'s layout, rows before heads, which the backward op takes with the attribute.
 fn grad_attention(b: &mut Builder, call: &GradCall) -> Rule {
     let dout = call.dy()?;
     if call.dy.get(1).is_some_and(Option::is_some) {

@@ -263,8 +263,8 @@ pub(super) fn flops_matmul(inputs: &[&TensorType], outputs: &[&TensorType], attr
 /// `attention(q, k, v)`: `q [..., H, T, E]`, `k [..., Hkv, S, E]`, `v [..., Hkv, S, Ev]` of
 /// one float dtype and one rank >= 3 with equal leading (batch) dimensions, H a positive
 /// multiple of Hkv (grouped-query heads), `scale` positive and finite. Gives
-/// `out [..., H, T, Ev]` (q's dtype) and `lse f32[..., H, T]`. T, S, E, Ev and the batch
-/// dimensions may be 0.
+/// `out [..., H, T, Ev]` (q's dtype; `[..., T, H, Ev]` with `transpose_out`) and
+/// `lse f32[..., H, T]`. T, S, E, Ev and the batch dimensions may be 0.
 pub(super) fn infer_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
     let dtype = same_dtype(inputs)?;
@@ -297,7 +297,7 @@ pub(super) fn infer_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     }
     float_attr(attrs, "scale", |x| x > 0.0 && x.is_finite(), "a positive finite number")?;
     let mut out = batch.to_vec();
-    out.extend([h, t, ev]);
+    out.extend(if attrs.bool("transpose_out") { [t, h, ev] } else { [h, t, ev] });
     let mut lse = batch.to_vec();
     lse.extend([h, t]);
     done(vec![TensorType::new(dtype, out), TensorType::new(DType::F32, lse)])

@@ -42,8 +42,14 @@ const CONV_TRANSPOSE: &[AttrSpec] = &[
 ];
 const POOL: &[AttrSpec] =
     &[attr("kernel", K::Ints, None), attr("stride", K::Ints, None), PADDING_0];
-const ATTENTION: &[AttrSpec] =
-    &[attr("causal", K::Bool, Some(AttrDefault::Bool(false))), attr("scale", K::Float, None)];
+/// attention's arguments: the causal mask, the scores' scale, and `transpose_out`: `out` (and
+/// so `dout`) laid out `[..., T, H, Ev]`, rows before heads, as PyTorch's flash attention
+/// writes it.
+const ATTENTION: &[AttrSpec] = &[
+    attr("causal", K::Bool, Some(AttrDefault::Bool(false))),
+    attr("scale", K::Float, None),
+    attr("transpose_out", K::Bool, Some(AttrDefault::Bool(false))),
+];
 const ADAM: &[AttrSpec] = &[
     attr("lr", K::Float, Some(AttrDefault::Float(0.001))),
     attr("beta1", K::Float, Some(AttrDefault::Float(0.9))),
@@ -463,7 +469,7 @@ pub static OPS: &[OpDef] = &[
         flops: flops_attention,
         view_of: None,
         inplace: &[],
-        doc: "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head, and each row's logsumexp",
+        doc: "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head (rows first: transpose_out), and row logsumexps",
     },
     OpDef {
         kind: OpKind::AttentionBackward,

@@ -46,7 +46,7 @@
 //! sqrt, rsqrt and pow_scalar (on values where they are finite), causal_mask in attention
 //! blocks (batched matmuls with `transpose_b`), fused attention (q, k, v new inputs or
 //! projections split into heads by a reshape and a transposing view; causal or not,
-//! grouped-query heads, T ≠ S, E ≠ Ev) and its backward op, matmul with transposes and
+//! grouped-query heads, T ≠ S, E ≠ Ev, `out` rows before heads or not) and its backward op, matmul with transposes and
 //! batch dims, sum/mean with random axes (negative spellings) and keepdim, reshape of dense values,
 //! transpose, expand, contiguous (and reshape of a transposed or expanded value only
 //! through contiguous), casts among f32/f16/bf16 (and to i32/i64/bool and back), fill,
