@@ -29,6 +29,7 @@ MODELS = [
     ("GPT-2 small (124M), batch 8 x 1024", "gpt2.py:make", []),
     ("GPT-2 small, --amp bf16", "gpt2.py:make", ["--amp", "bf16"]),
     ("Llama ~125M (GQA 12/4), batch 8 x 1024", "llama.py:make_125m", []),
+    ("Llama ~125M, --amp bf16", "llama.py:make_125m", ["--amp", "bf16"]),
     ("Llama 7B shape (GQA 32/8), batch 1 x 2048", "llama.py:make_7b", []),
     ("Llama 7B shape, --amp bf16", "llama.py:make_7b", ["--amp", "bf16"]),
     ("ResNet-50, batch 32 x 224²", "resnet.py:make", []),

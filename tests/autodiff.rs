@@ -525,6 +525,20 @@ const CASES: &[Case] = &[
         fix: no_fix,
     },
     Case {
+        family: "attention with out rows before heads (transpose_out), its heads merged by a reshape view",
+        text: "step @s(
+  %q: f32[2,2,3,4] param, %k: f32[2,2,3,4] param, %v: f32[2,2,3,2] param,
+  %r: f32[2,3,4] input,
+) {
+  %o, %lse = attention(%q, %k, %v, causal=true, scale=0.5, transpose_out=true)
+  %m = reshape(%o, shape=[2, 3, 4])
+  %w = mul(%m, %r)
+  %loss = sum(%w, axes=[0, 1, 2])
+}",
+        ints: &[],
+        fix: no_fix,
+    },
+    Case {
         family: "dropout (p = 0.5, and p = 0, the identity; the seed fixes the masks, so dropout is linear)",
         text: "step @s(
   %x: f32[6,5] param, %z: f32[6,5] param,
@@ -563,6 +577,18 @@ const CASES: &[Case] = &[
   %loss = add(%l1, %l2)
 }",
         ints: &[("labels", &[0.0, -100.0, 2.0, -100.0]), ("labels2", &[1.0, 4.0, 1.0, 3.0])],
+        fix: no_fix,
+    },
+    Case {
+        family: "cross_entropy of bf16 logits with an f32 loss (f32_loss)",
+        text: "step @s(
+  %logits: bf16[4,5] param,
+  %labels: i64[4] input,
+) {
+  %z = mul_scalar(%logits, value=2.0)
+  %loss: f32[] = cross_entropy(%z, %labels, ignore_index=2, label_smoothing=0.2, f32_loss=true)
+}",
+        ints: &[("labels", &[0.0, 4.0, 2.0, 1.0])],
         fix: no_fix,
     },
     Case {

@@ -229,8 +229,9 @@ fn ignored_labels_and_label_smoothing_match_the_cpu_reference() {
 /// The random seeds [`random_steps_match_the_cpu_reference`] runs.
 const RANDOM_SEEDS: u64 = 60;
 
-/// The emulated steps run every op of the table (and gelu's and cross_entropy's options):
-/// the small corpus steps and the random seeds together hold each one.
+/// The emulated steps run every op of the table (and gelu's and cross_entropy's options,
+/// f32_loss included, and attention's transpose_out): the small corpus steps and the random
+/// seeds together hold each one.
 #[test]
 fn the_emulated_steps_cover_every_op() {
     let mut graphs: Vec<Graph> = step_files()
@@ -252,6 +253,10 @@ fn the_emulated_steps_cover_every_op() {
     for kind in [OpKind::CrossEntropy, OpKind::CrossEntropyBackward] {
         assert!(has(kind, &|a| a.int("ignore_index") >= 0), "{kind} ignoring a class");
         assert!(has(kind, &|a| a.float("label_smoothing") > 0.0), "{kind} with label smoothing");
+        assert!(has(kind, &|a| a.bool("f32_loss")), "{kind} with an f32 loss of half logits");
+    }
+    for kind in [OpKind::Attention, OpKind::AttentionBackward] {
+        assert!(has(kind, &|a| a.bool("transpose_out")), "{kind} with out rows before heads");
     }
 }
 
@@ -278,34 +283,38 @@ fn random_steps_match_the_cpu_reference() {
 
 /// Fused attention on the emulated GPU, forward and backward (through `backward`), against
 /// the CPU reference: causal or not, T = S, T < S and T > S, 2 and 4 query heads per
-/// key/value head, E ≠ Ev, f16 and bf16, q read through a transposed view, and 270 keys
-/// with head dims of 260 and 258 (nine key tiles, five 64-column chunks of out, dq, dk, dv).
+/// key/value head, E ≠ Ev, f16 and bf16, q read through a transposed view, `out` rows
+/// before heads (`transpose_out`), and 270 keys with head dims of 260 and 258 (nine key
+/// tiles, five 64-column chunks of out, dq, dk, dv).
 #[test]
 fn attention_matches_the_cpu_reference() {
     if emulator().is_none() {
         return;
     }
-    // (dtype, B, H, Hkv, T, S, E, Ev, causal)
+    // (dtype, B, H, Hkv, T, S, E, Ev, causal, transpose_out)
     let cases = [
-        ("f32", 2, 4, 2, 5, 5, 8, 8, true),
-        ("f32", 1, 4, 1, 3, 7, 4, 6, true),
-        ("f32", 2, 2, 2, 7, 3, 4, 2, true),
-        ("f32", 1, 2, 1, 4, 4, 3, 5, false),
-        ("f16", 1, 2, 1, 6, 6, 8, 8, true),
-        ("bf16", 2, 2, 2, 5, 4, 4, 4, false),
-        ("f32", 1, 2, 1, 2, 270, 260, 258, false),
+        ("f32", 2, 4, 2, 5, 5, 8, 8, true, false),
+        ("f32", 1, 4, 1, 3, 7, 4, 6, true, false),
+        ("f32", 2, 2, 2, 7, 3, 4, 2, true, false),
+        ("f32", 1, 2, 1, 4, 4, 3, 5, false, false),
+        ("f16", 1, 2, 1, 6, 6, 8, 8, true, false),
+        ("bf16", 2, 2, 2, 5, 4, 4, 4, false, false),
+        ("f32", 1, 2, 1, 2, 270, 260, 258, false, false),
+        ("f32", 2, 4, 2, 5, 7, 8, 6, true, true),
+        ("bf16", 2, 3, 3, 6, 6, 4, 4, true, true),
     ];
-    for (seed, (dt, b, h, hkv, t, s, e, ev, causal)) in cases.into_iter().enumerate() {
+    for (seed, (dt, b, h, hkv, t, s, e, ev, causal, transpose_out)) in cases.into_iter().enumerate() {
         let scale = 1.0 / (e as f64).sqrt();
+        let out = if transpose_out { format!("{b},{t},{h},{ev}") } else { format!("{b},{h},{t},{ev}") };
         let text = format!(
             "step @attention(
   %q: {dt}[{b},{t},{h},{e}] param,
   %k: {dt}[{b},{hkv},{s},{e}] param,
   %v: {dt}[{b},{hkv},{s},{ev}] param,
-  %r: {dt}[{b},{h},{t},{ev}] input,
+  %r: {dt}[{out}] input,
 ) {{
   %qh = transpose(%q, perm=[0, 2, 1, 3])
-  %o, %lse = attention(%qh, %k, %v, causal={causal}, scale={scale:?})
+  %o, %lse = attention(%qh, %k, %v, causal={causal}, scale={scale:?}, transpose_out={transpose_out})
   %w = mul(%o, %r)
   %loss = sum(%w, axes=[0, 1, 2, 3])
   backward %loss with sgd(lr=0.5)
@@ -316,7 +325,7 @@ fn attention_matches_the_cpu_reference() {
         let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
         memplan::check(&graph, &plan).unwrap();
         let (launches, _) = emulated_matches_reference(&graph, &plan, 2, seed as u64)
-            .unwrap_or_else(|err| panic!("case {seed} ({dt}, causal {causal}): {err}\n{text}"));
+            .unwrap_or_else(|err| panic!("case {seed} ({dt}, causal {causal}, transpose_out {transpose_out}): {err}\n{text}"));
         for kernel in [ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV] {
             assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
         }

@@ -158,3 +158,62 @@ fn the_tiny_models_written_forward_only_train() {
     let losses = train("ir/models/resnet18_tiny.step", 8);
     assert!(losses[7] < 0.1 * losses[0], "resnet18_tiny must fit its batch: {losses:?}");
 }
+
+/// `cross_entropy(logits, y, f32_loss=true)` is `cross_entropy(cast(logits, to=f32), y)` with
+/// the cast fused. The loss is the same bit for bit (the f64 kernel reads the same values).
+/// The logits' gradient is rounded once to bf16, where the pair rounds it to f32 and the
+/// cast's gradient then to bf16: the same, except where the f32 value falls exactly halfway
+/// between two bf16 values (then the fused one is the nearer to the exact gradient; here 1
+/// element of 32768). And the plan of the training step holds no f32 copy of the logits.
+#[test]
+fn f32_loss_is_the_cast_and_the_loss_fused() {
+    let args = "%w: f32[16,512] param,\n  %x: f32[64,16] input,\n  %y: i64[64] input,";
+    let head = "%wb = cast(%w, to=bf16)\n  %xb = cast(%x, to=bf16)\n  %logits = matmul(%xb, %wb)";
+    let by_hand =
+        |body: &str, returns: &str| format!("step @s(\n  {args}\n) {{\n  {head}\n  {body}\n  return {returns}\n}}");
+    let fused = by_hand(
+        "%loss = cross_entropy(%logits, %y, label_smoothing=0.1, f32_loss=true)
+  %one = fill(shape=[], dtype=f32, value=1.0)
+  %dlogits = cross_entropy_backward(%one, %logits, %y, label_smoothing=0.1, f32_loss=true)",
+        "%loss, %dlogits",
+    );
+    let unfused = by_hand(
+        "%l32 = cast(%logits, to=f32)
+  %loss = cross_entropy(%l32, %y, label_smoothing=0.1)
+  %one = fill(shape=[], dtype=f32, value=1.0)
+  %d32 = cross_entropy_backward(%one, %l32, %y, label_smoothing=0.1)
+  %dlogits = cast(%d32, to=bf16)",
+        "%loss, %dlogits, %d32",
+    );
+    let run = |text: &str| {
+        let graph = parse(text).unwrap();
+        let plan = plan(&graph, &PlanOptions::default()).unwrap();
+        check(&graph, &plan).unwrap();
+        run_step(&graph, Placement::Planned(&plan), &init_args(&graph, 3)).unwrap().returns
+    };
+    let (a, b) = (run(&fused), run(&unfused));
+    assert_eq!(a["loss"].ty.to_string(), "f32[]");
+    assert_eq!(a["loss"], b["loss"]);
+    let (da, db, d32) = (a["dlogits"].to_f64(), b["dlogits"].to_f64(), b["d32"].to_f64());
+    let mut ties = 0;
+    for ((fused, pair), f32_value) in da.iter().zip(&db).zip(&d32) {
+        if fused != pair {
+            assert_eq!((*f32_value as f32).to_bits() & 0xffff, 0x8000, "{fused} and {pair} differ, not at a tie");
+            ties += 1;
+        }
+    }
+    assert!(ties * 1000 < da.len(), "{ties} of {} elements differ", da.len());
+
+    let step = |loss: &str| by_hand(loss, "%loss").replace("  return", "  backward %loss with adamw()\n  return");
+    let peak = |text: &str| {
+        let graph = memplan::expand(&parse(text).unwrap()).unwrap();
+        let plan = plan(&graph, &PlanOptions::default()).unwrap();
+        check(&graph, &plan).unwrap();
+        plan.lower_bound
+    };
+    let fused = peak(&step("%loss = cross_entropy(%logits, %y, label_smoothing=0.1, f32_loss=true)"));
+    let unfused = peak(&step("%l32 = cast(%logits, to=f32)\n  %loss = cross_entropy(%l32, %y, label_smoothing=0.1)"));
+    // The peak falls by more than the bf16 logits' bytes (64·512·2; measured: 112 KiB of the
+    // f32 copy's 128 KiB).
+    assert!(fused + 64 * 512 * 2 < unfused, "{fused} vs {unfused}");
+}

@@ -119,6 +119,11 @@ class StepWriter:
         self.ops.append(Op(list(zip(outs, types)), op, list(inputs), list(attrs), loc))
         return outs
 
+    def remove(self, op: Op):
+        """Removes `op` (which nothing reads) and frees its output names."""
+        self.ops.remove(op)
+        self._taken.difference_update(name for name, _ in op.outputs)
+
     def text(self) -> str:
         lines = [f"step @{clean_name(self.name)}(" if self.args else f"step @{clean_name(self.name)}() {{"]
         if self.args:

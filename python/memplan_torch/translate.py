@@ -18,7 +18,9 @@ or in eval mode) emit nothing.
 An ATen op without a handler (or in a form its handler cannot express, which it says by
 raising `ExportError` before writing anything) becomes an `extern` op: its name, output
 types, aliasing (from the op's schema) and FLOPs (from PyTorch's flop counter), so any
-model plans. Mixed dtypes are promoted as PyTorch does, with `cast`s.
+model plans. Mixed dtypes are promoted as PyTorch does, with `cast`s. An f32 loss of
+f16/bf16 logits (CUDA autocast's cross_entropy, or the model's own cast that nothing else
+reads) is one `cross_entropy(..., f32_loss=true)`: no f32 copy of the logits.
 
 Names: an op's output is named after the module that computes it (its `nn_module_stack`
 path): a module's result is the module path itself (`blocks.3.attn.q_proj`), other values
@@ -279,7 +281,8 @@ class Translator:
         return Value(name, fake, _shadow_after(op, inputs, dict(attrs), fake))
 
     def emit_multi(self, op: str, inputs: list[Value], fakes: list[torch.Tensor], roles: list[str], attrs=()) -> list[Value]:
-        names = [self.name_for(r, i == 0) for i, r in enumerate(roles)]
+        """One op with several outputs, helper values of the node (named path.role)."""
+        names = [self.name_for(r, False) for r in roles]
         types = [type_text(f.dtype, f.shape) for f in fakes]
         outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node))
         return [Value(n, f, _dense(f)) for n, f in zip(outs, fakes)]
@@ -718,22 +721,47 @@ def masked_fill(t, x, mask, value):
     return t.emit("masked_fill", [x, mask], [("value", float(value))])
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _fold_f32_cast(t, logits: Value) -> Value | None:
+    """The f16/bf16 value that `logits` (the node's first argument) is a cast to f32 of,
+    with that cast removed from the step, when nothing else reads the cast (the loss reads
+    it alone, nothing returns it): memplan's `cross_entropy(x, f32_loss=true)` reads the
+    half values as f32 itself, so the f32 copy, twice the logits' bytes, never exists."""
+    node = t.node.args[0]
+    if str(node.target) not in ("aten._to_copy.default", "aten.to.dtype") or len(node.users) != 1:
+        return None
+    source = t.env[node.args[0]]
+    if logits.fake.dtype != torch.float32 or not isinstance(source, Value) or source.fake.dtype not in _HALF:
+        return None
+    cast = next((op for op in t.w.ops if op.outputs[0][0] == logits.name), None)
+    if cast is None or cast.op != "cast" or cast.inputs != [source.name] or any(logits.name in op.inputs for op in t.w.ops):
+        return None
+    t.w.remove(cast)
+    return source
+
+
 def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
     if weight is not None or reduction != 1:
         raise ExportError("cross_entropy with class weights or reduction other than 'mean' is not supported")
     if logits.rank != 2:
         raise ExportError(f"cross_entropy of {logits.type} logits: only [N, C] is supported (flatten first)")
-    if t.amp and logits.fake.dtype in (torch.float16, torch.bfloat16):
-        # CUDA autocast runs cross_entropy's log_softmax and nll_loss in f32: the loss is f32.
-        logits = _cast_to(t, logits, torch.float32)
-        loss = t.fake_like([], torch.float32)
-    else:
-        loss = None
+    # An f32 loss of f16/bf16 logits, as one op: the logits are read as f32 inside it (exactly,
+    # every half value being an f32 value). Either the model casts them itself and nothing
+    # else reads the cast, or CUDA autocast does, inside cross_entropy (whose log_softmax and
+    # nll_loss it runs in f32): that cast is in no captured graph, so it is never written.
+    source = _fold_f32_cast(t, logits)
+    f32_loss = source is not None or (t.amp and logits.fake.dtype in _HALF)
+    logits = source or logits
     attrs = []
     if ignore_index != -100:
         attrs.append(("ignore_index", int(ignore_index)))
     if label_smoothing:
         attrs.append(("label_smoothing", float(label_smoothing)))
+    if f32_loss:
+        attrs.append(("f32_loss", True))
+    loss = t.fake_like([], torch.float32) if f32_loss else None
     return t.emit("cross_entropy", [logits, target], attrs, fake=loss, role="cross_entropy")
 
 
@@ -752,12 +780,18 @@ def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     if dropout_p:
         raise ExportError("scaled_dot_product_attention with dropout_p > 0 is not supported")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # PyTorch's flash attention writes out [..., T, H, Ev] and returns a transposed view of it,
+    # so the usual `y.transpose(1, 2).contiguous().view(B, T, C)` copies nothing: the same
+    # here with `transpose_out` (else the copy would be kept beside out until the backward).
     out = t.out_fake()
+    perm = list(range(q.rank))
+    perm[-3], perm[-2] = perm[-2], perm[-3]
+    rows_first = t.fake_like([out.shape[d] for d in perm], out.dtype)
     lse = t.fake_like(out.shape[:-1], torch.float32)
     attrs = [("causal", True)] if is_causal else []
-    attrs.append(("scale", scale))
-    result, _lse = t.emit_multi("attention", [q, k, v], [out, lse], ["attention", "attention.lse"], attrs)
-    return result
+    attrs += [("scale", scale), ("transpose_out", True)]
+    result, _lse = t.emit_multi("attention", [q, k, v], [rows_first, lse], ["attention", "attention.lse"], attrs)
+    return t.emit("transpose", [result], [("perm", perm)], fake=out)
 
 
 def to_dtype(t, x, dtype=None, *rest, **kwargs):

@@ -226,3 +226,76 @@ def test_dropout_takes_the_steps_seed_and_a_stream_per_site(memplan, tmp_path):
     step.write_text(text)
     assert memplan("check", step).stdout.startswith("ok: ")
     assert "dropout_backward(" in memplan("expand", step).stdout
+
+
+class HalfHead(nn.Module):
+    """A bf16 head whose logits the model casts to f32 for its loss itself (as training code
+    without autocast does); with `also`, something else reads the f32 logits too."""
+
+    def __init__(self, also=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = nn.Linear(8, 10).to(torch.bfloat16)
+        self.also = also
+
+    def forward(self, x, y):
+        logits = self.head(x.to(torch.bfloat16)).float()
+        loss = F.cross_entropy(logits, y)
+        return loss + logits.mean() if self.also else loss
+
+
+def half_head_inputs():
+    torch.manual_seed(2)
+    return torch.randn(4, 8), torch.randint(0, 10, (4,))
+
+
+def test_an_f32_cast_only_the_loss_reads_is_fused_into_it(memplan, tmp_path):
+    model = HalfHead()
+    text = memplan_torch.export_step(model, half_head_inputs())
+    [loss] = lines(text, "cross_entropy")
+    assert loss.startswith("  %loss: f32[] = cross_entropy(%head, %y, f32_loss=true)"), loss
+    assert not [line for line in lines(text, "cast") if "to=f32" in line], "no f32 copy of the logits"
+    step = tmp_path / "half_head.step"
+    step.write_text(text)
+    weights = tmp_path / "w.safetensors"
+    from memplan_torch import safetensors, step_arguments
+
+    safetensors.write_new(weights, step_arguments(model, half_head_inputs()))
+    done = memplan("run", step, "--weights", weights)
+    [value] = [float(line.split("loss")[1]) for line in done.stdout.splitlines() if line.startswith("step 1")]
+    # The bf16 logits are rounded once in memplan (after the bias add) and in PyTorch (whose
+    # addmm adds the bias before rounding): a few differ by a bf16 ulp (2^-8 relative), as
+    # in test_zoo's autocast comparison; the loss of the same logits is computed in f32.
+    assert value == pytest.approx(model(*half_head_inputs()).item(), rel=1e-4)
+
+    # Another reader of the f32 logits: the cast stays, and the loss reads it.
+    text = memplan_torch.export_step(HalfHead(also=True), half_head_inputs())
+    [cast] = [line for line in lines(text, "cast") if "to=f32" in line]
+    assert cast.startswith("  %cast.1: f32[4,10] = cast(%head, to=f32)"), cast
+    [loss] = lines(text, "cross_entropy")
+    assert "= cross_entropy(%cast.1, %y) loc(" in loss, loss
+    step.write_text(text)
+    assert memplan("check", step).stdout.startswith("ok: ")
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, 4, 4).transpose(1, 2) for z in self.qkv(x).split(16, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c)).mean()
+
+
+def test_attention_writes_rows_before_heads_so_merging_the_heads_copies_nothing(memplan, tmp_path):
+    text = memplan_torch.export_step(SelfAttention(), (torch.randn(2, 5, 16),))
+    [attention] = lines(text, "attention")
+    assert attention.startswith("  %attention: f32[2,5,4,4], %attention.lse: f32[2,4,5] = attention("), attention
+    assert "causal=true, scale=0.5, transpose_out=true)" in attention
+    assert not lines(text, "contiguous"), "PyTorch's flash layout: y.transpose(1, 2).contiguous() is a view"
+    step = tmp_path / "attention.step"
+    step.write_text(text)
+    assert memplan("check", step).stdout.startswith("ok: ")

@@ -394,7 +394,8 @@ fn flatten_rows(b: &mut Builder, owner: ValueId, v: ValueId) -> Result<ValueId, 
 /// activations, and no T×S value exists). dk and dv sum over the query heads that share a
 /// key/value head. `lse` takes no gradient (see [`outputs_without_gradient`]); the expansion
 /// refuses a loss that depends on it, and this rule refuses to be called with one. Outputs
-/// no input wants stay unused temporaries, as for the norms.
+/// no input wants stay unused temporaries, as for the norms. Under `transpose_out`, `dout`
+/// has `out`'s layout, rows before heads, which the backward op takes with the attribute.
 fn grad_attention(b: &mut Builder, call: &GradCall) -> Rule {
     let dout = call.dy()?;
     if call.dy.get(1).is_some_and(Option::is_some) {
@@ -579,7 +580,8 @@ fn grad_max_pool2d(b: &mut Builder, call: &GradCall) -> Rule {
 /// `loss = cross_entropy(logits, labels, ignore_index, label_smoothing)`: `dlogits =
 /// cross_entropy_backward(dloss, logits, labels, ignore_index, label_smoothing)` = dloss ·
 /// (softmax(logits) − (1 − ε)·onehot(labels) − ε/C) / (rows not ignored), 0 on ignored rows.
-/// Labels get no gradient.
+/// Labels get no gradient. Under `f32_loss` (half logits, an f32 loss) dloss is f32 and
+/// dlogits has the logits' type: the gradient the unfused cast's rule (a cast back) gives.
 fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (logits, labels) = (call.inputs[0], call.inputs[1]);

@@ -124,9 +124,13 @@ pub fn lower_op(
             let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
             gemm::matmul(x(0), x(1), ta, tb, y(0), options.conv_f32, scratch)
         }
-        Attention => attention([y(0), y(1)], [x(0), x(1), x(2)], attrs),
+        Attention => {
+            let out = heads_first(y(0), attrs);
+            attention([&out, y(1)], [x(0), x(1), x(2)], attrs)
+        }
         AttentionBackward => {
-            attention_backward([y(0), y(1), y(2)], [x(0), x(1), x(2), x(3), x(4), x(5)], attrs, scratch)
+            let (dout, out) = (heads_first(x(0), attrs), heads_first(x(4), attrs));
+            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], attrs, scratch)
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
@@ -314,6 +318,18 @@ fn lines(kernel: &'static str, out: &View, inputs: &[&View], axis: i64) -> Vec<C
     args.extend(inputs.iter().map(|v| t(v)));
     args.extend([int(count), int(n), int(inner)]);
     vec![launch(kernel, [line_blocks(count), 1, 1], [line_threads(n), 1, 1], args)]
+}
+
+/// An attention op's `out` or `dout` as `[..., H, T, Ev]`, the layout its kernels index:
+/// under `transpose_out` the value is `[..., T, H, Ev]`, and the view of it with those two
+/// axes swapped reads and writes the same bytes (the kernels go through the strides).
+fn heads_first(x: &View, attrs: &Attrs) -> View {
+    let rank = x.rank();
+    let mut perm: Vec<usize> = (0..rank).collect();
+    if attrs.bool("transpose_out") {
+        perm.swap(rank - 3, rank - 2);
+    }
+    x.permuted(&perm)
 }
 
 /// The sizes of an attention op, from its q, k and v.

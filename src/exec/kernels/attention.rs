@@ -1,7 +1,9 @@
 //! Fused attention, the reference: `attention` and `attention_backward`.
 //!
 //! Shapes (checked by the type rule): `q [..., H, T, E]`, `k [..., Hkv, S, E]`,
-//! `v [..., Hkv, S, Ev]`, `out [..., H, T, Ev]`, `lse [..., H, T]`. Query head `h` of a batch
+//! `v [..., Hkv, S, Ev]`, `out [..., H, T, Ev]` (`[..., T, H, Ev]` under `transpose_out`,
+//! and `dout` with it: the kernels work in the first layout and swap at the boundary),
+//! `lse [..., H, T]`. Query head `h` of a batch
 //! reads key/value head `h / (H / Hkv)` (grouped-query attention, PyTorch's
 //! `repeat_interleave`); with `causal`, query row `i` sees keys `j <= i` only (the top-left
 //! aligned lower triangle, also when T != S).
@@ -17,16 +19,29 @@
 use crate::exec::Dense;
 use crate::ir::ops::Attrs;
 
-/// The attributes both ops share: how scores are formed.
+/// The attributes both ops share: how scores are formed, and `out`'s layout.
 pub(super) struct ScoreAttrs {
     causal: bool,
     scale: f64,
+    transpose_out: bool,
 }
 
 impl ScoreAttrs {
     pub(super) fn read(attrs: &Attrs) -> ScoreAttrs {
-        ScoreAttrs { causal: attrs.bool("causal"), scale: attrs.float("scale") }
+        ScoreAttrs {
+            causal: attrs.bool("causal"),
+            scale: attrs.float("scale"),
+            transpose_out: attrs.bool("transpose_out"),
+        }
     }
+}
+
+/// `x` with its axes −3 and −2 swapped: `[..., H, T, Ev]` ↔ `[..., T, H, Ev]`.
+fn swap_heads_and_rows(x: &Dense) -> Dense {
+    let rank = x.shape.len();
+    let mut perm: Vec<i64> = (0..rank as i64).collect();
+    perm.swap(rank - 3, rank - 2);
+    super::shape::transpose(x, &perm)
 }
 
 /// The sizes of one call; `rows` query rows in all (B·H·T).
@@ -101,7 +116,7 @@ pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, attrs: &ScoreAttrs) -> 
             lse.data[r] = max + total.ln();
         }
     }
-    vec![out, lse]
+    vec![if attrs.transpose_out { swap_heads_and_rows(&out) } else { out }, lse]
 }
 
 /// `(dq, dk, dv)` of attention, FlashAttention-2's backward: per query row i, D = Σ dout·out,
@@ -118,6 +133,8 @@ pub(super) fn attention_backward(
     attrs: &ScoreAttrs,
 ) -> Vec<Dense> {
     let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let swapped = attrs.transpose_out.then(|| (swap_heads_and_rows(dout), swap_heads_and_rows(out)));
+    let (dout, out) = swapped.as_ref().map_or((dout, out), |(dout, out)| (dout, out));
     let mut dq = Dense::zeros(q.shape.clone());
     let mut dk = Dense::zeros(k.shape.clone());
     let mut dv = Dense::zeros(v.shape.clone());
@@ -281,6 +298,29 @@ mod tests {
             matches_naive(&[3, 4, 8], &[3, 4, 8], &[3, 4, 2], causal, 6);
             matches_naive(&[2, 3, 4], &[1, 1, 4], &[1, 1, 4], causal, 7);
         }
+    }
+
+    #[test]
+    fn transpose_out_lays_out_rows_before_heads() {
+        // The same numbers: out and dout [B, T, H, Ev] are the usual ones with the heads and
+        // the rows swapped; lse, dq, dk and dv do not change.
+        let plain = [("causal", Attr::Bool(true)), ("scale", Attr::Float(0.5))];
+        let swapped = [plain[0].clone(), plain[1].clone(), ("transpose_out", Attr::Bool(true))];
+        let (q, k, v) = (rand(&[2, 4, 3, 5], 11), rand(&[2, 2, 6, 5], 12), rand(&[2, 2, 6, 2], 13));
+        let swap = |x: &Dense| crate::exec::kernels::shape::transpose(x, &[0, 2, 1, 3]);
+        let forward = run(OpKind::Attention, &plain, &[q.clone(), k.clone(), v.clone()]);
+        let rows_first = run(OpKind::Attention, &swapped, &[q.clone(), k.clone(), v.clone()]);
+        assert_eq!(rows_first[0].shape, [2, 3, 4, 2]);
+        assert_eq!(rows_first[0], swap(&forward[0]));
+        assert_eq!(rows_first[1], forward[1]);
+        let dout = rand(&[2, 4, 3, 2], 14);
+        let backward = run(
+            OpKind::AttentionBackward,
+            &plain,
+            &[dout.clone(), q.clone(), k.clone(), v.clone(), forward[0].clone(), forward[1].clone()],
+        );
+        let inputs = [swap(&dout), q, k, v, rows_first[0].clone(), rows_first[1].clone()];
+        assert_eq!(run(OpKind::AttentionBackward, &swapped, &inputs), backward);
     }
 
     #[test]

@@ -39,7 +39,7 @@ mod shape;
 pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{Attrs, OpKind};
+use crate::ir::ops::{Attr, Attrs, OpKind};
 use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
@@ -195,7 +195,7 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
         .enumerate()
         .map(|(k, input)| {
             let dims = input.shape.iter().map(|&d| d as u64).collect::<Vec<_>>();
-            TensorType::new(input_dtype(def.input_name(k), dtype), dims)
+            TensorType::new(input_dtype(def.input_name(k), dtype, attrs), dims)
         })
         .collect();
     let refs: Vec<&TensorType> = types.iter().collect();
@@ -214,12 +214,17 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
     Ok(())
 }
 
-/// The dtype a dense input named `name` stands for, in a call whose output 0 is `dtype`.
-fn input_dtype(name: &str, dtype: DType) -> DType {
+/// The dtype a dense input named `name` stands for, in a call whose output 0 is `dtype`
+/// (for the shape check: under cross_entropy's `f32_loss` the logits stand for bf16, either
+/// half type giving the same shapes, and the f32 loss's gradient `dloss` for f32).
+fn input_dtype(name: &str, dtype: DType, attrs: &Attrs) -> DType {
+    let f32_loss = matches!(attrs.get("f32_loss"), Some(Attr::Bool(true)));
     match name {
         "ids" | "labels" | "seed" => DType::I64,
         "lse" => DType::F32,
         "cond" | "mask" => DType::Bool,
+        "logits" if f32_loss => DType::Bf16,
+        "dloss" if f32_loss => DType::F32,
         _ => dtype,
     }
 }
@@ -331,15 +336,15 @@ mod test_util {
         Attrs::for_op(kind, given).unwrap_or_else(|e| panic!("test attributes: {e}"))
     }
 
-    /// Runs `kind` on f32-typed inputs (i64 for ids, labels and seeds); output types come
-    /// from the op's type rule.
+    /// Runs `kind` on f32-typed inputs (i64 for ids, labels and seeds; bf16 logits under
+    /// cross_entropy's `f32_loss`); output types come from the op's type rule.
     pub fn try_run(kind: OpKind, given: &[(&str, Attr)], inputs: &[Dense]) -> Result<Vec<Dense>, ExecError> {
         let attrs = attrs(kind, given);
         let types: Vec<TensorType> = inputs
             .iter()
             .enumerate()
             .map(|(k, x)| {
-                let dtype = input_dtype(kind.def().input_name(k), DType::F32);
+                let dtype = input_dtype(kind.def().input_name(k), DType::F32, &attrs);
                 TensorType::new(dtype, x.shape.iter().map(|&d| d as u64).collect::<Vec<_>>())
             })
             .collect();

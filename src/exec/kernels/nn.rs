@@ -663,6 +663,32 @@ mod tests {
     }
 
     #[test]
+    fn f32_loss_takes_half_logits_and_computes_the_same() {
+        // f32_loss changes the types (bf16 logits, an f32 loss and dloss, a bf16 gradient),
+        // not the arithmetic: the kernels compute in f64 from the logits' values, which a
+        // bf16 tensor holds exactly; the executors round each result to its dtype.
+        use crate::exec::kernels::eval;
+        use crate::ir::types::{DType, TensorType};
+        let logits = t(&[3, 2], &[0.0, 1.5, 5.0, 5.0, 1.0, 2.0]);
+        let labels = t(&[3], &[0.0, -100.0, 1.0]);
+        let given = [("label_smoothing", Attr::Float(0.2)), ("f32_loss", Attr::Bool(true))];
+        let half = TensorType::new(DType::Bf16, vec![3, 2]);
+        let index = TensorType::new(DType::I64, vec![3]);
+        let scalar = TensorType::new(DType::F32, vec![]);
+        let forward = attrs(OpKind::CrossEntropy, &given);
+        let types = (OpKind::CrossEntropy.def().infer)(&[&half, &index], &forward).unwrap();
+        assert_eq!(types, std::slice::from_ref(&scalar));
+        let loss = eval(OpKind::CrossEntropy, &forward, &[logits.clone(), labels.clone()], &types).unwrap();
+        assert_eq!(loss, run(OpKind::CrossEntropy, &ce(-100, 0.2), &[logits.clone(), labels.clone()]));
+        let backward = attrs(OpKind::CrossEntropyBackward, &given);
+        let types = (OpKind::CrossEntropyBackward.def().infer)(&[&scalar, &half, &index], &backward).unwrap();
+        assert_eq!(types, [half]);
+        let dloss = t(&[], &[2.0]);
+        let d = eval(OpKind::CrossEntropyBackward, &backward, &[dloss.clone(), logits.clone(), labels.clone()], &types);
+        assert_eq!(d.unwrap(), run(OpKind::CrossEntropyBackward, &ce(-100, 0.2), &[dloss, logits, labels]));
+    }
+
+    #[test]
     fn labels_that_are_not_ignored_must_be_classes() {
         // -100 is fine while it is the ignore_index, out of range once it is not.
         let logits = t(&[2, 3], &[0.0; 6]);

@@ -263,8 +263,8 @@ pub(super) fn flops_matmul(inputs: &[&TensorType], outputs: &[&TensorType], attr
 /// `attention(q, k, v)`: `q [..., H, T, E]`, `k [..., Hkv, S, E]`, `v [..., Hkv, S, Ev]` of
 /// one float dtype and one rank >= 3 with equal leading (batch) dimensions, H a positive
 /// multiple of Hkv (grouped-query heads), `scale` positive and finite. Gives
-/// `out [..., H, T, Ev]` (q's dtype) and `lse f32[..., H, T]`. T, S, E, Ev and the batch
-/// dimensions may be 0.
+/// `out [..., H, T, Ev]` (q's dtype; `[..., T, H, Ev]` with `transpose_out`) and
+/// `lse f32[..., H, T]`. T, S, E, Ev and the batch dimensions may be 0.
 pub(super) fn infer_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
     let dtype = same_dtype(inputs)?;
@@ -297,7 +297,7 @@ pub(super) fn infer_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     }
     float_attr(attrs, "scale", |x| x > 0.0 && x.is_finite(), "a positive finite number")?;
     let mut out = batch.to_vec();
-    out.extend([h, t, ev]);
+    out.extend(if attrs.bool("transpose_out") { [t, h, ev] } else { [h, t, ev] });
     let mut lse = batch.to_vec();
     lse.extend([h, t]);
     done(vec![TensorType::new(dtype, out), TensorType::new(DType::F32, lse)])
@@ -814,8 +814,10 @@ pub(super) fn flops_max_pool2d_backward(inputs: &[&TensorType], _: &[&TensorType
 }
 
 /// Shared by cross_entropy and its backward: logits `[N,C]` float, labels `[N]` i32/i64,
-/// label_smoothing in [0, 1] (any ignore_index is allowed, as in PyTorch).
-pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType, attrs: &Attrs) -> Result<(), String> {
+/// label_smoothing in [0, 1] (any ignore_index is allowed, as in PyTorch); `f32_loss` only
+/// for f16/bf16 logits (f32 logits have an f32 loss already: one spelling per step). Returns
+/// the loss type: a scalar of the logits' dtype, or f32 under `f32_loss`.
+pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType, attrs: &Attrs) -> Result<TensorType, String> {
     float_input(logits, "logits")?;
     index_input(labels, "labels")?;
     float_attr(attrs, "label_smoothing", |e| (0.0..=1.0).contains(&e), "in [0, 1]")?;
@@ -825,18 +827,22 @@ pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType, attr
     if labels.dims() != [n] {
         return Err(format!("labels must be [{n}] for logits {logits}, found {labels}"));
     }
-    Ok(())
+    if !attrs.bool("f32_loss") {
+        return Ok(TensorType::new(logits.dtype, vec![]));
+    }
+    if !matches!(logits.dtype, DType::F16 | DType::Bf16) {
+        return Err(format!("f32_loss=true takes f16 or bf16 logits, found {logits} (its loss is f32 already)"));
+    }
+    Ok(TensorType::new(DType::F32, vec![]))
 }
 
 pub(super) fn infer_cross_entropy(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
-    check_cross_entropy(inputs[0], inputs[1], attrs)?;
-    done(vec![TensorType::new(inputs[0].dtype, vec![])])
+    done(vec![check_cross_entropy(inputs[0], inputs[1], attrs)?])
 }
 
 pub(super) fn infer_cross_entropy_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (dloss, logits) = (inputs[0], inputs[1]);
-    check_cross_entropy(logits, inputs[2], attrs)?;
-    let want = TensorType::new(logits.dtype, vec![]);
+    let want = check_cross_entropy(logits, inputs[2], attrs)?;
     if *dloss != want {
         return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));
     }

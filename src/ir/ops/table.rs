@@ -13,10 +13,13 @@ const RMS_EPS: AttrSpec = attr("eps", K::Float, Some(AttrDefault::Float(1e-6)));
 /// gelu's form: `true`, the tanh approximation (memplan's original gelu); `false`, the
 /// exact erf form (PyTorch's default).
 const APPROXIMATE: AttrSpec = attr("approximate", K::Bool, Some(AttrDefault::Bool(true)));
-/// PyTorch's defaults: rows labelled -100 are ignored, no label smoothing.
+/// PyTorch's defaults: rows labelled -100 are ignored, no label smoothing; the loss has the
+/// logits' dtype unless `f32_loss` (f16/bf16 logits read as f32, an f32 loss: CUDA
+/// autocast's cross_entropy with its cast of the logits fused in).
 const CROSS_ENTROPY: &[AttrSpec] = &[
     attr("ignore_index", K::Int, Some(AttrDefault::Int(-100))),
     attr("label_smoothing", K::Float, Some(AttrDefault::Float(0.0))),
+    attr("f32_loss", K::Bool, Some(AttrDefault::Bool(false))),
 ];
 const STRIDE_1: AttrSpec = attr("stride", K::Ints, Some(AttrDefault::Ints(&[1, 1])));
 const PADDING_0: AttrSpec = attr("padding", K::Ints, Some(AttrDefault::Ints(&[0, 0])));
@@ -39,8 +42,14 @@ const CONV_TRANSPOSE: &[AttrSpec] = &[
 ];
 const POOL: &[AttrSpec] =
     &[attr("kernel", K::Ints, None), attr("stride", K::Ints, None), PADDING_0];
-const ATTENTION: &[AttrSpec] =
-    &[attr("causal", K::Bool, Some(AttrDefault::Bool(false))), attr("scale", K::Float, None)];
+/// attention's arguments: the causal mask, the scores' scale, and `transpose_out`: `out` (and
+/// so `dout`) laid out `[..., T, H, Ev]`, rows before heads, as PyTorch's flash attention
+/// writes it.
+const ATTENTION: &[AttrSpec] = &[
+    attr("causal", K::Bool, Some(AttrDefault::Bool(false))),
+    attr("scale", K::Float, None),
+    attr("transpose_out", K::Bool, Some(AttrDefault::Bool(false))),
+];
 const ADAM: &[AttrSpec] = &[
     attr("lr", K::Float, Some(AttrDefault::Float(0.001))),
     attr("beta1", K::Float, Some(AttrDefault::Float(0.9))),
@@ -460,7 +469,7 @@ pub static OPS: &[OpDef] = &[
         flops: flops_attention,
         view_of: None,
         inplace: &[],
-        doc: "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head, and each row's logsumexp",
+        doc: "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head (rows first: transpose_out), and row logsumexps",
     },
     OpDef {
         kind: OpKind::AttentionBackward,
@@ -751,7 +760,7 @@ pub static OPS: &[OpDef] = &[
         flops: per_input::<4>,
         view_of: None,
         inplace: &[],
-        doc: "mean over rows not ignored of -log softmax(logits[n])[labels[n]], label smoothing optional",
+        doc: "mean over rows not ignored of -log softmax(logits[n])[labels[n]]; label smoothing, f32 loss of half logits optional",
     },
     OpDef {
         kind: OpKind::CrossEntropyBackward,

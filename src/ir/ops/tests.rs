@@ -98,10 +98,13 @@ fn signatures() {
     assert_eq!(OpKind::LayerNorm.def().signature(), "layer_norm(x, gamma, beta, eps=1e-5) -> y");
     assert_eq!(OpKind::CausalMask.def().signature(), "causal_mask(x, value=-inf) -> out");
     assert_eq!(OpKind::Add.def().signature(), "add(a, b) -> out");
-    assert_eq!(OpKind::Attention.def().signature(), "attention(q, k, v, causal=false, scale=<float>) -> (out, lse)");
+    assert_eq!(
+        OpKind::Attention.def().signature(),
+        "attention(q, k, v, causal=false, scale=<float>, transpose_out=false) -> (out, lse)"
+    );
     assert_eq!(
         OpKind::AttentionBackward.def().signature(),
-        "attention_backward(dout, q, k, v, out, lse, causal=false, scale=<float>) -> (dq, dk, dv)"
+        "attention_backward(dout, q, k, v, out, lse, causal=false, scale=<float>, transpose_out=false) -> (dq, dk, dv)"
     );
     assert_eq!(OpKind::Dropout.def().signature(), "dropout(x, seed, p=<float>, stream=<int>) -> y");
     assert_eq!(OpKind::DropoutBackward.def().signature(), "dropout_backward(dy, seed, p=<float>, stream=<int>) -> dx");
@@ -264,6 +267,10 @@ fn attention_heads_and_lengths() {
         err(a, &["f32[4,8,16]"; 3], &[("scale", float(bad))], "scale");
     }
     err(a, &["f32[4294967296,4294967296,1]", "f32[4294967296,1,1]", "f32[4294967296,1,1]"], &scale, "2^64");
+    // transpose_out: out [..., T, H, Ev], rows before heads; lse as before.
+    let rows_first = [("scale", float(0.125)), ("transpose_out", Attr::Bool(true))];
+    assert_eq!(ok(a, &gqa, &rows_first), ["bf16[2,5,8,32]", "f32[2,8,5]"]);
+    assert_eq!(ok(a, &["f16[4,3,2]", "f16[1,6,2]", "f16[1,6,5]"], &rows_first), ["f16[3,4,5]", "f32[4,3]"]);
 }
 
 #[test]
@@ -283,6 +290,11 @@ fn attention_backward_takes_the_forward_types() {
     err(b, &with(5, "f16[2,4,5]"), &scale, "lse must be f32[2,4,5]");
     err(b, &with(2, "f16[2,3,7,8]"), &scale, "heads and length");
     err(b, &ins, &[("scale", float(0.0))], "scale");
+    // transpose_out: dout and out rows before heads.
+    let rows_first = [("scale", float(0.5)), ("transpose_out", Attr::Bool(true))];
+    let swapped = ["f16[2,5,4,3]", q_k_v[0], q_k_v[1], q_k_v[2], "f16[2,5,4,3]", "f32[2,4,5]"];
+    assert_eq!(ok(b, &swapped, &rows_first), q_k_v);
+    err(b, &ins, &rows_first, "dout must be f16[2,5,4,3]");
 }
 
 #[test]
@@ -611,7 +623,21 @@ fn cross_entropy() {
         err(kind, inputs, &options(-100, -0.1), "label_smoothing=-0.1");
         err(kind, inputs, &options(-100, f64::NAN), "label_smoothing=NaN");
     }
-    assert_eq!(c.def().signature(), "cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0) -> loss");
+    // f32_loss: half logits, an f32 loss and dloss, a gradient of the logits' type.
+    let f32_loss = [("f32_loss", Attr::Bool(true))];
+    assert_eq!(ok(c, &["bf16[4,3]", "i64[4]"], &f32_loss), ["f32[]"]);
+    assert_eq!(ok(c, &["f16[4,3]", "i32[4]"], &f32_loss), ["f32[]"]);
+    assert_eq!(ok(b, &["f32[]", "bf16[4,3]", "i64[4]"], &f32_loss), ["bf16[4,3]"]);
+    err(b, &["bf16[]", "bf16[4,3]", "i64[4]"], &f32_loss, "dloss must be f32[] for logits bf16[4,3], found bf16[]");
+    err(b, &["f32[]", "bf16[4,3]", "i64[4]"], &[], "dloss must be bf16[]");
+    for kind in [c, b] {
+        let inputs: &[&str] = if kind == c { &["f32[4,3]", "i64[4]"] } else { &["f32[]", "f32[4,3]", "i64[4]"] };
+        err(kind, inputs, &f32_loss, "f32_loss=true takes f16 or bf16 logits, found f32[4,3]");
+    }
+    assert_eq!(
+        c.def().signature(),
+        "cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, f32_loss=false) -> loss"
+    );
 }
 
 #[test]

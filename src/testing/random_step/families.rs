@@ -176,8 +176,9 @@ impl Gen {
     }
 
     /// `attention(q, k, v)` over heads: grouped-query heads (H a multiple of Hkv) and
-    /// causal masks sometimes, T ≠ S and E ≠ Ev sometimes, the backward op right away
-    /// sometimes. q, k and v come from [`heads`](Self::heads).
+    /// causal masks sometimes, T ≠ S and E ≠ Ev sometimes, `out` rows before heads
+    /// (`transpose_out`) sometimes, the backward op right away sometimes. q, k and v come
+    /// from [`heads`](Self::heads).
     pub(super) fn fused_attention(&mut self) {
         let dtype = self.float_dtype();
         let batch: Vec<u64> = match self.below(3) {
@@ -195,7 +196,9 @@ impl Gen {
         let Some(v) = self.heads(dtype, &batch, kv_heads, s, ev) else { return };
         let causal = self.chance(0.5);
         let scale = if self.chance(0.7) { 1.0 / (e as f64).sqrt() } else { self.choose(&[0.1, 1.0, 2.0]) };
-        let given = [("causal", Attr::Bool(causal)), ("scale", Attr::Float(scale))];
+        let transpose_out = self.chance(0.5);
+        let given =
+            [("causal", Attr::Bool(causal)), ("scale", Attr::Float(scale)), ("transpose_out", Attr::Bool(transpose_out))];
         if self.emit_recorded(OpKind::Attention, &[q, k, v], &given).is_some() && self.chance(0.3) {
             self.backward_of(self.records.len() - 1);
         }

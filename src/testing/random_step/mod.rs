@@ -46,7 +46,7 @@
 //! sqrt, rsqrt and pow_scalar (on values where they are finite), causal_mask in attention
 //! blocks (batched matmuls with `transpose_b`), fused attention (q, k, v new inputs or
 //! projections split into heads by a reshape and a transposing view; causal or not,
-//! grouped-query heads, T ≠ S, E ≠ Ev) and its backward op, matmul with transposes and
+//! grouped-query heads, T ≠ S, E ≠ Ev, `out` rows before heads or not) and its backward op, matmul with transposes and
 //! batch dims, sum/mean with random axes (negative spellings) and keepdim, reshape of dense values,
 //! transpose, expand, contiguous (and reshape of a transposed or expanded value only
 //! through contiguous), casts among f32/f16/bf16 (and to i32/i64/bool and back), fill,
@@ -57,7 +57,7 @@
 //! input's, and to sizes that do not, up and down) and their backward ops, where and
 //! masked_fill with bool masks that broadcast (new `input`s: fair coins), cross_entropy
 //! with i32 or i64 labels (sometimes an ignore_index that is a class, sometimes label
-//! smoothing) and bce_with_logits, and their backward ops, and the optimizers sgd,
+//! smoothing; of f16/bf16 logits, sometimes an f32 loss) and bce_with_logits, and their backward ops, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`
 //! incremented by `add_scalar` and updated), dropout (p from 0 to 0.9, each site its own
 //! stream, all reading one `i64[]` seed input) and its backward, plus hand-written updates

@@ -52,6 +52,10 @@ impl Gen {
         if self.chance(0.3) {
             given.push(("label_smoothing", Attr::Float(self.choose(&[0.1, 0.5, 1.0]))));
         }
+        // Half logits: sometimes CUDA autocast's loss, f32 (its backward's dloss too).
+        if matches!(self.ty(logits).dtype, DType::F16 | DType::Bf16) && self.chance(0.5) {
+            given.push(("f32_loss", Attr::Bool(true)));
+        }
         let Some(loss) = self.emit_recorded(OpKind::CrossEntropy, &[logits, labels], &given) else { return };
         self.labels.entry((n, c)).or_insert(labels);
         self.losses.push(loss);
