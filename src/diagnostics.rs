@@ -52,6 +52,9 @@ impl Diagnostic for WithSource<'_> {
     fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
         self.inner.help()
     }
+    fn severity(&self) -> Option<miette::Severity> {
+        self.inner.severity()
+    }
     fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
         self.inner.labels()
     }

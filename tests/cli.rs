@@ -223,3 +223,130 @@ fn a_step_with_extern_ops_plans_but_does_not_run() {
         assert!(!stderr.contains("backward"), "{stderr}");
     }
 }
+
+/// A write that fails midway (here: a file-size limit, as a full disk would) leaves nothing
+/// behind: no truncated output, no temporary file; `plan --emit` leaves the directory as it
+/// was, a user's own `.report.txt.tmp` included.
+#[test]
+fn a_failed_write_leaves_nothing_behind() {
+    let dir = bin::scratch_dir("cli", "write-errors");
+    let d = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let refused = |out: &std::process::Output, name: &str| {
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(&format!("cannot write {}", d(name))), "{stderr}");
+    };
+    std::fs::write(dir.join("list.csv"), "id,lower,upper,size\na,0,2,4\nb,1,3,4\n").unwrap();
+    std::fs::write(dir.join("g.json"), r#"{"nodes": [{"id": 0, "cost_ram": 1}, {"id": 1, "cost_ram": 1}], "links": [{"source": 0, "target": 1}]}"#).unwrap();
+    let before = file_names(&dir);
+    refused(&memplan_with_file_limit(0, &["run", "ir/models/mlp.step", "--save", &d("w.safetensors")]), "w.safetensors");
+    refused(&memplan_with_file_limit(0, &["alloc", &d("list.csv"), "-o", &d("out.csv")]), "out.csv");
+    refused(&memplan_with_file_limit(0, &["schedule", &d("g.json"), "-o", &d("order.json")]), "order.json");
+    assert_eq!(file_names(&dir), before, "no output and no temporary file left");
+
+    // --emit: report.txt fits under the limit, plan.json does not; neither is replaced.
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::write(out_dir.join("report.txt"), "an earlier run's report").unwrap();
+    std::fs::write(out_dir.join(".report.txt.tmp"), "a user's own file").unwrap();
+    let out = memplan_with_file_limit(10, &["plan", "ir/models/mlp.step", "--emit", "text,json", "-o", &d("out")]);
+    refused(&out, "out/plan.json");
+    assert_eq!(file_names(&out_dir), [".report.txt.tmp", "report.txt"]);
+    assert_eq!(std::fs::read_to_string(out_dir.join("report.txt")).unwrap(), "an earlier run's report");
+    assert_eq!(std::fs::read_to_string(out_dir.join(".report.txt.tmp")).unwrap(), "a user's own file");
+    // Without the limit the same command replaces our files and still leaves the user's.
+    let out = memplan(&["plan", "ir/models/mlp.step", "--emit", "text,json", "-o", &d("out")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(file_names(&out_dir), [".report.txt.tmp", "plan.json", "report.txt"]);
+    assert_eq!(std::fs::read_to_string(out_dir.join(".report.txt.tmp")).unwrap(), "a user's own file");
+
+    // A path whose parent is a file: refused, nothing created.
+    let out = memplan(&["alloc", &d("list.csv"), "-o", &d("list.csv/out.csv")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(file_names(&dir), ["g.json", "list.csv", "out"]);
+}
+
+/// `run --save` onto an existing file is refused before the first step runs.
+#[test]
+fn run_refuses_an_existing_save_file_before_running() {
+    let dir = bin::scratch_dir("cli", "save-exists");
+    let path = dir.join("w.safetensors");
+    std::fs::write(&path, "keep").unwrap();
+    let out = memplan(&["run", "ir/models/mlp.step", "--steps", "3", "--save", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("exists; memplan never overwrites a file"), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "", "no step ran");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "keep");
+    // A new file is written once the steps have run.
+    let new = dir.join("new.safetensors");
+    let out = memplan(&["run", "ir/models/mlp.step", "--save", new.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(memplan::formats::safetensors::from_bytes(&std::fs::read(&new).unwrap()).unwrap().contains_key("w1"));
+    assert_eq!(file_names(&dir), ["new.safetensors", "w.safetensors"]);
+}
+
+/// A fraction budget takes both spellings in `plan` (`0.8x`, `0.8`) as in `remat`.
+#[test]
+fn a_fraction_budget_takes_both_spellings() {
+    let with_x = memplan(&["plan", "ir/models/gpt2_tiny.step", "--budget", "0.8x", "--format", "json"]);
+    assert!(with_x.status.success(), "{}", text(&with_x.stderr));
+    let bare = memplan(&["plan", "ir/models/gpt2_tiny.step", "--budget", "0.8", "--format", "json"]);
+    assert!(bare.status.success(), "{}", text(&bare.stderr));
+    assert_eq!(text(&bare.stdout), text(&with_x.stdout));
+    let json: serde_json::Value = serde_json::from_slice(&bare.stdout).unwrap();
+    assert!(json["remat"]["count"].as_u64().unwrap() > 0, "0.8 is a fraction, not 0 bytes");
+    let out = memplan(&["plan", "ir/models/gpt2_tiny.step", "--budget", "0.8B"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("a number of bytes must be whole"), "{}", text(&out.stderr));
+}
+
+/// The report says when the optimizer's updates run, and which flag plans
+/// `loss.backward(); opt.step()`; the JSON has the same counts.
+#[test]
+fn the_report_says_when_updates_run() {
+    let out = memplan(&["plan", "ir/models/mlp_adam.step"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("optimizer    3 of 4 updates run inside backward"), "{stdout}");
+    assert!(stdout.contains("`--schedule program` gives the arena of\n             `loss.backward(); opt.step()`"), "{stdout}");
+    let out = memplan(&["plan", "ir/models/mlp_adam.step", "--schedule", "program", "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["updates"], serde_json::json!({"optimizer_ops": 4, "inside_backward": 0, "inside_backward_as_written": 0}));
+    let out = memplan(&["plan", "ir/models/mlp_adam.step", "--schedule", "program"]);
+    assert!(text(&out.stdout).contains("optimizer    all 4 updates run after backward, as `loss.backward(); opt.step()` runs them"));
+    // A step without an optimizer says nothing of one.
+    let out = memplan(&["plan", "ir/features/attention.step", "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["updates"].is_null());
+}
+
+/// A step that plans but most likely not as meant warns on stderr and exits 0: a param the
+/// loss never reaches (it silently gets no gradient), a step that returns and updates
+/// nothing (every op is dead).
+#[test]
+fn suspicious_steps_warn_and_still_plan() {
+    let dir = bin::scratch_dir("cli", "warnings");
+    let untrained = dir.join("untrained.step");
+    std::fs::write(
+        &untrained,
+        "step @s(\n  %w: f32[4,4] param,\n  %unused: f32[4] param,\n  %x: f32[2,4] input,\n) {\n  %h = matmul(%x, %w)\n  %loss = sum(%h, axes=[0, 1])\n  backward %loss with sgd(lr=0.1)\n}\n",
+    )
+    .unwrap();
+    let dead = dir.join("dead.step");
+    std::fs::write(&dead, "step @dead(%x: f32[2] input) {\n  %y = relu(%x)\n}\n").unwrap();
+    for command in ["check", "plan"] {
+        let out = memplan(&[command, untrained.to_str().unwrap()]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("⚠ param %unused does not reach the loss %loss: it gets no gradient and no optimizer update"), "{stderr}");
+        assert!(stderr.contains("untrained.step:3:3"), "located at the declaration: {stderr}");
+        let out = memplan(&[command, dead.to_str().unwrap()]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("⚠ step @dead returns nothing, updates nothing and has no `backward`"), "{stderr}");
+    }
+    // No model warns.
+    for file in ["ir/models/mlp.step", "ir/models/gpt2_tiny.step", "ir/torch/gpt2_small.step"] {
+        let out = memplan(&["check", file]);
+        assert!(out.status.success() && out.stderr.is_empty(), "{file}: {}", text(&out.stderr));
+    }
+}

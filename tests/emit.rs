@@ -118,9 +118,20 @@ fn check_trace(file: &str, s: &Subject, trace: &str) {
             assert!(pair[0].1 <= pair[1].0, "{file}: events overlap on pid {pid} tid {tid}: {pair:?}");
         }
     }
-    let counters: Vec<u64> = phase(events, "C").map(|e| e["args"]["bytes"].as_u64().unwrap()).collect();
+    let counters: Vec<u64> =
+        phase(events, "C").filter(|e| e["name"] == "live bytes").map(|e| e["args"]["bytes"].as_u64().unwrap()).collect();
     assert_eq!(counters.len(), s.plan.schedule.len() + 1, "{file}: a counter per step and one at the end");
     assert_eq!(counters.iter().max().copied(), Some(s.plan.lower_bound), "{file}: the counter peaks at the lower bound");
+    // The stacked counter by class: every class at every step, adding up to the total.
+    let by_class: Vec<&serde_json::Value> = phase(events, "C").filter(|e| e["name"] == "live bytes by class").collect();
+    assert_eq!(by_class.len(), counters.len(), "{file}: a counter by class per step and one at the end");
+    for (t, (e, &total)) in by_class.iter().zip(&counters).enumerate() {
+        assert_eq!(e["ts"], t);
+        let args = e["args"].as_object().unwrap();
+        let names: Vec<&str> = args.keys().map(String::as_str).collect();
+        assert_eq!(names, ["activation", "grad", "input", "param", "state", "temp"], "{file}");
+        assert_eq!(args.values().map(|b| b.as_u64().unwrap()).sum::<u64>(), total, "{file}: step {t}");
+    }
     assert_eq!(phase(events, "i").filter(|e| e["name"] == "peak").count(), 1);
     let names: Vec<&str> = phase(events, "M").map(|e| e["name"].as_str().unwrap()).collect();
     assert!(names.contains(&"process_name") && names.contains(&"thread_name"));

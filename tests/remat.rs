@@ -277,7 +277,7 @@ fn budgets_on_the_tiny_models() {
                     eprintln!("{file} {fraction}x: arena {} overhead {:.3}%", plan.arena_bytes, remat.overhead_percent());
                     met.push(fraction);
                 }
-                Err(PlanError::BudgetUnmet { budget: b, smallest, strategy }) => {
+                Err(PlanError::BudgetUnmet { budget: b, smallest, strategy, .. }) => {
                     assert_eq!((b, strategy.as_str()), (budget, "drop-and-recompute"));
                     assert!(smallest > budget && smallest <= plain.arena_bytes, "{file} {fraction}x: smallest {smallest}");
                     eprintln!("{file} {fraction}x: unmet, smallest {smallest} ({:.3}x)", smallest as f64 / plain.arena_bytes as f64);
@@ -307,7 +307,7 @@ fn strategy_none_meets_only_budgets_at_or_above_the_arena() {
     // One byte less: infeasible, and the error names the smallest budget that works.
     let err = plan_step(&graph, &with(Budget::Bytes(plain.arena_bytes - 1))).unwrap_err();
     match &err {
-        PlanError::BudgetUnmet { budget, smallest, strategy } => {
+        PlanError::BudgetUnmet { budget, smallest, strategy, .. } => {
             assert_eq!((*budget, *smallest, strategy.as_str()), (plain.arena_bytes - 1, plain.arena_bytes, "none"))
         }
         other => panic!("{other:?}"),
@@ -563,7 +563,7 @@ fn cli_budget_flags() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains(&format!("--budget {}", plain.arena_bytes)), "{}", text(&out.stderr));
     // Bad spellings: exit 1 with a hint.
-    for (bad, needle) in [("12XB", "unknown unit `XB`"), ("0x", "positive finite"), ("1.5", "must be whole")] {
+    for (bad, needle) in [("12XB", "unknown unit `XB`"), ("0x", "positive finite"), ("1.5B", "must be whole")] {
         let out = memplan(&["plan", "ir/models/mlp.step", "--budget", bad]);
         assert_eq!(out.status.code(), Some(1), "{bad}");
         let stderr = text(&out.stderr);
@@ -650,4 +650,28 @@ fn random_steps_recomputing_everything() {
     }
     assert!(recomputes >= 100, "only {recomputes} recomputes over 80 seeds");
     eprintln!("{recomputes} recomputes over 80 seeds");
+}
+
+/// A budget below what every plan holds at once (params, optimizer state and the largest
+/// gradient an update reads) says what that floor is made of, not that another strategy
+/// may go lower; a budget above the floor that is still unmet says the latter.
+#[test]
+fn a_budget_below_the_floor_says_what_the_floor_is() {
+    let graph = load("ir/models/mlp.step");
+    let floor = memplan::passes::remat::Floor::of(&graph, 256).unwrap();
+    assert_eq!(floor, memplan::passes::remat::Floor { params: 814336, state: 0, gradient: Some(("%dw1".into(), 802816)) });
+    assert_eq!(floor.bytes(), 1617152);
+    let out = memplan(&["plan", "ir/models/mlp.step", "--budget", "1617151"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(stderr.contains("no plan fits in less than 1617152 bytes: the params (814336 bytes), the optimizer state (0 bytes) and %dw1 (802816 bytes), the largest gradient an update reads"), "{stderr}");
+    assert!(!stderr.contains("another --checkpoint"), "{stderr}");
+    let out = memplan(&["plan", "ir/models/mlp.step", "--budget", "1617152"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(stderr.contains("another --checkpoint strategy may go lower") && !stderr.contains("no plan fits"), "{stderr}");
+    // Adam's moments count as optimizer state.
+    let adam = memplan::expand(&load("ir/models/mlp_adam.step")).unwrap();
+    let floor = memplan::passes::remat::Floor::of(&adam, 256).unwrap();
+    assert_eq!((floor.params, floor.state), (814336, 2 * 814336 + 256));
 }

@@ -171,6 +171,12 @@ fn the_output_file_is_never_overwritten() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("exists; memplan never overwrites a file"), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+    // A write that fails midway (a file-size limit) leaves no truncated file behind.
+    let new = dir.join("new.json").display().to_string();
+    let out = memplan_with_file_limit(0, &["remat", &file, "--budget", "0.9", "-o", &new]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains(&format!("cannot write {new}")), "{}", text(&out.stderr));
+    assert_eq!(file_names(&dir), ["chain.json", "out.json"]);
 }
 
 #[test]
@@ -192,4 +198,20 @@ fn malformed_files_and_budgets_are_located_errors() {
     let out = memplan(&["remat", &dir.join("missing.json").display().to_string(), "--budget", "0.9"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot read"), "{}", text(&out.stderr));
+}
+
+/// `--budget 0.75x` (as `plan --budget` writes a fraction) is `--budget 0.75`.
+#[test]
+fn a_budget_takes_plans_spelling_too() {
+    let dir = scratch("spelling");
+    let file = write(&dir, "chain.json", &training_graph(4));
+    let budget_line = |budget: &str| {
+        let out = memplan(&["remat", &file, "--budget", budget]);
+        assert!(out.status.success(), "--budget {budget}: {}", text(&out.stderr));
+        text(&out.stdout).lines().find(|l| l.trim_start().starts_with("budget")).unwrap().to_string()
+    };
+    assert_eq!(budget_line("0.75x"), budget_line("0.75"));
+    let out = memplan(&["remat", &file, "--budget", "12GiB"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("remat budgets are fractions of the topological peak: 0.8 or 0.8x"), "{}", text(&out.stderr));
 }

@@ -212,3 +212,130 @@ fn progress_stays_off_stderr_when_it_is_not_a_terminal() {
     assert_eq!(ok(&out).lines().filter(|l| l.starts_with("step ")).count(), 3);
     assert_eq!(text(&out.stderr), "", "no progress bar in a pipe");
 }
+
+/// Classes follow what values are: under a budget, what recomputations write and the
+/// checkpoints they read are activations (a diff against the plan without the budget moves
+/// bytes out of activations, not into temps); Adam's `%step.new` is state at the peak, as
+/// its buffer is; mlp's buffer of `%o`, `%logits` and then `%dlogits` is an activation's.
+#[test]
+fn classes_follow_what_values_are() {
+    let dir = scratch("classes");
+    ok(&memplan(&["plan", "ir/models/gpt2_tiny.step", "--budget", "0.7x", "--emit", "json", "-o", dir.to_str().unwrap()]));
+    let json_path = dir.join("plan.json");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let recomputed: Vec<&serde_json::Value> =
+        json["buffers"].as_array().unwrap().iter().filter(|b| b["values"].to_string().contains(".remat")).collect();
+    assert!(!recomputed.is_empty());
+    for b in recomputed {
+        assert_eq!(b["class"], "activation", "{b}");
+    }
+    let diff = ok(&memplan(&["diff", "ir/models/gpt2_tiny.step", json_path.to_str().unwrap()]));
+    let temp = diff.lines().find(|l| l.trim_start().starts_with("temp at peak")).unwrap();
+    assert!(temp.ends_with("+0 B"), "{temp}");
+
+    let plan = |file: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(&memplan(&["plan", file, "--format", "json"]))).unwrap()
+    };
+    let adam = plan("ir/models/mlp_adam.step");
+    let live = adam["peak"]["live"].as_array().unwrap();
+    assert_eq!(live.iter().find(|v| v["value"] == "%step.new").unwrap()["class"], "state");
+    let buffer_of = |json: &serde_json::Value, value: &str| {
+        json["buffers"].as_array().unwrap().iter().find(|b| b["values"].to_string().contains(value)).unwrap().clone()
+    };
+    assert_eq!(buffer_of(&adam, "%step.new:")["class"], "state");
+    assert_eq!(buffer_of(&plan("ir/models/mlp.step"), "%logits:")["class"], "activation");
+}
+
+/// `diff` plans each side with the shared pass flags and its own (`--a-...`, `--b-...`):
+/// one step against itself under a budget, or in program order; a side's own flags on a
+/// plan JSON are refused; `plan` given a plan JSON points to `report` and `diff`.
+#[test]
+fn diff_takes_flags_per_side() {
+    let dir = scratch("sides");
+    let dir_str = dir.to_str().unwrap();
+    let diff = ok(&memplan(&["diff", "ir/models/gpt2_tiny.step", "ir/models/gpt2_tiny.step", "--b-budget", "0.7x", "--top", "2"]));
+    assert!(diff.contains("B  ir/models/gpt2_tiny.step (@gpt2_tiny) with --b-budget 0.7x: 293 ops"), "{diff}");
+    let arena = diff.lines().find(|l| l.trim_start().starts_with("arena")).unwrap();
+    assert!(arena.contains("3291392 B") && arena.contains("2283776 B"), "{arena}");
+    // The same as a diff against the plan JSON made with that budget.
+    ok(&memplan(&["plan", "ir/models/gpt2_tiny.step", "--budget", "0.7x", "--emit", "json", "-o", dir_str]));
+    let json = dir.join("plan.json");
+    let via_json = ok(&memplan(&["diff", "ir/models/gpt2_tiny.step", json.to_str().unwrap(), "--top", "2"]));
+    let body = |s: &str| s.split_once("\n\n").unwrap().1.to_string();
+    assert_eq!(body(&diff), body(&via_json));
+    // --a-schedule program: the arena of `loss.backward(); opt.step()` beside the default.
+    let diff = ok(&memplan(&["diff", "ir/models/mlp_adam.step", "ir/models/mlp_adam.step", "--a-schedule", "program"]));
+    assert!(diff.contains("A  ir/models/mlp_adam.step (@mlp_adam) with --a-schedule program"), "{diff}");
+    assert!(diff.lines().any(|l| l.trim_start().starts_with("arena") && l.ends_with("-11520 B (-0.33%)")), "{diff}");
+    // Shared flags still apply to both sides; a side's own flag replaces one.
+    let out = memplan(&["diff", "ir/models/mlp.step", "ir/models/mlp.step", "--budget", "0.5x", "--b-budget", "1x"]);
+    assert_eq!(out.status.code(), Some(2), "A cannot fit half its arena: {}", text(&out.stderr));
+    let out = memplan(&["diff", json.to_str().unwrap(), "ir/models/gpt2_tiny.step", "--a-budget", "0.5x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("is a plan JSON, read as it was planned: --a-budget 0.5x plans a .step file"), "{}", text(&out.stderr));
+    let out = memplan(&["diff", "ir/models/mlp.step", "ir/models/mlp.step", "--b-checkpoint", "none"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--b-checkpoint chooses what to recompute under a budget"), "{}", text(&out.stderr));
+
+    let out = memplan(&["plan", json.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("is a plan JSON") && stderr.contains(&format!("`memplan report {}`", json.display())), "{stderr}");
+    assert!(stderr.contains("`memplan diff "), "{stderr}");
+}
+
+/// `report --format json` and `diff --format json`: the same answer as the text (every group
+/// and value, no `--top`), the same bytes on every run; snapshots pin the schema.
+#[test]
+fn report_and_diff_write_json() {
+    let json_of = |args: &[&str]| -> serde_json::Value {
+        let first = ok(&memplan(args));
+        assert_eq!(first, ok(&memplan(args)), "deterministic: {args:?}");
+        serde_json::from_str(&first).unwrap_or_else(|e| panic!("{args:?}: {e}\n{first}"))
+    };
+    let report = json_of(&["report", "ir/models/gpt2_tiny.step", "--by", "loc", "--format", "json", "--top", "3"]);
+    assert_eq!((report["kind"].as_str(), report["schema_version"].as_u64()), (Some("live set"), Some(1)));
+    let text = ok(&memplan(&["report", "ir/models/gpt2_tiny.step", "--by", "loc"]));
+    let values = report["values"].as_array().unwrap();
+    assert!(text.contains(&format!("values live: {} holding {} B", values.len(), report["values_bytes"])), "{text}");
+    assert!(values.len() > 3, "the JSON lists every value, not --top");
+    let groups = report["groups"].as_array().unwrap();
+    let total: u64 = groups.iter().map(|g| g["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(Some(total), report["values_bytes"].as_u64());
+    for g in groups {
+        let by_class: u64 = g["by_class"].as_object().unwrap().values().map(|b| b.as_u64().unwrap()).sum();
+        assert_eq!(Some(by_class), g["bytes"].as_u64(), "{g}");
+    }
+    assert_eq!(report["live_bytes"], report["lower_bound"], "the peak");
+
+    let diff = json_of(&["diff", "ir/models/gpt2_tiny.step", "ir/models/gpt2_tiny.step", "--b-budget", "0.7x", "--format", "json"]);
+    let text = ok(&memplan(&["diff", "ir/models/gpt2_tiny.step", "ir/models/gpt2_tiny.step", "--b-budget", "0.7x"]));
+    let moved = diff["moved"].as_array().unwrap().len();
+    assert!(text.contains(&format!("values whose lifetime changed most ({moved} changed")), "{text}");
+    let only_b = diff["only_b"].as_array().unwrap().len();
+    assert!(text.contains(&format!("only in B: {only_b} values")), "{text}");
+    assert_eq!(diff["b"]["name"], "ir/models/gpt2_tiny.step (@gpt2_tiny) with --b-budget 0.7x");
+    assert_eq!((diff["a"]["arena_bytes"].as_u64(), diff["b"]["arena_bytes"].as_u64()), (Some(3291392), Some(2283776)));
+
+    insta::assert_snapshot!("mlp_peak_by_class_json", ok(&memplan(&["report", "ir/models/mlp.step", "--format", "json"])));
+    insta::assert_snapshot!("diff_mlp_mlp_adam_json", ok(&memplan(&["diff", "ir/models/mlp.step", "ir/models/mlp_adam.step", "--format", "json"])));
+}
+
+/// Every pass `--print-ir-after` takes is named where users read about it: `plan --help`,
+/// docs/CLI.md and docs/REPORTS.md.
+#[test]
+fn print_ir_after_docs_name_every_pass() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let help = ok(&memplan(&["plan", "--help"]));
+    let help_line = help.lines().skip_while(|l| !l.contains("--print-ir-after <PASS>")).nth(1).unwrap_or_default().to_string();
+    let docs = |file: &str| std::fs::read_to_string(root.join(file)).unwrap();
+    let cli_md = docs("docs/CLI.md");
+    let cli_line = cli_md.lines().skip_while(|l| !l.contains("`--print-ir-after PASS`")).take(2).collect::<Vec<_>>().join(" ");
+    let reports_md = docs("docs/REPORTS.md");
+    let reports_line = reports_md.lines().skip_while(|l| !l.contains("prints the step after the named pass")).take(2).collect::<Vec<_>>().join(" ");
+    for pass in memplan::passes::Pass::ALL {
+        assert!(help_line.contains(pass.name()), "plan --help omits {pass}: {help_line}");
+        assert!(cli_line.contains(&format!("`{pass}`")), "docs/CLI.md omits {pass}: {cli_line}");
+        assert!(reports_line.contains(&format!("`{pass}`")), "docs/REPORTS.md omits {pass}: {reports_line}");
+    }
+}

@@ -23,6 +23,7 @@
 
 pub mod builder;
 pub(crate) mod rules;
+pub mod warnings;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +36,7 @@ use crate::ir::verify::{VerifyErrors, verify};
 use crate::ir::ops::{Attr, OpKind};
 use crate::ir::types::{DType, TensorType};
 pub use builder::{Builder, GradCall, GradFn, Grads};
+pub use warnings::{StepWarning, warnings};
 
 /// Why a step cannot be expanded.
 #[derive(Debug, Error, Diagnostic, PartialEq)]
@@ -152,15 +154,7 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
             origin[out] = from;
         }
     }
-    let mut to_loss = IndexVec::from_elem(false, graph.values.len());
-    to_loss[backward.loss] = true;
-    for op in graph.ops.iter().rev() {
-        if op.outputs.iter().any(|&v| to_loss[v]) {
-            for &input in op.inputs.iter().filter(|&&i| float(i)) {
-                to_loss[input] = true;
-            }
-        }
-    }
+    let to_loss = reaches_loss(graph, backward.loss);
     let needs: IndexVec<ValueId, bool> = graph.values.indices().map(|v| origin[v].is_some() && to_loss[v]).collect();
     let params: Vec<ValueId> = graph.args.iter().copied().filter(|&a| needs[a] && origin[a] == Some(a)).collect();
     if params.is_empty() {
@@ -216,6 +210,22 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
         }
     }
     Ok(Needs { needs, params, count })
+}
+
+/// Which values the loss depends on through float values (integer and bool values carry no
+/// gradient): a float param outside this set gets no gradient.
+fn reaches_loss(graph: &Graph, loss: ValueId) -> IndexVec<ValueId, bool> {
+    let float = |v: ValueId| graph.values[v].ty.dtype.is_float();
+    let mut to_loss = IndexVec::from_elem(false, graph.values.len());
+    to_loss[loss] = true;
+    for op in graph.ops.iter().rev() {
+        if op.outputs.iter().any(|&v| to_loss[v]) {
+            for &input in op.inputs.iter().filter(|&&i| float(i)) {
+                to_loss[input] = true;
+            }
+        }
+    }
+    to_loss
 }
 
 /// The gradient of each param, in argument order.

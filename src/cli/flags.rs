@@ -29,8 +29,8 @@ pub struct PassFlags {
     /// Nodes the exact offset search may visit (auto, exact); within it the plan is the same on every machine.
     #[arg(long = "search-nodes", value_name = "N", default_value_t = memplan::passes::DEFAULT_SEARCH_NODES)]
     search_nodes: u64,
-    /// Fit the arena in this budget by recomputing forward values: bytes (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x).
-    #[arg(long, value_name = "SIZE|FRACTIONx")]
+    /// Fit the arena in this budget by recomputing forward values: bytes (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x, or 0.8).
+    #[arg(long, value_name = "SIZE|FRACTION")]
     budget: Option<String>,
     /// How to choose what to recompute under --budget (`none` recomputes nothing; an unknown name lists the strategies).
     #[arg(long, value_name = "STRATEGY")]
@@ -38,22 +38,51 @@ pub struct PassFlags {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum ScheduleArg {
+pub enum ScheduleArg {
     /// Program order: the ops as the step lists them.
     Program,
     /// A topological order chosen to lower the peak of live bytes.
     Memory,
 }
 
+/// One side's own pass flags in `memplan diff` (`--a-budget`, `--b-schedule`, ...): each
+/// one given replaces the shared flag for that side. `prefix` spells them (`--a-`).
+#[derive(Clone, Default)]
+pub struct SideFlags {
+    pub prefix: &'static str,
+    pub budget: Option<String>,
+    pub checkpoint: Option<String>,
+    pub schedule: Option<ScheduleArg>,
+}
+
+impl SideFlags {
+    /// The flags given, as the command line spelled them (`--b-budget 0.7x`).
+    pub fn given(&self) -> Vec<String> {
+        let schedule = self.schedule.map(|s| s.to_possible_value().expect("no skipped values").get_name().to_string());
+        [("budget", &self.budget), ("checkpoint", &self.checkpoint), ("schedule", &schedule)]
+            .into_iter()
+            .filter_map(|(flag, value)| value.as_ref().map(|v| format!("{}{flag} {v}", self.prefix)))
+            .collect()
+    }
+}
+
 impl PassFlags {
     /// The plan options these flags ask for, with offsets aligned to `alignment`.
     pub fn options(&self, alignment: u64) -> Result<PlanOptions, Failure> {
-        let schedule = match self.schedule {
+        self.options_for(alignment, &SideFlags::default())
+    }
+
+    /// [`PassFlags::options`] with one side's own flags in place of the shared ones.
+    pub fn options_for(&self, alignment: u64, side: &SideFlags) -> Result<PlanOptions, Failure> {
+        let schedule = match side.schedule.unwrap_or(self.schedule) {
             ScheduleArg::Program => ScheduleKind::Program,
             ScheduleArg::Memory => ScheduleKind::Memory,
         };
-        let (budget, checkpoint) =
-            budget_flags(self.budget.as_deref(), self.checkpoint.as_deref()).map_err(Failure::bad_input)?;
+        let (budget_flag, checkpoint_flag) = (format!("{}budget", side.prefix), format!("{}checkpoint", side.prefix));
+        let budget = side.budget.as_deref().map(|b| (budget_flag.as_str(), b)).or(self.budget.as_deref().map(|b| ("--budget", b)));
+        let checkpoint = (side.checkpoint.as_deref().map(|c| (checkpoint_flag.as_str(), c)))
+            .or(self.checkpoint.as_deref().map(|c| ("--checkpoint", c)));
+        let (budget, checkpoint) = budget_flags(budget, checkpoint).map_err(Failure::bad_input)?;
         let defaults = PlanOptions::default();
         let checkpoint = checkpoint.unwrap_or(defaults.checkpoint);
         Ok(PlanOptions {
@@ -70,23 +99,30 @@ impl PassFlags {
     }
 }
 
-/// The `--budget` and `--checkpoint` flags as the command line gives them; `Err` is the
-/// message to print after `error: ` (what is wrong, and a hint).
-fn budget_flags(budget: Option<&str>, checkpoint: Option<&str>) -> Result<(Option<Budget>, Option<Strategy>), String> {
-    let budget =
-        budget.map(|text| text.parse::<Budget>().map_err(|e| format!("--budget {e}\n  hint: {}", e.hint()))).transpose()?;
-    let checkpoint = checkpoint
-        .map(|name| {
+/// The budget and checkpoint flags as the command line gives them, each with the flag it
+/// came from (`--budget`, `--a-budget`, ...); `Err` is the message to print after `error: `
+/// (what is wrong, and a hint).
+fn budget_flags(
+    budget: Option<(&str, &str)>,
+    checkpoint: Option<(&str, &str)>,
+) -> Result<(Option<Budget>, Option<Strategy>), String> {
+    let budget = budget
+        .map(|(flag, text)| text.parse::<Budget>().map_err(|e| format!("{flag} {e}\n  hint: {}", e.hint())))
+        .transpose()?;
+    let strategy = checkpoint
+        .map(|(flag, name)| {
             Strategy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
-                format!("--checkpoint: unknown strategy `{name}`\n  hint: one of {}", names.join(", "))
+                format!("{flag}: unknown strategy `{name}`\n  hint: one of {}", names.join(", "))
             })
         })
         .transpose()?;
-    if checkpoint.is_some() && budget.is_none() {
-        return Err("--checkpoint chooses what to recompute under a budget, but no --budget was given\n  hint: add --budget, e.g. --budget 0.8x".to_string());
+    if let (Some((flag, _)), None) = (checkpoint, budget) {
+        return Err(format!(
+            "{flag} chooses what to recompute under a budget, but no budget was given\n  hint: add --budget, e.g. --budget 0.8x"
+        ));
     }
-    Ok((budget, checkpoint))
+    Ok((budget, strategy))
 }
 
 /// The offset solvers, as the command line names them.
@@ -126,12 +162,20 @@ mod tests {
 
     #[test]
     fn budget_flags_say_what_is_wrong() {
+        let budget = |text| Some(("--budget", text));
+        let checkpoint = |name| Some(("--checkpoint", name));
         assert_eq!(budget_flags(None, None), Ok((None, None)));
-        assert_eq!(budget_flags(Some("1KiB"), Some("none")), Ok((Some(Budget::Bytes(1024)), Some(Strategy::None))));
-        let bad = budget_flags(Some("12XB"), None).unwrap_err();
+        assert_eq!(budget_flags(budget("1KiB"), checkpoint("none")), Ok((Some(Budget::Bytes(1024)), Some(Strategy::None))));
+        let bad = budget_flags(budget("12XB"), None).unwrap_err();
         assert!(bad.starts_with("--budget `12XB`: unknown unit `XB`") && bad.contains("hint:"), "{bad}");
-        let bad = budget_flags(Some("1x"), Some("magic")).unwrap_err();
+        let bad = budget_flags(budget("1x"), checkpoint("magic")).unwrap_err();
         assert!(bad.contains("unknown strategy `magic`") && bad.contains("none"), "{bad}");
-        assert!(budget_flags(None, Some("none")).unwrap_err().contains("no --budget"));
+        // Both spellings of a fraction, as `remat --budget` takes them.
+        assert_eq!(budget_flags(budget("0.8"), None), Ok((Some(Budget::Fraction(0.8)), None)));
+        assert_eq!(budget_flags(budget("0.8x"), None), Ok((Some(Budget::Fraction(0.8)), None)));
+        assert!(budget_flags(None, checkpoint("none")).unwrap_err().contains("no budget was given"));
+        // A side's flag is named as given.
+        let bad = budget_flags(Some(("--b-budget", "lots")), None).unwrap_err();
+        assert!(bad.starts_with("--b-budget `lots`"), "{bad}");
     }
 }

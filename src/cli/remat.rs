@@ -26,8 +26,8 @@ use super::{Exit, Failure, out};
 pub struct Args {
     /// The graph (.json, as in ../shared/bench/checkmate).
     file: PathBuf,
-    /// The budget, as a fraction of the peak of the graph's plain topological order.
-    #[arg(long, value_name = "FRACTION")]
+    /// The budget, as a fraction of the peak of the graph's plain topological order (0.8, or 0.8x as `plan --budget` writes it).
+    #[arg(long, value_name = "FRACTION", value_parser = parse_fraction)]
     budget: f64,
     /// How to choose what to recompute.
     #[arg(long, value_enum, default_value_t = StrategyArg::Auto, value_name = "STRATEGY")]
@@ -67,6 +67,15 @@ impl StrategyArg {
     }
 }
 
+/// A fraction as `--budget` takes it: a number, with or without the `x` of `plan --budget
+/// 0.8x` (whether it is above 0 is checked with the graph's name at hand).
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let number = text.trim().strip_suffix('x').unwrap_or(text.trim());
+    number.trim().parse().map_err(|_| {
+        format!("`{text}` is not a fraction; remat budgets are fractions of the topological peak: 0.8 or 0.8x")
+    })
+}
+
 /// The smallest fraction, rounded up to 4 decimals, whose budget is at least `bytes`.
 fn fraction_for(bytes: u64, peak: u64) -> String {
     let mut f = (bytes as f64 / peak as f64 * 1e4).ceil() / 1e4;
@@ -100,7 +109,7 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
     let internal = |e: RematError| Failure::error(Exit::Bug, format_args!("internal error (a memplan bug; please report it): {e}"));
     if !(fraction.is_finite() && fraction > 0.0) {
         return Err(Failure::bad_input(format_args!(
-            "--budget {fraction}: expected a fraction of the topological peak, a number above 0 (e.g. 0.8)"
+            "--budget {fraction}: expected a fraction of the topological peak, a number above 0 (e.g. 0.8 or 0.8x)"
         )));
     }
     if let Some(out) = &output {
@@ -172,6 +181,14 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fractions_take_both_spellings() {
+        assert_eq!(parse_fraction("0.8"), Ok(0.8));
+        assert_eq!(parse_fraction("0.7x"), Ok(0.7));
+        assert_eq!(parse_fraction("1"), Ok(1.0));
+        assert!(parse_fraction("12GiB").unwrap_err().contains("0.8 or 0.8x"));
+    }
 
     #[test]
     fn strategies_have_their_library_names() {

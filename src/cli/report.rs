@@ -18,7 +18,7 @@ pub struct Args {
     /// The step to look at: `peak` or a schedule position.
     #[arg(long, default_value = "peak", value_parser = parse_at, value_name = "peak|STEP")]
     at: At,
-    /// How many groups and values to list.
+    /// How many groups and values to list (text; the JSON lists all).
     #[arg(long, default_value_t = 20, value_name = "N")]
     top: usize,
     /// How to group the live values.
@@ -30,8 +30,18 @@ pub struct Args {
     /// Offset alignment in bytes for a .step file (a power of two).
     #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
     alignment: u64,
+    /// Output format: text, or JSON with every group and value (docs/REPORTS.md).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     #[command(flatten)]
     passes: PassFlags,
+}
+
+/// `memplan report --format` and `memplan diff --format`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
 }
 
 /// `memplan report --by`.
@@ -56,7 +66,7 @@ fn parse_at(s: &str) -> Result<At, String> {
     }
 }
 
-pub fn run(Args { file, at, top, by, depth, alignment, passes }: Args) -> Result<(), Failure> {
+pub fn run(Args { file, at, top, by, depth, alignment, format, passes }: Args) -> Result<(), Failure> {
     if depth.is_some() && !matches!(by, ByArg::Module) {
         return Err(Failure::bad_input("--depth cuts module paths: use it with --by module"));
     }
@@ -69,6 +79,9 @@ pub fn run(Args { file, at, top, by, depth, alignment, passes }: Args) -> Result
         ByArg::Module => GroupBy::Module { depth: depth.map(|d| d as usize) },
         ByArg::Dtype => GroupBy::Dtype,
     };
-    out!("{}", live::render(&set, &name, by, top));
+    match format {
+        Format::Text => out!("{}", live::render(&set, &name, by, top)),
+        Format::Json => out!("{}", live::render_json(&set, &name, &subject.source, by)),
+    }
     Ok(())
 }

@@ -15,7 +15,7 @@ use memplan::plan::{DEFAULT_ALIGNMENT, Plan};
 use memplan::progress::Progress;
 
 use super::bar::Bar;
-use super::files::{read_bytes, write_new};
+use super::files::{read_bytes, refuse_existing, write_new};
 use super::flags::PassFlags;
 use super::step::Source;
 use super::{Exit, Failure, outln};
@@ -67,6 +67,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     if compare_unplanned && device == Device::Cuda {
         return Err(Failure::bad_input("--compare-unplanned runs on the CPU; with --device cuda use --check"));
+    }
+    // The output is refused before any step runs, not after the last.
+    if let Some(path) = &save {
+        refuse_existing(path)?;
     }
     let source = Source::read(&file)?;
     let original = source.graph()?;

@@ -35,11 +35,24 @@ impl Source {
         Failure { message: diagnostics::render(diagnostic, &self.file, &self.text, color), exit }
     }
 
-    /// Parses, verifies, expands and verifies the expanded step. An expanded step that does
-    /// not verify is a memplan bug.
+    /// Parses, verifies, expands and verifies the expanded step, printing the step's
+    /// warnings (`autodiff::warnings`) on stderr. An expanded step that does not verify is a
+    /// memplan bug. A plan JSON is refused with a pointer to the commands that read one.
     pub fn graph(&self) -> Result<Graph, Failure> {
+        if is_plan_json(Path::new(&self.file), &self.text) {
+            return Err(Failure::bad_input(format_args!(
+                "{} is a plan JSON (what `memplan plan --emit json` writes), not a .step file\n  hint: `memplan report {0}` shows \
+                 what is live at its peak, `memplan diff {0} OTHER` compares it with another plan; plan the .step file it \
+                 came from to plan again",
+                self.file
+            )));
+        }
         let graph = memplan::parse(&self.text).map_err(|e| self.failure(&e, Exit::BadInput))?;
         memplan::verify(&graph).map_err(|e| self.failure(&e, Exit::BadInput))?;
+        let color = std::io::stderr().is_terminal();
+        for warning in memplan::autodiff::warnings(&graph) {
+            eprint!("{}", diagnostics::render(&warning, &self.file, &self.text, color));
+        }
         let expanded = memplan::expand(&graph).map_err(|e| self.failure(&e, Exit::BadInput))?;
         memplan::verify(&expanded).map_err(|e| Failure::bug("the expanded step does not verify", self.failure(&e, Exit::Bug).message))?;
         Ok(expanded)
@@ -79,11 +92,17 @@ fn load_exit(error: &LoadError) -> Exit {
     if matches!(error, LoadError::Check { .. }) { Exit::Bug } else { Exit::BadInput }
 }
 
+/// Whether the file at `path` with `text` is a plan JSON rather than a .step file: a
+/// `.json` name, or text that opens a JSON object (a step starts with `step`).
+pub fn is_plan_json(path: &Path, text: &str) -> bool {
+    path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{')
+}
+
 /// A plan to report on, from a .step file (planned with `options`) or a plan JSON (read
 /// back and checked), and the name it goes by in reports.
 pub fn load_subject(path: &Path, options: &PlanOptions) -> Result<(String, Subject), Failure> {
     let source = Source::read(path)?;
-    if path.extension().is_some_and(|e| e == "json") || source.text.trim_start().starts_with('{') {
+    if is_plan_json(path, &source.text) {
         let subject = plan_json::load(&source.text).map_err(|e| Failure::error(load_exit(&e), format_args!("{}: {e}", source.file)))?;
         let name = format!("{} (@{}, planned from {})", source.file, subject.graph.name, subject.source);
         return Ok((name, subject));

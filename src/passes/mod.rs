@@ -192,10 +192,17 @@ pub enum PlanError {
 
     /// No plan memplan found fits the budget, even recomputing what the strategy would:
     /// `smallest` is the smallest arena it reached (without recomputation, if nothing
-    /// helped), so a budget of `smallest` bytes is known to work.
+    /// helped), so a budget of `smallest` bytes is known to work. `advice` says so, and
+    /// either what the step's floor is made of (a budget below [`remat::Floor`]: no
+    /// strategy can meet it) or that another strategy may go lower.
     #[error("the step does not fit in {budget} bytes: the smallest arena memplan reached is {smallest} bytes (strategy {strategy})")]
-    #[diagnostic(help("a budget of at least {smallest} bytes works (`--budget {smallest}`); another --checkpoint strategy may go lower"))]
-    BudgetUnmet { budget: u64, smallest: u64, strategy: String },
+    BudgetUnmet {
+        budget: u64,
+        smallest: u64,
+        strategy: String,
+        #[help]
+        advice: String,
+    },
 
     /// A budget given as a fraction of the arena is not a positive finite number.
     #[error("bad budget: {0}")]

@@ -11,20 +11,22 @@
 //! holds a buffer that an op handed over in place; see [`live_at`]), with the value's own
 //! bytes. Groups and values are listed largest first, ties in name order, so the text is
 //! deterministic. The headline also gives the aligned bytes of the live buffers, which at
-//! the peak equal the lower bound.
+//! the peak equal the lower bound. [`render_json`] gives the same as JSON (every group and
+//! value; docs/REPORTS.md has the schema).
 
 use std::fmt::Write;
 
 use indexmap::{IndexMap, IndexSet};
+use serde::Serialize;
 use thiserror::Error;
 
-use crate::analysis::classes::{Class, classify};
+use crate::analysis::classes::Class;
 use crate::analysis::liveness::lifetimes;
 use crate::bytes::{format_bytes, format_short};
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::{Graph, ValueDef};
 use crate::ir::types::DType;
-use crate::report::{Subject, live_at, live_bytes, peak_position};
+use crate::report::{Subject, live_at, live_bytes, peak_position, value_classes};
 
 /// Which step to look at.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -107,7 +109,7 @@ pub fn live_set(subject: &Subject, at: At) -> Result<LiveSet, LiveError> {
         At::Step(step) if step < steps => step,
         At::Step(step) => return Err(LiveError::StepOutOfRange { step, steps }),
     };
-    let classes = classify(graph);
+    let classes = value_classes(graph, plan);
     let life = lifetimes(graph, &plan.schedule);
     let modules = modules(graph);
     let values = live_at(graph, plan, &life, step)
@@ -294,6 +296,123 @@ pub fn render(set: &LiveSet, name: &str, by: GroupBy, top: usize) -> String {
         let _ = writeln!(w, "... and {more} more {}, {}", if more == 1 { "value" } else { "values" }, format_bytes(rest));
     }
     out
+}
+
+/// Version of `memplan report --format json` (docs/REPORTS.md); bumped on incompatible
+/// changes.
+pub const LIVE_JSON_VERSION: u32 = 1;
+
+/// `memplan report --format json`: the live set, every group and every value (no `--top`),
+/// in the text's orders; pretty-printed, ending in a newline. `name` says where the plan
+/// came from, `source` is the file the step was read from.
+pub fn render_json(set: &LiveSet, name: &str, source: &str, by: GroupBy) -> String {
+    let (by_name, depth) = match by {
+        GroupBy::Class => ("class", None),
+        GroupBy::Op => ("op", None),
+        GroupBy::Loc => ("loc", None),
+        GroupBy::Module { depth } => ("module", depth),
+        GroupBy::Dtype => ("dtype", None),
+    };
+    let document = LiveJson {
+        kind: "live set",
+        schema_version: LIVE_JSON_VERSION,
+        name,
+        source,
+        step: set.step,
+        steps: set.steps,
+        is_peak: set.is_peak,
+        op: &set.op,
+        loc: set.loc.as_deref(),
+        live_bytes: set.buffer_bytes,
+        live_buffers: set.buffers,
+        lower_bound: set.lower_bound,
+        arena_bytes: set.arena_bytes,
+        values_bytes: set.values.iter().map(|v| v.bytes).fold(0, u64::saturating_add),
+        by: by_name,
+        depth,
+        groups: groups(set, by)
+            .into_iter()
+            .map(|g| GroupJson { key: g.key, values: g.values, bytes: g.bytes, by_class: ClassesJson::from(g.by_class) })
+            .collect(),
+        values: set
+            .values
+            .iter()
+            .map(|v| ValueJson {
+                value: &v.value,
+                ty: &v.ty,
+                dtype: v.dtype.to_string(),
+                class: v.class,
+                bytes: v.bytes,
+                op: &v.op,
+                loc: v.loc.as_deref(),
+                module: v.module.as_deref(),
+            })
+            .collect(),
+    };
+    let mut out = serde_json::to_string_pretty(&document).expect("a live set always serialises");
+    out.push('\n');
+    out
+}
+
+/// The document [`render_json`] writes (docs/REPORTS.md lists the fields).
+#[derive(Serialize)]
+struct LiveJson<'a> {
+    kind: &'static str,
+    schema_version: u32,
+    name: &'a str,
+    source: &'a str,
+    step: usize,
+    steps: usize,
+    is_peak: bool,
+    op: &'a str,
+    loc: Option<&'a str>,
+    live_bytes: u64,
+    live_buffers: usize,
+    lower_bound: u64,
+    arena_bytes: u64,
+    values_bytes: u64,
+    by: &'static str,
+    depth: Option<usize>,
+    groups: Vec<GroupJson>,
+    values: Vec<ValueJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct GroupJson {
+    key: String,
+    values: usize,
+    bytes: u64,
+    by_class: ClassesJson,
+}
+
+/// Bytes of each class, as an object with the classes in `Class::ALL` order.
+#[derive(Serialize)]
+pub(crate) struct ClassesJson {
+    param: u64,
+    input: u64,
+    state: u64,
+    grad: u64,
+    activation: u64,
+    temp: u64,
+}
+
+impl From<[u64; 6]> for ClassesJson {
+    fn from([param, input, state, grad, activation, temp]: [u64; 6]) -> ClassesJson {
+        ClassesJson { param, input, state, grad, activation, temp }
+    }
+}
+
+#[derive(Serialize)]
+struct ValueJson<'a> {
+    value: &'a str,
+    #[serde(rename = "type")]
+    ty: &'a str,
+    dtype: String,
+    class: Class,
+    bytes: u64,
+    op: &'a str,
+    loc: Option<&'a str>,
+    module: Option<&'a str>,
 }
 
 /// Each group's (module's or dtype's) bytes by class (params, grads, activations,

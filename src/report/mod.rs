@@ -18,12 +18,13 @@ pub mod trace;
 
 use serde::Serialize;
 
-use crate::analysis::classes::{Class, classify};
+use crate::analysis::classes::{Class, classify_recomputing};
 use crate::analysis::liveness::{Lifetimes, lifetimes};
 use indexmap::IndexMap;
 
-use crate::index::{BufferId, ValueId};
+use crate::index::{BufferId, IndexVec, OpId, ValueId};
 use crate::ir::graph::Graph;
+use crate::ir::ops::OpClass;
 use crate::plan::{Plan, Savings, align_up};
 use locs::Locs;
 
@@ -61,6 +62,8 @@ pub struct Report {
     pub savings: Savings,
     /// Recomputation under a budget (schema 3); `None` without a budget.
     pub remat: Option<RematReport>,
+    /// When the optimizer's updates run; `None` for a step without optimizer ops.
+    pub updates: Option<UpdateTiming>,
     pub peak: Peak,
     /// Bytes per class, in `Class::ALL` order.
     pub classes: Vec<ClassBytes>,
@@ -91,6 +94,21 @@ pub struct RematReport {
     pub extra_flops: u64,
     /// The extra FLOPs in % of one step.
     pub overhead_percent: f64,
+}
+
+/// When a step's optimizer updates run relative to its backward pass (the last op that
+/// computes a gradient): a memory-aware schedule runs each update as soon as its gradient
+/// is ready, inside backward, so gradients need not all be live at once; PyTorch's
+/// `loss.backward(); opt.step()` runs every update after backward.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+pub struct UpdateTiming {
+    /// Optimizer ops in the step.
+    pub optimizer_ops: usize,
+    /// How many of them the schedule runs before the last gradient is computed.
+    pub inside_backward: usize,
+    /// How many of them the step as written (program order) runs before it: when none,
+    /// `--schedule program` plans `loss.backward(); opt.step()`.
+    pub inside_backward_as_written: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -139,8 +157,7 @@ pub struct BufferRow {
     pub bytes: u64,
     pub first: usize,
     pub last: usize,
-    /// The class of the value that holds the buffer for the most steps; a param's or
-    /// state's buffer is theirs.
+    /// The class the buffer was allocated for ([`buffer_class`]).
     pub class: Class,
     /// The values it holds, in write order, each `%name: type`.
     pub values: Vec<String>,
@@ -149,7 +166,7 @@ pub struct BufferRow {
 impl Report {
     /// Computes the report of `plan`, a plan of the verified `graph`.
     pub fn new(graph: &Graph, plan: &Plan) -> Report {
-        let classes = classify(graph);
+        let classes = value_classes(graph, plan);
         let life = lifetimes(graph, &plan.schedule);
         let peak_position = peak_position(plan);
         let live = peak_position.map(|t| live_at(graph, plan, &life, t)).unwrap_or_default();
@@ -169,23 +186,7 @@ impl Report {
                 })
                 .collect(),
         };
-        // A buffer's class is that of the value holding it for the most steps (the first
-        // such), so a buffer an activation is written into in place is an activation's;
-        // but a param's or state's buffer stays theirs (their memory across steps, whatever
-        // computes the update).
-        let buffer_class = |b: &crate::plan::Buffer| {
-            if let Some(&first) = b.values.first()
-                && matches!(classes[first], Class::Param | Class::State)
-            {
-                return classes[first];
-            }
-            let held = |i: usize| {
-                let until = b.values.get(i + 1).map_or(b.last.saturating_add(1), |&next| life.def[next]);
-                until.saturating_sub(life.def[b.values[i]])
-            };
-            let longest = (0..b.values.len()).rev().max_by_key(|&i| held(i));
-            longest.map_or(Class::Temp, |i| classes[b.values[i]])
-        };
+        let buffer_class = |b: &crate::plan::Buffer| buffer_class(b, &classes);
         let class_bytes = Class::ALL
             .iter()
             .map(|&class| ClassBytes {
@@ -238,6 +239,7 @@ impl Report {
                 extra_flops: r.flops.saturating_sub(r.base_flops),
                 overhead_percent: r.overhead_percent(),
             }),
+            updates: update_timing(graph, &classes, &life),
             peak,
             classes: class_bytes,
             buffers,
@@ -245,6 +247,43 @@ impl Report {
             value_names: graph.values.iter().map(|v| v.name.clone()).collect(),
         }
     }
+}
+
+/// When the optimizer ops of `graph` run, in its schedule (`life.position`) and as written.
+fn update_timing(graph: &Graph, classes: &IndexVec<ValueId, Class>, life: &Lifetimes) -> Option<UpdateTiming> {
+    let optimizer: Vec<OpId> = graph.ops.indices().filter(|&op| graph.ops[op].kind.def().class == OpClass::Optimizer).collect();
+    if optimizer.is_empty() {
+        return None;
+    }
+    let computes_grad = |op: &OpId| graph.ops[*op].outputs.iter().any(|&v| classes[v] == Class::Grad);
+    let grad_ops: Vec<OpId> = graph.ops.indices().filter(computes_grad).collect();
+    let last_scheduled = grad_ops.iter().map(|&op| life.position[op]).max();
+    let last_written = grad_ops.iter().copied().max();
+    Some(UpdateTiming {
+        optimizer_ops: optimizer.len(),
+        inside_backward: optimizer.iter().filter(|&&op| last_scheduled.is_some_and(|t| life.position[op] < t)).count(),
+        inside_backward_as_written: optimizer.iter().filter(|&&op| last_written.is_some_and(|last| op < last)).count(),
+    })
+}
+
+/// The class of every value of `graph` as `plan` plans it: [`classify_recomputing`] with
+/// the plan's recomputations (what they write, and the temps they read, are activations).
+pub fn value_classes(graph: &Graph, plan: &Plan) -> IndexVec<ValueId, Class> {
+    let ops = graph.ops.len();
+    let clones: Vec<OpId> =
+        plan.remat.iter().flat_map(|r| &r.recomputes).map(|x| x.clone).filter(|op| (op.0 as usize) < ops).collect();
+    classify_recomputing(graph, &clones)
+}
+
+/// The class a buffer was allocated for: that of the first value it holds that is not a
+/// temp (temp when all are). A param's or state's buffer is theirs (their memory across
+/// steps, whatever computes the update); a buffer a matmul writes and a bias-add then
+/// overwrites in place with an activation is an activation's; and one holding forward
+/// values whose gradient a backward op then writes over them in place (mlp's
+/// `%o`/`%logits`/`%dlogits`) is an activation's: the forward pass allocated it, and the
+/// gradient takes no bytes of its own.
+pub fn buffer_class(buffer: &crate::plan::Buffer, classes: &IndexVec<ValueId, Class>) -> Class {
+    buffer.values.iter().map(|&v| classes[v]).find(|&c| c != Class::Temp).unwrap_or(Class::Temp)
 }
 
 /// The values holding bytes at schedule position `t`, one per live buffer, with their

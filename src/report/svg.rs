@@ -238,11 +238,12 @@ fn nice_step(range: u64, ticks: u64) -> u64 {
     }
 }
 
-/// The legend: one swatch per class with its buffers' bytes, the live line and the peak.
+/// The legend: one swatch per class with its buffers' bytes (over the whole step, as a
+/// note under it says), the live line and the peak.
 fn legend(out: &mut String, report: &Report) {
     let (left, top, width, _) = PLOT;
     let lx = left + width + 20.0;
-    let _ = writeln!(out, r#"<g id="legend"><text x="{lx}" y="{top}" font-weight="bold">buffers by class</text>"#);
+    let _ = writeln!(out, r#"<g id="legend"><text x="{lx}" y="{top}" font-weight="bold">buffers by class, whole step</text>"#);
     for (i, (class, _)) in COLOURS.iter().enumerate() {
         let bytes = report.classes.iter().find(|c| c.class == *class).map_or(0, |c| c.buffers);
         let count = report.buffers.iter().filter(|b| b.class == *class).count();
@@ -269,12 +270,22 @@ fn legend(out: &mut String, report: &Report) {
     );
     let _ = writeln!(
         out,
-        r##"<line x1="{lx}" y1="{:.2}" x2="{:.2}" y2="{:.2}" stroke="#000" stroke-width="1.5" stroke-dasharray="5,3"/><text x="{:.2}" y="{:.2}">peak step</text></g>"##,
+        r##"<line x1="{lx}" y1="{:.2}" x2="{:.2}" y2="{:.2}" stroke="#000" stroke-width="1.5" stroke-dasharray="5,3"/><text x="{:.2}" y="{:.2}">peak step</text>"##,
         ly + 20.0,
         lx + 16.0,
         ly + 20.0,
         lx + 22.0,
         ly + 24.0
+    );
+    // The bytes above add up every buffer of a class over the step: say so, so nobody
+    // reads them as bytes live at once.
+    let _ = writeln!(
+        out,
+        r##"<text x="{lx}" y="{:.2}" fill="#444" font-size="10">bytes: all of a class's buffers over</text><text x="{lx}" y="{:.2}" fill="#444" font-size="10">the step, not live at once (buffers</text><text x="{lx}" y="{:.2}" fill="#444" font-size="10">share offsets; the sum can exceed</text><text x="{lx}" y="{:.2}" fill="#444" font-size="10">the arena)</text></g>"##,
+        ly + 50.0,
+        ly + 63.0,
+        ly + 76.0,
+        ly + 89.0
     );
 }
 

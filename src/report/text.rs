@@ -1,15 +1,18 @@
 //! The text report: what a person reads first.
 //!
-//! Sections: the headline figures (arena, lower bound, their ratio), what each pass saved,
+//! Sections: the headline figures (arena, lower bound, their ratio; when the optimizer's
+//! updates run: inside backward, or after it as `loss.backward(); opt.step()` runs them,
+//! and which flag plans the latter), what each pass saved,
 //! recomputation under a budget (when there is one: the budget met, the cost, the ops
 //! recomputed), the peak (where, which op, which values are live there, largest first),
-//! bytes by class, and the buffer table.
+//! bytes by class (live at the peak, and every buffer of the step, which is not bytes live
+//! at once: the text says so), and the buffer table.
 
 use std::fmt::Write;
 
 use crate::bytes::format_bytes;
 use crate::plan::Savings;
-use crate::report::{RematReport, Report};
+use crate::report::{RematReport, Report, UpdateTiming};
 
 /// Renders `report` as text; `top` limits the live values listed at the peak.
 pub fn render(report: &Report, top: usize) -> String {
@@ -28,6 +31,9 @@ pub fn render(report: &Report, top: usize) -> String {
     let _ = writeln!(w, "arena        {}", format_bytes(report.arena_bytes));
     let _ = writeln!(w, "lower bound  {}", format_bytes(report.lower_bound));
     let _ = writeln!(w, "ratio        {:.4} (arena / lower bound; 1 is the best any offsets can do)", report.ratio);
+    if let Some(updates) = &report.updates {
+        update_timing(w, updates);
+    }
     let _ = writeln!(w);
     savings(w, &report.savings, report.remat.as_ref().map(|_| report.lower_bound));
     let _ = writeln!(w);
@@ -62,10 +68,12 @@ pub fn render(report: &Report, top: usize) -> String {
         let _ = writeln!(w, "  ... and {} more values, {}", peak.live.len() - top, format_bytes(rest));
     }
     let _ = writeln!(w);
-    let _ = writeln!(w, "bytes by class  {:>32}  {:>32}", "live at peak", "buffers (aligned)");
+    let _ = writeln!(w, "bytes by class  {:>32}  {:>32}", "live at peak", "all buffers of the step, aligned");
     for c in &report.classes {
         let _ = writeln!(w, "  {:12}  {:>32}  {:>32}", c.class.name(), format_bytes(c.at_peak), format_bytes(c.buffers));
     }
+    let _ = writeln!(w, "  (the last column adds up every buffer of a class over the whole step, not bytes live at");
+    let _ = writeln!(w, "  once: buffers live at different steps share offsets, so its sum can exceed the arena)");
     let _ = writeln!(w);
     let _ = writeln!(w, "buffers:");
     let _ = writeln!(w, "  {:8} {:>12} {:>12}  {:>11}  {:10}  values", "buffer", "offset", "bytes", "live", "class");
@@ -105,6 +113,31 @@ fn savings(w: &mut String, s: &Savings, after_remat: Option<u64>) {
             None => String::new(),
         };
         let _ = writeln!(w, "  {label:28}  {:>32}{change}", format_bytes(bytes));
+    }
+}
+
+/// The "optimizer" line: whether updates run inside backward, and how to plan them after
+/// it, as `loss.backward(); opt.step()` runs them.
+fn update_timing(w: &mut String, u: &UpdateTiming) {
+    let n = u.optimizer_ops;
+    let lines = if u.inside_backward == 0 {
+        let all = match n {
+            1 => "the update runs".to_string(),
+            2 => "both updates run".to_string(),
+            _ => format!("all {n} updates run"),
+        };
+        vec![format!("{all} after backward, as `loss.backward(); opt.step()` runs them")]
+    } else if u.inside_backward_as_written > 0 {
+        vec![format!("{} of {n} updates run inside backward, as the step is written", u.inside_backward)]
+    } else {
+        vec![
+            format!("{} of {n} updates run inside backward, each once its gradient is ready (so not every", u.inside_backward),
+            "gradient is live at once); `--schedule program` gives the arena of".to_string(),
+            "`loss.backward(); opt.step()`, every update after backward".to_string(),
+        ]
+    };
+    for (i, line) in lines.iter().enumerate() {
+        let _ = writeln!(w, "{:13}{line}", if i == 0 { "optimizer" } else { "" });
     }
 }
 

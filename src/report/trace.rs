@@ -4,7 +4,9 @@
 //! Time is the schedule: `ts` is the step (the viewers show it as microseconds). Process
 //! 1, "schedule", has the ops on one track (one complete `X` event per op), the counter
 //! "live bytes" (`C` events: the aligned bytes of live buffers at each step, whose
-//! maximum is the lower bound) and an instant `i` event at the peak. Processes 2 to 7 hold
+//! maximum is the lower bound), the counter "live bytes by class" (the same bytes split by
+//! the class of the value holding each buffer, one series per class: a stacked memory
+//! timeline, like a profiler's) and an instant `i` event at the peak. Processes 2 to 7 hold
 //! the buffers of each class (param, input, state, grad, activation, temp): one `X` event
 //! per buffer, from its first step for `last - first + 1` steps, on lanes (threads) packed
 //! so that events on one lane never overlap, which both viewers need. `args` carry the
@@ -19,8 +21,10 @@ use std::collections::{BTreeSet, BinaryHeap};
 use serde_json::{Value, json};
 
 use crate::analysis::classes::Class;
+use crate::analysis::liveness::lifetimes;
+use crate::index::{IndexVec, ValueId};
 use crate::plan::align_up;
-use crate::report::{Report, Subject, live_bytes};
+use crate::report::{Report, Subject, live_bytes, value_classes};
 
 /// The pid of the schedule process; class `i` of `Class::ALL` is pid `2 + i`.
 pub const SCHEDULE_PID: u32 = 1;
@@ -53,6 +57,12 @@ pub fn render(subject: &Subject, report: &Report) -> String {
         events.push(json!({"ph": "C", "pid": SCHEDULE_PID, "ts": t, "name": "live bytes", "args": {"bytes": bytes}}));
     }
     events.push(json!({"ph": "C", "pid": SCHEDULE_PID, "ts": live.len(), "name": "live bytes", "args": {"bytes": 0}}));
+    let classes = value_classes(graph, plan);
+    let by_class = live_bytes_by_class(subject, &classes);
+    for (t, bytes) in by_class.iter().chain(std::iter::once(&[0; 6])).enumerate() {
+        let args: serde_json::Map<String, Value> = Class::ALL.iter().zip(bytes).map(|(c, &b)| (c.name().to_string(), json!(b))).collect();
+        events.push(json!({"ph": "C", "pid": SCHEDULE_PID, "ts": t, "name": "live bytes by class", "args": args}));
+    }
     if let Some(t) = report.peak.position {
         events.push(json!({
             "ph": "i", "s": "g", "pid": SCHEDULE_PID, "tid": 1, "ts": t, "name": "peak",
@@ -103,6 +113,39 @@ pub fn render(subject: &Subject, report: &Report) -> String {
     out.push_str(&other.to_string());
     out.push_str("\n}\n");
     out
+}
+
+/// The aligned bytes of the buffers live at each schedule position, by the class of the
+/// value holding each there (the value written last, as in `live_at`; a buffer passes from
+/// one value to the next in place at the next one's position), in `Class::ALL` order. Each
+/// step's sum is [`live_bytes`]'s.
+pub fn live_bytes_by_class(subject: &Subject, classes: &IndexVec<ValueId, Class>) -> Vec<[u64; 6]> {
+    let (graph, plan) = (&subject.graph, &subject.plan);
+    let life = lifetimes(graph, &plan.schedule);
+    let n = plan.schedule.len();
+    let mut delta = vec![[0i128; 6]; n + 1];
+    for b in &plan.buffers {
+        let size = i128::from(align_up(b.size, plan.alignment).unwrap_or(u64::MAX));
+        for (i, &v) in b.values.iter().enumerate() {
+            let start = if i == 0 { b.first } else { life.def[v] };
+            let end = b.values.get(i + 1).map_or(b.last.saturating_add(1), |&next| life.def[next]);
+            if start < end {
+                let class = Class::ALL.iter().position(|&c| c == classes[v]).expect("every class is in ALL");
+                delta[start.min(n)][class] += size;
+                delta[end.min(n)][class] -= size;
+            }
+        }
+    }
+    let mut live = [0i128; 6];
+    delta[..n]
+        .iter()
+        .map(|d| {
+            for (x, dx) in live.iter_mut().zip(d) {
+                *x += dx;
+            }
+            live.map(|x| u64::try_from(x).unwrap_or(u64::MAX))
+        })
+        .collect()
 }
 
 /// The pid of the `i`-th class of `Class::ALL`.

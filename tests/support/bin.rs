@@ -26,3 +26,25 @@ pub fn scratch_dir(prefix: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Runs `memplan ARGS` in the repository root with every file it writes limited to
+/// `blocks` blocks (`ulimit -f`: 512 bytes each in dash, 1024 in bash) and SIGXFSZ ignored,
+/// so a write past the limit fails (EFBIG) as on a full disk.
+pub fn memplan_with_file_limit(blocks: u32, args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("sh runs the memplan binary")
+}
+
+/// The names in `dir`, sorted.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}

@@ -1,17 +1,25 @@
 //! A memory budget for a step: a number of bytes, or a fraction of the arena the step needs
-//! without recomputation; and how people write one (`12GiB`, `800MB`, `1048576`, `0.8x`).
+//! without recomputation; and how people write one (`12GiB`, `800MB`, `1048576`, `0.8x`,
+//! `0.8`).
 //!
 //! Sizes: a whole number of bytes (`1048576`, `1048576B`), or a number (decimals allowed)
 //! with a unit: `KB`, `MB`, `GB`, `TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB`
 //! (powers of 1024); a fractional byte count is rounded down. Units are case-sensitive
 //! (`Gb` would read as gigabits to many people; it is refused with a hint). A fraction is a
-//! positive finite number followed by `x`. Arithmetic is exact (integers in `u128`), so
+//! positive finite number followed by `x` (`0.8x`), or a number with a decimal point and no
+//! unit (`0.8`: bytes are whole, so it can only be a fraction; `memplan remat --budget`
+//! writes fractions so). A whole number without a unit stays a byte count (`1` is one
+//! byte; the whole arena is `1x` or `1.0`). Arithmetic is exact (integers in `u128`), so
 //! `0.1GB` is 100000000 bytes, and a size past 2^64 - 1 bytes is refused, not wrapped.
 
 use std::fmt;
 use std::str::FromStr;
 
 use thiserror::Error;
+
+use crate::ir::graph::{Graph, Role, ValueDef};
+use crate::ir::ops::OpClass;
+use crate::plan::align_up;
 
 /// How much memory the step may use (its arena, after in-place reuse and offsets).
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -44,6 +52,67 @@ impl fmt::Display for Budget {
     }
 }
 
+/// What every plan of a step holds at once, whatever it recomputes: the params and the
+/// optimizer state (their buffers hold them, then their new values, for the whole step),
+/// and, when an optimizer update runs, the gradient it reads. Recomputation never drops
+/// any of these (it recomputes forward values only), so no budget below [`Floor::bytes`]
+/// can be met. Sizes are rounded up to the plan's alignment, as in the arena.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Floor {
+    pub params: u64,
+    pub state: u64,
+    /// The largest gradient an optimizer op reads (`%name` and its bytes); `None` for a
+    /// step without optimizer ops.
+    pub gradient: Option<(String, u64)>,
+}
+
+impl Floor {
+    /// The floor of `graph`'s arena with offsets aligned to `alignment` (`None` on overflow).
+    pub fn of(graph: &Graph, alignment: u64) -> Option<Floor> {
+        let aligned = |v| graph.values[v].ty.bytes().and_then(|b| align_up(b, alignment));
+        let mut floor = Floor { params: 0, state: 0, gradient: None };
+        for &arg in &graph.args {
+            let total = match graph.values[arg].def {
+                ValueDef::Arg(Role::Param) => &mut floor.params,
+                ValueDef::Arg(Role::State) => &mut floor.state,
+                _ => continue,
+            };
+            *total = total.checked_add(aligned(arg)?)?;
+        }
+        for op in graph.ops.iter().filter(|op| op.kind.def().class == OpClass::Optimizer) {
+            let Some(k) = op.kind.def().inputs.iter().position(|&name| name == "g") else { continue };
+            let g = op.inputs[k];
+            let bytes = aligned(g)?;
+            if floor.gradient.as_ref().is_none_or(|(_, most)| bytes > *most) {
+                floor.gradient = Some((graph.value_name(g), bytes));
+            }
+        }
+        Some(floor)
+    }
+
+    /// The bytes every plan holds at once.
+    pub fn bytes(&self) -> u64 {
+        let gradient = self.gradient.as_ref().map_or(0, |(_, bytes)| *bytes);
+        self.params.saturating_add(self.state).saturating_add(gradient)
+    }
+
+    /// What the floor is made of, for people: `the params (P bytes), the optimizer state
+    /// (S bytes) and %g (G bytes), the largest gradient an update reads, ...`.
+    pub fn describe(&self) -> String {
+        match &self.gradient {
+            Some((name, bytes)) => format!(
+                "the params ({} bytes), the optimizer state ({} bytes) and {name} ({bytes} bytes), the largest gradient an \
+                 update reads, are live together when that update runs, whatever is recomputed",
+                self.params, self.state
+            ),
+            None => format!(
+                "the params ({} bytes) and the optimizer state ({} bytes) are live for the whole step, whatever is recomputed",
+                self.params, self.state
+            ),
+        }
+    }
+}
+
 /// Why a budget is not understood.
 #[derive(Clone, PartialEq, Eq, Debug, Error)]
 pub enum BudgetError {
@@ -56,13 +125,14 @@ pub enum BudgetError {
     /// The unit after the number is not one memplan knows.
     #[error("`{text}`: unknown unit `{unit}` (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")]
     UnknownUnit { text: String, unit: String },
-    /// A byte count with a fractional part and no unit to scale it (`12.5`, `12.5B`).
+    /// A byte count with a fractional part (`12.5B`; `12.5` without a unit is a fraction).
     #[error("`{0}`: a number of bytes must be whole")]
     FractionalBytes(String),
     /// More than 2^64 - 1 bytes.
     #[error("`{0}` is more than 2^64 - 1 bytes")]
     TooLarge(String),
-    /// A fraction (`...x`) that is zero, negative, or not finite.
+    /// A fraction (`...x`, or a number with a decimal point and no unit) that is zero,
+    /// negative, or not finite.
     #[error("`{0}x`: a fraction of the arena must be a positive finite number")]
     BadFraction(String),
 }
@@ -74,7 +144,7 @@ impl BudgetError {
             BudgetError::UnknownUnit { .. } => {
                 "units are case-sensitive: 12GiB (2^30 bytes each), 800MB (10^6 bytes each), or plain bytes: 1048576"
             }
-            _ => "write a size (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x)",
+            _ => "write a size (12GiB, 800MB, 1048576) or a fraction of the arena without recomputation (0.8x or 0.8)",
         }
     }
 }
@@ -101,8 +171,9 @@ impl FromStr for Budget {
             return Err(BudgetError::Empty);
         }
         if let Some(number) = text.strip_suffix('x') {
-            let f: f64 = number.trim().parse().map_err(|_| BudgetError::NotANumber(text.to_string()))?;
-            return if f.is_finite() && f > 0.0 { Ok(Budget::Fraction(f)) } else { Err(BudgetError::BadFraction(number.to_string())) };
+            let number = number.trim();
+            number.parse::<f64>().map_err(|_| BudgetError::NotANumber(text.to_string()))?;
+            return fraction(number);
         }
         let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
         let (number, unit) = (&text[..split], text[split..].trim_start());
@@ -118,6 +189,9 @@ impl FromStr for Budget {
             },
         };
         if scale == 1 && !frac.is_empty() {
+            if unit.is_empty() {
+                return fraction(number);
+            }
             return Err(BudgetError::FractionalBytes(text.to_string()));
         }
         let too_large = || BudgetError::TooLarge(text.to_string());
@@ -130,6 +204,14 @@ impl FromStr for Budget {
         let divisor = 10u128.checked_pow(frac.len() as u32).ok_or_else(too_large)?;
         let bytes = digits.checked_mul(scale).ok_or_else(too_large)? / divisor;
         u64::try_from(bytes).map(Budget::Bytes).map_err(|_| too_large())
+    }
+}
+
+/// The fraction `number` (a number's text without its `x`).
+fn fraction(number: &str) -> Result<Budget, BudgetError> {
+    match number.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(Budget::Fraction(f)),
+        _ => Err(BudgetError::BadFraction(number.to_string())),
     }
 }
 
@@ -161,6 +243,12 @@ mod tests {
     fn fractions() {
         assert_eq!("0.8x".parse::<Budget>(), Ok(Budget::Fraction(0.8)));
         assert_eq!("1x".parse::<Budget>(), Ok(Budget::Fraction(1.0)));
+        // A number with a decimal point and no unit cannot be bytes: it is a fraction.
+        assert_eq!("0.8".parse::<Budget>(), Ok(Budget::Fraction(0.8)));
+        assert_eq!(".5".parse::<Budget>(), Ok(Budget::Fraction(0.5)));
+        assert_eq!("1.0".parse::<Budget>(), Ok(Budget::Fraction(1.0)));
+        assert_eq!("1".parse::<Budget>(), Ok(Budget::Bytes(1)), "a whole number is bytes");
+        assert_eq!("0.0".parse::<Budget>(), Err(BudgetError::BadFraction("0.0".into())));
         assert_eq!(Budget::Fraction(0.5).bytes(1001), Ok(500));
         assert_eq!(Budget::Bytes(7).bytes(1001), Ok(7));
     }
@@ -173,7 +261,7 @@ mod tests {
         assert!(err("12Gb").hint().contains("case-sensitive"));
         assert_eq!(err("GiB"), BudgetError::NotANumber("GiB".into()));
         assert_eq!(err("1.2.3MB"), BudgetError::NotANumber("1.2.3MB".into()));
-        assert_eq!(err("12.5"), BudgetError::FractionalBytes("12.5".into()));
+        assert_eq!(err("12.5B"), BudgetError::FractionalBytes("12.5B".into()));
         assert_eq!(err("0x"), BudgetError::BadFraction("0".into()));
         assert_eq!(err("-1x"), BudgetError::BadFraction("-1".into()));
         assert_eq!(err("infx"), BudgetError::BadFraction("inf".into()));

@@ -25,7 +25,8 @@
 //! budget reports the smallest peak it can reach; that sequence is applied and measured too
 //! (its arena may still fit), and the search ends there. After [`ROUNDS`] rounds, or then,
 //! the pass fails with [`PlanError::BudgetUnmet`] naming the smallest arena reached, a
-//! budget that is known to work. A budget at or above the arena without recomputation
+//! budget that is known to work, and, for a budget below the step's [`Floor`] (params,
+//! optimizer state and the largest gradient an update reads), what that floor is made of. A budget at or above the arena without recomputation
 //! changes nothing.
 //!
 //! A clone of an op that reads an updated param can land after the update wrote the new
@@ -68,7 +69,7 @@ use crate::plan::RematRecord;
 use crate::solve::Node;
 use crate::solve::remat::{Problem, Recomputation, RematError, Strategy, evaluate};
 pub use apply::{ApplyError, Rewritten};
-pub use budget::{Budget, BudgetError};
+pub use budget::{Budget, BudgetError, Floor};
 pub use problem::{StepProblem, step_problem};
 
 /// How many times the pass lowers the problem budget before it gives up.
@@ -188,7 +189,19 @@ pub fn fit_budget(
         }
         target = target.saturating_sub(arena - budget);
     }
-    Err(PlanError::BudgetUnmet { budget, smallest, strategy: name.to_string() })
+    Err(unmet(graph, alignment, budget, smallest, name))
+}
+
+/// The error of a budget no plan met: the smallest arena reached works; below the step's
+/// [`Floor`], say what the floor is made of (no strategy can go lower), else that another
+/// strategy may.
+fn unmet(graph: &Graph, alignment: u64, budget: u64, smallest: u64, strategy: &str) -> PlanError {
+    let works = format!("a budget of at least {smallest} bytes works (`--budget {smallest}`)");
+    let advice = match Floor::of(graph, alignment).filter(|floor| budget < floor.bytes()) {
+        Some(floor) => format!("{works}; no plan fits in less than {} bytes: {}", floor.bytes(), floor.describe()),
+        None => format!("{works}; another --checkpoint strategy may go lower"),
+    };
+    PlanError::BudgetUnmet { budget, smallest, strategy: strategy.to_string(), advice }
 }
 
 /// Rewrites `graph` to run a sequence the caller chose (no budget; sequences do not depend

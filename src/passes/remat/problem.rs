@@ -27,7 +27,7 @@
 //! lower bound after in-place reuse (a test asserts it on the corpus), and a strategy sees
 //! that recomputing an elementwise op's input can let the op run in place.
 
-use crate::analysis::classes::{Class, classify};
+use crate::analysis::classes::gradients;
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::Graph;
 use crate::ir::ops::OpClass;
@@ -61,7 +61,7 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
     let token = |def: Node, readers: Vec<Node>| DagValue { size: 0, def: Some(def), readers, to_end: false };
     values.extend(step.views.into_iter().map(|(view, readers)| token(view, readers)));
     values.extend(step.update_reads.into_iter().map(|(reader, writer)| token(reader, vec![writer])));
-    let classes = classify(graph);
+    let gradient = gradients(graph);
     let survives: IndexVec<ValueId, bool> = graph.values.indices().map(|v| values[slot[v]].to_end).collect();
     let nodes = schedule
         .iter()
@@ -70,7 +70,7 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
             let row = op.kind.def();
             // The forward pass: forward-class ops whose outputs are not gradients (the
             // backward pass reuses forward ops such as matmul to compute gradients).
-            let forward = row.class == OpClass::Forward && op.outputs.iter().all(|&o| classes[o] != Class::Grad);
+            let forward = row.class == OpClass::Forward && op.outputs.iter().all(|&o| !gradient[o]);
             // Another framework's op may not be a pure function of its inputs (a random
             // op): it is never run twice. `dropout` is pure: its mask is a hash of the seed
             // value and its attributes, which a recompute reads again.
