@@ -25,6 +25,14 @@ use memplan::passes::PlanOptions;
 use memplan::testing::random_step::random_step;
 use memplan::{Graph, Plan};
 
+/// One test at a time on the GPU: the memory each one measures (free memory before and
+/// after an allocation) would include the other tests' allocations made meanwhile.
+static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn gpu_turn() -> std::sync::MutexGuard<'static, ()> {
+    GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The GPU with room for `arena` and `scratch` bytes, or `None` (printing why) when this
 /// machine has no CUDA driver, device or libraries.
 fn gpu(arena: u64, scratch: u64) -> Option<CudaBackend> {
@@ -101,6 +109,7 @@ fn step_files() -> Vec<String> {
 
 #[test]
 fn small_steps_match_the_cpu_reference_on_the_gpu() {
+    let _turn = gpu_turn();
     for file in step_files() {
         let (graph, plan) = load(&file);
         // The CPU reference of the full-size models takes minutes to hours.
@@ -119,6 +128,7 @@ fn small_steps_match_the_cpu_reference_on_the_gpu() {
 
 #[test]
 fn random_steps_match_the_cpu_reference_on_the_gpu() {
+    let _turn = gpu_turn();
     let mut failed = Vec::new();
     for seed in 0..300 {
         let graph = random_step(seed);
@@ -133,6 +143,7 @@ fn random_steps_match_the_cpu_reference_on_the_gpu() {
 
 #[test]
 fn full_size_models_train_in_their_one_arena() {
+    let _turn = gpu_turn();
     for file in ["ir/models/gpt2.step", "ir/models/resnet18.step", "ir/models/vgg16.step"] {
         let (graph, plan) = load(file);
         let program = Program::new(&graph, &plan).unwrap();
@@ -158,6 +169,7 @@ fn full_size_models_train_in_their_one_arena() {
 
 #[test]
 fn stores_round_to_f16_and_bf16_like_half_on_the_gpu() {
+    let _turn = gpu_turn();
     let mut values: Vec<f32> =
         vec![0.0, -0.0, 1.0, 65504.0, 65519.99, 65520.0, 6.1035156e-5, 5.9604645e-8, 2.9802322e-8];
     values.extend([f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE, f32::MAX, 1e-10, 0.1, 1.0 / 3.0]);

@@ -45,6 +45,9 @@ pub struct Args {
     /// With --device cuda: also run every step on the CPU reference and compare every output within tolerance.
     #[arg(long)]
     check: bool,
+    /// With --device cuda: after the steps, time one more step op by op and print the GPU time by op kind and the slowest ops.
+    #[arg(long)]
+    profile: bool,
     #[command(flatten)]
     passes: PassFlags,
 }
@@ -58,12 +61,15 @@ enum Device {
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
-    let Args { file, device, steps, seed, weights, save, compare_unplanned, check, passes } = args;
+    let Args { file, device, steps, seed, weights, save, compare_unplanned, check, profile, passes } = args;
     if device == Device::Cuda && !cfg!(feature = "cuda") {
         return Err(Failure::bad_input("memplan was built without the `cuda` feature; rebuild with --features cuda"));
     }
     if check && device != Device::Cuda {
         return Err(Failure::bad_input("--check compares a CUDA run with the CPU reference: use it with --device cuda"));
+    }
+    if profile && device != Device::Cuda {
+        return Err(Failure::bad_input("--profile times the ops on the GPU: use it with --device cuda"));
     }
     if compare_unplanned && device == Device::Cuda {
         return Err(Failure::bad_input("--compare-unplanned runs on the CPU; with --device cuda use --check"));
@@ -79,7 +85,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
     #[cfg(feature = "cuda")]
     if device == Device::Cuda {
-        return run_cuda(&graph, &plan, steps, initial_args(&graph, seed, weights.as_deref())?, check, save.as_deref());
+        let args = initial_args(&graph, seed, weights.as_deref())?;
+        return run_cuda(&graph, &plan, steps, args, check, profile, save.as_deref());
     }
     let compare = compare_unplanned.then_some(&original);
     run_steps(&graph, &plan, steps, initial_args(&graph, seed, weights.as_deref())?, save.as_deref(), compare)
@@ -183,9 +190,17 @@ fn save_args(graph: &Graph, args: &Tensors, path: &Path) -> Result<(), Failure> 
 /// `memplan run --device cuda`: see `memplan::exec::cuda::run`. Exit 1 when the GPU cannot
 /// run the step (no driver included), 3 when `--check` finds a difference.
 #[cfg(feature = "cuda")]
-fn run_cuda(graph: &Graph, plan: &Plan, steps: u32, args: Tensors, check: bool, save: Option<&Path>) -> Result<(), Failure> {
+fn run_cuda(
+    graph: &Graph,
+    plan: &Plan,
+    steps: u32,
+    args: Tensors,
+    check: bool,
+    profile: bool,
+    save: Option<&Path>,
+) -> Result<(), Failure> {
     use memplan::exec::cuda::run::{RunError, run_steps};
-    match run_steps(graph, plan, args, steps, check, save.is_some(), &mut |line| outln!("{line}")) {
+    match run_steps(graph, plan, args, steps, check, save.is_some(), profile, &mut |line| outln!("{line}")) {
         Ok(kept) => match (save, kept) {
             (Some(path), Some(args)) => save_args(graph, &args, path),
             _ => Ok(()),

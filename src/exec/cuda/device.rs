@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::{CudaBlas, result as blas_result, sys as blas};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaModule, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
     result, sys,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
@@ -161,7 +161,8 @@ impl Allocation {
             unsafe { result::malloc_sync(bytes as usize) }.map_err(driver(what))?
         };
         let (free_after, _) = ctx.mem_get_info().map_err(driver("cuMemGetInfo"))?;
-        Ok((Allocation { ctx: ctx.clone(), ptr, bytes }, (free_before - free_after) as u64))
+        // Free memory can also grow meanwhile (another process frees some): then 0 is measured.
+        Ok((Allocation { ctx: ctx.clone(), ptr, bytes }, free_before.saturating_sub(free_after) as u64))
     }
 }
 
@@ -257,6 +258,31 @@ impl CudaBackend {
         let event = self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("cuEventCreate"))?;
         event.record(&self.stream).map_err(driver("cuEventRecord"))?;
         Ok(event)
+    }
+
+    /// Starts recording the stream's work into a CUDA graph instead of running it: the
+    /// launches and cuBLAS calls queued until [`CudaBackend::end_capture`] become the
+    /// graph's nodes, with the arguments they had (the arena and workspace addresses never
+    /// change, so the graph replays the same step).
+    pub fn begin_capture(&mut self) -> Result<(), CudaError> {
+        // A synchronisation is not allowed while capturing.
+        self.sync_each = false;
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(driver("cuStreamBeginCapture"))
+    }
+
+    /// Ends the capture begun by [`CudaBackend::begin_capture`] and instantiates the graph
+    /// (`None` when nothing was captured).
+    pub fn end_capture(&mut self) -> Result<Option<CudaGraph>, CudaError> {
+        self.sync_each = std::env::var("MEMPLAN_CUDA_SYNC").is_ok_and(|v| v == "1");
+        self.stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(driver("cuStreamEndCapture"))
+    }
+
+    /// Queues one replay of `graph` on the stream.
+    pub fn launch_graph(&mut self, graph: &CudaGraph) -> Result<(), CudaError> {
+        graph.launch().map_err(driver("cuGraphLaunch"))?;
+        self.after_launch("cuGraphLaunch")
     }
 
     fn after_launch(&self, what: &str) -> Result<(), CudaError> {

@@ -100,22 +100,32 @@ impl<B: Backend> Executor<B> {
 
     /// Queues every op's commands, in schedule order (call `backend.synchronize()` to wait).
     pub fn run(&mut self) -> Result<(), CudaError> {
+        for index in 0..self.program.ops.len() {
+            self.run_op(index)?;
+        }
+        Ok(())
+    }
+
+    /// Queues the commands of the `index`-th op of the schedule (`run --profile` times each
+    /// op by recording an event between two calls).
+    pub fn run_op(&mut self, index: usize) -> Result<(), CudaError> {
         let bases = self.backend.bases();
-        for op in &self.program.ops {
-            let name = format!("{} ({})", op.kind, op.op);
-            for command in &op.commands {
-                let done = match command {
-                    Command::Launch(launch) => {
-                        // Program::new checked that every view fits a descriptor.
-                        let args = launch.resolve(bases).ok_or_else(|| {
-                            CudaError::Unsupported(format!("{name}: a tensor does not fit the kernels' descriptor"))
-                        })?;
-                        self.backend.launch(launch, &args)
-                    }
-                    Command::Gemm(call) => self.backend.gemm(call),
-                };
-                done.map_err(|e| e.in_op(&name))?;
-            }
+        let op = &self.program.ops[index];
+        for command in &op.commands {
+            let done = match command {
+                Command::Launch(launch) => {
+                    // Program::new checked that every view fits a descriptor.
+                    let args = launch.resolve(bases).ok_or_else(|| {
+                        CudaError::Unsupported(format!(
+                            "{} ({}): a tensor does not fit the kernels' descriptor",
+                            op.kind, op.op
+                        ))
+                    })?;
+                    self.backend.launch(launch, &args)
+                }
+                Command::Gemm(call) => self.backend.gemm(call),
+            };
+            done.map_err(|e| e.in_op(&format!("{} ({})", op.kind, op.op)))?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use crate::exec::compare::{check_step, worst_by_dtype};
 use crate::exec::cpu::advance;
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::device::CudaBackend;
-use crate::exec::cuda::executor::{Executor, Upload};
+use crate::exec::cuda::executor::{Backend, Executor, Upload};
 use crate::exec::cuda::lower::LowerOptions;
 use crate::exec::cuda::program::Program;
 use crate::exec::cuda::view::Command;
@@ -38,6 +38,57 @@ pub enum RunError {
     CheckFailed { step: u32, failures: Vec<String> },
 }
 
+/// `run --profile`: one more step with an event recorded between every two ops, so each
+/// op's GPU time is the time between the events around it (the events add a little time
+/// of their own, and the step's params and state move on by one step). Prints the time by
+/// op kind and the slowest ops.
+fn profile_step(graph: &Graph, exec: &mut Executor<CudaBackend>, out: &mut dyn FnMut(String)) -> Result<(), RunError> {
+    let elapsed = |a: &cudarc::driver::CudaEvent, b: &cudarc::driver::CudaEvent| {
+        a.elapsed_ms(b)
+            .map(f64::from)
+            .map_err(|e| CudaError::Driver { what: "cuEventElapsedTime".into(), message: e.to_string() })
+    };
+    let mut events = vec![exec.backend.record()?];
+    for index in 0..exec.program.ops.len() {
+        exec.run_op(index)?;
+        events.push(exec.backend.record()?);
+    }
+    exec.backend.synchronize()?;
+    let mut per_op = Vec::new();
+    for (index, pair) in events.windows(2).enumerate() {
+        per_op.push((index, elapsed(&pair[0], &pair[1])?));
+    }
+    let total: f64 = per_op.iter().map(|&(_, ms)| ms).sum();
+    // By kind, largest first (ties by name): ops, launches, cuBLAS calls, ms.
+    let mut kinds: indexmap::IndexMap<String, (usize, usize, usize, f64)> = indexmap::IndexMap::new();
+    for &(index, ms) in &per_op {
+        let op = &exec.program.ops[index];
+        let entry = kinds.entry(op.kind.to_string()).or_default();
+        entry.0 += 1;
+        for command in &op.commands {
+            match command {
+                Command::Launch(_) => entry.1 += 1,
+                Command::Gemm(_) => entry.2 += 1,
+            }
+        }
+        entry.3 += ms;
+    }
+    kinds.sort_by(|a, ak, b, bk| bk.3.total_cmp(&ak.3).then(a.cmp(b)));
+    out(format!("profile: one more step, an event between every two ops: {total:.3} ms"));
+    out(format!("  {:<28} {:>5} {:>8} {:>6} {:>10} {:>6}", "op kind", "ops", "launches", "cuBLAS", "ms", "%"));
+    for (kind, (ops, launches, gemms, ms)) in &kinds {
+        let share = if total > 0.0 { 100.0 * ms / total } else { 0.0 };
+        out(format!("  {kind:<28} {ops:>5} {launches:>8} {gemms:>6} {ms:>10.3} {share:>6.1}"));
+    }
+    per_op.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out("  slowest ops:".to_string());
+    for &(index, ms) in per_op.iter().take(15) {
+        let op = exec.program.ops[index].op;
+        out(format!("  {ms:>10.3} ms  {}", graph.describe_op(op)));
+    }
+    Ok(())
+}
+
 /// Runs `steps` training steps of `graph` under `plan` from `args` on GPU 0, printing
 /// through `out`; with `check`, holds every step to the CPU reference. Returns the final
 /// params and state when `keep` asks for them (to save them). `MEMPLAN_CUDA_CONV=f32` in
@@ -49,6 +100,7 @@ pub fn run_steps(
     steps: u32,
     check: bool,
     keep: bool,
+    profile: bool,
     out: &mut dyn FnMut(String),
 ) -> Result<Option<Tensors>, RunError> {
     let options = LowerOptions { conv_f32: std::env::var("MEMPLAN_CUDA_CONV").is_ok_and(|v| v == "f32") };
@@ -94,12 +146,41 @@ pub fn run_steps(
 
     let mut exec = Executor::new(backend, program);
     exec.poison()?;
+    // The whole step as one CUDA graph, captured once and replayed every step: one launch
+    // from the host instead of one per kernel (MEMPLAN_CUDA_GRAPH=0, or MEMPLAN_CUDA_SYNC=1,
+    // launches op by op instead).
+    let use_graph = !std::env::var("MEMPLAN_CUDA_GRAPH").is_ok_and(|v| v == "0")
+        && !std::env::var("MEMPLAN_CUDA_SYNC").is_ok_and(|v| v == "1");
+    let mut how = "op by op (MEMPLAN_CUDA_GRAPH=0)".to_string();
+    let cuda_graph = if use_graph {
+        exec.backend.begin_capture()?;
+        let captured = exec.run();
+        let graph = exec.backend.end_capture();
+        match (captured, graph) {
+            (Ok(()), Ok(Some(graph))) => {
+                how = "as one CUDA graph per step".into();
+                Some(graph)
+            }
+            // A driver that cannot capture some call: the same commands, launched one by one.
+            (Err(e), _) | (Ok(()), Err(e)) => {
+                how = format!("op by op (the step could not be captured as a CUDA graph: {e})");
+                None
+            }
+            (Ok(()), Ok(None)) => None,
+        }
+    } else {
+        None
+    };
+    out(format!("  launched {how}"));
     let mut args = args;
     let mut times = Vec::new();
     for step in 1..=steps {
         exec.upload(&args, if step == 1 { Upload::All } else { Upload::Inputs })?;
         let start = exec.backend.record()?;
-        exec.run()?;
+        match &cuda_graph {
+            Some(graph) => exec.backend.launch_graph(graph)?,
+            None => exec.run()?,
+        }
         let end = exec.backend.record()?;
         end.synchronize().map_err(|e| CudaError::Driver { what: format!("step {step}"), message: e.to_string() })?;
         let ms = start
@@ -147,5 +228,10 @@ pub fn run_steps(
     if check {
         out(format!("the CUDA run matches the CPU reference in all {steps} step(s)"));
     }
-    Ok(if keep { Some(exec.persistent_args()?) } else { None })
+    let kept = if keep { Some(exec.persistent_args()?) } else { None };
+    if profile {
+        exec.upload(&args, Upload::Inputs)?;
+        profile_step(graph, &mut exec, out)?;
+    }
+    Ok(kept)
 }
