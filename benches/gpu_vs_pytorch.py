@@ -395,6 +395,7 @@ def main():
             f"{ratio(mp.get('step_ms_mean'), eager.get('step_ms_mean'))} | {ms(compiled)} | "
             f"{ratio(mp.get('step_ms_mean'), compiled.get('step_ms_mean'))} |"
         )
+        print(lines[-1], flush=True)
         if name == "gpt2":  # recomputation: extra step time against the plan's extra FLOPs
             step = f"ir/models/{name}.step"
             budget_run = memplan_step(args.memplan, step, args.steps, ["--budget", "0.5x"])
@@ -431,6 +432,7 @@ def main():
             memory = r.get("arena_planned", r.get("max_memory_allocated"))
             total = r.get("total_measured", r.get("max_memory_reserved"))
             lines.append(f"| {name} | {what} | {mib(memory)} | {mib(total)} | {ms(r)} |")
+            print(lines[-1], flush=True)
         mp, mp_budget = runs["memplan bf16"], runs["memplan bf16 --budget 0.5x"]
         eager, compiled = runs["PyTorch eager_bf16"], runs["PyTorch compile_bf16"]
         targets += [

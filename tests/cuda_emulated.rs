@@ -22,7 +22,8 @@ use memplan::exec::cuda::executor::{Backend, Executor, Upload};
 use memplan::exec::cuda::lower::LowerOptions;
 use memplan::exec::cuda::program::Program;
 use memplan::exec::cuda::source::{
-    ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ,
+    ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DKV_TC,
+    ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DQ_TC, ATTENTION_TC,
     BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, DROPOUT, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
     UPSAMPLE_NEAREST2D_BACKWARD, WHERE_SELECT,
 };
@@ -167,7 +168,7 @@ fn float_convolutions_match_on_well_conditioned_steps() {
     // igemm_f32 (MEMPLAN_CUDA_CONV=f32): the conv steps whose batch statistics are not
     // degenerate (resnet18_tiny normalises channels of 2 elements: only double sums hold
     // it to the reference; see kernels/conv.cu).
-    let options = LowerOptions { conv_f32: true };
+    let options = LowerOptions { conv_f32: true, ..LowerOptions::default() };
     let file = "ir/features/conv_block.step";
     let (graph, plan) = load(file);
     let (launches, _) = emulated_with(&graph, &plan, 2, 7, options).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -338,8 +339,11 @@ fn attention_matches_the_cpu_reference() {
 /// and Ev): T and S that are not multiples of them, head dims that are not (24, 48) or
 /// exceed a chunk (80: E tiled, out's, dq's, dk's and dv's columns split over blocks),
 /// causal with T < S and T > S, 2 and 4 query heads per key/value head, f32, f16 and bf16,
-/// q through a transposed view. Rounding noise (elements `--check` would leave out) must
-/// stay rare. Two runs of a case give the same bits.
+/// q through a transposed view; and the tensor-core kernels (f16/bf16 with E = Ev ≤ 64, a
+/// multiple of 16: 64-row tiles, partial and single-row tiles, the diagonal inside a tile),
+/// whose mma.sync the emulator computes from the PTX fragment layouts. Rounding noise
+/// (elements `--check` would leave out) must stay rare. Two runs of a case give the same
+/// bits.
 #[test]
 fn tiled_attention_and_its_gradients_match_the_cpu_reference() {
     if emulator().is_none() {
@@ -354,6 +358,13 @@ fn tiled_attention_and_its_gradients_match_the_cpu_reference() {
         ("bf16", 1, 4, 2, 40, 70, 80, 48, true),
         ("f16", 1, 2, 1, 90, 33, 24, 80, false),
         ("f16", 2, 2, 1, 100, 37, 48, 16, true),
+        // On tensor cores (f16/bf16, E = Ev a multiple of 16 up to 64): tiles of 64 rows and
+        // keys, partial ones, grouped heads, a query tile the diagonal crosses, one query row.
+        ("bf16", 2, 4, 2, 100, 77, 64, 64, true),
+        ("bf16", 1, 2, 2, 64, 130, 32, 32, false),
+        ("f16", 1, 3, 1, 129, 129, 16, 16, true),
+        ("bf16", 1, 2, 1, 1, 70, 48, 48, false),
+        ("f16", 1, 2, 2, 70, 70, 64, 64, false),
     ];
     for (seed, (dt, b, h, hkv, t, s, e, ev, causal)) in cases.into_iter().enumerate() {
         let scale = 1.0 / (e as f64).sqrt();
@@ -377,7 +388,13 @@ fn tiled_attention_and_its_gradients_match_the_cpu_reference() {
         let case = format!("case {seed} ({dt}, B {b}, H {h}/{hkv}, T {t}, S {s}, E {e}, Ev {ev}, causal {causal})");
         let (launches, noise) =
             emulated_matches_reference(&graph, &plan, 1, seed as u64).unwrap_or_else(|err| panic!("{case}: {err}"));
-        assert_eq!(launches, [ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV], "{case}");
+        let tensor_cores = dt != "f32" && e == ev && e % 16 == 0 && e <= 64;
+        let kernels = if tensor_cores {
+            [ATTENTION_TC, ATTENTION_BACKWARD_DQ_TC, ATTENTION_BACKWARD_DKV_TC]
+        } else {
+            [ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV]
+        };
+        assert_eq!(launches, kernels, "{case}");
         assert!(noise.elements * 1000 <= noise.total, "{case}: {:?}", noise.lines);
         let program = Program::new(&graph, &plan).unwrap();
         let args = init_args(&graph, seed as u64);

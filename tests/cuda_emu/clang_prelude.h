@@ -7,12 +7,14 @@
 #define __shared__ __attribute__((shared))
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#define __align__(n) __attribute__((aligned(n)))
 #include "__clang_cuda_builtin_vars.h"
 __device__ inline float __uint_as_float(unsigned u) { return __builtin_bit_cast(float, u); }
 __device__ inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(unsigned, f); }
 __device__ float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
 __device__ double __shfl_xor_sync(unsigned mask, double v, int lane_mask);
 __device__ float expf(float);
+__device__ float exp2f(float);
 __device__ float logf(float);
 __device__ float sqrtf(float);
 __device__ float tanhf(float);

@@ -40,6 +40,12 @@ const size_t STACK = 64 * 1024;
 std::vector<Fiber> fibers;
 std::vector<std::vector<char>> stacks;
 std::vector<double> lanes[2];  // shuffle values by linear thread id, double-buffered
+
+// One lane's operands of a warp-wide mma (emu_mma16816), double-buffered like shuffles.
+struct MmaLane {
+    unsigned a[4], b[2];
+};
+std::vector<MmaLane> mma_lanes[2];
 ucontext_t scheduler_ctx;
 jmp_buf scheduler;
 int current = 0;
@@ -89,6 +95,8 @@ bool run_block(int threads) {
         stacks.resize(threads, std::vector<char>(STACK));
         lanes[0].resize(threads);
         lanes[1].resize(threads);
+        mma_lanes[0].resize(threads);
+        mma_lanes[1].resize(threads);
     }
     for (int i = 0; i < threads; ++i) {
         fibers[i].state = RUNNABLE;
@@ -153,6 +161,40 @@ double emu_shfl_xor(double v, int lane_mask) {
     buffer[me] = v;
     park(AT_WARP_BARRIER);
     return buffer[me - lane + (lane ^ lane_mask)];
+}
+
+// A 16-bit operand value as float: f16 or bf16.
+static float emu_half(unsigned bits, bool bf16) {
+    return bf16 ? bf16_to_float((unsigned short)bits) : f16_to_float((unsigned short)bits);
+}
+
+// The element (half = 0 low, 1 high) of register r of lane l's fragment, as float.
+static float emu_operand(const unsigned* regs, int r, int half, bool bf16) { return emu_half(regs[r] >> (16 * half), bf16); }
+
+// mma.sync.m16n8k16.row.col with float accumulators, as the PTX ISA lays the fragments out
+// (attention.cu says how): each lane deposits its A and B registers, waits for the warp,
+// then computes its own four outputs from the whole warp's operands, d += Σ_k A·B in k
+// order, in float (the tensor cores' order and rounding of the sum are their own; the
+// difference is far inside every tolerance).
+void emu_mma16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], bool bf16) {
+    const int me = current, lane = me % 32, base = me - lane;
+    std::vector<MmaLane>& buffer = mma_lanes[fibers[me].shuffles++ % 2];
+    for (int i = 0; i < 4; ++i) buffer[me].a[i] = a[i];
+    for (int i = 0; i < 2; ++i) buffer[me].b[i] = b[i];
+    park(AT_WARP_BARRIER);
+    // A[m][k]: lane 4·(m % 8) + (k % 8) / 2, register (k >= 8 ? 2 : 0) + (m >= 8), half k % 2.
+    auto A = [&](int m, int k) {
+        return emu_operand(buffer[base + 4 * (m % 8) + (k % 8) / 2].a, (k >= 8 ? 2 : 0) + (m >= 8 ? 1 : 0), k % 2, bf16);
+    };
+    // B[k][n]: lane 4·n + (k % 8) / 2, register k >= 8, half k % 2.
+    auto B = [&](int k, int n) { return emu_operand(buffer[base + 4 * n + (k % 8) / 2].b, k >= 8 ? 1 : 0, k % 2, bf16); };
+    const int g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int m = g + (i >= 2 ? 8 : 0), n = 2 * q + i % 2;
+        float sum = d[i];
+        for (int k = 0; k < 16; ++k) sum += A(m, k) * B(k, n);
+        d[i] = sum;
+    }
 }
 
 // Runs kernel `name` on grid × block with `args` (cuLaunchKernel's kernelParams). Returns 0,

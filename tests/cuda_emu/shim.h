@@ -13,6 +13,7 @@
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
     unsigned x, y, z;
@@ -22,6 +23,9 @@ extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 void __syncthreads();
 double emu_shfl_xor(double v, int lane_mask);
+// One warp-wide mma.sync m16n8k16 (f16 or bf16 operands, float accumulators): every lane
+// of the warp passes its fragments and gets its part of d (emu.cpp).
+void emu_mma16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], bool bf16);
 
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) { return (float)emu_shfl_xor(v, lane_mask); }
 inline double __shfl_xor_sync(unsigned, double v, int lane_mask) { return emu_shfl_xor(v, lane_mask); }

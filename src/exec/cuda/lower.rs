@@ -23,6 +23,7 @@ use crate::exec::cuda::view::{
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::{Attrs, OpKind};
+use crate::ir::types::DType;
 
 /// Choices the lowering leaves to its caller.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -30,6 +31,9 @@ pub struct LowerOptions {
     /// Convolutions (and matmuls cuBLAS cannot take) accumulate in float (`igemm_f32`)
     /// rather than double (`igemm`): faster, further from the CPU reference (kernels/conv.cu).
     pub conv_f32: bool,
+    /// f16/bf16 attention runs on the float kernels, not on tensor cores (`mma.sync` needs
+    /// compute capability 8.0; run.rs sets this for older devices).
+    pub float_attention: bool,
 }
 
 /// How to split `rows` (reduced) elements among groups of blocks, given `col_blocks`
@@ -126,11 +130,11 @@ pub fn lower_op(
         }
         Attention => {
             let out = heads_first(y(0), attrs);
-            attention([&out, y(1)], [x(0), x(1), x(2)], attrs)
+            attention([&out, y(1)], [x(0), x(1), x(2)], attrs, options)
         }
         AttentionBackward => {
             let (dout, out) = (heads_first(x(0), attrs), heads_first(x(4), attrs));
-            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], attrs, scratch)
+            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], attrs, options, scratch)
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
@@ -362,9 +366,9 @@ impl AttentionSizes {
         self.rows.checked_div(self.t).unwrap_or(0) * self.t.div_ceil(per_tile)
     }
 
-    /// Tiles of [`ATTN_BWD_ROWS`] keys, ceil(S / 32) per key/value head.
-    fn key_tiles(&self) -> u64 {
-        self.keys.checked_div(self.s).unwrap_or(0) * self.s.div_ceil(ATTN_BWD_ROWS)
+    /// Tiles of `per_tile` keys, ceil(S / per_tile) per key/value head.
+    fn key_tiles(&self, per_tile: u64) -> u64 {
+        self.keys.checked_div(self.s).unwrap_or(0) * self.s.div_ceil(per_tile)
     }
 
     /// The arguments every attention kernel ends with, after its row count: `group, t, s, e,
@@ -389,43 +393,70 @@ fn column_chunks(width: u64) -> u32 {
     u32::try_from(width.div_ceil(ATTN_CHUNK).max(1)).unwrap_or(u32::MAX)
 }
 
-/// out and lse one block per tile of [`ATTN_FWD_ROWS`] query rows and per
-/// [`ATTN_CHUNK`] columns of out (gridDim.y).
-fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &Attrs) -> Vec<Command> {
+/// Whether an attention op of `q`, `k`, `v` (and `dout`, for its backward) runs on the
+/// tensor-core kernels: all f16 or all bf16, E = Ev a multiple of 16 up to [`TC_E`], and
+/// not turned off. The rest runs on the float kernels.
+fn on_tensor_cores(sizes: &AttentionSizes, operands: &[&View], options: LowerOptions) -> bool {
+    let dtype = operands[0].dtype;
+    !options.float_attention
+        && matches!(dtype, DType::F16 | DType::Bf16)
+        && operands.iter().all(|x| x.dtype == dtype)
+        && sizes.e == sizes.ev
+        && sizes.e % 16 == 0
+        && (16..=TC_E).contains(&sizes.e)
+}
+
+/// out and lse: on tensor cores one block per tile of [`TC_ROWS`] query rows; else one block
+/// per tile of [`ATTN_FWD_ROWS`] query rows and per [`ATTN_CHUNK`] columns of out
+/// (gridDim.y).
+fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &Attrs, options: LowerOptions) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
     if sizes.rows == 0 {
         return Vec::new();
     }
     let mut args = vec![t(out), t(lse), t(q), t(k), t(v), int(sizes.rows)];
     args.extend(sizes.args(attrs));
+    if on_tensor_cores(&sizes, &[q, k, v], options) {
+        let grid = [line_blocks(sizes.query_tiles(TC_ROWS)), 1, 1];
+        return vec![launch(ATTENTION_TC, grid, [TC_THREADS, 1, 1], args)];
+    }
     let grid = [line_blocks(sizes.query_tiles(ATTN_FWD_ROWS)), column_chunks(sizes.ev), 1];
     vec![launch(ATTENTION, grid, [ATTN_FWD_THREADS, 1, 1], args)]
 }
 
 /// dq (and each query row's D = dout·out, a float into scratch) one block per tile of
-/// [`ATTN_BWD_ROWS`] query rows, then dk and dv one block per tile of as many keys, reading
-/// D; both split E (and Ev) into chunks over gridDim.y.
+/// query rows, then dk and dv one block per tile of as many keys, reading D: on tensor cores
+/// tiles of [`TC_ROWS`]; else of [`ATTN_BWD_ROWS`], with E (and Ev) split into chunks over
+/// gridDim.y.
 fn attention_backward(
     [dq, dk, dv]: [&View; 3],
     [dout, q, k, v, out, lse]: [&View; 6],
     attrs: &Attrs,
+    options: LowerOptions,
     scratch: &mut Scratch,
 ) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
     let deltas = if sizes.rows > 0 { Arg::Ptr(scratch.alloc(sizes.rows * 4)) } else { Arg::Null };
-    let threads = [ATTN_BWD_THREADS, 1, 1];
+    let tensor_cores = on_tensor_cores(&sizes, &[q, k, v, dout], options);
+    let (rows_per_block, threads) =
+        if tensor_cores { (TC_ROWS, [TC_THREADS, 1, 1]) } else { (ATTN_BWD_ROWS, [ATTN_BWD_THREADS, 1, 1]) };
+    let (dq_kernel, dkv_kernel, dq_chunks, dkv_chunks) = if tensor_cores {
+        (ATTENTION_BACKWARD_DQ_TC, ATTENTION_BACKWARD_DKV_TC, 1, 1)
+    } else {
+        (ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV, column_chunks(sizes.e), column_chunks(sizes.e.max(sizes.ev)))
+    };
     let mut commands = Vec::new();
     if sizes.rows > 0 {
         let mut args = vec![t(dq), deltas.clone(), t(dout), t(q), t(k), t(v), t(out), t(lse), int(sizes.rows)];
         args.extend(sizes.args(attrs));
-        let grid = [line_blocks(sizes.query_tiles(ATTN_BWD_ROWS)), column_chunks(sizes.e), 1];
-        commands.push(launch(ATTENTION_BACKWARD_DQ, grid, threads, args));
+        let grid = [line_blocks(sizes.query_tiles(rows_per_block)), dq_chunks, 1];
+        commands.push(launch(dq_kernel, grid, threads, args));
     }
     if sizes.keys > 0 {
         let mut args = vec![t(dk), t(dv), deltas, t(dout), t(q), t(k), t(v), t(lse), int(sizes.keys)];
         args.extend(sizes.args(attrs));
-        let grid = [line_blocks(sizes.key_tiles()), column_chunks(sizes.e.max(sizes.ev)), 1];
-        commands.push(launch(ATTENTION_BACKWARD_DKV, grid, threads, args));
+        let grid = [line_blocks(sizes.key_tiles(rows_per_block)), dkv_chunks, 1];
+        commands.push(launch(dkv_kernel, grid, threads, args));
     }
     commands
 }
@@ -828,13 +859,14 @@ mod tests {
         // E = 80 (two chunks of columns), Ev = 24 (one).
         let (q, k, v) = (dense(0, &[2, 4, 100, 80]), dense(1, &[2, 2, 37, 80]), dense(2, &[2, 2, 37, 24]));
         let (out, lse) = (dense(3, &[2, 4, 100, 24]), dense(4, &[2, 4, 100]));
-        let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], &attrs)[..] else { panic!() };
+        let options = LowerOptions::default();
+        let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], &attrs, options)[..] else { panic!() };
         // 8 query heads × ceil(100 / 64) tiles, one chunk of out's 24 columns.
         assert_eq!((forward.kernel, forward.grid, forward.block), (ATTENTION, [16, 1, 1], [256, 1, 1]));
         assert_eq!(forward.args[5..8], [Arg::I64(800), Arg::I64(2), Arg::I64(100)]);
         let (dq, dk, dv) = (dense(5, &[2, 4, 100, 80]), dense(6, &[2, 2, 37, 80]), dense(7, &[2, 2, 37, 24]));
         let mut scratch = Scratch::default();
-        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], &attrs, &mut scratch);
+        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], &attrs, options, &mut scratch);
         let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
         // dq: 8 heads × ceil(100 / 32) tiles, dq's 80 columns in 2 chunks; D: a float per row.
         assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ, [32, 2, 1], [128, 1, 1]));
@@ -845,9 +877,48 @@ mod tests {
         // A head dim of 0 still launches one chunk (lse; D for dk and dv); no query rows, none.
         assert_eq!((column_chunks(0), column_chunks(64), column_chunks(65)), (1, 1, 2));
         let none = dense(8, &[2, 4, 0, 80]);
-        assert!(attention([&out, &lse], [&none, &k, &v], &attrs).is_empty());
+        assert!(attention([&out, &lse], [&none, &k, &v], &attrs, options).is_empty());
         // Widths past what gridDim.y can split saturate (and validation refuses the grid).
         assert_eq!(column_chunks(u64::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn half_attention_with_small_equal_head_dims_runs_on_tensor_cores() {
+        let attrs = Attrs(vec![("causal", Attr::Bool(true)), ("scale", Attr::Float(0.125))]);
+        let view = |at: u64, dtype: DType, shape: &[u64]| View::dense(Addr::arena(at << 20), dtype, shape);
+        let options = LowerOptions::default();
+        let kernel = |dtype: DType, e: u64, ev: u64, options: LowerOptions| {
+            let (q, k, v) = (view(0, dtype, &[2, 4, 100, e]), view(1, dtype, &[2, 2, 37, e]), view(2, dtype, &[2, 2, 37, ev]));
+            let (out, lse) = (view(3, dtype, &[2, 4, 100, ev]), view(4, DType::F32, &[2, 4, 100]));
+            let commands = attention([&out, &lse], [&q, &k, &v], &attrs, options);
+            let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
+            (launch.kernel, launch.grid, launch.block)
+        };
+        // 8 query heads × ceil(100 / 64) tiles of 64 rows, 4 warps, no column chunks.
+        assert_eq!(kernel(DType::Bf16, 64, 64, options), (ATTENTION_TC, [16, 1, 1], [128, 1, 1]));
+        assert_eq!(kernel(DType::F16, 16, 16, options).0, ATTENTION_TC);
+        // f32, E ≠ Ev, E not a multiple of 16, E over 64, or turned off: the float kernels.
+        assert_eq!(kernel(DType::F32, 64, 64, options).0, ATTENTION);
+        assert_eq!(kernel(DType::Bf16, 64, 32, options).0, ATTENTION);
+        assert_eq!(kernel(DType::Bf16, 24, 24, options).0, ATTENTION);
+        assert_eq!(kernel(DType::Bf16, 128, 128, options).0, ATTENTION);
+        let float = LowerOptions { float_attention: true, ..options };
+        assert_eq!(kernel(DType::Bf16, 64, 64, float).0, ATTENTION);
+        // The backward: dq by 64 query rows, dk and dv by 64 keys; dout of another dtype
+        // than q (staged as raw 16-bit values) keeps it on the float kernels.
+        let (q, k, v) = (view(0, DType::Bf16, &[2, 4, 100, 64]), view(1, DType::Bf16, &[2, 2, 37, 64]), view(2, DType::Bf16, &[2, 2, 37, 64]));
+        let (out, lse) = (view(3, DType::Bf16, &[2, 4, 100, 64]), view(4, DType::F32, &[2, 4, 100]));
+        let (dq, dk, dv) = (view(5, DType::Bf16, &[2, 4, 100, 64]), view(6, DType::Bf16, &[2, 2, 37, 64]), view(7, DType::Bf16, &[2, 2, 37, 64]));
+        let mut scratch = Scratch::default();
+        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], &attrs, options, &mut scratch);
+        let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
+        assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ_TC, [16, 1, 1], [128, 1, 1]));
+        assert_eq!((keys.kernel, keys.grid, keys.block), (ATTENTION_BACKWARD_DKV_TC, [4, 1, 1], [128, 1, 1]));
+        assert_eq!(scratch.used(), 800 * 4);
+        let dout = view(8, DType::F32, &[2, 4, 100, 64]);
+        let commands = attention_backward([&dq, &dk, &dv], [&dout, &q, &k, &v, &out, &lse], &attrs, options, &mut scratch);
+        let [Command::Launch(rows), _] = &commands[..] else { panic!("{commands:?}") };
+        assert_eq!(rows.kernel, ATTENTION_BACKWARD_DQ);
     }
 
     #[test]

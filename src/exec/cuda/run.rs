@@ -103,14 +103,23 @@ pub fn run_steps(
     profile: bool,
     out: &mut dyn FnMut(String),
 ) -> Result<Option<Tensors>, RunError> {
-    let options = LowerOptions { conv_f32: std::env::var("MEMPLAN_CUDA_CONV").is_ok_and(|v| v == "f32") };
-    let program = Program::with_options(graph, plan, options)?;
+    let mut options = LowerOptions {
+        conv_f32: std::env::var("MEMPLAN_CUDA_CONV").is_ok_and(|v| v == "f32"),
+        float_attention: false,
+    };
+    let mut program = Program::with_options(graph, plan, options)?;
     let (launches, gemms) = program.commands().fold((0, 0), |(l, g), (_, c)| match c {
         Command::Launch(_) => (l + 1, g),
         Command::Gemm(_) => (l, g + 1),
     });
     let backend = CudaBackend::new(program.arena_bytes, program.scratch_bytes)?;
     let info = backend.info.clone();
+    if info.compute_capability.0 < 8 {
+        // No mma.sync for f16/bf16 before compute capability 8.0: attention on the float
+        // kernels (the same scratch, so the workspace allocated above still serves).
+        options.float_attention = true;
+        program = Program::with_options(graph, plan, options)?;
+    }
     let memory = backend.memory;
     out(format!(
         "@{}: {} ops in one arena of {}; {steps} step(s) on {} (sm_{}{}, {} SMs, {} memory), CUDA driver {}.{}",

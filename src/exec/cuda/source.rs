@@ -68,6 +68,9 @@ pub const MAX_POOL2D_BACKWARD: &str = "max_pool2d_backward";
 pub const ATTENTION: &str = "attention";
 pub const ATTENTION_BACKWARD_DQ: &str = "attention_backward_dq";
 pub const ATTENTION_BACKWARD_DKV: &str = "attention_backward_dkv";
+pub const ATTENTION_TC: &str = "attention_tc";
+pub const ATTENTION_BACKWARD_DQ_TC: &str = "attention_backward_dq_tc";
+pub const ATTENTION_BACKWARD_DKV_TC: &str = "attention_backward_dkv_tc";
 pub const DROPOUT: &str = "dropout";
 pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
 pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
@@ -85,7 +88,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 47] = [
+pub const KERNELS: [&str; 50] = [
     BINARY,
     UNARY,
     FILL,
@@ -123,6 +126,9 @@ pub const KERNELS: [&str; 47] = [
     ATTENTION,
     ATTENTION_BACKWARD_DQ,
     ATTENTION_BACKWARD_DKV,
+    ATTENTION_TC,
+    ATTENTION_BACKWARD_DQ_TC,
+    ATTENTION_BACKWARD_DKV_TC,
     DROPOUT,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
@@ -187,6 +193,12 @@ pub const ATTN_FWD_THREADS: u32 = 256;
 pub const ATTN_BWD_ROWS: u64 = 32;
 /// Threads per block of both backward kernels.
 pub const ATTN_BWD_THREADS: u32 = 128;
+/// Rows a block of the tensor-core attention kernels owns (query rows, or keys in dk/dv).
+pub const TC_ROWS: u64 = 64;
+/// Threads per block of the tensor-core attention kernels (4 warps).
+pub const TC_THREADS: u32 = 128;
+/// The largest head dim (E = Ev, a multiple of 16) of the tensor-core attention kernels.
+pub const TC_E: u64 = 64;
 
 /// The kernels (and cuBLAS) that may run `kind`, in the order an op uses them. Views
 /// (reshape, transpose, expand, slice, select) run nothing: they are strides over their
@@ -203,8 +215,13 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Softmax => &[SOFTMAX],
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
         Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
-        Attention => &[ATTENTION],
-        AttentionBackward => &[ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV],
+        Attention => &[ATTENTION, ATTENTION_TC],
+        AttentionBackward => &[
+            ATTENTION_BACKWARD_DQ,
+            ATTENTION_BACKWARD_DKV,
+            ATTENTION_BACKWARD_DQ_TC,
+            ATTENTION_BACKWARD_DKV_TC,
+        ],
         Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
         Reshape | Transpose | Expand | Slice | Select => &[],
         SliceBackward => &[FILL, UNARY],
@@ -380,6 +397,9 @@ mod tests {
             ("ATTN_FWD_THREADS", u64::from(ATTN_FWD_THREADS)),
             ("ATTN_BWD_ROWS", ATTN_BWD_ROWS),
             ("ATTN_BWD_THREADS", u64::from(ATTN_BWD_THREADS)),
+            ("TC_ROWS", TC_ROWS),
+            ("TC_THREADS", u64::from(TC_THREADS)),
+            ("TC_E", TC_E),
         ];
         for (name, value) in tiles {
             assert!(program.contains(&format!("#define {name} {value} ")), "#define {name} {value}");
@@ -391,12 +411,27 @@ mod tests {
 
     #[test]
     fn the_program_is_plain_cuda() {
-        // No headers (NVRTC has none by default), no inline PTX and no macros the host
-        // emulation lacks: the same text compiles as CUDA and as host C++.
+        // No headers (NVRTC has none by default) and no macros the host emulation lacks:
+        // the same text compiles as CUDA and as host C++. Inline PTX only on the device
+        // side of `#ifdef __CUDA_ARCH__`, whose `#else` is the host emulation's.
         let program = program();
-        for banned in ["#include", "asm(", "asm volatile", "INFINITY", "NAN", "atomicAdd", "__ldg"] {
+        for banned in ["#include", "asm(", "INFINITY", "NAN", "atomicAdd", "__ldg"] {
             assert!(!program.contains(banned), "the program uses {banned}");
         }
+        let (mut device_side, mut has_else, mut asm) = (false, false, 0);
+        for line in program.lines().map(str::trim) {
+            match line {
+                "#ifdef __CUDA_ARCH__" => (device_side, has_else) = (true, false),
+                "#else" if device_side => (device_side, has_else) = (false, true),
+                "#endif" => assert!(!device_side || has_else, "#ifdef __CUDA_ARCH__ without a host side"),
+                _ if line.contains("asm volatile") => {
+                    assert!(device_side, "inline PTX outside #ifdef __CUDA_ARCH__: {line}");
+                    asm += 1;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(asm, 2, "the two mma.sync forms (bf16, f16)");
         // Balanced braces and parentheses in every file.
         for (name, body) in FILES {
             for (open, close) in [('{', '}'), ('(', ')'), ('[', ']')] {

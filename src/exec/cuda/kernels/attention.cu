@@ -420,3 +420,474 @@ extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 delt
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core attention: f16 and bf16 operands through mma.sync (m16n8k16, float
+// accumulators), FlashAttention-2's algorithm and tiles. Used when q, k and v are all f16
+// or all bf16 and E = Ev is a multiple of 16 up to TC_E (lower.rs decides); the kernels
+// above take every other case and are the reference these follow line for line.
+//
+// A block is TC_THREADS = 4 warps; each warp owns 16 rows of the block's 64 (query rows in
+// `attention_tc` and `attention_backward_dq_tc`, keys in `attention_backward_dkv_tc`) and
+// walks tiles of 64 partners (keys, or query rows), staged in shared memory as the raw
+// 16-bit values, rows padded to TC_LD halves so that every fragment load below is free of
+// bank conflicts. A warp's products are mma tiles: scores S (16 × 64) as 8 accumulator
+// tiles of 16 × 8; the softmax runs on the accumulators in registers (a row's 64 scores
+// are spread over the 4 threads of a quad: 16 each, reduced with two shuffles); P (and dS)
+// go straight from the accumulator layout into the operand layout of the next product
+// (the accumulator of keys 16·kk .. 16·kk + 15 is the A operand of step kk), rounded to
+// the operand dtype as FlashAttention does; nothing of S or P touches shared memory.
+// Everything else is float: the online softmax, D, l, lse, every accumulator.
+//
+// Fragments (PTX ISA, mma.m16n8k16 with .f16/.bf16): lane = 4·g + q (g = lane / 4, q =
+// lane % 4). A (16 × 16, row-major): a0 = (g, 2q..2q+1), a1 = (g + 8, 2q..), a2 = (g, 2q +
+// 8..), a3 = (g + 8, 2q + 8..), two 16-bit values per register, the lower column in the
+// low half. B (16 × 8): b0 = (k = 2q..2q+1, n = g), b1 = (k = 2q + 8.., n = g). C/D (16 × 8,
+// float): c0, c1 = (g, 2q), (g, 2q + 1); c2, c3 = (g + 8, 2q), (g + 8, 2q + 1).
+
+#define TC_ROWS 64      // rows a block owns (16 per warp): query rows, or keys in dk/dv
+#define TC_TILE 64      // partners per tile: keys, or query rows in dk/dv
+#define TC_THREADS 128  // 4 warps
+#define TC_E 64         // the largest E (= Ev) of this path, a multiple of 16
+#define TC_LD 72        // row stride of a staged tile, in 16-bit values (TC_E + 8)
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+static_assert(TC_ROWS == 16 * (TC_THREADS / 32), "a warp owns 16 rows");
+static_assert(2 * 4 * TC_TILE * TC_LD + 8 * 6 * TC_ROWS + 4 * 2 * TC_TILE <= 48 * 1024,
+              "tensor-core attention: shared memory");
+
+// d += a·b, one m16n8k16 product of the warp (every lane calls it; dtype is DT_F16 or
+// DT_BF16, uniform).
+__device__ __forceinline__ void tc_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], int dtype) {
+#ifdef __CUDA_ARCH__
+    if (dtype == DT_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    emu_mma16816(d, a, b, dtype == DT_BF16);
+#endif
+}
+
+// Two floats as the operand dtype's pair (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ unsigned tc_pack(float lo, float hi, int dtype) {
+    if (dtype == DT_BF16) return (unsigned)float_to_bf16(lo) | ((unsigned)float_to_bf16(hi) << 16);
+    return (unsigned)float_to_f16(lo) | ((unsigned)float_to_f16(hi) << 16);
+}
+
+// The raw 16-bit pair at (r, c) of a staged tile (c even, so 4-byte aligned: tiles are
+// declared __align__(16) and rows are 144 bytes), the lower column in the low half.
+__device__ __forceinline__ unsigned tc_pair(const unsigned short* buf, int r, int c) {
+#ifdef __CUDA_ARCH__
+    return *(const unsigned*)(buf + r * TC_LD + c);
+#else
+    const unsigned short* p = buf + r * TC_LD + c;
+    return (unsigned)p[0] | ((unsigned)p[1] << 16);
+#endif
+}
+
+// The A operand rows r0.., columns c0.. of a staged tile.
+__device__ __forceinline__ void tc_frag_a(unsigned (&a)[4], const unsigned short* buf, int r0, int c0) {
+    const int g = (threadIdx.x % 32) / 4, q = threadIdx.x % 4;
+    a[0] = tc_pair(buf, r0 + g, c0 + 2 * q);
+    a[1] = tc_pair(buf, r0 + g + 8, c0 + 2 * q);
+    a[2] = tc_pair(buf, r0 + g, c0 + 2 * q + 8);
+    a[3] = tc_pair(buf, r0 + g + 8, c0 + 2 * q + 8);
+}
+
+// The B operand B[k][n] = buf[n0 + n][k0 + k]: a tile's rows are B's columns (Kᵀ from K).
+__device__ __forceinline__ void tc_frag_bt(unsigned (&b)[2], const unsigned short* buf, int n0, int k0) {
+    const int g = (threadIdx.x % 32) / 4, q = threadIdx.x % 4;
+    b[0] = tc_pair(buf, n0 + g, k0 + 2 * q);
+    b[1] = tc_pair(buf, n0 + g, k0 + 2 * q + 8);
+}
+
+// The B operand B[k][n] = buf[k0 + k][n0 + n]: a tile as it is (V in P·V).
+__device__ __forceinline__ void tc_frag_b(unsigned (&b)[2], const unsigned short* buf, int k0, int n0) {
+    const int g = (threadIdx.x % 32) / 4, q = threadIdx.x % 4;
+    const unsigned short* p = buf + (k0 + 2 * q) * TC_LD + n0 + g;
+    b[0] = (unsigned)p[0] | ((unsigned)p[TC_LD] << 16);
+    b[1] = (unsigned)p[8 * TC_LD] | ((unsigned)p[9 * TC_LD] << 16);
+}
+
+// buf[r][c] = the raw 16-bit element c of staged row r (rows from `table`, −1 for none),
+// zeros past the row's n elements and for missing rows.
+__device__ __forceinline__ void tc_stage(unsigned short* buf, const Tensor& t, const i64* table, i64 n) {
+    const i64 cs = attn_col_stride(t);
+    const unsigned short* src = (const unsigned short*)t.ptr;
+    for (int x = threadIdx.x; x < TC_TILE * TC_E; x += blockDim.x) {
+        const int r = x / TC_E, c = x % TC_E;
+        const i64 at = table[r];
+        buf[r * TC_LD + c] = at >= 0 && c < n ? src[at + c * cs] : (unsigned short)0;
+    }
+}
+
+// The A operand of keys 16·kk .. 16·kk + 15 from a 16 × 64 accumulator (P or dS).
+__device__ __forceinline__ void tc_acc_as_a(unsigned (&a)[4], const float (&acc)[8][4], int kk, int dtype) {
+    a[0] = tc_pack(acc[2 * kk][0], acc[2 * kk][1], dtype);
+    a[1] = tc_pack(acc[2 * kk][2], acc[2 * kk][3], dtype);
+    a[2] = tc_pack(acc[2 * kk + 1][0], acc[2 * kk + 1][1], dtype);
+    a[3] = tc_pack(acc[2 * kk + 1][2], acc[2 * kk + 1][3], dtype);
+}
+
+// The maximum and the sum over the 4 threads of a quad (one row's threads).
+__device__ __forceinline__ float tc_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float tc_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// attention (above) on tensor cores. Block x: tiles x, x + gridDim.x, ... of TC_ROWS query
+// rows (ceil(T / 64) per head); warp w its rows 16·w ..; scores in log2 units (scale·log2 e
+// folded in, exp2 for exp).
+extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out, Tensor lse, Tensor q, Tensor k,
+                                                                       Tensor v, i64 rows, i64 group, i64 t, i64 s,
+                                                                       i64 e, i64 ev, int causal, double scale) {
+    __shared__ __align__(16) unsigned short qs[TC_ROWS * TC_LD], ks[TC_TILE * TC_LD], vs[TC_TILE * TC_LD];
+    __shared__ i64 q_at[TC_ROWS], out_at[TC_ROWS], k_at[TC_TILE], v_at[TC_TILE];
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, lq = threadIdx.x % 4;
+    const int dtype = q.dtype, steps = (int)(e / 16), vtiles = (int)(ev / 8);
+    const float sl2 = (float)scale * LOG2E, inf = f_inf();
+    const i64 per_head = (t + TC_ROWS - 1) / TC_ROWS, tiles = rows / t * per_head;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 bh = tile / per_head, i0 = tile % per_head * TC_ROWS, kv = bh / group;
+        const i64 count = imin(TC_ROWS, t - i0), first = bh * t + i0;
+        __syncthreads();  // the previous tile is done with the tables and the staged rows
+        attn_rows_at(q_at, q, first, count, e, TC_ROWS);
+        attn_rows_at(out_at, out, first, count, ev, TC_ROWS);
+        __syncthreads();
+        tc_stage(qs, q, q_at, e);
+        __syncthreads();
+        unsigned qa[TC_E / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < TC_E / 16; ++kk)
+            if (kk < steps) tc_frag_a(qa[kk], qs, 16 * warp, 16 * kk);
+        float o[TC_E / 8][4] = {}, m[2] = {-inf, -inf}, l[2] = {0.0f, 0.0f};
+        const i64 keys = causal ? imin(s, i0 + count) : s;
+        for (i64 j0 = 0; j0 < keys; j0 += TC_TILE) {
+            const i64 kcount = imin(TC_TILE, s - j0);
+            __syncthreads();  // the previous key tile's readers are done
+            attn_rows_at(k_at, k, kv * s + j0, kcount, e, TC_TILE);
+            attn_rows_at(v_at, v, kv * s + j0, kcount, ev, TC_TILE);
+            __syncthreads();
+            tc_stage(ks, k, k_at, e);
+            tc_stage(vs, v, v_at, ev);
+            __syncthreads();
+            float sc[8][4] = {};
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                for (int kk = 0; kk < TC_E / 16; ++kk)
+                    if (kk < steps) {
+                        unsigned b[2];
+                        tc_frag_bt(b, ks, 8 * nt, 16 * kk);
+                        tc_mma(sc[nt], qa[kk], b, dtype);
+                    }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = 16 * warp + g + 8 * h;
+                float top = -inf;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const i64 key = j0 + 8 * nt + 2 * lq + c;
+                        const bool seen = r < count && key < s && attn_sees(i0 + r, key, causal);
+                        const float x = seen ? sl2 * sc[nt][2 * h + c] : -inf;
+                        sc[nt][2 * h + c] = x;
+                        top = fmaxf(top, x);
+                    }
+                const float m_new = fmaxf(m[h], tc_quad_max(top));
+                // Nothing seen yet (m_new = −inf): nothing to rescale, every weight 0.
+                const float rescale = m_new == -inf ? 1.0f : exp2f(m[h] - m_new);
+                float sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float p = m_new == -inf ? 0.0f : exp2f(sc[nt][2 * h + c] - m_new);
+                        sc[nt][2 * h + c] = p;
+                        sum += p;
+                    }
+                l[h] = l[h] * rescale + tc_quad_sum(sum);
+                m[h] = m_new;
+#pragma unroll
+                for (int nt = 0; nt < TC_E / 8; ++nt) o[nt][2 * h] *= rescale, o[nt][2 * h + 1] *= rescale;
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                unsigned a[4];
+                tc_acc_as_a(a, sc, kk, dtype);
+#pragma unroll
+                for (int nt = 0; nt < TC_E / 8; ++nt)
+                    if (nt < vtiles) {
+                        unsigned b[2];
+                        tc_frag_b(b, vs, 16 * kk, 8 * nt);
+                        tc_mma(o[nt], a, b, dtype);
+                    }
+            }
+        }
+        const i64 cs = attn_col_stride(out);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + g + 8 * h;
+            if (r >= count) continue;
+            const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < TC_E / 8; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c)
+                    if (nt < vtiles) store_at_f(out, out_at[r] + (8 * nt + 2 * lq + c) * cs, o[nt][2 * h + c] * inv);
+            if (lq == 0) store_f(lse, first + r, l[h] > 0.0f ? m[h] * LN2 + logf(l[h]) : -inf);
+        }
+    }
+}
+
+// attention_backward_dq (above) on tensor cores: per tile of TC_ROWS query rows, D (into
+// deltas too), then over the key tiles S = q·kᵀ, dP = dout·vᵀ, dS = P ∘ (dP − D) and dq +=
+// dS·k; dq = scale·dq.
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+    attention_backward_dq_tc(Tensor dq, u64 deltas, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
+                             i64 rows, i64 group, i64 t, i64 s, i64 e, i64 ev, int causal, double scale) {
+    __shared__ __align__(16) unsigned short qs[TC_ROWS * TC_LD], dos[TC_ROWS * TC_LD], ks[TC_TILE * TC_LD],
+        vs[TC_TILE * TC_LD];
+    __shared__ i64 q_at[TC_ROWS], do_at[TC_ROWS], out_at[TC_ROWS], dq_at[TC_ROWS], k_at[TC_TILE], v_at[TC_TILE];
+    __shared__ float row_lse[TC_ROWS], row_d[TC_ROWS];
+    float* delta = (float*)deltas;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, lq = lane % 4;
+    const int dtype = q.dtype, steps = (int)(e / 16), etiles = (int)(e / 8);
+    const float sl2 = (float)scale * LOG2E;
+    const i64 per_head = (t + TC_ROWS - 1) / TC_ROWS, tiles = rows / t * per_head;
+    const i64 do_cs = attn_col_stride(dout), out_cs = attn_col_stride(out);
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 bh = tile / per_head, i0 = tile % per_head * TC_ROWS, kv = bh / group;
+        const i64 count = imin(TC_ROWS, t - i0), first = bh * t + i0;
+        __syncthreads();  // the previous tile is done with the tables and the staged rows
+        attn_rows_at(q_at, q, first, count, e, TC_ROWS);
+        attn_rows_at(do_at, dout, first, count, ev, TC_ROWS);
+        attn_rows_at(out_at, out, first, count, ev, TC_ROWS);
+        attn_rows_at(dq_at, dq, first, count, e, TC_ROWS);
+        __syncthreads();
+        // D = dout·out of each of the warp's rows: lanes over the columns, then the warp.
+        for (int i = 0; i < 16; ++i) {
+            const int r = 16 * warp + i;
+            float part = 0.0f;
+            if (r < count)
+                for (i64 c = lane; c < ev; c += 32)
+                    part += load_at_f(dout, do_at[r] + c * do_cs) * load_at_f(out, out_at[r] + c * out_cs);
+            for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (lane == 0 && r < count) {
+                row_d[r] = part;
+                row_lse[r] = load_f(lse, first + r) * LOG2E;
+                delta[first + r] = part;
+            }
+        }
+        tc_stage(qs, q, q_at, e);
+        tc_stage(dos, dout, do_at, ev);
+        __syncthreads();
+        unsigned qa[TC_E / 16][4], da[TC_E / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < TC_E / 16; ++kk)
+            if (kk < steps) {
+                tc_frag_a(qa[kk], qs, 16 * warp, 16 * kk);
+                tc_frag_a(da[kk], dos, 16 * warp, 16 * kk);
+            }
+        float acc[TC_E / 8][4] = {};
+        const i64 keys = causal ? imin(s, i0 + count) : s;
+        for (i64 j0 = 0; j0 < keys; j0 += TC_TILE) {
+            const i64 kcount = imin(TC_TILE, s - j0);
+            __syncthreads();  // the previous key tile's readers are done
+            attn_rows_at(k_at, k, kv * s + j0, kcount, e, TC_TILE);
+            attn_rows_at(v_at, v, kv * s + j0, kcount, ev, TC_TILE);
+            __syncthreads();
+            tc_stage(ks, k, k_at, e);
+            tc_stage(vs, v, v_at, ev);
+            __syncthreads();
+            float sc[8][4] = {}, dp[8][4] = {};
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                for (int kk = 0; kk < TC_E / 16; ++kk)
+                    if (kk < steps) {
+                        unsigned b[2];
+                        tc_frag_bt(b, ks, 8 * nt, 16 * kk);
+                        tc_mma(sc[nt], qa[kk], b, dtype);
+                        tc_frag_bt(b, vs, 8 * nt, 16 * kk);
+                        tc_mma(dp[nt], da[kk], b, dtype);
+                    }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = 16 * warp + g + 8 * h;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const i64 key = j0 + 8 * nt + 2 * lq + c;
+                        float ds = 0.0f;
+                        if (r < count && key < s && attn_sees(i0 + r, key, causal)) {
+                            const float p = exp2f(sl2 * sc[nt][2 * h + c] - row_lse[r]);
+                            ds = p * (dp[nt][2 * h + c] - row_d[r]);
+                        }
+                        sc[nt][2 * h + c] = ds;
+                    }
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                unsigned a[4];
+                tc_acc_as_a(a, sc, kk, dtype);
+#pragma unroll
+                for (int nt = 0; nt < TC_E / 8; ++nt)
+                    if (nt < etiles) {
+                        unsigned b[2];
+                        tc_frag_b(b, ks, 16 * kk, 8 * nt);
+                        tc_mma(acc[nt], a, b, dtype);
+                    }
+            }
+        }
+        const float scl = (float)scale;
+        const i64 cs = attn_col_stride(dq);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + g + 8 * h;
+            if (r >= count) continue;
+#pragma unroll
+            for (int nt = 0; nt < TC_E / 8; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c)
+                    if (nt < etiles) store_at_f(dq, dq_at[r] + (8 * nt + 2 * lq + c) * cs, scl * acc[nt][2 * h + c]);
+        }
+    }
+}
+
+// attention_backward_dkv (above) on tensor cores: per tile of TC_ROWS keys of one
+// key/value head, over the tiles of TC_TILE query rows of each query head of its group
+// (head by head, in order): Sᵀ = k·qᵀ, dPᵀ = v·doutᵀ, Pᵀ and dSᵀ from lse and D (deltas,
+// written by attention_backward_dq_tc, which runs first), dv += Pᵀ·dout, dk += dSᵀ·q; dk =
+// scale·dk.
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+    attention_backward_dkv_tc(Tensor dk, Tensor dv, u64 deltas, Tensor dout, Tensor q, Tensor k, Tensor v,
+                              Tensor lse, i64 keys, i64 group, i64 t, i64 s, i64 e, i64 ev, int causal,
+                              double scale) {
+    __shared__ __align__(16) unsigned short ks[TC_ROWS * TC_LD], vs[TC_ROWS * TC_LD], qs[TC_TILE * TC_LD],
+        dos[TC_TILE * TC_LD];
+    __shared__ i64 k_at[TC_ROWS], v_at[TC_ROWS], dk_at[TC_ROWS], dv_at[TC_ROWS], q_at[TC_TILE], do_at[TC_TILE];
+    __shared__ float row_lse[TC_TILE], row_d[TC_TILE];
+    const float* delta = (const float*)deltas;
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, lq = threadIdx.x % 4;
+    const int dtype = q.dtype, steps = (int)(e / 16), etiles = (int)(e / 8), vtiles = (int)(ev / 8);
+    const float sl2 = (float)scale * LOG2E;
+    const i64 per_head = (s + TC_ROWS - 1) / TC_ROWS, tiles = keys / s * per_head;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 kv = tile / per_head, j0 = tile % per_head * TC_ROWS;
+        const i64 kcount = imin(TC_ROWS, s - j0), first_key = kv * s + j0;
+        __syncthreads();  // the previous tile is done with the tables and the staged rows
+        attn_rows_at(k_at, k, first_key, kcount, e, TC_ROWS);
+        attn_rows_at(v_at, v, first_key, kcount, ev, TC_ROWS);
+        attn_rows_at(dk_at, dk, first_key, kcount, e, TC_ROWS);
+        attn_rows_at(dv_at, dv, first_key, kcount, ev, TC_ROWS);
+        __syncthreads();
+        tc_stage(ks, k, k_at, e);
+        tc_stage(vs, v, v_at, ev);
+        __syncthreads();
+        unsigned ka[TC_E / 16][4], va[TC_E / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < TC_E / 16; ++kk)
+            if (kk < steps) {
+                tc_frag_a(ka[kk], ks, 16 * warp, 16 * kk);
+                tc_frag_a(va[kk], vs, 16 * warp, 16 * kk);
+            }
+        float gk[TC_E / 8][4] = {}, gv[TC_E / 8][4] = {};
+        // Query rows before the tile's first key see none of its keys.
+        const i64 from = causal ? j0 : 0;
+        for (i64 hg = 0; hg < group; ++hg) {
+            const i64 bh = kv * group + hg;
+            for (i64 i0 = from; i0 < t; i0 += TC_TILE) {
+                const i64 count = imin(TC_TILE, t - i0), first = bh * t + i0;
+                __syncthreads();  // the previous query tile's readers are done
+                attn_rows_at(q_at, q, first, count, e, TC_TILE);
+                attn_rows_at(do_at, dout, first, count, ev, TC_TILE);
+                for (int x = threadIdx.x; x < count; x += blockDim.x) {
+                    row_lse[x] = load_f(lse, first + x) * LOG2E;
+                    row_d[x] = delta[first + x];
+                }
+                __syncthreads();
+                tc_stage(qs, q, q_at, e);
+                tc_stage(dos, dout, do_at, ev);
+                __syncthreads();
+                float st[8][4] = {}, dpt[8][4] = {};
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int kk = 0; kk < TC_E / 16; ++kk)
+                        if (kk < steps) {
+                            unsigned b[2];
+                            tc_frag_bt(b, qs, 8 * nt, 16 * kk);
+                            tc_mma(st[nt], ka[kk], b, dtype);
+                            tc_frag_bt(b, dos, 8 * nt, 16 * kk);
+                            tc_mma(dpt[nt], va[kk], b, dtype);
+                        }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = 16 * warp + g + 8 * h;
+#pragma unroll
+                    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const int x = 8 * nt + 2 * lq + c;
+                            float p = 0.0f, ds = 0.0f;
+                            if (r < kcount && x < count && attn_sees(i0 + x, j0 + r, causal)) {
+                                p = exp2f(sl2 * st[nt][2 * h + c] - row_lse[x]);
+                                ds = p * (dpt[nt][2 * h + c] - row_d[x]);
+                            }
+                            st[nt][2 * h + c] = p;
+                            dpt[nt][2 * h + c] = ds;
+                        }
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                    unsigned pa[4], sa[4];
+                    tc_acc_as_a(pa, st, kk, dtype);
+                    tc_acc_as_a(sa, dpt, kk, dtype);
+#pragma unroll
+                    for (int nt = 0; nt < TC_E / 8; ++nt) {
+                        unsigned b[2];
+                        if (nt < vtiles) {
+                            tc_frag_b(b, dos, 16 * kk, 8 * nt);
+                            tc_mma(gv[nt], pa, b, dtype);
+                        }
+                        if (nt < etiles) {
+                            tc_frag_b(b, qs, 16 * kk, 8 * nt);
+                            tc_mma(gk[nt], sa, b, dtype);
+                        }
+                    }
+                }
+            }
+        }
+        const float scl = (float)scale;
+        const i64 k_cs = attn_col_stride(dk), v_cs = attn_col_stride(dv);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + g + 8 * h;
+            if (r >= kcount) continue;
+#pragma unroll
+            for (int nt = 0; nt < TC_E / 8; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const i64 col = 8 * nt + 2 * lq + c;
+                    if (nt < etiles) store_at_f(dk, dk_at[r] + col * k_cs, scl * gk[nt][2 * h + c]);
+                    if (nt < vtiles) store_at_f(dv, dv_at[r] + col * v_cs, gv[nt][2 * h + c]);
+                }
+        }
+    }
+}
