@@ -418,15 +418,18 @@ mod tests {
         for banned in ["#include", "asm(", "INFINITY", "NAN", "atomicAdd", "__ldg"] {
             assert!(!program.contains(banned), "the program uses {banned}");
         }
-        let (mut device_side, mut has_else, mut asm) = (false, false, 0);
+        let (mut device_side, mut has_else, mut region_asm, mut asm) = (false, false, false, 0);
         for line in program.lines().map(str::trim) {
             match line {
-                "#ifdef __CUDA_ARCH__" => (device_side, has_else) = (true, false),
+                "#ifdef __CUDA_ARCH__" => (device_side, has_else, region_asm) = (true, false, false),
                 "#else" if device_side => (device_side, has_else) = (false, true),
-                "#endif" => assert!(!device_side || has_else, "#ifdef __CUDA_ARCH__ without a host side"),
+                "#endif" => {
+                    assert!(!region_asm || has_else, "inline PTX under #ifdef __CUDA_ARCH__ without a host side");
+                    device_side = false;
+                }
                 _ if line.contains("asm volatile") => {
                     assert!(device_side, "inline PTX outside #ifdef __CUDA_ARCH__: {line}");
-                    asm += 1;
+                    (region_asm, asm) = (true, asm + 1);
                 }
                 _ => {}
             }
