@@ -62,11 +62,14 @@ pub fn lifetimes(graph: &Graph, schedule: &[OpId]) -> Lifetimes {
             last[r] = last[r].max(t);
         }
     }
-    let updated: Vec<ValueId> = graph.updates.iter().map(|u| u.target).collect();
+    let mut updated: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
+    for update in &graph.updates {
+        updated[update.target] = true;
+    }
     for (id, value) in graph.values.iter_enumerated() {
         if let ValueDef::Arg(role) = value.def
             && role.persists()
-            && !updated.contains(&id)
+            && !updated[id]
         {
             last[id] = end;
         }

@@ -24,7 +24,7 @@
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
-use crate::index::{IndexVec, OpId, ValueId};
+use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
 use crate::ir::layout::{Layout, view_layout};
 use crate::ir::ops::{Attr, Attrs, OPS, OpClass, OpKind};
@@ -308,12 +308,16 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
 
 fn check_definitions(graph: &Graph, errors: &mut Vec<VerifyError>) {
     let mut seen = indexmap::IndexSet::new();
+    let mut is_arg: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
+    for &arg in graph.args.iter().filter(|&&arg| arg.index() < graph.values.len()) {
+        is_arg[arg] = true;
+    }
     for (id, value) in graph.values.iter_enumerated() {
         if !seen.insert(value.name.as_str()) {
             errors.push(VerifyError::DuplicateName { name: value.name.clone(), value: id, span: value.span.into() });
         }
         let defined_there = match value.def {
-            ValueDef::Arg(_) => graph.args.contains(&id),
+            ValueDef::Arg(_) => is_arg[id],
             ValueDef::Op { op, output } => graph.ops.get(op).is_some_and(|o| o.outputs.get(output) == Some(&id)),
         };
         if !defined_there {
@@ -495,6 +499,10 @@ fn same_computation(graph: &Graph, a: OpId, b: OpId) -> bool {
 
 fn check_updates(graph: &Graph, errors: &mut Vec<VerifyError>) {
     let mut updated = indexmap::IndexSet::new();
+    let mut updates_writing: IndexVec<ValueId, usize> = IndexVec::from_elem(0, graph.values.len());
+    for update in &graph.updates {
+        updates_writing[update.value] += 1;
+    }
     for update in &graph.updates {
         let (target, value) = (&graph.values[update.target], &graph.values[update.value]);
         let span = update.span.into();
@@ -530,7 +538,7 @@ fn check_updates(graph: &Graph, errors: &mut Vec<VerifyError>) {
         let bad_value = match value.def {
             ValueDef::Arg(_) => Some("an argument"),
             ValueDef::Op { op, .. } if graph.ops[op].kind.def().view_of.is_some() => Some("a view of another value"),
-            ValueDef::Op { .. } if graph.updates.iter().filter(|u| u.value == update.value).count() > 1 => {
+            ValueDef::Op { .. } if updates_writing[update.value] > 1 => {
                 Some("the new value of several updates")
             }
             ValueDef::Op { .. } => None,

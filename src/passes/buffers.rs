@@ -51,8 +51,9 @@ pub fn assign_buffers(graph: &Graph, schedule: &[OpId], reuse: &Reuse) -> Result
     let mut value_buffer: IndexVec<ValueId, Option<BufferId>> = IndexVec::from_elem(None, graph.values.len());
     // In-place pairs (see `inplace.rs`) and updates both put a value in another's buffer.
     let mut shares_with: Reuse = reuse.clone();
+    let reads = Reads::new(graph, schedule, &lifetimes);
     for update in &graph.updates {
-        check_update_in_place(graph, schedule, &lifetimes, update.target, update.value)?;
+        check_update_in_place(graph, schedule, &lifetimes, &reads, update.target, update.value)?;
         shares_with[update.value] = Some(update.target);
     }
     // Values in order of definition (arguments before op outputs at position 0), so a
@@ -83,11 +84,35 @@ pub fn assign_buffers(graph: &Graph, schedule: &[OpId], reuse: &Reuse) -> Result
     Ok(Buffers { buffers, value_buffer, lifetimes })
 }
 
+/// For each root: the last position reading it (directly or through a view) and the
+/// first return of it (or of a view of it), so that checking every update is linear.
+struct Reads {
+    last: IndexVec<ValueId, Option<usize>>,
+    returned: IndexVec<ValueId, Option<usize>>,
+}
+
+impl Reads {
+    fn new(graph: &Graph, schedule: &[OpId], lifetimes: &Lifetimes) -> Reads {
+        let mut last = IndexVec::from_elem(None, graph.values.len());
+        for (t, &op) in schedule.iter().enumerate() {
+            for &input in &graph.ops[op].inputs {
+                last[lifetimes.root[input]] = Some(t);
+            }
+        }
+        let mut returned = IndexVec::from_elem(None, graph.values.len());
+        for (k, ret) in graph.returns.iter().enumerate().rev() {
+            returned[lifetimes.root[ret.value]] = Some(k);
+        }
+        Reads { last, returned }
+    }
+}
+
 /// Whether `value` may be written into `target`'s bytes (see the module docs).
 fn check_update_in_place(
     graph: &Graph,
     schedule: &[OpId],
     lifetimes: &Lifetimes,
+    reads: &Reads,
     target: ValueId,
     value: ValueId,
 ) -> Result<(), PlanError> {
@@ -110,15 +135,14 @@ fn check_update_in_place(
         blocked(reason, graph.ops[reader].span)
     };
     // A returned old value (or a view of it) must survive the step.
-    if let Some(ret) = graph.returns.iter().find(|r| lifetimes.root[r.value] == target) {
+    if let Some(ret) = reads.returned[target].map(|k| &graph.returns[k]) {
         let what = if ret.value == target { "is returned".to_string() } else { format!("is returned through the view {}", graph.value_name(ret.value)) };
         return Err(blocked(format!("the old value of {} {what}, so it must survive the step", graph.value_name(target)), ret.span));
     }
-    // A later read of the old value (or of a view of it) is in the way.
-    for &op in &schedule[written_at + 1..] {
-        if graph.ops[op].inputs.iter().any(|&i| lifetimes.root[i] == target) {
-            return Err(read_by(op));
-        }
+    // A later read of the old value (or of a view of it) is in the way: the first one.
+    if reads.last[target].is_some_and(|last| last > written_at) {
+        let later = schedule[written_at + 1..].iter().find(|&&op| graph.ops[op].inputs.iter().any(|&i| lifetimes.root[i] == target));
+        return Err(read_by(*later.expect("a later read exists")));
     }
     // The writer itself may read the old value only as an in-place input.
     let op = &graph.ops[writer];

@@ -92,14 +92,26 @@ pub fn lower(graph: &Graph, order: &[OpId], alignment: u64) -> Option<StepDag> {
         .filter(|(_, op)| op.kind.def().view_of.is_some())
         .map(|(op_id, op)| (node(op_id), users[op.outputs[0]].iter().map(|&r| node(r)).collect()))
         .collect();
-    let mut update_reads = Vec::new();
-    for update in &graph.updates {
-        let writer = graph.def_op(update.value)?;
-        for (op_id, op) in graph.ops.iter_enumerated() {
-            if op_id != writer && op.inputs.iter().any(|&i| root[i] == update.target) {
-                update_reads.push((node(op_id), node(writer)));
-            }
+    // By update, then by op: each op's inputs are looked up in the updates of their root
+    // (one pass over the ops, not one per update).
+    let mut updates_of: IndexVec<ValueId, Vec<usize>> = IndexVec::from_elem(Vec::new(), graph.values.len());
+    let mut writers = Vec::with_capacity(graph.updates.len());
+    for (u, update) in graph.updates.iter().enumerate() {
+        updates_of[update.target].push(u);
+        writers.push(graph.def_op(update.value)?);
+    }
+    let mut readers_of: Vec<Vec<Node>> = vec![Vec::new(); graph.updates.len()];
+    let mut read: Vec<usize> = Vec::new();
+    for (op_id, op) in graph.ops.iter_enumerated() {
+        read.clear();
+        read.extend(op.inputs.iter().flat_map(|&input| updates_of[root[input]].iter().copied()));
+        read.sort_unstable();
+        read.dedup();
+        for &u in read.iter().filter(|&&u| op_id != writers[u]) {
+            readers_of[u].push(node(op_id));
         }
     }
+    let update_reads =
+        readers_of.into_iter().zip(writers).flat_map(|(readers, writer)| readers.into_iter().map(move |r| (r, node(writer)))).collect();
     Some(StepDag { ops: order.to_vec(), values, slot, root: life.root, views, update_reads })
 }

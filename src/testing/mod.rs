@@ -6,9 +6,11 @@
 //! machine, so a failing case is reproduced by its seed.
 //! - [`random_step`]: small valid training steps, for property tests of the whole pipeline;
 //! - [`synthetic`]: buffer lists shaped like a training step, at sizes no real file reaches;
+//! - [`scale`]: step texts, a Checkmate graph and buffer lists for the scale benchmarks;
 //! - [`rand_dense`]: dense tensors of numbers in [-1, 1), for kernel and gradient checks.
 
 pub mod random_step;
+pub mod scale;
 pub mod synthetic;
 
 use crate::exec::Dense;
