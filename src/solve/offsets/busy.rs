@@ -35,8 +35,9 @@
 //!
 //! A query for a range Q reads exactly the buffers that meet Q: `upper` of each fully
 //! covered node at or above the block level, and for a partly covered block its `blocks`
-//! union plus the rectangles of its half blocks that meet Q (first fit merges them into a
-//! union; best fit reads them only where a candidate survives the unions).
+//! union plus the rectangles of its half blocks that meet Q (read only where a candidate
+//! gap survives the unions, never merged into a union first: that read every rectangle of
+//! the two end half blocks, O(√n), for every long-lived buffer).
 //!
 //! The gaps of the union are found around a *pivot*: the `upper` of the widest covered
 //! node (everything live in a long range: nearly gapless) or else the biggest union (for a
@@ -44,8 +45,9 @@
 //! the pivot, so pivot gaps shorter than the buffer being placed are skipped.
 //!
 //! - First fit ([`walk`]) looks into the pivot gaps lowest first and stops at the first
-//!   that holds the buffer; inside each, the other unions' segments (found by galloping
-//!   cursors) cut out the true gaps, and after a few gaps the small unions are merged.
+//!   that holds the buffer; inside each, the other unions' segments and the rectangles
+//!   (found by galloping cursors, on the rectangles' highest end so far) cut out the true
+//!   gaps, and after a few gaps the small unions are merged.
 //! - Best fit ([`BusyIndex::best`]) needs only the smallest gap that holds the buffer, so
 //!   it refines candidates: each pivot gap long enough goes through the other unions depth
 //!   first ([`refine`]: each cuts it, galloping, so a big union costs the pieces reaching
@@ -100,10 +102,8 @@ const PENDING_MAX: usize = 64;
 enum Set {
     Block(usize),
     All(usize),
-    /// `scratch[from..to]`: the rectangles of a half block that meet the range, merged.
-    Scratch(usize, usize),
-    /// The rectangles of half block `.0` that meet its leaves `[.1, .2]`, not merged
-    /// (best fit reads them only where a candidate gap survives the unions).
+    /// The rectangles of half block `.0` that meet its leaves `[.1, .2]`, not merged into
+    /// a union (queries read them only where a candidate gap survives the unions).
     Rects(usize, Leaf, Leaf),
 }
 
@@ -129,7 +129,6 @@ struct BusyIndex<U> {
     rects: Vec<Rects<U>>,
     /// Scratch for queries.
     sets: Vec<Set>,
-    scratch: Vec<(U, U)>,
     merged: Vec<(U, U)>,
     pieces: Vec<(U, U)>,
     cursors: Vec<usize>,
@@ -204,7 +203,6 @@ impl<U: Unit> BusyIndex<U> {
             spare: Vec::new(),
             rects: vec![Rects::default(); 2 * base],
             sets: Vec::new(),
-            scratch: Vec::new(),
             merged: Vec::new(),
             pieces: Vec::new(),
             cursors: Vec::new(),
@@ -277,29 +275,16 @@ impl<U: Unit> BusyIndex<U> {
 
     /// Pushes the unions that hold exactly the buffers meeting leaves `[lo, hi)` within
     /// node `node` (covering `[l, h)`), given that its ancestors' are pushed.
-    fn collect(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize, merge: bool) {
+    fn collect(&mut self, node: usize, l: usize, h: usize, lo: usize, hi: usize) {
         if hi <= l || h <= lo {
             return;
         }
         let lv = level(node);
         let bl = self.block_level;
         if lv > bl {
-            // The half block's rectangles meeting the range, as a union.
+            // The half block's rectangles meeting the range.
             let (qfirst, qlast) = ((lo.max(l) - l) as Leaf, (hi.min(h) - l - 1) as Leaf);
-            if !merge {
-                self.sets.push(Set::Rects(node - (2usize << bl), qfirst, qlast));
-                return;
-            }
-            let from = self.scratch.len();
-            let scratch = &mut self.scratch;
-            self.rects[node - (2usize << bl)].meeting(qfirst, qlast, |start, end| {
-                match scratch[from..].last_mut() {
-                    Some(top) if start <= top.1 => top.1 = top.1.max(end),
-                    _ => scratch.push((start, end)),
-                }
-                false
-            });
-            self.sets.push(Set::Scratch(from, self.scratch.len()));
+            self.sets.push(Set::Rects(node - (2usize << bl), qfirst, qlast));
             return;
         }
         let full = lo <= l && h <= hi;
@@ -314,18 +299,17 @@ impl<U: Unit> BusyIndex<U> {
         }
         // A node whose union is not kept, or one partly in the range: its children say.
         let mid = l + (h - l) / 2;
-        self.collect(2 * node, l, mid, lo, hi, merge);
-        self.collect(2 * node + 1, mid, h, lo, hi, merge);
+        self.collect(2 * node, l, mid, lo, hi);
+        self.collect(2 * node + 1, mid, h, lo, hi);
     }
 
     /// Collects the unions holding exactly the buffers live during leaves `lo..hi` into
     /// `sets` and returns the pivot's position among them: the union of everything meeting
     /// the widest node wholly inside the range (nearly gapless), else the biggest union.
-    fn gather(&mut self, (lo, hi): Leaves, merge: bool) -> Option<usize> {
+    fn gather(&mut self, (lo, hi): Leaves) -> Option<usize> {
         self.sets.clear();
-        self.scratch.clear();
         if lo < hi {
-            self.collect(1, 0, self.width, lo, hi, merge);
+            self.collect(1, 0, self.width, lo, hi);
         }
         self.sets
             .iter()
@@ -340,7 +324,7 @@ impl<U: Unit> BusyIndex<U> {
 
     /// The segments of one union a query reads.
     fn slice(&self, set: Set) -> &[(U, U)] {
-        slice_of(&self.blocks, &self.upper, &self.scratch, set)
+        slice_of(&self.blocks, &self.upper, set)
     }
 
     /// Calls `visit(start, end)` for every maximal gap of bytes that no buffer live during
@@ -348,32 +332,44 @@ impl<U: Unit> BusyIndex<U> {
     /// and starts at the top of those buffers. Bounded gaps shorter than `min_len` may be
     /// skipped. Stops early when `visit` says so.
     fn gaps(&mut self, leaves: Leaves, min_len: U, mut visit: impl FnMut(U, Option<U>) -> Walk) {
-        let pivot_at = self.gather(leaves, true);
-        let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
+        let pivot_at = self.gather(leaves);
+        let slice = |set| slice_of(&self.blocks, &self.upper, set);
+        let rects = &self.rects;
+        // A half block's rectangles are never the pivot (their slice is empty).
         let pivot: &[(U, U)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
-        // The others are searched inside each pivot gap. Many small ones cost a search
-        // each per gap: once a walk has looked into a few gaps, they are merged into one.
-        let mut others: Vec<&[(U, U)]> = Vec::with_capacity(self.sets.len());
+        // The others are searched inside each pivot gap: the unions by a cursor each, the
+        // rectangles of the half blocks at the ends by the highest end so far (not merged
+        // into a union first: a long-lived buffer's range ends in two half blocks, whose
+        // rectangles a merge read in full for every such buffer, O(√n) each; nested
+        // activations of a 1,000,000-op training step made that most of a plan). Many small
+        // unions cost a search each per gap: once a walk has looked into a few gaps, they
+        // are merged into one.
+        let mut others: Vec<Source<U>> = Vec::with_capacity(self.sets.len());
         for (i, &set) in self.sets.iter().enumerate() {
-            let segments = slice(set);
-            if Some(i) != pivot_at && !segments.is_empty() {
-                others.push(segments);
+            match set {
+                Set::Rects(half, qfirst, qlast) if !rects[half].bytes.is_empty() => others.push(Source::Rects(&rects[half], qfirst, qlast)),
+                Set::Rects(..) => {}
+                _ if Some(i) == pivot_at || slice(set).is_empty() => {}
+                _ => others.push(Source::Union(slice(set))),
             }
         }
         let (cursors, pieces) = (&mut self.cursors, &mut self.pieces);
         cursors.clear();
         cursors.resize(others.len(), 0);
-        let small = others.iter().filter(|s| s.len() <= SMALL).count();
+        let is_small = |source: &Source<U>| matches!(source, Source::Union(s) if s.len() <= SMALL);
+        let small = others.iter().filter(|s| is_small(s)).count();
         let limit = if small > 1 { MERGE_AFTER } else { usize::MAX };
         let Some(resume) = walk(pivot, 0, &others, cursors, pieces, min_len, limit, &mut visit) else { return };
         let merged = &mut self.merged;
         merged.clear();
-        for set in others.iter().filter(|s| s.len() <= SMALL) {
-            merged.extend_from_slice(set);
+        for source in others.iter().filter(|s| is_small(s)) {
+            if let Source::Union(set) = source {
+                merged.extend_from_slice(set);
+            }
         }
         coalesce(merged);
-        others.retain(|s| s.len() > SMALL);
-        others.push(merged);
+        others.retain(|s| !is_small(s));
+        others.push(Source::Union(merged));
         cursors.clear();
         cursors.resize(others.len(), 0);
         walk(pivot, resume, &others, cursors, pieces, min_len, usize::MAX, &mut visit);
@@ -408,8 +404,8 @@ impl<U: Unit> BusyIndex<U> {
             let base = half << shift;
             return self.best_in_half_block(half, (lo - base) as Leaf, (hi - 1 - base) as Leaf, size);
         }
-        let Some(pivot_at) = self.gather(leaves, false) else { return U::ZERO };
-        let slice = |set| slice_of(&self.blocks, &self.upper, &self.scratch, set);
+        let Some(pivot_at) = self.gather(leaves) else { return U::ZERO };
+        let slice = |set| slice_of(&self.blocks, &self.upper, set);
         let rects = &self.rects;
         let pivot = slice(self.sets[pivot_at]);
         // The other unions, smallest first (measured a little better than biggest first),
@@ -646,7 +642,7 @@ const MERGE_AFTER: usize = 4;
 fn walk<U: Unit>(
     pivot: &[(U, U)],
     from: usize,
-    others: &[&[(U, U)]],
+    others: &[Source<U>],
     cursors: &mut [usize],
     pieces: &mut Vec<(U, U)>,
     min_len: U,
@@ -666,13 +662,29 @@ fn walk<U: Unit>(
         }
         looked += 1;
         pieces.clear();
-        for (set, c) in others.iter().zip(cursors.iter_mut()) {
-            *c = gallop(set, *c, |s| s.1 <= g0);
-            for &(s, e) in &set[*c..] {
-                if g1.is_some_and(|g1| s >= g1) {
-                    break;
+        let clip = |(s, e): (U, U)| (s.max(g0), g1.map_or(e, |g1| e.min(g1)));
+        for (source, c) in others.iter().zip(cursors.iter_mut()) {
+            match *source {
+                Source::Union(set) => {
+                    *c = gallop(set, *c, |s| s.1 <= g0);
+                    for &(s, e) in &set[*c..] {
+                        if g1.is_some_and(|g1| s >= g1) {
+                            break;
+                        }
+                        pieces.push(clip((s, e)));
+                    }
                 }
-                pieces.push((s.max(g0), g1.map_or(e, |g1| e.min(g1))));
+                Source::Rects(rects, qfirst, qlast) => {
+                    *c = gallop(&rects.reach, *c, |&reach| reach <= g0);
+                    for (&(s, e), &(first, last)) in rects.bytes[*c..].iter().zip(&rects.spans[*c..]) {
+                        if g1.is_some_and(|g1| s >= g1) {
+                            break;
+                        }
+                        if e > g0 && first <= qlast && qfirst <= last {
+                            pieces.push(clip((s, e)));
+                        }
+                    }
+                }
             }
         }
         if !pieces.is_sorted() {
@@ -730,11 +742,10 @@ fn cut<U: Unit>(mut a: U, b: U, union: &[(U, U)], j: &mut usize, min_len: U, mut
 }
 
 /// The segments of `set`.
-fn slice_of<'a, U>(blocks: &'a [Lazy<U>], upper: &'a [Lazy<U>], scratch: &'a [(U, U)], set: Set) -> &'a [(U, U)] {
+fn slice_of<'a, U>(blocks: &'a [Lazy<U>], upper: &'a [Lazy<U>], set: Set) -> &'a [(U, U)] {
     match set {
         Set::Block(b) => &blocks[b].segments.0,
         Set::All(v) => &upper[v].segments.0,
-        Set::Scratch(from, to) => &scratch[from..to],
         Set::Rects(..) => &[],
     }
 }
