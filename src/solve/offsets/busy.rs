@@ -19,9 +19,14 @@
 //! - At and above the block level, `upper[v]` holds every buffer that MEETS `v` (at every
 //!   second level only, [`STRIDE`]; a query needing another level reads the children's).
 //! - At the block level, `blocks[b]` holds every buffer that COVERS block `b`.
-//! - A half block keeps the other buffers meeting it as rectangles (byte range, leaves
-//!   clipped to it) sorted by start offset: a query scans them, which is cheaper than the
-//!   dozen small unions a deeper tree would make it read.
+//! - A half block keeps the buffers covering it (not its block) as a union, and the other
+//!   buffers meeting it as rectangles (byte range, leaves clipped to it) sorted by start
+//!   offset: a query scans them, which is cheaper than the dozen small unions a deeper
+//!   tree would make it read. A range reaching the last leaf is stored as reaching the
+//!   padding of the tree after it (no query reads the padding), so that it covers the
+//!   nodes at the end instead of being a rectangle in each: with few distinct `first`s
+//!   (100,000 params live the whole step, a few short buffers) every param was a
+//!   rectangle in the last half block, and every query read all of them.
 //!
 //! Placing a buffer logs its bytes in `covers` of each node at or above the block level
 //! that its range covers (its parent not), adds them to the pending ranges of `upper` of
@@ -102,6 +107,8 @@ const PENDING_MAX: usize = 64;
 enum Set {
     Block(usize),
     All(usize),
+    /// The buffers covering half block `.0` but not its block.
+    Half(usize),
     /// The rectangles of half block `.0` that meet its leaves `[.1, .2]`, not merged into
     /// a union (queries read them only where a candidate gap survives the unions).
     Rects(usize, Leaf, Leaf),
@@ -127,6 +134,14 @@ struct BusyIndex<U> {
     /// Per half block (a child of a block, index `v - 2^(block_level + 1)`): every buffer
     /// meeting it that does not cover its block, clipped to it, sorted by start offset.
     rects: Vec<Rects<U>>,
+    /// Per half block: the buffers covering it but not its block (not rectangles: when
+    /// there are few leaves, thousands of long-lived buffers cover a half block, and a
+    /// query read every one of them as a rectangle).
+    halves: Vec<Segments<U>>,
+    /// How many leaves are in use: a range reaching the last one is stored as reaching
+    /// the padding after it too (no query reads the padding), so that it covers the
+    /// nodes at the end instead of being a rectangle in each.
+    leaves: usize,
     /// Scratch for queries.
     sets: Vec<Set>,
     merged: Vec<(U, U)>,
@@ -202,6 +217,8 @@ impl<U: Unit> BusyIndex<U> {
             batch: Vec::new(),
             spare: Vec::new(),
             rects: vec![Rects::default(); 2 * base],
+            halves: vec![Segments::default(); 2 * base],
+            leaves,
             sets: Vec::new(),
             merged: Vec::new(),
             pieces: Vec::new(),
@@ -215,6 +232,7 @@ impl<U: Unit> BusyIndex<U> {
     /// live at once sharing a byte.
     fn insert(&mut self, (lo, hi): Leaves, start: U, end: U) {
         if lo < hi && start < end {
+            let hi = if hi == self.leaves { self.width } else { hi };
             self.insert_at(1, 0, self.width, lo, hi, start, end);
         }
     }
@@ -234,7 +252,12 @@ impl<U: Unit> BusyIndex<U> {
         let bl = self.block_level;
         if lv > bl {
             // A half block: its part of the range, kept in start order.
-            self.rects[node - (2usize << bl)].insert((lo.max(l) - l) as Leaf, (hi.min(h) - l - 1) as Leaf, start, end);
+            let half = node - (2usize << bl);
+            if lo <= l && h <= hi {
+                self.halves[half].insert(start, end);
+            } else {
+                self.rects[half].insert((lo.max(l) - l) as Leaf, (hi.min(h) - l - 1) as Leaf, start, end);
+            }
             return;
         }
         if lo <= l && h <= hi {
@@ -282,9 +305,13 @@ impl<U: Unit> BusyIndex<U> {
         let lv = level(node);
         let bl = self.block_level;
         if lv > bl {
-            // The half block's rectangles meeting the range.
+            // The buffers covering the half block, and its rectangles meeting the range.
+            let half = node - (2usize << bl);
             let (qfirst, qlast) = ((lo.max(l) - l) as Leaf, (hi.min(h) - l - 1) as Leaf);
-            self.sets.push(Set::Rects(node - (2usize << bl), qfirst, qlast));
+            if !self.halves[half].0.is_empty() {
+                self.sets.push(Set::Half(half));
+            }
+            self.sets.push(Set::Rects(half, qfirst, qlast));
             return;
         }
         let full = lo <= l && h <= hi;
@@ -324,7 +351,7 @@ impl<U: Unit> BusyIndex<U> {
 
     /// The segments of one union a query reads.
     fn slice(&self, set: Set) -> &[(U, U)] {
-        slice_of(&self.blocks, &self.upper, set)
+        slice_of(&self.blocks, &self.upper, &self.halves, set)
     }
 
     /// Calls `visit(start, end)` for every maximal gap of bytes that no buffer live during
@@ -333,7 +360,7 @@ impl<U: Unit> BusyIndex<U> {
     /// skipped. Stops early when `visit` says so.
     fn gaps(&mut self, leaves: Leaves, min_len: U, mut visit: impl FnMut(U, Option<U>) -> Walk) {
         let pivot_at = self.gather(leaves);
-        let slice = |set| slice_of(&self.blocks, &self.upper, set);
+        let slice = |set| slice_of(&self.blocks, &self.upper, &self.halves, set);
         let rects = &self.rects;
         // A half block's rectangles are never the pivot (their slice is empty).
         let pivot: &[(U, U)] = pivot_at.map_or(&[], |i| slice(self.sets[i]));
@@ -405,7 +432,7 @@ impl<U: Unit> BusyIndex<U> {
             return self.best_in_half_block(half, (lo - base) as Leaf, (hi - 1 - base) as Leaf, size);
         }
         let Some(pivot_at) = self.gather(leaves) else { return U::ZERO };
-        let slice = |set| slice_of(&self.blocks, &self.upper, set);
+        let slice = |set| slice_of(&self.blocks, &self.upper, &self.halves, set);
         let rects = &self.rects;
         let pivot = slice(self.sets[pivot_at]);
         // The other unions, smallest first (measured a little better than biggest first),
@@ -450,7 +477,19 @@ impl<U: Unit> BusyIndex<U> {
         self.refresh(block + (1usize << self.block_level), true);
         let gaps = Gaps { union: &self.blocks[block].segments.0, next: 0, open: None };
         let mut cut = Cut { gaps, best: Smallest::new(size), run: None, top: U::ZERO };
-        let exact = self.rects[half].meeting(qfirst, qlast, |start, end| cut.add(start, end));
+        // The buffers covering the half block are live then too (each inside one gap of
+        // the block union as well): merged into the rectangles' start order.
+        let covering = &self.halves[half].0;
+        let mut next = 0;
+        let exact = self.rects[half].meeting(qfirst, qlast, |start, end| {
+            while let Some(&(s, e)) = covering.get(next).filter(|c| c.0 <= start) {
+                next += 1;
+                if cut.add(s, e) {
+                    return true;
+                }
+            }
+            cut.add(start, end)
+        }) || covering[next..].iter().any(|&(s, e)| cut.add(s, e));
         if exact || cut.finish() {
             return cut.best.at;
         }
@@ -742,10 +781,11 @@ fn cut<U: Unit>(mut a: U, b: U, union: &[(U, U)], j: &mut usize, min_len: U, mut
 }
 
 /// The segments of `set`.
-fn slice_of<'a, U>(blocks: &'a [Lazy<U>], upper: &'a [Lazy<U>], set: Set) -> &'a [(U, U)] {
+fn slice_of<'a, U>(blocks: &'a [Lazy<U>], upper: &'a [Lazy<U>], halves: &'a [Segments<U>], set: Set) -> &'a [(U, U)] {
     match set {
         Set::Block(b) => &blocks[b].segments.0,
         Set::All(v) => &upper[v].segments.0,
+        Set::Half(h) => &halves[h].0,
         Set::Rects(..) => &[],
     }
 }
