@@ -59,10 +59,16 @@ pub type Bound<'a> = dyn Fn(&[OpId]) -> Result<u64, PlanError> + 'a;
 /// updates hoisted (or plain program order) is kept when it ends lower. Ties keep the
 /// search's order.
 pub fn choose(graph: &Graph, kind: ScheduleKind, alignment: u64, with_reuse: Option<&Bound<'_>>) -> Result<Vec<OpId>, PlanError> {
-    let mut schedule = schedule(graph, kind, alignment);
-    if let (Some(bound), ScheduleKind::Memory) = (with_reuse, kind) {
+    if kind == ScheduleKind::Program {
+        return Ok(program_order(graph));
+    }
+    // One DAG for the search and for hoisting (each is linear in the step, a DAG of a
+    // million ops a third of a second to build).
+    let dag = schedulable(graph, alignment);
+    let mut schedule = search(graph, dag.as_ref());
+    if let Some(bound) = with_reuse {
         let mut best = bound(&schedule)?;
-        for candidate in [program_order_hoisted(graph, alignment), program_order(graph)] {
+        for candidate in [hoisted(graph, dag.as_ref()), program_order(graph)] {
             let candidate_bound = bound(&candidate)?;
             if candidate_bound < best {
                 (schedule, best) = (candidate, candidate_bound);
@@ -80,33 +86,41 @@ pub fn program_order(graph: &Graph) -> Vec<OpId> {
 /// The schedule of a verified `graph` of the chosen kind; buffer sizes are rounded up to
 /// `alignment` (a power of two) as the lower bound rounds them.
 pub fn schedule(graph: &Graph, kind: ScheduleKind, alignment: u64) -> Vec<OpId> {
-    let program = program_order(graph);
-    if kind == ScheduleKind::Program {
-        return program;
+    match kind {
+        ScheduleKind::Program => program_order(graph),
+        ScheduleKind::Memory => search(graph, schedulable(graph, alignment).as_ref()),
     }
-    let Some(dag) = step_dag(graph, alignment) else {
-        return program;
-    };
-    let baseline: Vec<Node> = program.iter().map(|op| op.0).collect();
-    if dag.positions(&baseline).is_err() {
-        // Program order breaks the update rule: leave it to the buffer pass to say where.
-        return program;
-    }
-    let found = dag.best_order(&[&baseline], Effort::for_nodes(graph.ops.len()));
-    found.order.into_iter().map(|n| OpId::new(n as usize)).collect()
 }
 
 /// Program order with every op that allocates nothing (optimizer updates, views) moved to
 /// the moment its inputs are ready, so gradients die as soon as their update has run.
 /// Program order itself if the step cannot be scheduled (see [`schedule`]).
 pub fn program_order_hoisted(graph: &Graph, alignment: u64) -> Vec<OpId> {
-    let program = program_order(graph);
-    let Some(dag) = step_dag(graph, alignment) else { return program };
-    let baseline: Vec<Node> = program.iter().map(|op| op.0).collect();
-    if dag.positions(&baseline).is_err() {
-        return program;
-    }
-    dag.hoist_free_nodes(&baseline).into_iter().map(|n| OpId::new(n as usize)).collect()
+    hoisted(graph, schedulable(graph, alignment).as_ref())
+}
+
+/// The step's DAG, if the step can be reordered: `None` if [`step_dag`] has none or
+/// program order breaks the update rule (left to the buffer pass to say where).
+fn schedulable(graph: &Graph, alignment: u64) -> Option<Dag> {
+    let dag = step_dag(graph, alignment)?;
+    dag.positions(&program_nodes(graph)).is_ok().then_some(dag)
+}
+
+/// The search's order on `dag` (program order without one).
+fn search(graph: &Graph, dag: Option<&Dag>) -> Vec<OpId> {
+    let Some(dag) = dag else { return program_order(graph) };
+    let found = dag.best_order(&[&program_nodes(graph)], Effort::for_nodes(graph.ops.len()));
+    found.order.into_iter().map(|n| OpId::new(n as usize)).collect()
+}
+
+/// Program order with the free ops hoisted on `dag` (program order without one).
+fn hoisted(graph: &Graph, dag: Option<&Dag>) -> Vec<OpId> {
+    let Some(dag) = dag else { return program_order(graph) };
+    dag.hoist_free_nodes(&program_nodes(graph)).into_iter().map(|n| OpId::new(n as usize)).collect()
+}
+
+fn program_nodes(graph: &Graph) -> Vec<Node> {
+    (0..graph.ops.len() as Node).collect()
 }
 
 /// The DAG of a verified step (see the module docs); `None` if a size overflows or the

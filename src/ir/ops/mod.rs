@@ -136,7 +136,10 @@ impl OpKind {
 
     /// The op spelled `name`, if any.
     pub fn from_name(name: &str) -> Option<OpKind> {
-        OPS.iter().find(|row| row.name == name).map(|row| row.kind)
+        // A map, not a scan of the table: once per op of the step (a million in the
+        // largest steps memplan plans).
+        static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static str, OpKind>> = std::sync::OnceLock::new();
+        BY_NAME.get_or_init(|| OPS.iter().map(|row| (row.name, row.kind)).collect()).get(name).copied()
     }
 }
 

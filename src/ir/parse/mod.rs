@@ -332,7 +332,7 @@ pub fn parse(src: &str) -> Result<Graph, ParseErrors> {
         Err(e) => return Err(ParseErrors { errors: vec![e] }),
     };
     let mut errors = parser.errors;
-    let graph = resolve(ast, &mut errors);
+    let graph = resolve(&ast, &mut errors);
     if errors.is_empty() {
         Ok(graph)
     } else {

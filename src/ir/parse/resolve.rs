@@ -15,6 +15,8 @@
 //! suggestions come from `suggest`.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::lex::Sp;
 use super::suggest::did_you_mean;
@@ -25,18 +27,46 @@ use crate::ir::graph::{Backward, Graph, Op, Return, Role, Update, Value, ValueDe
 use crate::ir::ops::{Attr, AttrKind, Attrs, OPS, OpClass, OpDef, OpKind};
 use crate::ir::types::{DType, Shape, TensorType};
 
+/// Value names bound so far, borrowed from the syntax tree. Hashed a word at a time (a
+/// rotate, a xor and a multiply, as rustc's FxHash) and mixed at the end (MurmurHash3's
+/// finaliser: without it names that differ only in their last digits share their low
+/// bits, which pick the bucket): SipHash of a million names was a tenth of parsing a
+/// 1,000,000-op step, and names hash only to find values (their order is never seen).
+type Names<'a> = HashMap<&'a str, ValueId, BuildHasherDefault<FxHasher>>;
+
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        z = (z ^ (z >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        z ^ (z >> 33)
+    }
+}
+
 /// Builds the graph, pushing every error into `errors`. The graph is only meaningful when
 /// no error was found (values with unknown types get a placeholder type, unknown ops a
 /// placeholder kind).
-pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
+pub(super) fn resolve<'a>(ast: &'a Ast, errors: &mut Vec<ParseError>) -> Graph {
     let placeholder = TensorType::new(DType::F32, Shape::scalar());
-    let mut g = Graph::new(ast.name);
+    let mut g = Graph::new(ast.name.clone());
     // Per value: whether its type is known, and the span of its definition.
-    let mut known: Vec<bool> = Vec::new();
-    let mut def_sp: Vec<Sp> = Vec::new();
-    let mut bound: HashMap<String, ValueId> = HashMap::new();
+    let values = ast.args.len() + ast.defs.iter().map(|d| d.outs.len()).sum::<usize>();
+    let mut known: Vec<bool> = Vec::with_capacity(values);
+    let mut def_sp: Vec<Sp> = Vec::with_capacity(values);
+    let mut bound: Names<'a> = HashMap::with_capacity_and_hasher(values, Default::default());
 
-    let mut define = |g: &mut Graph, errors: &mut Vec<ParseError>, name: &str, sp: Sp, ty: Option<TensorType>, def| {
+    let mut define = |g: &mut Graph, errors: &mut Vec<ParseError>, name: &'a str, sp: Sp, ty: Option<TensorType>, def| {
         let id = g.values.push(Value {
             name: name.to_string(),
             ty: ty.clone().unwrap_or_else(|| placeholder.clone()),
@@ -45,14 +75,14 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
         });
         known.push(ty.is_some());
         def_sp.push(sp);
-        match bound.get(name) {
-            Some(&first) => errors.push(ParseError::Redefined {
+        match bound.entry(name) {
+            Entry::Occupied(first) => errors.push(ParseError::Redefined {
                 name: name.to_string(),
                 span: sp.into(),
-                first: def_sp.get(first.index()).copied().unwrap_or(sp).into(),
+                first: def_sp.get(first.get().index()).copied().unwrap_or(sp).into(),
             }),
-            None => {
-                bound.insert(name.to_string(), id);
+            Entry::Vacant(slot) => {
+                slot.insert(id);
             }
         }
         id
@@ -65,7 +95,7 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
     }
     // Outputs of every op, in text order, before looking at any input: uses may name values
     // defined later (an error, but one to explain precisely).
-    let mut outputs: Vec<Vec<ValueId>> = Vec::new();
+    let mut outputs: Vec<Vec<ValueId>> = Vec::with_capacity(ast.defs.len());
     for (i, def) in ast.defs.iter().enumerate() {
         let op = OpId::new(i);
         let ids = def
@@ -78,31 +108,27 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
     }
 
     let op_of = |g: &Graph, v: ValueId| g.def_op(v).map(Idx::index);
-    // deps[i]: (value, op defining it) for every input of op i that an op defines.
-    let deps: Vec<Vec<(ValueId, usize)>> = ast
-        .defs
-        .iter()
-        .map(|def| {
-            def.operands
-                .iter()
-                .filter_map(|(name, _)| bound.get(name))
-                .filter_map(|&v| op_of(&g, v).map(|d| (v, d)))
-                .collect()
-        })
-        .collect();
+    // deps[i]: (value, op defining it) for every input of op i that an op defines; made
+    // only for the first use before a definition (to tell a cycle).
+    let mut deps: Option<Vec<Vec<(ValueId, usize)>>> = None;
 
     for (i, def) in ast.defs.iter().enumerate() {
         let row = resolve_op_kind(def, errors);
         let mut inputs = Vec::new();
         let mut inputs_ok = true;
         for (name, sp) in &def.operands {
-            let Some(&v) = bound.get(name) else {
+            let Some(&v) = bound.get(name.as_str()) else {
                 errors.push(undefined(name, *sp, &bound));
                 inputs_ok = false;
                 continue;
             };
             if let Some(d) = op_of(&g, v).filter(|&d| d >= i) {
-                errors.push(later_use(&g, &deps, name, *sp, v, d, i, def_sp.get(v.index()).copied().unwrap_or(*sp)));
+                let deps = deps.get_or_insert_with(|| {
+                    let defs = ast.defs.iter();
+                    defs.map(|def| def.operands.iter().filter_map(|(name, _)| bound.get(name.as_str())).filter_map(|&v| op_of(&g, v).map(|d| (v, d))).collect())
+                        .collect()
+                });
+                errors.push(later_use(&g, deps, name, *sp, v, d, i, def_sp.get(v.index()).copied().unwrap_or(*sp)));
                 inputs_ok = false;
             }
             inputs.push(v);
@@ -136,7 +162,7 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
         }
 
         // Inference, when everything it needs is known.
-        let out_ids = outputs.get(i).cloned().unwrap_or_default();
+        let out_ids = outputs.get_mut(i).map(std::mem::take).unwrap_or_default();
         let mut inferred: Option<Vec<TensorType>> = None;
         if let (Some(row), Some(attrs)) = (row, &attrs) {
             let all_known = inputs_ok && inputs.iter().all(|v| known.get(v.index()).copied().unwrap_or(false));
@@ -184,8 +210,8 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
     }
 
     for up in &ast.updates {
-        let target = bound.get(&up.target.0).copied();
-        let value = bound.get(&up.value.0).copied();
+        let target = bound.get(up.target.0.as_str()).copied();
+        let value = bound.get(up.value.0.as_str()).copied();
         if target.is_none() {
             errors.push(undefined(&up.target.0, up.target.1, &bound));
         }
@@ -201,7 +227,7 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
             errors.push(ParseError::DuplicateReturn { span: ret.sp.into(), first: ast.returns[0].sp.into() });
         }
         for (name, sp) in &ret.values {
-            match bound.get(name) {
+            match bound.get(name.as_str()) {
                 Some(&value) if k == 0 => g.returns.push(Return { value, span: (*sp).into() }),
                 Some(_) => {}
                 None => errors.push(undefined(name, *sp, &bound)),
@@ -213,7 +239,7 @@ pub(super) fn resolve(ast: Ast, errors: &mut Vec<ParseError>) -> Graph {
             errors.push(ParseError::DuplicateBackward { span: bw.sp.into(), first: ast.backwards[0].sp.into() });
             continue;
         }
-        let loss = bound.get(&bw.loss.0).copied();
+        let loss = bound.get(bw.loss.0.as_str()).copied();
         if loss.is_none() {
             errors.push(undefined(&bw.loss.0, bw.loss.1, &bound));
         }
@@ -274,11 +300,11 @@ fn resolve_op_kind(def: &DefAst, errors: &mut Vec<ParseError>) -> Option<&'stati
     row
 }
 
-fn undefined(name: &str, sp: Sp, bound: &HashMap<String, ValueId>) -> ParseError {
+fn undefined(name: &str, sp: Sp, bound: &Names<'_>) -> ParseError {
     ParseError::Undefined {
         name: name.to_string(),
         span: sp.into(),
-        help: did_you_mean(name, bound.keys().map(String::as_str)).map(|m| format!("did you mean `%{m}`?")),
+        help: did_you_mean(name, bound.keys().copied()).map(|m| format!("did you mean `%{m}`?")),
     }
 }
 
