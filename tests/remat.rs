@@ -233,12 +233,12 @@ fn clones_after_an_update_are_forbidden_and_the_strategy_asked_again() {
     assert!(forbidden_ops.iter().all(|op| op.contains("layer_norm")), "{forbidden_ops:?}");
     let calls = std::cell::Cell::new(0);
     // The first answer is that sequence; later ones the test strategy's.
-    let counting = |problem: &Problem, budget: u64| {
+    let counting = |problem: &Problem, budget: u64, time_limit| {
         calls.set(calls.get() + 1);
         if forbidden.iter().all(|&n| problem.nodes[n as usize].recomputable) {
             return Ok(first.clone());
         }
-        drop_and_recompute(problem, budget)
+        drop_and_recompute(problem, budget, time_limit)
     };
     let options = PlanOptions { budget: Some(Budget::Bytes(budget)), ..options };
     let (rewritten, plan) = plan_with_strategy(&graph, &options, "test", &counting).unwrap();
@@ -674,4 +674,24 @@ fn a_budget_below_the_floor_says_what_the_floor_is() {
     let adam = memplan::expand(&load("ir/models/mlp_adam.step")).unwrap();
     let floor = memplan::passes::remat::Floor::of(&adam, 256).unwrap();
     assert_eq!((floor.params, floor.state), (814336, 2 * 814336 + 256));
+}
+
+/// The remat pass shares the plan's time limit: with none left it still ends, with a plan
+/// the checker accepts within the budget, or the budget unmet (never a hang, never a plan
+/// over budget).
+#[test]
+fn the_remat_pass_stops_at_the_time_limit() {
+    let graph = load("ir/models/gpt2_tiny.step");
+    for fraction in [0.9, 0.7] {
+        let options = PlanOptions { budget: Some(Budget::Fraction(fraction)), time_limit: std::time::Duration::ZERO, ..PlanOptions::default() };
+        match plan_step(&graph, &options) {
+            Ok((rewritten, plan)) => {
+                let remat = plan.remat.as_ref().unwrap();
+                assert!(plan.arena_bytes <= remat.budget.unwrap(), "{fraction}x");
+                assert_sound(&graph, &rewritten, &plan);
+            }
+            Err(PlanError::BudgetUnmet { budget, smallest, .. }) => assert!(smallest > budget, "{fraction}x"),
+            Err(e) => panic!("{fraction}x: {e}"),
+        }
+    }
 }

@@ -215,3 +215,40 @@ fn a_budget_takes_plans_spelling_too() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("remat budgets are fractions of the topological peak: 0.8 or 0.8x"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_peak_above_2_pow_64_is_too_large_for_every_strategy() {
+    let dir = scratch("too_large");
+    // The chain's sizes times 2^54: its topological peak passes 2^64 - 1 bytes.
+    let graph = training_graph(8).replace(r#""cost_ram": "#, r#""cost_ram": 1801439850948198"#);
+    let file = write(&dir, "huge.json", &graph);
+    for strategy in ["none", "chen-sqrt", "chen-greedy", "near-optimal", "auto"] {
+        let out = memplan(&["remat", &file, "--budget", "0.9", "--checkpoint", strategy, "--time-limit", "1"]);
+        assert_eq!(out.status.code(), Some(1), "{strategy}: {}", text(&out.stderr));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("too large") && stderr.contains("above 2^64 - 1"), "{strategy}: {stderr}");
+    }
+}
+
+#[test]
+fn a_time_limit_of_zero_still_answers() {
+    let dir = scratch("time_limit");
+    let graph = training_graph(8);
+    let file = write(&dir, "chain.json", &graph);
+    // The plain order fits a budget of 1: every strategy returns it at once.
+    let out = memplan(&["remat", &file, "--budget", "1", "--time-limit", "0"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Under a tight budget: a plan that the README's rule accepts, or exit 2 saying the
+    // search stopped at the time limit.
+    let out_path = dir.join("out.json");
+    let out = memplan(&["remat", &file, "--budget", "0.75", "--time-limit", "0", "-o", out_path.to_str().unwrap()]);
+    match out.status.code() {
+        Some(0) => {
+            let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+            let sequence: Vec<u64> = written["sequence"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+            assert!(recheck(&graph, &sequence).0 <= written["budget_bytes"].as_u64().unwrap());
+        }
+        Some(2) => assert!(text(&out.stderr).contains("the search stopped at the time limit"), "{}", text(&out.stderr)),
+        other => panic!("{other:?}: {}", text(&out.stderr)),
+    }
+}

@@ -17,7 +17,7 @@ use clap::ValueEnum;
 use memplan::formats::checkmate::parse_remat;
 use memplan::solve::Node;
 use memplan::solve::remat::bound::lower_bound;
-use memplan::solve::remat::{RematError, Strategy, evaluate, solve_with};
+use memplan::solve::remat::{RematError, SequenceError, Strategy, evaluate, solve_with};
 
 use super::files::{read_text, refuse_existing, write_new};
 use super::{Exit, Failure, out};
@@ -76,13 +76,21 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     })
 }
 
-/// The smallest fraction, rounded up to 4 decimals, whose budget is at least `bytes`.
+/// The smallest fraction, rounded up to 4 decimals, whose budget (as `run` computes it
+/// from the printed fraction) is at least `bytes`. Found in integers, then checked with the
+/// same floating-point product as `run` (a step or two up where rounding falls short), so
+/// it ends whatever the numbers: a loop of 1e-4 steps from a rounded start never ended
+/// for a peak above 2^64 read as a few bytes.
 fn fraction_for(bytes: u64, peak: u64) -> String {
-    let mut f = (bytes as f64 / peak as f64 * 1e4).ceil() / 1e4;
-    while ((peak as f64 * f).floor() as u64) < bytes {
-        f += 1e-4;
+    let mut tenths_of_thousandths = (u128::from(bytes) * 10_000).div_ceil(u128::from(peak.max(1)));
+    let budget = |k: u128| (peak as f64 * (k as f64 / 1e4)).floor() as u64;
+    for _ in 0..4 {
+        if budget(tenths_of_thousandths) >= bytes {
+            break;
+        }
+        tenths_of_thousandths += 1;
     }
-    format!("{f:.4}")
+    format!("{}.{:04}", tenths_of_thousandths / 10_000, tenths_of_thousandths % 10_000)
 }
 
 /// What `-o` writes.
@@ -121,18 +129,28 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
     })?;
     let problem = &graph.problem;
     let plain: Vec<Node> = (0..problem.nodes.len() as Node).collect();
-    let topological = evaluate(problem, &plain).map_err(|e| internal(RematError::BadProblem(e)))?.peak;
+    let topological = match evaluate(problem, &plain) {
+        Ok(eval) => eval.peak,
+        Err(SequenceError::TooLarge { peak }) => return Err(too_large(&file, peak)),
+        Err(e) => return Err(internal(RematError::BadProblem(e))),
+    };
     let budget = (topological as f64 * fraction).floor() as u64;
     let started = Instant::now();
     let solution = solve_with(problem, budget, strategy, time_limit).map_err(|error| match error {
-        RematError::Infeasible { budget, smallest } => Failure::error(
+        RematError::Infeasible { budget, smallest, timed_out } => Failure::error(
             Exit::Unmet,
             format_args!(
                 "{file}: no schedule fits the budget of {budget} bytes ({fraction} of the topological peak); \
-                 the smallest peak found is {smallest} bytes: try --budget {}",
-                fraction_for(smallest, topological)
+                 the smallest peak found is {smallest} bytes: try --budget {}{}",
+                fraction_for(smallest, topological),
+                if timed_out {
+                    format!(" (the search stopped at the time limit of {} s: a longer --time-limit may find more)", time_limit.as_secs_f64())
+                } else {
+                    String::new()
+                }
             ),
         ),
+        RematError::TooLarge { peak } => too_large(&file, peak),
         RematError::StrategyCannot { .. } => Failure::error(Exit::Unmet, format_args!("{file}: {error}")),
         _ => internal(error),
     })?;
@@ -178,9 +196,26 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
     Ok(())
 }
 
+/// A graph whose topological peak does not fit in 64 bits (exit 1: bad input).
+fn too_large(file: &str, peak: u128) -> Failure {
+    Failure::bad_input(format_args!("{file}: too large: its topological peak is {peak} bytes, above 2^64 - 1 (check the sizes)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fraction_that_works_is_found_for_any_numbers() {
+        for (bytes, peak) in [(80, 100), (81, 100), (1, 3), (u64::MAX, 5), (u64::MAX, u64::MAX), (0, 0), (12345678901234567, 98765432109876543)] {
+            let text = fraction_for(bytes, peak);
+            let f: f64 = text.parse().unwrap();
+            assert!((peak as f64 * f).floor() as u64 >= bytes || peak == 0, "{bytes} of {peak}: {text}");
+        }
+        assert_eq!(fraction_for(80, 100), "0.8000");
+        assert_eq!(fraction_for(81, 100), "0.8100");
+        assert_eq!(fraction_for(1, 3), "0.3334");
+    }
 
     #[test]
     fn fractions_take_both_spellings() {

@@ -44,7 +44,7 @@ pub mod savings;
 pub mod schedule;
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
@@ -380,8 +380,13 @@ fn drive<'g>(
             Pass::Remat => match sequence {
                 None => false,
                 Some(sequence) => {
-                    let arena = |g: &Graph, order: &[OpId]| measure(g, order, options)?.arena(options);
-                    let done = remat::pass(graph, &cx.input_schedule, (options.alignment, options.inplace), sequence, &arena)?;
+                    // The pass's searches and its measures share the time limit.
+                    let deadline = Instant::now().checked_add(options.time_limit).unwrap_or_else(far_future);
+                    let arena = |g: &Graph, order: &[OpId]| {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        measure(g, order, options)?.arena_within(options, left.min(MEASURE_LIMIT))
+                    };
+                    let done = remat::pass(graph, &cx.input_schedule, (options.alignment, options.inplace), sequence, &arena, deadline)?;
                     cx.remat = Some(done.record);
                     cx.recomputed = done.rewritten.map(|step| {
                         let reuse = reuse_for(&step.graph, &step.schedule, options);
@@ -448,8 +453,21 @@ impl Measured {
     /// The arena offsets give these buffers (the offsets solver of `options`, its default
     /// limits).
     pub fn arena(&self, options: &PlanOptions) -> Result<u64, PlanError> {
-        offsets::arena(&self.buffers, options)
+        self.arena_within(options, MEASURE_LIMIT)
     }
+
+    /// [`Measured::arena`] with the offsets search stopped after `time_limit`.
+    pub fn arena_within(&self, options: &PlanOptions, time_limit: Duration) -> Result<u64, PlanError> {
+        offsets::arena(&self.buffers, options, time_limit)
+    }
+}
+
+/// How long the exact offset search may take when the remat pass measures a candidate.
+pub const MEASURE_LIMIT: Duration = Duration::from_millis(200);
+
+/// An instant no time limit reaches (a limit too long to add to the clock).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
 #[cfg(test)]

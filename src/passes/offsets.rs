@@ -5,6 +5,8 @@
 //! or at the end of another, so offsets stay aligned. The plan's `lower_bound` is the most
 //! aligned bytes live at one position, which no offsets can beat.
 
+use std::time::Duration;
+
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::passes::buffers::Buffers;
@@ -27,10 +29,10 @@ pub fn lower_bound(buffers: &Buffers, alignment: u64) -> Result<u64, PlanError> 
     offsets::lower_bound(&intervals(buffers, alignment)?).ok_or(PlanError::ArenaOverflow)
 }
 
-/// The arena the offsets solver chosen in `options` finds for `buffers` with the solver's
-/// default limits: how the remat pass measures a candidate step.
-pub fn arena(buffers: &Buffers, options: &PlanOptions) -> Result<u64, PlanError> {
-    let solve_options = SolveOptions { solver: options.solver, ..SolveOptions::default() };
+/// The arena the offsets solver chosen in `options` finds for `buffers` with its search
+/// stopped after `time_limit`: how the remat pass measures a candidate step.
+pub fn arena(buffers: &Buffers, options: &PlanOptions, time_limit: Duration) -> Result<u64, PlanError> {
+    let solve_options = SolveOptions { solver: options.solver, time_limit, ..SolveOptions::default() };
     let intervals = intervals(buffers, options.alignment)?;
     offsets::solve(&intervals, &solve_options).map(|s| s.arena).map_err(|_| PlanError::ArenaOverflow)
 }

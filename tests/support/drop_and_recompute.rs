@@ -5,6 +5,8 @@
 //! exercises the remat pass (applying sequences, the arena loop, the checker, executors) on
 //! real steps. Included with `#[path]` by tests/remat.rs and the example.
 
+use std::time::Duration;
+
 use memplan::solve::Node;
 use memplan::solve::remat::{Problem, RematError, Recomputation, Strategy, evaluate};
 
@@ -12,7 +14,9 @@ use memplan::solve::remat::{Problem, RematError, Recomputation, Strategy, evalua
 /// greedily, largest values first, keeping a choice when it does not raise the peak (so
 /// chains of drops can form); a dropped node's values are recomputed as
 /// [`recompute_before_readers`] does. Stops as soon as the peak fits the budget.
-pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Recomputation, RematError> {
+/// It takes no time worth limiting: the time limit of [`StrategyFn`](memplan::passes::remat::StrategyFn)
+/// is not used.
+pub fn drop_and_recompute(problem: &Problem, budget: u64, _time_limit: Duration) -> Result<Recomputation, RematError> {
     let n = problem.nodes.len();
     let mut size_written = vec![0u64; n];
     for value in &problem.values {
@@ -42,7 +46,7 @@ pub fn drop_and_recompute(problem: &Problem, budget: u64) -> Result<Recomputatio
     if best.peak <= budget {
         Ok(Recomputation { sequence: best_sequence, eval: best, strategy: Strategy::None }) // a test strategy: not one of the enum's
     } else {
-        Err(RematError::Infeasible { budget, smallest: best.peak })
+        Err(RematError::Infeasible { budget, smallest: best.peak, timed_out: false })
     }
 }
 

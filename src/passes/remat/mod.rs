@@ -61,29 +61,34 @@ pub mod budget;
 pub mod problem;
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use crate::index::OpId;
 use crate::ir::graph::Graph;
 use crate::passes::PlanError;
 use crate::plan::RematRecord;
 use crate::solve::Node;
-use crate::solve::remat::{Problem, Recomputation, RematError, Strategy, evaluate};
+use crate::solve::remat::{Problem, Recomputation, RematError, SequenceError, Strategy, evaluate};
 pub use apply::{ApplyError, Rewritten};
 pub use budget::{Budget, BudgetError, Floor};
 pub use problem::{StepProblem, step_problem};
 
+/// A strategy with the time limit bound: the pass's own calls.
+type Solver<'a> = dyn Fn(&Problem, u64) -> Result<Recomputation, RematError> + 'a;
+
 /// How many times the pass lowers the problem budget before it gives up.
 pub const ROUNDS: usize = 8;
 
-/// A strategy: a sequence whose peak fits the budget, or the smallest peak it can reach.
-pub type StrategyFn<'a> = dyn Fn(&Problem, u64) -> Result<Recomputation, RematError> + 'a;
+/// A strategy: a sequence whose peak fits the budget, or the smallest peak it can reach,
+/// within the time limit given (what is left of the pass's).
+pub type StrategyFn<'a> = dyn Fn(&Problem, u64, Duration) -> Result<Recomputation, RematError> + 'a;
 
 /// The arena a step gets in an order (in-place reuse, buffers, offsets).
 pub type Measure<'a> = dyn Fn(&Graph, &[OpId]) -> Result<u64, PlanError> + 'a;
 
 /// A `--checkpoint` strategy as a [`StrategyFn`].
-pub fn strategy_fn(strategy: Strategy) -> impl Fn(&Problem, u64) -> Result<Recomputation, RematError> {
-    move |problem, budget| crate::solve::remat::solve(problem, budget, strategy)
+pub fn strategy_fn(strategy: Strategy) -> impl Fn(&Problem, u64, Duration) -> Result<Recomputation, RematError> {
+    move |problem, budget, time_limit| crate::solve::remat::solve_with(problem, budget, strategy, time_limit)
 }
 
 /// Where the pass gets its sequence.
@@ -103,13 +108,15 @@ pub struct Done {
 
 /// The pass: fits `graph`, run in `schedule`, into the budget by recomputing (or runs the
 /// given sequence); `measure` gives the arena of a step in an order. `inplace`: whether the
-/// plan reuses bytes in place (the problem then models it).
+/// plan reuses bytes in place (the problem then models it). The strategy's searches stop
+/// at `deadline` (all rounds together; see [`fit_budget`]).
 pub fn pass(
     graph: &Graph,
     schedule: &[OpId],
     (alignment, inplace): (u64, bool),
     sequence: Sequence<'_>,
     measure: &Measure<'_>,
+    deadline: Instant,
 ) -> Result<Done, PlanError> {
     let (rewritten, budget, arena_without, name) = match sequence {
         Sequence::Given(seq) => {
@@ -117,7 +124,7 @@ pub fn pass(
             (Some(rewritten), None, measure(graph, schedule)?, "given")
         }
         Sequence::Solve { name, strategy, budget } => {
-            let outcome = fit_budget(graph, schedule, budget, (alignment, inplace), name, strategy, measure)?;
+            let outcome = fit_budget(graph, schedule, budget, (alignment, inplace), name, strategy, measure, deadline)?;
             (outcome.rewritten, Some(outcome.budget), outcome.arena_without, name)
         }
     };
@@ -149,7 +156,9 @@ pub struct Outcome {
 
 /// Fits `graph`, run in `schedule`, into `budget` (see the module docs), for a plan with
 /// `alignment` that reuses bytes in place if `inplace`. `name` names the strategy in
-/// errors.
+/// errors. Each call of the strategy gets what is left until `deadline`, and no round
+/// starts after it: the pass ends with the best arena reached by then.
+#[allow(clippy::too_many_arguments)]
 pub fn fit_budget(
     graph: &Graph,
     schedule: &[OpId],
@@ -158,6 +167,7 @@ pub fn fit_budget(
     name: &str,
     strategy: &StrategyFn<'_>,
     measure: &Measure<'_>,
+    deadline: Instant,
 ) -> Result<Outcome, PlanError> {
     let arena_without = measure(graph, schedule)?;
     let budget = budget.bytes(arena_without).map_err(PlanError::BadBudget)?;
@@ -166,15 +176,23 @@ pub fn fit_budget(
     }
     let mut step = step_problem(graph, schedule, alignment, inplace).ok_or(PlanError::ArenaOverflow)?;
     let identity: Vec<Node> = (0..step.ops.len() as Node).collect();
-    let peak = evaluate(&step.problem, &identity).map_err(|e| bug(format!("the step's own order: {e}")))?.peak;
+    let peak = match evaluate(&step.problem, &identity) {
+        Ok(eval) => eval.peak,
+        Err(SequenceError::TooLarge { .. }) => return Err(PlanError::ArenaOverflow),
+        Err(e) => return Err(bug(format!("the step's own order: {e}"))),
+    };
+    let strategy = |problem: &Problem, target: u64| strategy(problem, target, deadline.saturating_duration_since(Instant::now()));
     let gap = i128::from(peak) - i128::from(arena_without);
     let clamp = |x: i128| x.clamp(0, i128::from(u64::MAX)) as u64;
     let mut target = clamp(i128::from(budget) + gap);
     let mut smallest = arena_without;
-    for _ in 0..ROUNDS {
-        let (rewritten, last) = match solve(graph, &mut step, target, strategy)? {
+    for round in 0..ROUNDS {
+        if round > 0 && Instant::now() >= deadline {
+            break;
+        }
+        let (rewritten, last) = match solve(graph, &mut step, target, &strategy)? {
             Ok(rewritten) => (rewritten, false),
-            Err(least) => match least_sequence(graph, &mut step, least, strategy)? {
+            Err(least) => match least_sequence(graph, &mut step, least, &strategy)? {
                 Some(rewritten) => (rewritten, true),
                 None => break,
             },
@@ -189,16 +207,17 @@ pub fn fit_budget(
         }
         target = target.saturating_sub(arena - budget);
     }
-    Err(unmet(graph, alignment, budget, smallest, name))
+    Err(unmet(graph, alignment, budget, smallest, name, Instant::now() >= deadline))
 }
 
 /// The error of a budget no plan met: the smallest arena reached works; below the step's
 /// [`Floor`], say what the floor is made of (no strategy can go lower), else that another
 /// strategy may.
-fn unmet(graph: &Graph, alignment: u64, budget: u64, smallest: u64, strategy: &str) -> PlanError {
+fn unmet(graph: &Graph, alignment: u64, budget: u64, smallest: u64, strategy: &str, timed_out: bool) -> PlanError {
     let works = format!("a budget of at least {smallest} bytes works (`--budget {smallest}`)");
     let advice = match Floor::of(graph, alignment).filter(|floor| budget < floor.bytes()) {
         Some(floor) => format!("{works}; no plan fits in less than {} bytes: {}", floor.bytes(), floor.describe()),
+        None if timed_out => format!("{works}; the search stopped at the time limit: a longer --time-limit may go lower"),
         None => format!("{works}; another --checkpoint strategy may go lower"),
     };
     PlanError::BudgetUnmet { budget, smallest, strategy: strategy.to_string(), advice }
@@ -213,7 +232,7 @@ pub fn apply_sequence(graph: &Graph, schedule: &[OpId], alignment: u64, sequence
 
 /// The sequence at the smallest peak the strategy reaches, `least` or above (forbidding a
 /// recompute can raise it); `None` if the strategy cannot even meet its own smallest.
-fn least_sequence(graph: &Graph, step: &mut StepProblem, mut least: u64, strategy: &StrategyFn<'_>) -> Result<Option<Rewritten>, PlanError> {
+fn least_sequence(graph: &Graph, step: &mut StepProblem, mut least: u64, strategy: &Solver<'_>) -> Result<Option<Rewritten>, PlanError> {
     loop {
         match solve(graph, step, least, strategy)? {
             Ok(rewritten) => return Ok(Some(rewritten)),
@@ -226,7 +245,7 @@ fn least_sequence(graph: &Graph, step: &mut StepProblem, mut least: u64, strateg
 /// Solves and applies; `Ok(Err(smallest))` when no sequence fits `target`. Nodes whose
 /// clones would read an updated param after its update are made not recomputable and the
 /// solver is asked again.
-fn solve(graph: &Graph, step: &mut StepProblem, target: u64, strategy: &StrategyFn<'_>) -> Result<Result<Rewritten, u64>, PlanError> {
+fn solve(graph: &Graph, step: &mut StepProblem, target: u64, strategy: &Solver<'_>) -> Result<Result<Rewritten, u64>, PlanError> {
     loop {
         let solution = match strategy(&step.problem, target) {
             Ok(solution) => solution,
@@ -234,6 +253,7 @@ fn solve(graph: &Graph, step: &mut StepProblem, target: u64, strategy: &Strategy
             // The strategy asked for cannot go lower than `reached` (another might): the
             // smallest budget that works with it.
             Err(RematError::StrategyCannot { reached, .. }) => return Ok(Err(reached)),
+            Err(RematError::TooLarge { .. }) => return Err(PlanError::ArenaOverflow),
             Err(e @ (RematError::BadProblem(_) | RematError::OverBudget { .. })) => return Err(bug(e.to_string())),
         };
         match apply::apply(graph, step, &solution.sequence) {

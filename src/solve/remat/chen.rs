@@ -21,6 +21,9 @@
 //!   checkpoint and restart the sum. Sweeping `B` gives a family of plans: the caller keeps
 //!   the cheapest that fits (Checkmate's "best point of the greedy sweep").
 
+use std::collections::HashSet;
+use std::time::Instant;
+
 use super::stages::{Sim, StagePlan};
 use super::{Node, Problem};
 
@@ -125,8 +128,9 @@ fn greedy_checkpoints(problem: &Problem, points: &[bool], bytes: &[u64], segment
 }
 
 /// Chen's greedy over a sweep of segment budgets: one plan per distinct checkpoint set
-/// (from every articulation point a checkpoint to none).
-pub fn greedy_plans(sim: &Sim) -> Vec<StagePlan> {
+/// (from every articulation point a checkpoint to none). The sweep stops at `deadline`
+/// (after its first plan).
+pub fn greedy_plans(sim: &Sim, deadline: Instant) -> Vec<StagePlan> {
     let problem = sim.problem();
     let n = problem.nodes.len();
     let mut bytes = vec![0u64; n];
@@ -149,13 +153,18 @@ pub fn greedy_plans(sim: &Sim) -> Vec<StagePlan> {
         budgets.push((smallest as f64 * ratio.powi(i)) as u64);
     }
     budgets.push(total);
-    let mut seen: Vec<Vec<bool>> = Vec::new();
+    // A set, not a list searched for each budget: 400 budgets, each a list of n flags,
+    // made 20,000-node graphs quadratic.
+    let mut seen: HashSet<Vec<bool>> = HashSet::new();
     let mut plans = Vec::new();
     for b in budgets {
+        if !plans.is_empty() && Instant::now() >= deadline {
+            break;
+        }
         let checkpoint = greedy_checkpoints(problem, &points, &bytes, b);
         if !seen.contains(&checkpoint) {
             plans.push(plan_for(sim, &checkpoint));
-            seen.push(checkpoint);
+            seen.insert(checkpoint);
         }
     }
     plans
@@ -167,6 +176,10 @@ mod tests {
     use super::super::testing::{random_problem, training_chain};
     use super::*;
     use crate::rng::Rng;
+
+    fn far() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(3600)
+    }
 
     #[test]
     fn every_node_inside_a_chain_is_an_articulation_point() {
@@ -211,7 +224,7 @@ mod tests {
     fn the_greedy_sweep_ranges_from_all_to_no_checkpoints() {
         let p = training_chain(12, 100, 1);
         let sim = Sim::new(&p);
-        let plans = greedy_plans(&sim);
+        let plans = greedy_plans(&sim, far());
         let costs: Vec<u64> = plans.iter().map(|plan| plan.extra_cost(&p)).collect();
         // Every articulation point (1..=10) a checkpoint: only node 0 is dropped and
         // recomputed (node 11 is read by the next stage).
@@ -231,7 +244,7 @@ mod tests {
             let n = 2 + rng.below(20) as usize;
             let p = random_problem(&mut rng, n);
             let sim = Sim::new(&p);
-            for plan in std::iter::once(sqrt_plan(&sim)).chain(greedy_plans(&sim)) {
+            for plan in std::iter::once(sqrt_plan(&sim)).chain(greedy_plans(&sim, far())) {
                 evaluate(&p, &plan.sequence()).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
                 assert!(plan.stages.iter().flatten().all(|&v| p.nodes[v as usize].recomputable && p.nodes[v as usize].forward));
             }

@@ -152,6 +152,9 @@ pub enum SequenceError {
     /// A node runs before some value it reads was ever written.
     #[error("position {position}: node {node} reads a value of node {writer}, which has not run yet")]
     ReadBeforeWrite { position: usize, node: Node, writer: Node },
+    /// The peak does not fit in 64 bits.
+    #[error("its peak, {peak} bytes, is above 2^64 - 1")]
+    TooLarge { peak: u128 },
 }
 
 /// Applies the evaluation rule (see the module doc) to `sequence`.
@@ -248,7 +251,8 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
         peak = peak.max(live);
     }
     let base_cost = problem.nodes.iter().fold(0u64, |acc, node| acc.saturating_add(node.cost));
-    Ok(Eval { peak: peak as u64, cost, base_cost })
+    let peak = u64::try_from(peak).map_err(|_| SequenceError::TooLarge { peak: peak as u128 })?;
+    Ok(Eval { peak, cost, base_cost })
 }
 
 /// How to choose what to recompute.
@@ -299,9 +303,14 @@ pub struct Recomputation {
 #[derive(Clone, PartialEq, Eq, Debug, Error)]
 pub enum RematError {
     /// No strategy found a sequence that fits the budget; `smallest` is the smallest peak
-    /// found (the smallest budget that works).
+    /// found (the smallest budget that works); `timed_out`: the search stopped at its time
+    /// limit (a longer one may find more).
     #[error("no schedule fits {budget} bytes; the smallest peak found is {smallest} bytes")]
-    Infeasible { budget: u64, smallest: u64 },
+    Infeasible { budget: u64, smallest: u64, timed_out: bool },
+    /// The problem's own order peaks above 2^64 - 1 bytes: no peak memplan could report
+    /// fits in 64 bits.
+    #[error("too large: the peak of its own order is {peak} bytes, above 2^64 - 1")]
+    TooLarge { peak: u128 },
     /// The chosen strategy does not fit the budget, though another does: `reached` is the
     /// strategy's lowest peak, `smallest` the smallest peak found by any.
     #[error("{} reaches at best {reached} bytes, over the budget of {budget}; near-optimal fits it (its smallest peak is {smallest} bytes)", strategy.name())]
@@ -325,29 +334,43 @@ pub fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> Result<Recom
     solve_with(problem, budget, strategy, DEFAULT_TIME_LIMIT)
 }
 
-/// [`solve`] with a time limit for the search (`near-optimal`, `auto`, and finding the
-/// smallest peak when a budget cannot be met). The search's result does not depend on the
-/// limit unless the limit cuts it short.
+/// [`solve`] with a time limit: the whole call returns within it (give or take one step
+/// of the search: a simulation of one plan), with the best plan found so far. Without a
+/// cut by the clock the result does not depend on the limit (the searches stop after a
+/// fixed amount of work).
 pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit: Duration) -> Result<Recomputation, RematError> {
-    let deadline = Instant::now() + time_limit;
+    let started = Instant::now();
+    let deadline = started.checked_add(time_limit).unwrap_or(started + Duration::from_secs(365 * 24 * 3600));
     let plain: Vec<Node> = (0..problem.nodes.len() as Node).collect();
-    evaluate(problem, &plain).map_err(RematError::BadProblem)?;
+    evaluate(problem, &plain).map_err(|e| match e {
+        SequenceError::TooLarge { peak } => RematError::TooLarge { peak },
+        e => RematError::BadProblem(e),
+    })?;
     let mut sim = Sim::new(problem);
-    let mut chen_plans = vec![(chen::sqrt_plan(&sim), Strategy::ChenSqrt)];
-    chen_plans.extend(chen::greedy_plans(&sim).into_iter().map(|p| (p, Strategy::ChenGreedy)));
-    let seeds: Vec<StagePlan> = chen_plans.iter().map(|(p, _)| p.clone()).collect();
+    // Chen's plans: the strategies of their own, and the search's seeds.
+    let chen_plans = |sim: &Sim| {
+        let mut plans = vec![(chen::sqrt_plan(sim), Strategy::ChenSqrt)];
+        plans.extend(chen::greedy_plans(sim, deadline).into_iter().map(|p| (p, Strategy::ChenGreedy)));
+        plans
+    };
+    let timed_out = || Instant::now() >= deadline;
     let own: Vec<(StagePlan, Strategy)> = match strategy {
         Strategy::None => vec![(StagePlan::empty(problem.nodes.len()), strategy)],
-        Strategy::ChenSqrt | Strategy::ChenGreedy => chen_plans.into_iter().filter(|(_, s)| *s == strategy).collect(),
-        Strategy::NearOptimal | Strategy::Auto => match search::near_optimal(problem, budget, &seeds, deadline) {
-            Ok(plan) if strategy == Strategy::Auto => {
-                let mut all = chen_plans;
-                all.insert(0, (plan, Strategy::NearOptimal));
-                all
+        Strategy::ChenSqrt => vec![(chen::sqrt_plan(&sim), strategy)],
+        Strategy::ChenGreedy => chen::greedy_plans(&sim, deadline).into_iter().map(|p| (p, strategy)).collect(),
+        Strategy::NearOptimal | Strategy::Auto => {
+            let chen_plans = chen_plans(&sim);
+            let seeds: Vec<StagePlan> = chen_plans.iter().map(|(p, _)| p.clone()).collect();
+            match search::near_optimal(problem, budget, &seeds, deadline) {
+                Ok(plan) if strategy == Strategy::Auto => {
+                    let mut all = chen_plans;
+                    all.insert(0, (plan, Strategy::NearOptimal));
+                    all
+                }
+                Ok(plan) => vec![(plan, Strategy::NearOptimal)],
+                Err(smallest) => return Err(RematError::Infeasible { budget, smallest, timed_out: timed_out() }),
             }
-            Ok(plan) => vec![(plan, Strategy::NearOptimal)],
-            Err(smallest) => return Err(RematError::Infeasible { budget, smallest }),
-        },
+        }
     };
     // The cheapest that fits (then the lowest peak; earlier plans win ties).
     let mut best: Option<((u64, u64), usize)> = None;
@@ -361,12 +384,13 @@ pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit
         }
     }
     let Some((_, i)) = best else {
+        let seeds: Vec<StagePlan> = chen_plans(&sim).into_iter().map(|(p, _)| p).collect();
         return Err(match search::near_optimal(problem, budget, &seeds, deadline) {
             Ok(plan) => {
                 let smallest = search::smallest_peak(problem, &seeds, deadline).min(sim.score(&plan, budget).peak);
                 RematError::StrategyCannot { strategy, budget, reached, smallest }
             }
-            Err(smallest) => RematError::Infeasible { budget, smallest },
+            Err(smallest) => RematError::Infeasible { budget, smallest, timed_out: timed_out() },
         });
     };
     let (plan, found_by) = &own[i];

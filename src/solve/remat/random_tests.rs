@@ -173,10 +173,60 @@ fn degenerate_problems() {
         shares: Vec::new(),
     };
     assert_eq!(solve(&one, 10, Strategy::Auto).unwrap().sequence, vec![0]);
-    assert_eq!(solve(&one, 9, Strategy::Auto), Err(RematError::Infeasible { budget: 9, smallest: 10 }));
+    assert_eq!(solve(&one, 9, Strategy::Auto), Err(RematError::Infeasible { budget: 9, smallest: 10, timed_out: false }));
     assert_eq!(
         solve(&one, 9, Strategy::ChenSqrt),
-        Err(RematError::Infeasible { budget: 9, smallest: 10 }),
+        Err(RematError::Infeasible { budget: 9, smallest: 10, timed_out: false }),
         "no strategy fits, so the error is Infeasible whichever was asked"
     );
+}
+
+/// With no time at all, every strategy still answers: a valid sequence within budget, or
+/// an error saying the search stopped at the time limit.
+#[test]
+fn a_time_limit_of_zero_gives_a_valid_answer_or_says_it_stopped() {
+    for seed in 0..60 {
+        let mut rng = Rng::new(2000 + seed);
+        let n = 2 + rng.below(40) as usize;
+        let problem = random_problem(&mut rng, n);
+        let plain = evaluate(&problem, &StagePlan::empty(n).sequence()).unwrap().peak;
+        for budget in [plain, plain - rng.below(plain / 2 + 1)] {
+            for strategy in Strategy::ALL {
+                match solve_with(&problem, budget, strategy, Duration::ZERO) {
+                    Ok(solution) => {
+                        let eval = evaluate(&problem, &solution.sequence).unwrap();
+                        assert!(eval.peak <= budget, "seed {seed} {strategy:?}: {} > {budget}", eval.peak);
+                    }
+                    Err(RematError::Infeasible { smallest, timed_out, .. }) => {
+                        assert!(smallest > budget && timed_out, "seed {seed} {strategy:?}");
+                        assert!(budget < plain, "seed {seed} {strategy:?}: the plain order fits {budget}");
+                    }
+                    Err(RematError::StrategyCannot { reached, .. }) => assert!(reached > budget, "seed {seed} {strategy:?}"),
+                    Err(e) => panic!("seed {seed} {strategy:?}: {e}"),
+                }
+            }
+        }
+    }
+}
+
+/// A peak above 2^64 - 1 is an error naming it, never a wrapped number (or a search for
+/// a budget that the wrapped number made impossible).
+#[test]
+fn a_peak_above_64_bits_is_too_large() {
+    let half = 1u64 << 63;
+    let node = |forward| NodeInfo { cost: 1, recomputable: true, forward };
+    let problem = Problem {
+        nodes: vec![node(true), node(true), node(false)],
+        values: vec![
+            DagValue { size: half, def: Some(0), readers: vec![1, 2], to_end: false },
+            DagValue { size: half, def: Some(1), readers: vec![2], to_end: false },
+            DagValue { size: 1, def: Some(2), readers: Vec::new(), to_end: false },
+        ],
+        shares: Vec::new(),
+    };
+    let too_large = u128::from(u64::MAX) + 2;
+    assert_eq!(evaluate(&problem, &[0, 1, 2]), Err(SequenceError::TooLarge { peak: too_large }));
+    for strategy in Strategy::ALL {
+        assert_eq!(solve_with(&problem, u64::MAX, strategy, LIMIT), Err(RematError::TooLarge { peak: too_large }), "{strategy:?}");
+    }
 }

@@ -161,7 +161,7 @@ impl<'p> Search<'p> {
         self.sim.score(plan, self.budget)
     }
 
-    fn out_of_time(&self) -> bool {
+    pub fn out_of_time(&self) -> bool {
         Instant::now() >= self.deadline
     }
 
@@ -394,6 +394,9 @@ impl<'p> Search<'p> {
     fn two_moves(&mut self, plan: &mut StagePlan, firsts: &[Candidate], excess: u128) -> Option<Vec<(Node, Node)>> {
         let mut best: Option<(f64, Vec<(Node, Node)>)> = None;
         for first in firsts.iter().take(LOOKAHEAD) {
+            if self.out_of_time() {
+                break;
+            }
             let inserted: Vec<(Node, Node)> = first.pairs.iter().copied().filter(|&(s, v)| plan.insert(s, v)).collect();
             self.sim.detail(plan, self.budget);
             let mut seconds = self.candidates(plan);
@@ -420,7 +423,9 @@ impl<'p> Search<'p> {
 
     /// Removes recomputes whose values nothing reads (and so on, transitively).
     pub fn prune(&mut self, plan: &mut StagePlan) {
-        loop {
+        // Each removal frees bytes and adds none, so stopping at the time limit keeps a
+        // plan that fits.
+        while !self.out_of_time() {
             self.sim.detail(plan, self.budget);
             let sim = &self.sim;
             let used: Vec<bool> = (0..sim.intervals.len()).map(|i| !sim.reads_of(i).is_empty()).collect();
@@ -453,6 +458,9 @@ impl<'p> Search<'p> {
         let mut pairs = plan.pairs();
         pairs.sort_by_key(|&(s, v)| (std::cmp::Reverse(self.problem.nodes[v as usize].cost), s, v));
         for (s, v) in pairs {
+            if self.out_of_time() {
+                return; // every removal kept still fits
+            }
             if !plan.has(s, v) || !self.may_remove(plan, s, v) {
                 continue;
             }
@@ -607,7 +615,7 @@ pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[StagePlan], deadlin
     }
     let mut best: Option<((u64, u64), StagePlan)> = None;
     for mut start in starts {
-        search.cleanup(&mut start);
+        search.cleanup(&mut start); // stops at the time limit (the plan still fits)
         let score = search.score(&start);
         let key = (score.extra, score.peak);
         if best.as_ref().is_none_or(|(k, _)| key < *k) {
@@ -615,7 +623,10 @@ pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[StagePlan], deadlin
         }
     }
     let (_, start) = best.expect("at least one start fits");
-    let floor = bound::lower_bound(problem, budget).extra.unwrap_or(0);
+    if search.out_of_time() {
+        return Ok(start);
+    }
+    let floor = bound::bound_until(problem, budget, Some(deadline)).extra.unwrap_or(0);
     Ok(search.improve(start, ITERATIONS, floor))
 }
 
