@@ -154,7 +154,7 @@ fn row(name: &str, list: &[ListedBuffer], solvers: &[(&str, Option<Solver>)], ca
         .iter()
         .map(|&(_, solver)| {
             let solver = solver?;
-            let options = SolveOptions { solver, capacity, time_limit: limit, search_nodes: u64::MAX };
+            let options = SolveOptions { solver, capacity, time_limit: limit, search_nodes: u64::MAX, halt_heuristics: false };
             let (mut runs, started) = (0u32, Instant::now());
             let (result, log) = loop {
                 let mut log: Vec<Attempt> = Vec::new();

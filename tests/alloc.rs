@@ -115,3 +115,20 @@ fn never_overwrites_a_file_nor_the_input() {
     let run = memplan(&["alloc", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(1));
 }
+
+/// `--time-limit 0` still places every buffer (the first heuristic always finishes) and the
+/// placement checks; the others are stopped.
+#[test]
+fn a_time_limit_of_zero_still_places_the_list() {
+    let dir = scratch("time_limit");
+    let out = dir.join("placed.csv");
+    let input = "benches/data/minimalloc/challenging/K.1048576.csv";
+    let run = memplan(&["alloc", input, "--time-limit", "0", "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let stdout = text(&run.stdout);
+    assert!(stdout.contains("best-fit (spatial order)") && !stdout.contains("exact (branch and bound)"), "{stdout}");
+    let placed = parse_buffer_list(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let triples: Vec<_> = placed.iter().map(|b| (b.lower as usize, (b.upper - 1) as usize, b.size)).collect();
+    let offsets: Vec<u64> = placed.iter().map(|b| b.offset.unwrap()).collect();
+    assert!(check_offsets(&triples, &offsets, None).is_ok());
+}

@@ -255,7 +255,7 @@ fn edge_cases() {
 fn solve_with_the_exact_solver() {
     let intervals = [l(0, 1, 2), l(1, 2, 1), l(2, 3, 2), l(0, 0, 1), l(3, 3, 1), l(0, 3, 3)];
     let optimum = brute_optimum(&intervals);
-    let options = SolveOptions { solver: Solver::Exact, capacity: None, time_limit: Duration::from_secs(10), search_nodes: u64::MAX };
+    let options = SolveOptions { solver: Solver::Exact, capacity: None, time_limit: Duration::from_secs(10), search_nodes: u64::MAX, halt_heuristics: false };
     let solution = solve(&intervals, &options).unwrap();
     assert_eq!(solution.arena, optimum);
     assert!(solution.proved_optimal);

@@ -71,7 +71,7 @@ pub use offsets::check_offsets;
 pub use violation::{Need, Violation, Violations};
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::index::{BufferId, Idx, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
@@ -345,10 +345,11 @@ impl<'a> Checker<'a> {
         let mut order: Vec<usize> = (0..rects.len()).collect();
         order.sort_by_key(|&i| (rects[i].t0, i));
         let mut found = Vec::new();
-        let truncated = overlapping_pairs(&rects, &order, |i, j| {
-            found.push((i, j));
-            true
-        });
+        let truncated = any_overlap(&rects, &order)
+            && overlapping_pairs(&rects, &order, |i, j| {
+                found.push((i, j));
+                true
+            });
         for (i, j) in found {
             let (a, b) = (ids[i], ids[j]);
             let (ba, bb) = (&plan.buffers[a], &plan.buffers[b]);
@@ -616,6 +617,35 @@ struct Rect {
     hi: u128,
 }
 
+/// Whether any two of `rects` intersect in time and in bytes (`order` sorted by `t0`), in
+/// O(n log n) with a small constant: the common case of a valid placement, where
+/// [`overlapping_pairs`] (which must find every pair) was most of checking two million
+/// buffers. Sweep over time: the active rects never overlap while none is found, so they
+/// sit in an ordered map by start, and a new one meets an active one iff it meets its
+/// neighbour below or above.
+fn any_overlap(rects: &[Rect], order: &[usize]) -> bool {
+    let mut active: BTreeMap<u128, u128> = BTreeMap::new();
+    let mut expiry: BinaryHeap<Reverse<(usize, u128)>> = BinaryHeap::new();
+    for &i in order {
+        let r = rects[i];
+        while let Some(&Reverse((t1, lo))) = expiry.peek() {
+            if t1 >= r.t0 {
+                break;
+            }
+            expiry.pop();
+            active.remove(&lo);
+        }
+        let below = active.range(..=r.lo).next_back().is_some_and(|(_, &hi)| hi > r.lo);
+        let above = active.range(r.lo..).next().is_some_and(|(&lo, _)| lo < r.hi);
+        if below || above {
+            return true;
+        }
+        active.insert(r.lo, r.hi);
+        expiry.push(Reverse((r.t1, r.lo)));
+    }
+    false
+}
+
 /// Calls `on_pair(older, newer)` once for every pair of rects that intersect in time and
 /// in bytes, `older` coming first in `order` (which must be sorted by `t0`). `on_pair`
 /// returns whether the pair counts; after [`MAX_PAIRS`] counted pairs the sweep stops and
@@ -759,6 +789,28 @@ mod tests {
             got.sort();
             assert_eq!(got, brute(&rects), "round {round}: {rects:?}");
         }
+    }
+
+    #[test]
+    fn the_quick_sweep_finds_an_overlap_exactly_when_there_is_one() {
+        let mut rng = Lcg(11);
+        let (mut with, mut without) = (0, 0);
+        for round in 0..2000 {
+            let n = 1 + rng.next(12) as usize;
+            let rects: Vec<Rect> = (0..n)
+                .map(|_| {
+                    let t0 = rng.next(20) as usize;
+                    let lo = u128::from(rng.next(1000));
+                    Rect { t0, t1: t0 + rng.next(8) as usize, lo, hi: lo + 1 + u128::from(rng.next(60)) }
+                })
+                .collect();
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|&i| (rects[i].t0, i));
+            let overlap = !brute(&rects).is_empty();
+            assert_eq!(any_overlap(&rects, &order), overlap, "round {round}: {rects:?}");
+            (with, without) = if overlap { (with + 1, without) } else { (with, without + 1) };
+        }
+        assert!(with > 200 && without > 200, "{with} with an overlap, {without} without");
     }
 
     #[test]

@@ -6,11 +6,12 @@
 //! `u64` or passes the capacity, and every pair of buffers that are live at a common
 //! position and share a byte. Pairs come from the checker's own sweep over time
 //! (`overlapping_pairs`, a segment tree over byte coordinates plus an ordered set of
-//! starts), so the cost is O(n log n + K) for K reported pairs, at most
+//! starts, run only once a quicker sweep, `any_overlap`, found that some pair overlaps),
+//! so the cost is O(n log n + K) for K reported pairs, at most
 //! [`MAX_PAIRS`](super::MAX_PAIRS) of which are listed. Byte ends are computed in `u128`.
 //! Zero-size buffers hold no bytes and never overlap.
 
-use super::{MAX_PAIRS, Rect, Violation, Violations, overlapping_pairs};
+use super::{MAX_PAIRS, Rect, Violation, Violations, any_overlap, overlapping_pairs};
 
 /// Checks `offsets` for `buffers` (`(first, last inclusive, size)`, in list order):
 /// `Err` lists every violation, naming buffers by their index in the list.
@@ -43,10 +44,11 @@ pub fn check_offsets(buffers: &[(usize, usize, u64)], offsets: &[u64], capacity:
     let mut order: Vec<usize> = (0..rects.len()).collect();
     order.sort_by_key(|&k| (rects[k].t0, k));
     let mut pairs = Vec::new();
-    let truncated = overlapping_pairs(&rects, &order, |x, y| {
-        pairs.push((x, y));
-        true
-    });
+    let truncated = any_overlap(&rects, &order)
+        && overlapping_pairs(&rects, &order, |x, y| {
+            pairs.push((x, y));
+            true
+        });
     for (x, y) in pairs {
         let (x, y) = if ids[x] < ids[y] { (x, y) } else { (y, x) };
         let (a, b) = (rects[x], rects[y]);

@@ -49,7 +49,7 @@ pub fn assign_offsets(
 ) -> Result<Plan, PlanError> {
     let intervals = intervals(buffers, options.alignment)?;
     let solve_options =
-        SolveOptions { solver: options.solver, capacity: None, time_limit: options.time_limit, search_nodes: options.search_nodes };
+        SolveOptions { solver: options.solver, capacity: None, time_limit: options.time_limit, search_nodes: options.search_nodes, halt_heuristics: false };
     let solution = offsets::solve(&intervals, &solve_options).map_err(|_| PlanError::ArenaOverflow)?;
     let (offsets, arena_bytes) = (solution.offsets, solution.arena);
     let lower_bound = offsets::lower_bound(&intervals).ok_or(PlanError::ArenaOverflow)?;

@@ -16,8 +16,8 @@
 
 use std::cmp::Reverse;
 
-use super::busy::{Fit, place};
-use super::Live;
+use super::busy::{Fit, place, place_until};
+use super::{Halt, Live};
 
 /// XLA's two placement orders.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -48,6 +48,11 @@ pub fn sorted(intervals: &[Live], order: Order) -> Vec<usize> {
 /// Best-fit in one order: an offset per interval, in input order; `None` on overflow.
 pub fn best_fit_in(intervals: &[Live], order: Order) -> Option<Vec<u64>> {
     place(intervals, &sorted(intervals, order), Fit::Best)
+}
+
+/// [`best_fit_in`], giving up (`None`) once `halt` says so.
+pub(super) fn best_fit_until(intervals: &[Live], order: Order, halt: &Halt<'_>) -> Option<Vec<u64>> {
+    place_until(intervals, &sorted(intervals, order), Fit::Best, halt)
 }
 
 /// Best-fit in both orders, keeping the smaller arena (spatial on ties): an offset per

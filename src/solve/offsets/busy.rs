@@ -81,7 +81,7 @@
 mod place;
 mod sets;
 
-pub(super) use place::{Fit, place, place_pinned};
+pub(super) use place::{Fit, place, place_pinned_reusing, place_until};
 use sets::{HALF_BLOCK_LEVELS, Leaf, Rects, Segments, Unit};
 
 /// A union of the buffers meeting or covering one node, brought up to date only when a

@@ -9,14 +9,23 @@
 //! (`bestfit.rs`) is the smallest-gap member. Both use the same index of busy bytes
 //! (`busy.rs`), so neither scans all pairs of buffers.
 
-use super::busy::{Fit, place};
-use super::Live;
+use super::busy::{Fit, place, place_until};
+use super::{Halt, Live};
 
 /// An offset per interval, in input order; `None` if an offset would overflow `u64`.
 pub fn greedy_by_size(intervals: &[Live]) -> Option<Vec<u64>> {
+    place(intervals, &greedy_order(intervals), Fit::First)
+}
+
+/// [`greedy_by_size`], giving up (`None`) once `halt` says so.
+pub(super) fn greedy_until(intervals: &[Live], halt: &Halt<'_>) -> Option<Vec<u64>> {
+    place_until(intervals, &greedy_order(intervals), Fit::First, halt)
+}
+
+fn greedy_order(intervals: &[Live]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..intervals.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(intervals[i].size), i));
-    place(intervals, &order, Fit::First)
+    order
 }
 
 #[cfg(test)]

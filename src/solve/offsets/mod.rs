@@ -28,6 +28,7 @@ pub mod greedy;
 pub mod minimize;
 pub mod window;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// An interval `[first, last]` of schedule positions during which `size` bytes are held.
@@ -93,11 +94,22 @@ pub struct SolveOptions {
     /// How many nodes the exact search may visit (`u64::MAX`: no limit but the time).
     /// Within this budget the search's answer does not depend on the machine's speed.
     pub search_nodes: u64,
+    /// Whether the time limit also stops heuristics of auto and exact still running once
+    /// one has placed every buffer (`memplan alloc`: the limit is then kept whenever one
+    /// heuristic fits in it). Off, every heuristic always finishes, so the answer depends
+    /// on the clock only through the exact search (`memplan plan`).
+    pub halt_heuristics: bool,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { solver: Solver::default(), capacity: None, time_limit: Duration::from_millis(200), search_nodes: u64::MAX }
+        SolveOptions {
+            solver: Solver::default(),
+            capacity: None,
+            time_limit: Duration::from_millis(200),
+            search_nodes: u64::MAX,
+            halt_heuristics: false,
+        }
     }
 }
 
@@ -179,6 +191,7 @@ pub fn solve_reporting(
     progress: &dyn crate::progress::Progress,
 ) -> Result<Solution, SolveError> {
     let started = Instant::now();
+    let deadline = started.checked_add(options.time_limit).unwrap_or_else(|| started + Duration::from_secs(365 * 24 * 3600));
     let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
     use Heuristic::*;
     let methods: &[Heuristic] = match options.solver {
@@ -188,11 +201,17 @@ pub fn solve_reporting(
         // memplan used alone before, so plans only change where they get smaller.
         Solver::Auto => &[BestFitSpatial, BestFitTemporal, Greedy],
     };
+    // The time limit may stop heuristics that have not finished once one has.
+    let halting = (options.halt_heuristics && matches!(options.solver, Solver::Auto | Solver::Exact)).then_some(deadline);
     let mut best: Option<(usize, Vec<u64>, u64)> = None; // (log index, offsets, arena)
-    let mut keep = |method: Heuristic, offsets: Option<Vec<u64>>, elapsed: Duration| -> Result<bool, SolveError> {
-        let offsets = offsets.ok_or(SolveError::Overflow)?;
+    // Greedy's own placement, for the peak window (which places the rest as greedy does).
+    let mut greedy: Option<Vec<u64>> = None;
+    let mut keep = |method: Heuristic, offsets: Vec<u64>, elapsed: Duration| -> Result<bool, SolveError> {
         let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
         log.push(Attempt { method: Method::Heuristic(method), arena, elapsed, chosen: false });
+        if method == Heuristic::Greedy {
+            greedy = Some(offsets.clone());
+        }
         if best.as_ref().is_none_or(|b| arena < b.2) {
             best = Some((log.len() - 1, offsets, arena));
         }
@@ -201,13 +220,33 @@ pub fn solve_reporting(
     if methods.len() > 1 && intervals.len() >= PARALLEL_FROM && spare_cores() {
         // Independent runs: one thread each (results are kept in method order, so the
         // choice is the same as run one after the other).
-        for (method, (offsets, elapsed)) in methods.iter().zip(run_parallel(intervals, methods)) {
-            keep(*method, offsets, elapsed)?;
+        for (method, (ran, elapsed)) in methods.iter().zip(run_parallel(intervals, methods, halting)) {
+            match ran {
+                Ran::Placed(offsets) => {
+                    keep(*method, offsets, elapsed)?;
+                }
+                Ran::Overflow => return Err(SolveError::Overflow),
+                Ran::Halted => {}
+            }
         }
     } else {
+        let mut placed = false;
         for &method in methods {
-            let (offsets, elapsed) = run_method(intervals, method);
-            if keep(method, offsets, elapsed)? {
+            let halt = match halting {
+                Some(deadline) if placed => Halt { flag: None, deadline: Some(deadline) },
+                _ => Halt::NEVER,
+            };
+            if halt.now() {
+                break;
+            }
+            let (ran, elapsed) = run_method(intervals, method, &halt);
+            let at_bound = match ran {
+                Ran::Placed(offsets) => keep(method, offsets, elapsed)?,
+                Ran::Overflow => return Err(SolveError::Overflow),
+                Ran::Halted => break,
+            };
+            placed = true;
+            if at_bound {
                 break; // at the lower bound: nothing can beat it
             }
         }
@@ -218,12 +257,12 @@ pub fn solve_reporting(
     }
     let mut solution = Solution { offsets, arena, proved_optimal: arena == lower };
     let wanted = options.capacity.map_or(lower, |c| c.max(lower));
-    let deadline = started.checked_add(options.time_limit).unwrap_or_else(Instant::now);
     // Search nodes left for the exact step, and the bound it starts from.
     let (mut nodes, mut proved_lower) = (options.search_nodes, lower);
     if options.solver == Solver::Auto && solution.arena > wanted && intervals.len() >= window::WINDOW_FROM && Instant::now() < deadline {
         let t = Instant::now();
-        let windowed = window::peak_window(intervals, wanted, exact::Limits { deadline, nodes }).ok_or(SolveError::Overflow)?;
+        let windowed =
+            window::peak_window(intervals, wanted, exact::Limits { deadline, nodes }, greedy.as_deref()).ok_or(SolveError::Overflow)?;
         nodes = nodes.saturating_sub(windowed.nodes);
         if let Some(offsets) = windowed.offsets {
             let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
@@ -286,31 +325,88 @@ fn spare_cores() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
 }
 
-/// Runs one heuristic: its offsets (`None` on overflow) and how long it took.
-fn run_method(intervals: &[Live], method: Heuristic) -> (Option<Vec<u64>>, Duration) {
+/// When a heuristic still running gives up: once `flag` is set or `deadline` has passed.
+struct Halt<'a> {
+    flag: Option<&'a AtomicBool>,
+    deadline: Option<Instant>,
+}
+
+impl Halt<'_> {
+    /// Never: the heuristic places every buffer.
+    const NEVER: Halt<'static> = Halt { flag: None, deadline: None };
+
+    fn now(&self) -> bool {
+        self.flag.is_some_and(|f| f.load(Ordering::Relaxed)) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// What one heuristic run gave.
+enum Ran {
+    Placed(Vec<u64>),
+    /// An offset would overflow `u64`.
+    Overflow,
+    /// It gave up (its [`Halt`]).
+    Halted,
+}
+
+/// Runs one heuristic until `halt` says to give up: what it gave and how long it took.
+fn run_method(intervals: &[Live], method: Heuristic, halt: &Halt<'_>) -> (Ran, Duration) {
     let t = Instant::now();
     let offsets = match method {
-        Heuristic::Greedy => greedy::greedy_by_size(intervals),
-        Heuristic::BestFitSpatial => bestfit::best_fit_in(intervals, bestfit::Order::Spatial),
-        Heuristic::BestFitTemporal => bestfit::best_fit_in(intervals, bestfit::Order::Temporal),
+        Heuristic::Greedy => greedy::greedy_until(intervals, halt),
+        Heuristic::BestFitSpatial => bestfit::best_fit_until(intervals, bestfit::Order::Spatial, halt),
+        Heuristic::BestFitTemporal => bestfit::best_fit_until(intervals, bestfit::Order::Temporal, halt),
     };
-    (offsets, t.elapsed())
+    let ran = match offsets {
+        Some(offsets) => Ran::Placed(offsets),
+        None if halt.now() => Ran::Halted,
+        None => Ran::Overflow,
+    };
+    (ran, t.elapsed())
 }
 
 /// [`run_method`] for each of `methods` on its own scoped thread (in this thread when one
-/// cannot be started), results in method order.
-fn run_parallel(intervals: &[Live], methods: &[Heuristic]) -> Vec<(Option<Vec<u64>>, Duration)> {
+/// cannot be started), results in method order. With a `deadline`, the runs still going
+/// when it passes give up, once one has placed every buffer (if none has by then, as soon
+/// as the first does).
+fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Instant>) -> Vec<(Ran, Duration)> {
+    let flag = AtomicBool::new(false);
+    let mut results: Vec<Option<(Ran, Duration)>> = methods.iter().map(|_| None).collect();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = methods
-            .iter()
-            .map(|&method| std::thread::Builder::new().spawn_scoped(scope, move || run_method(intervals, method)).ok())
-            .collect();
-        handles
-            .into_iter()
-            .zip(methods)
-            .map(|(handle, &method)| handle.and_then(|h| h.join().ok()).unwrap_or_else(|| run_method(intervals, method)))
-            .collect()
-    })
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let mut here = Vec::new();
+        for (k, &method) in methods.iter().enumerate() {
+            let (sender, flag) = (sender.clone(), &flag);
+            let run = move || {
+                let _ = sender.send((k, run_method(intervals, method, &Halt { flag: Some(flag), deadline: None })));
+            };
+            if std::thread::Builder::new().spawn_scoped(scope, run).is_err() {
+                here.push(k);
+            }
+        }
+        drop(sender);
+        for k in here {
+            results[k] = Some(run_method(intervals, methods[k], &Halt::NEVER));
+        }
+        let placed = |results: &[Option<(Ran, Duration)>]| results.iter().any(|r| matches!(r, Some((Ran::Placed(_), _))));
+        loop {
+            let next = match deadline {
+                Some(deadline) if placed(&results) && !flag.load(Ordering::Relaxed) => {
+                    match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            flag.store(true, Ordering::Relaxed);
+                            continue;
+                        }
+                        other => other.ok(),
+                    }
+                }
+                _ => receiver.recv().ok(),
+            };
+            let Some((k, ran)) = next else { break };
+            results[k] = Some(ran);
+        }
+    });
+    results.into_iter().map(|r| r.unwrap_or((Ran::Halted, Duration::ZERO))).collect()
 }
 
 /// Hands the rest of the time to the exact solver, starting from the best heuristic
@@ -352,6 +448,32 @@ pub fn lower_bound(intervals: &[Live]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With no time left, auto keeps what the heuristics that finished placed: the first
+    /// alone when they run one after the other, at least one when they run side by side;
+    /// always a valid placement.
+    #[test]
+    fn the_time_limit_stops_heuristics_once_one_has_finished() {
+        for (n, alone) in [(3000, true), (PARALLEL_FROM, false)] {
+            let list = crate::testing::synthetic::training_like(n, 5);
+            let options = SolveOptions { time_limit: Duration::ZERO, halt_heuristics: true, ..SolveOptions::default() };
+            let mut log = Vec::new();
+            let solution = solve_logged(&list, &options, &mut log).unwrap();
+            let triples: Vec<(usize, usize, u64)> = list.iter().map(|l| (l.first, l.last, l.size)).collect();
+            crate::checker::check_offsets(&triples, &solution.offsets, None).unwrap();
+            assert_eq!(arena_of(&list, &solution.offsets), Some(solution.arena));
+            let heuristics = log.iter().filter(|a| matches!(a.method, Method::Heuristic(_))).count();
+            if alone {
+                assert_eq!((heuristics, log[0].method), (1, Method::Heuristic(Heuristic::BestFitSpatial)), "{log:?}");
+            } else {
+                assert!((1..=3).contains(&heuristics), "{log:?}");
+            }
+            // Without halting every heuristic finishes.
+            let mut all = Vec::new();
+            solve_logged(&list, &SolveOptions { halt_heuristics: false, ..options }, &mut all).unwrap();
+            assert_eq!(all.iter().filter(|a| matches!(a.method, Method::Heuristic(_))).count(), 3);
+        }
+    }
 
     #[test]
     fn max_live_counts_touching_intervals_apart() {

@@ -28,9 +28,9 @@
 
 use std::cmp::Reverse;
 
-use super::busy::{Fit, place_pinned};
+use super::busy::{Fit, place_pinned_reusing};
 use super::exact::{ExactResult, Limits, Prepared, Restart};
-use super::{Live, max_live};
+use super::{Halt, Live, max_live};
 
 /// Lists with fewer buffers skip the windows: the exact search on the whole list is cheap
 /// there, and a window would hold most of the list anyway.
@@ -58,8 +58,10 @@ pub struct Windowed {
 
 /// Places `intervals` by exact search on widening windows around the peak (module docs),
 /// the window's buffers within `target` bytes, until the arena is `target` or the limits
-/// are spent. `target` should be at least the lower bound; `None` on overflow.
-pub fn peak_window(intervals: &[Live], target: u64, limits: Limits) -> Option<Windowed> {
+/// are spent. `target` should be at least the lower bound; `None` on overflow. `greedy`:
+/// greedy's placement (`greedy.rs`), if the caller has it: parts of the schedule no window
+/// reaches keep it, as placing them again would.
+pub fn peak_window(intervals: &[Live], target: u64, limits: Limits, greedy: Option<&[u64]>) -> Option<Windowed> {
     let mut out = Windowed { offsets: None, proved_infeasible: false, nodes: 0 };
     let (_, peak) = max_live(intervals)?;
     // Windows are counted in allocation times, so sparse step numbers do not matter.
@@ -101,7 +103,7 @@ pub fn peak_window(intervals: &[Live], target: u64, limits: Limits) -> Option<Wi
             is_pinned[i] = true;
         }
         pinned_first.extend(order.iter().copied().filter(|&i| !is_pinned[i]));
-        let offsets = place_pinned(intervals, &pinned_first, Fit::First, &pinned)?;
+        let offsets = place_pinned_reusing(intervals, &pinned_first, Fit::First, &pinned, greedy, &Halt::NEVER)?;
         let arena = super::arena_of(intervals, &offsets)?;
         if arena < best_arena {
             best_arena = arena;
@@ -152,7 +154,7 @@ mod tests {
         assert_eq!(lower, 6);
         let greedy = greedy::greedy_by_size(&list).unwrap();
         assert_eq!(arena_of(&list, &greedy), Some(8));
-        let found = peak_window(&list, lower, limits(10_000)).unwrap();
+        let found = peak_window(&list, lower, limits(10_000), None).unwrap();
         let offsets = found.offsets.expect("the window fits the bound");
         assert!(valid(&list, &offsets));
         assert_eq!(arena_of(&list, &offsets), Some(lower));
@@ -164,13 +166,13 @@ mod tests {
     #[test]
     fn a_list_the_first_window_covers_is_left_to_the_whole_search() {
         let list = &staircase()[..5];
-        assert_eq!(peak_window(list, 6, limits(10_000)), Some(Windowed { offsets: None, proved_infeasible: false, nodes: 0 }));
+        assert_eq!(peak_window(list, 6, limits(10_000), None), Some(Windowed { offsets: None, proved_infeasible: false, nodes: 0 }));
     }
 
     #[test]
     fn below_the_lower_bound_it_proves_that_nothing_fits() {
         let list = staircase();
-        let found = peak_window(&list, 5, limits(10_000)).unwrap();
+        let found = peak_window(&list, 5, limits(10_000), None).unwrap();
         assert!(found.proved_infeasible);
         assert_eq!(found.offsets, None);
     }
@@ -197,6 +199,21 @@ mod tests {
     }
 
     #[test]
+    fn greedys_placement_stands_for_the_parts_no_window_reaches() {
+        // Rounds of 1500 buffers, each a part of the schedule of its own.
+        for seed in 1..4 {
+            let list = crate::testing::synthetic::rounds(6000, 1500, seed);
+            let greedy = greedy::greedy_by_size(&list).unwrap();
+            let lower = lower_bound(&list).unwrap();
+            for target in [lower, lower + lower / 100] {
+                let reusing = peak_window(&list, target, limits(20_000), Some(&greedy)).unwrap();
+                assert_eq!(reusing, peak_window(&list, target, limits(20_000), None).unwrap(), "seed {seed}");
+                assert!(reusing.offsets.as_ref().is_none_or(|o| valid(&list, o)));
+            }
+        }
+    }
+
+    #[test]
     fn random_lists_get_valid_placements_and_proofs_agree_with_the_whole_search() {
         let (mut seed, mut found) = (3u64, 0);
         for round in 0..300 {
@@ -205,7 +222,7 @@ mod tests {
             let lower = lower_bound(&list).unwrap();
             // The bound, and a little above it (a capacity).
             for target in [lower, lower + lower / 50] {
-                let out = peak_window(&list, target, limits(20_000)).unwrap();
+                let out = peak_window(&list, target, limits(20_000), None).unwrap();
                 if let Some(offsets) = &out.offsets {
                     assert!(valid(&list, offsets), "round {round}: invalid placement");
                     found += usize::from(arena_of(&list, offsets) == Some(lower));

@@ -9,7 +9,7 @@
 //! buffers, which the index's best fit relies on.
 
 use super::{BusyIndex, Unit, Walk, leaves_of};
-use crate::solve::offsets::Live;
+use crate::solve::offsets::{Halt, Live};
 
 /// Where a buffer goes among the gaps of the buffers it meets.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -28,17 +28,44 @@ pub(in crate::solve::offsets) fn place(intervals: &[Live], order: &[usize], fit:
     place_pinned(intervals, order, fit, &[])
 }
 
+/// [`place`], giving up (`None`) once `halt` says so (checked every [`HALT_EVERY`] buffers).
+pub(in crate::solve::offsets) fn place_until(intervals: &[Live], order: &[usize], fit: Fit, halt: &Halt<'_>) -> Option<Vec<u64>> {
+    place_pinned_reusing(intervals, order, fit, &[], None, halt)
+}
+
+/// How many buffers are placed between two looks at the [`Halt`] (a few milliseconds).
+const HALT_EVERY: usize = 4096;
+
 /// [`place`], except that the buffers of `pinned` (buffer, offset) are not searched for:
 /// each goes where `pinned` says when its turn in `order` comes (they must not overlap
 /// one another; put them first in `order` so that the others go around them).
 pub(in crate::solve::offsets) fn place_pinned(intervals: &[Live], order: &[usize], fit: Fit, pinned: &[(usize, u64)]) -> Option<Vec<u64>> {
+    place_pinned_reusing(intervals, order, fit, pinned, None, &Halt::NEVER)
+}
+
+/// [`place_pinned`], taking the offsets of the parts of the schedule without a pinned
+/// buffer from `known`, which must be what [`place`] with `fit` gives the buffers in
+/// `order` (the same relative order): a part's placement depends on its own buffers only,
+/// so those are the offsets this would compute (the peak window re-places only the part
+/// holding it: two million buffers took seconds per window).
+pub(in crate::solve::offsets) fn place_pinned_reusing(
+    intervals: &[Live],
+    order: &[usize],
+    fit: Fit,
+    pinned: &[(usize, u64)],
+    known: Option<&[u64]>,
+    halt: &Halt<'_>,
+) -> Option<Vec<u64>> {
     let mut pin = vec![None; intervals.len()];
     for &(i, offset) in pinned {
         *pin.get_mut(i)? = Some(offset);
     }
     let mut offsets = vec![0u64; intervals.len()];
     for part in parts(intervals, order)? {
-        place_part(intervals, &part, fit, &pin, &mut offsets)?;
+        match known.filter(|known| known.len() == intervals.len()) {
+            Some(known) if part.iter().all(|&i| pin[i].is_none()) => part.iter().for_each(|&i| offsets[i] = known[i]),
+            _ => place_part(intervals, &part, fit, &pin, &mut offsets, halt)?,
+        }
     }
     Some(offsets)
 }
@@ -90,7 +117,7 @@ struct Buffer {
 /// `u32` when no offset can pass `u32::MAX` units: no buffer ends above the pinned ends
 /// plus the sizes of the others (each goes in a gap below the top of those placed, or on
 /// that top).
-fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>], offsets: &mut [u64]) -> Option<()> {
+fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>], offsets: &mut [u64], halt: &Halt<'_>) -> Option<()> {
     let mut buffers = Vec::with_capacity(order.len());
     let (mut unit, mut pinned_top, mut sizes) = (0u64, 0u64, Some(0u64));
     for &index in order {
@@ -111,19 +138,22 @@ fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>]
     }
     let top = sizes.and_then(|total| total.checked_add(pinned_top));
     if top.is_some_and(|top| top / unit <= u64::from(u32::MAX)) {
-        place_in::<u32>(&buffers, fit, unit, offsets)
+        place_in::<u32>(&buffers, fit, unit, offsets, halt)
     } else {
-        place_in::<u64>(&buffers, fit, unit, offsets)
+        place_in::<u64>(&buffers, fit, unit, offsets, halt)
     }
 }
 
 /// Places `buffers` in their order with an index counting `U`s of `unit` bytes (`unit`
 /// divides every size and pinned offset), writing their offsets in bytes; `None` if an
 /// end would overflow `u64` bytes (or `U` units, which [`place_part`] rules out for `u32`).
-fn place_in<U: Unit>(buffers: &[Buffer], fit: Fit, unit: u64, offsets: &mut [u64]) -> Option<()> {
+fn place_in<U: Unit>(buffers: &[Buffer], fit: Fit, unit: u64, offsets: &mut [u64], halt: &Halt<'_>) -> Option<()> {
     let (count, leaves) = leaves_of(buffers.iter().map(|b| (b.first, b.last)));
     let mut index = BusyIndex::<U>::new(count);
-    for (buffer, &leaves) in buffers.iter().zip(&leaves) {
+    for (k, (buffer, &leaves)) in buffers.iter().zip(&leaves).enumerate() {
+        if k % HALT_EVERY == HALT_EVERY - 1 && halt.now() {
+            return None;
+        }
         if buffer.size == 0 {
             continue;
         }

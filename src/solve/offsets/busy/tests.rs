@@ -1,7 +1,7 @@
 //! Tests of the busy index (`busy.rs`): unions, batches, and every query against brute
 //! force over explicit placements.
 
-use super::place::gcd;
+use super::place::{gcd, place_pinned};
 use super::sets::INSERT_ONE_BY_ONE;
 use super::*;
 use crate::solve::offsets::Live;
