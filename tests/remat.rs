@@ -675,3 +675,31 @@ fn a_budget_below_the_floor_says_what_the_floor_is() {
     let floor = memplan::passes::remat::Floor::of(&adam, 256).unwrap();
     assert_eq!((floor.params, floor.state), (814336, 2 * 814336 + 256));
 }
+
+/// A step with no ops under a budget (issue 21): met at its arena, unmet below it with exit
+/// 2 and the smallest arena that works, under every strategy, never a panic (the remat
+/// simulator indexed past its deltas on a problem without nodes).
+#[test]
+fn a_step_without_ops_under_a_budget() {
+    let graph = load("ir/features/empty.step");
+    assert!(graph.ops.is_empty());
+    let arena = memplan::plan(&graph, &PlanOptions::default()).unwrap().arena_bytes;
+    for strategy in Strategy::ALL {
+        let with = |budget| PlanOptions { budget: Some(budget), checkpoint: strategy, ..PlanOptions::default() };
+        let (g, plan) = plan_step(&graph, &with(Budget::Fraction(1.0))).unwrap();
+        check(&g, &plan).unwrap();
+        assert_eq!((plan.arena_bytes, plan.remat.as_ref().unwrap().recomputes.len()), (arena, 0));
+        match plan_step(&graph, &with(Budget::Fraction(0.5))) {
+            Err(PlanError::BudgetUnmet { smallest, .. }) => assert_eq!(smallest, arena, "{}", strategy.name()),
+            other => panic!("{}: {other:?}", strategy.name()),
+        }
+    }
+    for command in ["plan", "check", "run"] {
+        for strategy in Strategy::ALL {
+            let out = memplan(&[command, "ir/features/empty.step", "--budget", "0.5x", "--checkpoint", strategy.name()]);
+            let stderr = text(&out.stderr).split_whitespace().collect::<Vec<_>>().join(" ");
+            assert_eq!(out.status.code(), Some(2), "{command} {}: {stderr}", strategy.name());
+            assert!(stderr.contains(&format!("--budget {arena}")) && stderr.contains("the step has no ops"), "{stderr}");
+        }
+    }
+}

@@ -199,6 +199,7 @@ fn unmet(graph: &Graph, alignment: u64, budget: u64, smallest: u64, strategy: &s
     let works = format!("a budget of at least {smallest} bytes works (`--budget {smallest}`)");
     let advice = match Floor::of(graph, alignment).filter(|floor| budget < floor.bytes()) {
         Some(floor) => format!("{works}; no plan fits in less than {} bytes: {}", floor.bytes(), floor.describe()),
+        None if graph.ops.is_empty() => format!("{works}; the step has no ops, so there is nothing to recompute"),
         None => format!("{works}; another --checkpoint strategy may go lower"),
     };
     PlanError::BudgetUnmet { budget, smallest, strategy: strategy.to_string(), advice }
