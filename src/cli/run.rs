@@ -199,8 +199,9 @@ fn run_cuda(
     profile: bool,
     save: Option<&Path>,
 ) -> Result<(), Failure> {
-    use memplan::exec::cuda::run::{RunError, run_steps};
-    match run_steps(graph, plan, args, steps, check, save.is_some(), profile, &mut |line| outln!("{line}")) {
+    use memplan::exec::cuda::run::{RunError, RunOptions, run_steps};
+    let options = RunOptions { steps, check, keep: save.is_some(), profile };
+    match run_steps(graph, plan, args, options, &mut |line| outln!("{line}")) {
         Ok(kept) => match (save, kept) {
             (Some(path), Some(args)) => save_args(graph, &args, path),
             _ => Ok(()),

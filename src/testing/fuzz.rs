@@ -167,7 +167,7 @@ fn checkmate_graph(seed: u64) -> String {
     let n = 2 * f + 1;
     let mut links: Vec<(usize, usize)> = (0..n - 1).map(|k| (k, k + 1)).collect();
     links.extend((0..f).map(|k| (k, 2 * f - k)));
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         let nodes: Vec<String> = (0..n)
             .map(|k| {
                 let (cpu, ram) = (1 + rng.below(50), 1 + rng.below(5000));
