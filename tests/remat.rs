@@ -72,7 +72,7 @@ fn assert_sound(original: &Graph, graph: &Graph, plan: &Plan) {
 /// Runs the planned rewritten step and the ORIGINAL step unplanned for two training steps:
 /// bit-identical returns and updates.
 fn assert_runs_identically(original: &Graph, graph: &Graph, plan: &Plan) {
-    let mut args = init_args(original, 3);
+    let mut args = init_args(original, 3).unwrap();
     for step in 0..2 {
         let planned = run_step(graph, Placement::Planned(plan), &args).unwrap();
         let reference = run_step(original, Placement::Unplanned, &args).unwrap();
@@ -543,7 +543,7 @@ fn dropouts_recomputed_under_a_budget_run_bit_identically() {
         assert_runs_identically(&graph, &rewritten, &plan);
         let mut losses = Vec::new();
         for seed in [-5_i64, 1 << 40] {
-            let mut args = init_args(&graph, 3);
+            let mut args = init_args(&graph, 3).unwrap();
             args.insert("seed".into(), HostTensor::from_f64(TensorType::new(DType::I64, vec![]), &[seed as f64]));
             let planned = run_step(&rewritten, Placement::Planned(&plan), &args).unwrap();
             let reference = run_step(&graph, Placement::Unplanned, &args).unwrap();
