@@ -89,11 +89,12 @@ pub struct RematReport {
     /// Each recomputing op as IR text, in schedule order, with the op it repeats:
     /// `{"op": "%h.remat1 = matmul(%x, %w1)", "of": "%h = matmul(%x, %w1)"}`.
     pub recomputed: Vec<RecomputedOp>,
-    /// FLOPs of one step without recomputation, and the extra FLOPs recomputation adds.
-    pub base_flops: u64,
-    pub extra_flops: u64,
-    /// The extra FLOPs in % of one step.
-    pub overhead_percent: f64,
+    /// FLOPs of one step without recomputation, and the extra FLOPs recomputation adds;
+    /// `None` (JSON `null`) when too large to count (2^64 - 1 or more).
+    pub base_flops: Option<u64>,
+    pub extra_flops: Option<u64>,
+    /// The extra FLOPs in % of one step (`None` as above).
+    pub overhead_percent: Option<f64>,
 }
 
 /// When a step's optimizer updates run relative to its backward pass (the last op that
@@ -235,8 +236,8 @@ impl Report {
                     .filter(|x| x.clone.0 < graph.ops.len() as u32 && x.of.0 < graph.ops.len() as u32)
                     .map(|x| RecomputedOp { op: graph.describe_op(x.clone), of: graph.describe_op(x.of) })
                     .collect(),
-                base_flops: r.base_flops,
-                extra_flops: r.flops.saturating_sub(r.base_flops),
+                base_flops: (r.base_flops < u64::MAX).then_some(r.base_flops),
+                extra_flops: r.extra_flops(),
                 overhead_percent: r.overhead_percent(),
             }),
             updates: update_timing(graph, &classes, &life),

@@ -155,11 +155,12 @@ fn recomputation(w: &mut String, r: &RematReport, top: usize) {
         }
     }
     let _ = writeln!(w, "  without it      arena {}", format_bytes(r.arena_without));
-    let _ = writeln!(
-        w,
-        "  recomputed      {} op(s), +{} FLOPs: {:+.2}% of one step ({} FLOPs)",
-        r.count, r.extra_flops, r.overhead_percent, r.base_flops
-    );
+    let flops = match (r.base_flops, r.extra_flops, r.overhead_percent) {
+        (Some(base), Some(extra), Some(percent)) => format!("+{extra} FLOPs: {percent:+.2}% of one step ({base} FLOPs)"),
+        (Some(base), ..) => format!("FLOPs too large to count (2^64 - 1 or more in one step as planned, {base} without recomputation)"),
+        (None, ..) => "FLOPs too large to count (2^64 - 1 or more in one step)".to_string(),
+    };
+    let _ = writeln!(w, "  recomputed      {} op(s), {flops}", r.count);
     let width = r.recomputed.iter().take(top).map(|x| x.op.len()).max().unwrap_or(0);
     for x in r.recomputed.iter().take(top) {
         let _ = writeln!(w, "    {:width$}  repeats `{}`", x.op, x.of);

@@ -235,6 +235,7 @@ fn solve(graph: &Graph, step: &mut StepProblem, target: u64, strategy: &Strategy
             // The strategy asked for cannot go lower than `reached` (another might): the
             // smallest budget that works with it.
             Err(RematError::StrategyCannot { reached, .. }) => return Ok(Err(reached)),
+            Err(RematError::TooLarge) => return Err(PlanError::RematTooLarge),
             Err(e @ (RematError::BadProblem(_) | RematError::OverBudget { .. })) => return Err(bug(e.to_string())),
         };
         match apply::apply(graph, step, &solution.sequence) {
