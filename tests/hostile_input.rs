@@ -165,3 +165,104 @@ fn run_states_its_memory() {
     let total = footprint.total().unwrap();
     assert!(stdout.contains(&format!("CPU memory: {total} B")) && stdout.contains(&format!("as f64 numbers ({op} B")), "{stdout}");
 }
+
+/// Sums past 2^64 - 1 are "too large", never a clamped or wrapped number: `schedule`
+/// printed a peak of 18446744073709551615 B for two nodes of 2^63 bytes, `remat` wrapped
+/// the topological peak to 0 (and searched forever), `plan --budget` printed `+0 FLOPs`
+/// for a recomputed matmul of 2^64 FLOPs. Checkmate errors name fields as the file spells
+/// them, and a graph of zero-byte values is not `NaN` of its peak.
+#[test]
+fn sums_past_64_bits_are_too_large() {
+    let dir = scratch_dir("hostile", "too-large-sums");
+    let graph = |ram: u64, cpu: i128| {
+        format!(
+            r#"{{"nodes": [{{"id": 0, "cost_ram": {ram}, "cost_cpu": {cpu}}}, {{"id": 1, "cost_ram": {ram}, "cost_cpu": {cpu}, "backward": true}}],
+               "links": [{{"source": 0, "target": 1}}]}}"#
+        )
+    };
+    let ram = write(&dir, "ram.json", &graph(1 << 63, 1));
+    for command in ["schedule", "remat"] {
+        let (code, stderr, _) = run(&[command, &ram, "--budget", "0.5"][..if command == "remat" { 4 } else { 2 }]);
+        assert_eq!(code, Some(1), "{command}: {stderr}");
+        assert!(stderr.contains("ram.json: the nodes' `cost_ram` add up to more than 2^64 - 1 bytes: too large"), "{stderr}");
+    }
+    let cpu = write(&dir, "cpu.json", &graph(8, 1 << 63));
+    let (code, stderr, _) = run(&["remat", &cpu, "--budget", "0.5"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cpu.json: the nodes' `cost_cpu` add up to more than 2^64 - 1: too large"), "{stderr}");
+    let negative = write(&dir, "negative.json", &graph(8, -1));
+    let (code, stderr, _) = run(&["remat", &negative, "--budget", "0.5"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("nodes[0]: `cost_cpu` is -1, not a non-negative integer"), "{stderr}");
+    let zero = write(&dir, "zero.json", &graph(0, 1));
+    let out = memplan(&["remat", &zero, "--budget", "0.5"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("peak reached      0 bytes (1.0000 of the topological peak)") && !stdout.contains("NaN"), "{stdout}");
+
+    // Matmuls of 2^21 x 2^21 x 2^21: 2^64 FLOPs each, so a step's FLOPs are too large.
+    let step = write(
+        &dir,
+        "flops.step",
+        "step @f(%w: f32[2097152,2097152] param, %x: f32[2097152,2097152] input) {
+           %h = matmul(%x, %w)
+           %a = tanh(%h)
+           %b = tanh(%a)
+           %c = tanh(%b)
+           %s = sum(%c, axes=[0, 1])
+           backward %s with sgd(lr=0.1)
+           return %s
+         }",
+    );
+    let out = memplan(&["plan", &step, "--budget", "0.9x"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("op(s), FLOPs too large to count (2^64 - 1 or more in one step)") && !stdout.contains("+0 FLOPs"), "{stdout}");
+    let out = memplan(&["plan", &step, "--budget", "0.9x", "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["base_flops", "extra_flops", "overhead_percent"] {
+        assert!(json["remat"][key].is_null(), "{key}: {}", json["remat"]);
+    }
+    let graph = memplan::expand(&memplan::parse(&std::fs::read_to_string(&step).unwrap()).unwrap()).unwrap();
+    let options = memplan::passes::PlanOptions { budget: Some(memplan::passes::remat::Budget::Fraction(0.9)), ..Default::default() };
+    let (g, plan) = memplan::passes::plan_step(&graph, &options).unwrap();
+    memplan::check(&g, &plan).unwrap();
+    let remat = plan.remat.as_ref().unwrap();
+    assert!(!remat.recomputes.is_empty() && remat.flops == u64::MAX);
+    assert_eq!((remat.extra_flops(), remat.overhead_percent()), (None, None));
+}
+
+/// Input errors say where: a file that is not UTF-8 gives the byte offset (and its line
+/// and column); a buffer list whose live sizes overflow gives the row.
+#[test]
+fn errors_say_where() {
+    let dir = scratch_dir("hostile", "where");
+    let path = dir.join("latin1.step");
+    std::fs::write(&path, b"step @s(%x: f32[4] input) {\n  return %x \xff\xfe\n}\n").unwrap();
+    let (code, stderr, _) = run(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("latin1.step:2:13: not UTF-8 text: no valid UTF-8 character starts at byte offset 40 (0xff)"), "{stderr}");
+    let csv = write(&dir, "overflow.csv", &format!("id,lower,upper,size\na,0,5,{0}\n\nb,5,9,{0}\nc,7,8,1\n", u64::MAX));
+    let (code, stderr, _) = run(&["alloc", &csv]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("overflow.csv:5: buffer c: the buffers live at step 7 add up to more than 2^64 - 1 bytes"), "{stderr}");
+}
+
+/// Control characters in `loc("...")` (an escape sequence for the terminal) are escaped
+/// wherever memplan prints them: the IR, reports, errors.
+#[test]
+fn control_characters_are_escaped() {
+    let dir = scratch_dir("hostile", "controls");
+    let step = write(&dir, "c.step", "step @s(%x: f32[4] input) {\n  %y = relu(%x) loc(\"a\u{1b}[31m.py\":3, \"m\u{7}\")\n  return %y\n}\n");
+    for args in [vec!["print", &step], vec!["report", &step, "--by", "loc"], vec!["report", &step, "--by", "module"], vec!["plan", &step]] {
+        let out = memplan(&args);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        assert!(!stdout.contains(['\u{1b}', '\u{7}']), "{args:?}: {stdout:?}");
+        assert!(stdout.contains(r"a\u{1b}[31m.py") || stdout.contains(r"m\u{7}"), "{args:?}: {stdout}");
+    }
+    let bad = write(&dir, "bad.step", "step @s(%x: f32[4] input) {\n  %y = bogus(%x) loc(\"a\u{1b}[31m.py\":3)\n}\n");
+    let out = memplan(&["check", &bad]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stderr).contains('\u{1b}'), "{:?}", text(&out.stderr));
+}
