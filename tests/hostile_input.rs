@@ -266,3 +266,31 @@ fn control_characters_are_escaped() {
     assert_eq!(out.status.code(), Some(1));
     assert!(!text(&out.stderr).contains('\u{1b}'), "{:?}", text(&out.stderr));
 }
+
+/// A class's buffers added up over the whole step can pass 2^64 - 1 bytes though the
+/// arena fits (they are not live at once): "too large" (JSON null), not a clamped number.
+#[test]
+fn class_totals_past_64_bits_are_too_large() {
+    let dir = scratch_dir("hostile", "class-totals");
+    // Two 2^63-byte activations, one after the other, and a scalar.
+    let step = write(
+        &dir,
+        "totals.step",
+        "step @t(%x: f32[] input) {
+           %a = fill(shape=[2305843009213693952], dtype=f32, value=1.0)
+           %s = sum(%a, axes=[0])
+           %b = fill(shape=[2305843009213693952], dtype=f32, value=2.0)
+           %t = sum(%b, axes=[0])
+           %u = add(%s, %t)
+           return %u
+         }",
+    );
+    let out = memplan(&["plan", &step]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("too large (2^64 B or more)") && !stdout.contains("18446744073709551615"), "{stdout}");
+    let out = memplan(&["plan", &step, "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let temps = json["classes"].as_array().unwrap().iter().find(|c| c["buffers"].is_null());
+    assert!(temps.is_some(), "{}", json["classes"]);
+}

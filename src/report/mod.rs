@@ -147,8 +147,9 @@ pub struct ClassBytes {
     pub class: Class,
     /// Bytes of values of this class live at the peak.
     pub at_peak: u64,
-    /// Bytes of buffers of this class (see `BufferRow::class`), rounded up to the alignment.
-    pub buffers: u64,
+    /// Bytes of buffers of this class (see `BufferRow::class`), rounded up to the alignment,
+    /// added up over the whole step; `None` (JSON `null`) past 2^64 - 1: too large.
+    pub buffers: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -197,8 +198,7 @@ impl Report {
                     .buffers
                     .iter()
                     .filter(|b| buffer_class(b) == class)
-                    .map(|b| align_up(b.size, plan.alignment).unwrap_or(u64::MAX))
-                    .fold(0u64, u64::saturating_add),
+                    .try_fold(0u64, |sum, b| sum.checked_add(align_up(b.size, plan.alignment)?)),
             })
             .collect();
         let buffers = plan

@@ -70,7 +70,7 @@ pub fn render(report: &Report, top: usize) -> String {
     let _ = writeln!(w);
     let _ = writeln!(w, "bytes by class  {:>32}  {:>32}", "live at peak", "all buffers of the step, aligned");
     for c in &report.classes {
-        let _ = writeln!(w, "  {:12}  {:>32}  {:>32}", c.class.name(), format_bytes(c.at_peak), format_bytes(c.buffers));
+        let _ = writeln!(w, "  {:12}  {:>32}  {:>32}", c.class.name(), format_bytes(c.at_peak), total_bytes(c.buffers));
     }
     let _ = writeln!(w, "  (the last column adds up every buffer of a class over the whole step, not bytes live at");
     let _ = writeln!(w, "  once: buffers live at different steps share offsets, so its sum can exceed the arena)");
@@ -171,6 +171,11 @@ fn recomputation(w: &mut String, r: &RematReport, top: usize) {
 }
 
 /// `-1234 B (-5.67%)`, `+0 B` or `+12 B (+0.10%)`: the change from `before` to `after`.
+/// Bytes added up, or that they are too large to count.
+pub(crate) fn total_bytes(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "too large (2^64 B or more)".to_string(), format_bytes)
+}
+
 pub(crate) fn change(before: u64, after: u64) -> String {
     let delta = i128::from(after) - i128::from(before);
     if delta == 0 || before == 0 {
