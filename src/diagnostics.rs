@@ -265,10 +265,8 @@ impl Diagnostic for Clipped<'_> {
         })))
     }
     fn related<'b>(&'b self) -> Option<Box<dyn Iterator<Item = &'b dyn Diagnostic> + 'b>> {
-        if self.inner.related().is_none() {
-            return None;
-        }
-        Some(Box::new(self.related.iter().map(|r| r as &dyn Diagnostic)))
+        let clipped: Box<dyn Iterator<Item = &'b dyn Diagnostic> + 'b> = Box::new(self.related.iter().map(|r| r as &dyn Diagnostic));
+        self.inner.related().map(|_| clipped)
     }
     fn source_code(&self) -> Option<&dyn SourceCode> {
         Some(self.excerpt)
