@@ -10,7 +10,9 @@
 //! a padding past 65,535). Every line is kept (clipped), so line numbers are the file's;
 //! the `file:line:col` header gives the column in the file, not in the clipped line.
 //! Messages, labels and help texts quote names and fields from the file: a word of theirs
-//! longer than [`LONG_LINE`] bytes is clipped the same way ([`clip_words`]).
+//! longer than [`LONG_LINE`] bytes is clipped the same way, and their control characters
+//! escaped ([`for_terminal`]). In snippets, control characters of the file (but tab and
+//! line breaks) are shown as `?`, one per byte.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -46,9 +48,15 @@ pub fn render(diagnostic: &dyn Diagnostic, file: &str, src: &str, color: bool) -
 }
 
 /// `text` with every word (a run without whitespace) longer than [`LONG_LINE`] bytes cut
-/// to its first and last [`WINDOW`] bytes around a `…`: for messages quoting the input.
-pub fn clip_words(text: &str) -> Cow<'_, str> {
+/// to its first and last [`WINDOW`] bytes around a `…`, and control characters but tab and
+/// line breaks escaped (`\u{1b}`): for messages quoting the input.
+pub fn for_terminal(text: &str) -> Cow<'_, str> {
     let long = |word: &&str| word.len() > LONG_LINE;
+    let control = |c: char| c.is_control() && !matches!(c, '\t' | '\n' | '\r');
+    if text.contains(control) {
+        let escaped: String = text.chars().map(|c| if control(c) { format!("\\u{{{:x}}}", c as u32) } else { c.to_string() }).collect();
+        return Cow::Owned(for_terminal(&escaped).into_owned());
+    }
     if !text.split(char::is_whitespace).any(|w| long(&w)) {
         return Cow::Borrowed(text);
     }
@@ -106,7 +114,7 @@ impl<'s> Excerpt<'s> {
     fn new(name: &str, src: &'s str, mut points: Vec<usize>) -> Excerpt<'s> {
         points.sort_unstable();
         points.dedup();
-        let mut excerpt = Excerpt { name: clip_words(name).into_owned(), src, text: String::new(), pieces: Vec::new() };
+        let mut excerpt = Excerpt { name: for_terminal(name).into_owned(), src, text: String::new(), pieces: Vec::new() };
         let mut start = 0;
         // Lines end at `\n` or `\r` (as miette counts them); the breaks are always kept.
         for (at, _) in src.match_indices(['\n', '\r']).chain([(src.len(), "")]) {
@@ -153,7 +161,20 @@ impl<'s> Excerpt<'s> {
             return;
         }
         let here = self.text.len();
-        self.text.push_str(&self.src[from..to]);
+        let text = &self.src[from..to];
+        if text.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
+            // A control character from the file never reaches a terminal raw: `?` for each
+            // of its bytes, so offsets stay the file's.
+            for c in text.chars() {
+                match c {
+                    '\t' | '\n' | '\r' => self.text.push(c),
+                    c if c.is_control() => self.text.extend(std::iter::repeat_n('?', c.len_utf8())),
+                    c => self.text.push(c),
+                }
+            }
+        } else {
+            self.text.push_str(text);
+        }
         match self.pieces.last_mut() {
             Some(p) if p.from + p.len == from && p.to + p.len == here => p.len += to - from,
             _ => self.pieces.push(Piece { from, to: here, len: to - from }),
@@ -219,7 +240,7 @@ impl fmt::Debug for Clipped<'_> {
 
 impl fmt::Display for Clipped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&clip_words(&self.inner.to_string()))
+        f.write_str(&for_terminal(&self.inner.to_string()))
     }
 }
 
@@ -231,7 +252,7 @@ impl Diagnostic for Clipped<'_> {
     }
     fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
         let help = self.inner.help()?.to_string();
-        Some(Box::new(clip_words(&help).into_owned()))
+        Some(Box::new(for_terminal(&help).into_owned()))
     }
     fn severity(&self) -> Option<miette::Severity> {
         self.inner.severity()
@@ -239,15 +260,13 @@ impl Diagnostic for Clipped<'_> {
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         let labels = self.inner.labels()?;
         Some(Box::new(labels.map(|l| {
-            let (label, span) = (l.label().map(|t| clip_words(t).into_owned()), self.excerpt.span(l.inner()));
+            let (label, span) = (l.label().map(|t| for_terminal(t).into_owned()), self.excerpt.span(l.inner()));
             if l.primary() { LabeledSpan::new_primary_with_span(label, span) } else { LabeledSpan::new_with_span(label, span) }
         })))
     }
     fn related<'b>(&'b self) -> Option<Box<dyn Iterator<Item = &'b dyn Diagnostic> + 'b>> {
-        if self.inner.related().is_none() {
-            return None;
-        }
-        Some(Box::new(self.related.iter().map(|r| r as &dyn Diagnostic)))
+        let clipped: Box<dyn Iterator<Item = &'b dyn Diagnostic> + 'b> = Box::new(self.related.iter().map(|r| r as &dyn Diagnostic));
+        self.inner.related().map(|_| clipped)
     }
     fn source_code(&self) -> Option<&dyn SourceCode> {
         Some(self.excerpt)
@@ -288,11 +307,22 @@ mod tests {
 
     #[test]
     fn long_words_are_clipped() {
-        assert!(matches!(clip_words("a short  message\n"), Cow::Borrowed("a short  message\n")));
+        assert!(matches!(for_terminal("a short  message\n"), Cow::Borrowed("a short  message\n")));
         let word = format!("é{}é", "x".repeat(1000));
         let message = format!("`{word}` is  not\ta number");
         let xs = "x".repeat(WINDOW - 3);
-        assert_eq!(clip_words(&message), format!("`é{xs}{ELLIPSIS}{xs}é` is  not\ta number"));
+        assert_eq!(for_terminal(&message), format!("`é{xs}{ELLIPSIS}{xs}é` is  not\ta number"));
+        assert_eq!(for_terminal("loc `a\u{1b}[2J`\n"), "loc `a\\u{1b}[2J`\n");
+    }
+
+    /// A control character of the file (an escape sequence for the terminal) is shown as
+    /// `?` per byte, never raw; the column is still the file's.
+    #[test]
+    fn control_characters_are_not_shown_raw() {
+        let src = "ab\u{1b}[2J\u{85}cd BAD\n";
+        let shown = render(&bad(src.find("BAD").unwrap(), 3), "f.step", src, false);
+        assert!(shown.contains("ab?[2J??cd BAD") && !shown.contains('\u{1b}') && !shown.contains('\u{85}'), "{shown:?}");
+        assert!(shown.contains("[f.step:1:12]"), "{shown}");
     }
 
     #[test]

@@ -55,9 +55,10 @@ pub struct Failure {
 
 impl Failure {
     /// `error: {message}`, a line of its own; a word of it too long to read (a name quoted
-    /// from a hostile file) is clipped (`diagnostics::clip_words`).
+    /// from a hostile file) is clipped and control characters escaped
+    /// (`diagnostics::for_terminal`).
     pub fn error(exit: Exit, message: impl fmt::Display) -> Failure {
-        Failure { message: format!("error: {}\n", memplan::diagnostics::clip_words(&message.to_string())), exit }
+        Failure { message: format!("error: {}\n", memplan::diagnostics::for_terminal(&message.to_string())), exit }
     }
 
     /// `error: {message}` for bad input (exit 1).

@@ -76,8 +76,12 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     })
 }
 
-/// The smallest fraction, rounded up to 4 decimals, whose budget is at least `bytes`.
+/// The smallest fraction, rounded up to 4 decimals, whose budget is at least `bytes`
+/// (`peak` > 0: every budget of a zero peak is 0).
 fn fraction_for(bytes: u64, peak: u64) -> String {
+    if peak == 0 {
+        return "1".into();
+    }
     let mut f = (bytes as f64 / peak as f64 * 1e4).ceil() / 1e4;
     while ((peak as f64 * f).floor() as u64) < bytes {
         f += 1e-4;
@@ -134,6 +138,7 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
             ),
         ),
         RematError::StrategyCannot { .. } => Failure::error(Exit::Unmet, format_args!("{file}: {error}")),
+        RematError::TooLarge => Failure::bad_input(format_args!("{file}: {error}")),
         _ => internal(error),
     })?;
     let seconds = started.elapsed().as_secs_f64();
@@ -150,8 +155,9 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
     let _ = writeln!(report, "{file}{name}: {} nodes, {} links", problem.nodes.len(), graph.links);
     let _ = writeln!(report, "  topological peak  {topological} bytes");
     let _ = writeln!(report, "  budget            {budget} bytes ({fraction} of the topological peak)");
-    let _ =
-        writeln!(report, "  peak reached      {} bytes ({:.4} of the topological peak)", eval.peak, eval.peak as f64 / topological as f64);
+    // A graph of zero-byte values has a zero peak, reached exactly (not 0/0).
+    let ratio = if topological == 0 { 1.0 } else { eval.peak as f64 / topological as f64 };
+    let _ = writeln!(report, "  peak reached      {} bytes ({ratio:.4} of the topological peak)", eval.peak);
     let lower = bound.extra.map(|e| percent(e as f64 / eval.base_cost.max(1) as f64)).unwrap_or_else(|| "-".into());
     let _ =
         writeln!(report, "  overhead          {} ({recomputes} recomputes; no plan can do better than {lower})", percent(eval.overhead()));

@@ -125,6 +125,8 @@ pub fn pass(
     let recomputes = rewritten.as_ref().map_or(Vec::new(), |r| r.recomputes.clone());
     let clones: HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
     let flops = |op: OpId| problem::op_flops(g, op);
+    // Saturating: u64::MAX stands for "2^64 - 1 or more", too large to count (as the op
+    // table's own counts saturate; `RematRecord::extra_flops` says so, never a number).
     let record = RematRecord {
         budget,
         strategy: name.to_string(),
@@ -235,6 +237,7 @@ fn solve(graph: &Graph, step: &mut StepProblem, target: u64, strategy: &Strategy
             // The strategy asked for cannot go lower than `reached` (another might): the
             // smallest budget that works with it.
             Err(RematError::StrategyCannot { reached, .. }) => return Ok(Err(reached)),
+            Err(RematError::TooLarge) => return Err(PlanError::RematTooLarge),
             Err(e @ (RematError::BadProblem(_) | RematError::OverBudget { .. })) => return Err(bug(e.to_string())),
         };
         match apply::apply(graph, step, &solution.sequence) {

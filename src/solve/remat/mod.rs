@@ -119,15 +119,16 @@ pub(crate) fn shared_bytes(problem: &Problem, shares: &[Share], mut dies_here: i
     saved
 }
 
-/// What a sequence costs under the evaluation rule.
+/// What a sequence costs under the evaluation rule. Costs are summed in 128 bits: a
+/// sequence may run every node many times, and each cost may be up to 2^64 - 1.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Eval {
     /// The most bytes live at one position.
     pub peak: u64,
     /// The sum of the costs of the nodes in the sequence.
-    pub cost: u64,
+    pub cost: u128,
     /// The sum of every node's cost, once each.
-    pub base_cost: u64,
+    pub base_cost: u128,
 }
 
 impl Eval {
@@ -152,6 +153,9 @@ pub enum SequenceError {
     /// A node runs before some value it reads was ever written.
     #[error("position {position}: node {node} reads a value of node {writer}, which has not run yet")]
     ReadBeforeWrite { position: usize, node: Node, writer: Node },
+    /// More than 2^64 - 1 bytes are live at once (only where the sizes add up to more).
+    #[error("position {position}: more than 2^64 - 1 bytes are live")]
+    TooLarge { position: usize },
 }
 
 /// Applies the evaluation rule (see the module doc) to `sequence`.
@@ -184,7 +188,7 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
     let shares = problem.shares_by_node();
     // For each position with shares: the execution each value read there binds to.
     let mut bound_reads: Vec<(usize, Vec<(u32, usize)>)> = Vec::new();
-    let mut cost: u64 = 0;
+    let mut cost: u128 = 0;
     for (position, &node) in sequence.iter().enumerate() {
         let k = node as usize;
         if k >= n {
@@ -212,7 +216,7 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
             intervals.push((v, position, position));
         }
         runs[k] += 1;
-        cost = cost.saturating_add(problem.nodes[k].cost);
+        cost += u128::from(problem.nodes[k].cost);
     }
     if let Some(k) = runs.iter().position(|&r| r == 0) {
         return Err(SequenceError::NeverRuns(k as Node));
@@ -242,13 +246,13 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
         delta[*position + 1] += saved as i128;
     }
     let mut live: i128 = 0;
-    let mut peak: i128 = 0;
-    for d in &delta[..sequence.len()] {
+    let mut peak: u64 = 0;
+    for (position, d) in delta[..sequence.len()].iter().enumerate() {
         live += d;
-        peak = peak.max(live);
+        peak = peak.max(u64::try_from(live.max(0)).map_err(|_| SequenceError::TooLarge { position })?);
     }
-    let base_cost = problem.nodes.iter().fold(0u64, |acc, node| acc.saturating_add(node.cost));
-    Ok(Eval { peak: peak as u64, cost, base_cost })
+    let base_cost = problem.nodes.iter().map(|node| u128::from(node.cost)).sum();
+    Ok(Eval { peak, cost, base_cost })
 }
 
 /// How to choose what to recompute.
@@ -314,6 +318,10 @@ pub enum RematError {
     /// bug in whoever built it.
     #[error("the problem's own order is invalid: {0}")]
     BadProblem(SequenceError),
+    /// The values' sizes add up to more than 2^64 - 1 bytes: peaks would not fit the
+    /// `u64`s the strategies compare, so none is tried.
+    #[error("the values' sizes add up to more than 2^64 - 1 bytes: too large")]
+    TooLarge,
 }
 
 /// The time limit of [`solve`].
@@ -330,6 +338,9 @@ pub fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> Result<Recom
 /// limit unless the limit cuts it short.
 pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit: Duration) -> Result<Recomputation, RematError> {
     let deadline = Instant::now() + time_limit;
+    if problem.values.iter().try_fold(0u64, |sum, v| sum.checked_add(v.size)).is_none() {
+        return Err(RematError::TooLarge);
+    }
     let plain: Vec<Node> = (0..problem.nodes.len() as Node).collect();
     evaluate(problem, &plain).map_err(RematError::BadProblem)?;
     let mut sim = Sim::new(problem);
@@ -433,6 +444,20 @@ mod tests {
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 17);
         p.shares.reverse();
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 20);
+    }
+
+    /// Sizes adding up past 2^64 - 1 are refused, not saturated (the strategies compared
+    /// saturated peaks); costs add up in 128 bits, so a sequence's cost is exact.
+    #[test]
+    fn totals_past_64_bits() {
+        let mut p = chain();
+        p.nodes[1].cost = u64::MAX;
+        let e = evaluate(&p, &[0, 1, 0, 1, 2]).unwrap();
+        assert_eq!((e.cost, e.base_cost), (2 * u128::from(u64::MAX) + 5, u128::from(u64::MAX) + 4));
+        p.values[0].size = 1 << 63;
+        p.values[1].size = 1 << 63;
+        assert_eq!(solve(&p, 100, Strategy::Auto), Err(RematError::TooLarge));
+        assert_eq!(evaluate(&p, &[0, 1, 2]), Err(SequenceError::TooLarge { position: 1 }));
     }
 
     #[test]

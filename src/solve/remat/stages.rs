@@ -412,7 +412,7 @@ mod tests {
                 let eval = evaluate(&problem, &sequence).unwrap();
                 let budget = rng.below(eval.peak + 1);
                 let score = sim.score(&plan, budget);
-                assert_eq!((score.peak, eval.base_cost + score.extra), (eval.peak, eval.cost), "seed {seed}");
+                assert_eq!((score.peak, eval.base_cost + u128::from(score.extra)), (eval.peak, eval.cost), "seed {seed}");
                 let detail = sim.detail(&plan, budget);
                 assert_eq!(detail, score, "seed {seed}");
                 assert_eq!(sim.sequence, sequence);
