@@ -131,7 +131,9 @@ pub fn seeds(format: Format, root: &Path) -> Vec<Vec<u8>> {
                 plan_json::render(&Subject { source: name, graph, plan, locs }, &report).into_bytes()
             })
             .collect(),
-        Format::Safetensors => small().map(|(_, _, graph, _)| safetensors::to_bytes(&init_args(&graph, 1))).collect(),
+        Format::Safetensors => {
+            small().filter_map(|(_, _, graph, _)| Some(safetensors::to_bytes(&init_args(&graph, 1).ok()?))).collect()
+        }
         Format::Checkmate => (0..12u64).map(|seed| checkmate_graph(seed).into_bytes()).collect(),
     }
 }
@@ -397,7 +399,8 @@ fn step_case(bytes: &[u8], limits: &Limits, budget: bool) -> Checked {
     };
     crate::check(&planned, &plan).map_err(|v| format!("the checker rejected memplan's plan:\n{v}"))?;
     if plan.arena_bytes <= limits.run_arena && planned.ops.len() <= limits.run_ops {
-        let args = init_args(&planned, 0);
+        // Arguments that do not fit in memory are a reported error, as in `run`.
+        let Ok(args) = init_args(&planned, 0) else { return Ok(Reached::Accepted) };
         let ran = run_step(&planned, Placement::Planned(&plan), &args);
         let unplanned = run_step(&planned, Placement::Unplanned, &args);
         match (ran, unplanned) {
