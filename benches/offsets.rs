@@ -104,7 +104,7 @@ fn synthetic_lists(limit: Duration) {
         let listed: Vec<ListedBuffer> = intervals
             .iter()
             .enumerate()
-            .map(|(i, l)| ListedBuffer { id: i.to_string(), lower: l.first as u64, upper: l.last as u64 + 1, size: l.size, offset: None })
+            .map(|(i, l)| ListedBuffer { id: i.to_string(), lower: l.first as u64, upper: l.last as u64 + 1, size: l.size, offset: None, line: i + 2 })
             .collect();
         row(name, &listed, &heuristics, None, limit)
     })

@@ -68,7 +68,7 @@ fn run(problem: &Problem, budget: u64, strategy: Strategy) -> (Option<f64>, f64)
 }
 
 /// Overhead in % and extra cost (None if it does not fit), and the seconds taken.
-fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> (Option<(f64, u64)>, f64) {
+fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> (Option<(f64, u128)>, f64) {
     let started = Instant::now();
     let result = solve_with(problem, budget, strategy, LIMIT);
     let seconds = started.elapsed().as_secs_f64();
@@ -109,8 +109,8 @@ fn main() {
         let bound = lower_bound(&problem, budget).extra;
         let base: u64 = problem.nodes.iter().map(|n| n.cost).sum();
         let gap = match (found, bound) {
-            (Some((_, extra)), Some(b)) if extra == b => " (= ours: optimal)".to_string(),
-            (Some((_, extra)), Some(b)) => format!(" (gap {:.4} pp)", (extra - b) as f64 / base as f64 * 100.0),
+            (Some((_, extra)), Some(b)) if extra == u128::from(b) => " (= ours: optimal)".to_string(),
+            (Some((_, extra)), Some(b)) => format!(" (gap {:.4} pp)", (extra - u128::from(b)) as f64 / base as f64 * 100.0),
             _ => String::new(),
         };
         let bound = format!("{}{gap}", percent(bound.map(|e| e as f64 / base as f64 * 100.0)));

@@ -68,11 +68,11 @@ fn table(file: &std::path::Path) -> Result<(), String> {
                     memplan::check(&rewritten, &plan).map_err(|v| format!("{}x: the checker rejects the plan: {v}", fraction))?;
                     let remat = plan.remat.as_ref().expect("planned under a budget");
                     format!(
-                        "{} | {:.4} | {} | {:+.2}%",
+                        "{} | {:.4} | {} | {}",
                         mib(plan.arena_bytes),
                         plan.arena_bytes as f64 / plain.arena_bytes as f64,
                         remat.recomputes.len(),
-                        remat.overhead_percent()
+                        remat.overhead_percent().map_or_else(|| "too large to count".into(), |p| format!("{p:+.2}%"))
                     )
                 }
                 Err(PlanError::BudgetUnmet { smallest, .. }) => {

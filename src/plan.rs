@@ -59,17 +59,26 @@ pub struct RematRecord {
     /// The arena of the same step planned without recomputation.
     pub arena_without: u64,
     /// FLOPs of one step without recomputation: every op that is not a clone, once.
+    /// `u64::MAX` stands for 2^64 - 1 or more: too large to count (the op table's counts
+    /// and their sums stop there).
     pub base_flops: u64,
-    /// FLOPs of one step as planned: every op, clones included.
+    /// FLOPs of one step as planned: every op, clones included (`u64::MAX` as above).
     pub flops: u64,
     /// Every clone and the op it recomputes, in schedule order.
     pub recomputes: Vec<Recompute>,
 }
 
 impl RematRecord {
-    /// The extra compute as a percentage of one plain step (`0.0` when nothing was recomputed).
-    pub fn overhead_percent(&self) -> f64 {
-        if self.base_flops == 0 { 0.0 } else { (self.flops as f64 / self.base_flops as f64 - 1.0) * 100.0 }
+    /// The FLOPs recomputation adds to one step; `None` when a count is too large to count.
+    pub fn extra_flops(&self) -> Option<u64> {
+        (self.base_flops < u64::MAX && self.flops < u64::MAX).then(|| self.flops.saturating_sub(self.base_flops))
+    }
+
+    /// The extra compute as a percentage of one plain step (`0.0` when nothing was
+    /// recomputed); `None` when a count is too large to count.
+    pub fn overhead_percent(&self) -> Option<f64> {
+        self.extra_flops()?;
+        Some(if self.base_flops == 0 { 0.0 } else { (self.flops as f64 / self.base_flops as f64 - 1.0) * 100.0 })
     }
 }
 

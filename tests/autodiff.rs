@@ -78,7 +78,7 @@ fn the_expanded_mlp_equals_the_hand_written_one_bit_for_bit() {
     assert_eq!(forward.ops.len(), 6);
     let (expanded, plan) = expand_and_plan(&forward);
     assert_eq!(expanded.ops.len(), hand.ops.len(), "{}", memplan::print(&expanded));
-    let args = init_args(&hand, 3);
+    let args = init_args(&hand, 3).unwrap();
     let planned = run_step(&expanded, Placement::Planned(&plan), &args).unwrap();
     let unplanned = run_step(&expanded, Placement::Unplanned, &args).unwrap();
     assert!(planned.differences(&unplanned).is_empty(), "{:?}", planned.differences(&unplanned));
@@ -119,7 +119,7 @@ fn every_optimizer_expansion_trains_planned_and_unplanned_alike() {
     for (kind, given) in optimizers {
         let g = with_backward(parse(text).unwrap(), "loss", kind, given);
         let (e, plan) = expand_and_plan(&g);
-        let mut args = init_args(&e, 1);
+        let mut args = init_args(&e, 1).unwrap();
         let mut losses = Vec::new();
         for _ in 0..4 {
             let planned = run_step(&e, Placement::Planned(&plan), &args).unwrap();

@@ -77,7 +77,7 @@ fn gpu_matches_reference(graph: &Graph, plan: &Plan, steps: u32, seed: u64) -> O
     let mut exec = Executor::new(backend, program);
     let mut run = || -> Result<Noise, String> {
         exec.poison().map_err(|e| e.to_string())?;
-        let mut args = init_args(graph, seed);
+        let mut args = init_args(graph, seed).unwrap();
         let mut noise = Noise::default();
         for step in 0..steps {
             let which = if step == 0 { Upload::All } else { Upload::Inputs };
@@ -154,7 +154,7 @@ fn full_size_models_train_in_their_one_arena() {
         assert!(memory.arena_measured >= plan.arena_bytes, "{file}: {memory:?}");
         assert!(memory.arena_measured <= plan.arena_bytes + (64 << 20), "{file}: {memory:?}");
         let mut exec = Executor::new(backend, program);
-        let args = init_args(&graph, 1);
+        let args = init_args(&graph, 1).unwrap();
         let mut losses = Vec::new();
         for step in 0..2 {
             exec.upload(&args, if step == 0 { Upload::All } else { Upload::Inputs }).unwrap();

@@ -44,7 +44,7 @@ fn every_valid_step_runs_bit_identical_planned_and_unplanned() {
             continue;
         }
         ran += 1;
-        let mut args = init_args(&graph, 7);
+        let mut args = init_args(&graph, 7).unwrap();
         for step in 0..2 {
             let (planned, unplanned) = both(&graph, &plan, &args);
             let differences = planned.differences(&unplanned);
@@ -69,7 +69,7 @@ fn a_planted_wrong_offset_fails_the_checker_and_the_comparison() {
     let (da, a) = (plan.value_buffer[find("da")], plan.value_buffer[find("a")]);
     plan.buffers[da].offset = plan.buffers[a].offset;
     assert!(check(&graph, &plan).is_err(), "the checker must reject the planted offset");
-    let args = init_args(&graph, 1);
+    let args = init_args(&graph, 1).unwrap();
     let (planned, unplanned) = both(&graph, &plan, &args);
     let differences = planned.differences(&unplanned);
     assert!(!differences.is_empty(), "the planted offset must change the results");
@@ -79,7 +79,7 @@ fn a_planted_wrong_offset_fails_the_checker_and_the_comparison() {
 #[test]
 fn the_mlp_trains() {
     let (graph, plan) = load("ir/models/mlp.step");
-    let mut args = init_args(&graph, 0);
+    let mut args = init_args(&graph, 0).unwrap();
     let mut losses = Vec::new();
     for _ in 0..15 {
         let result = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
@@ -137,7 +137,7 @@ fn run_compare_unplanned_reports_agreement() {
 /// Trains `file` for `steps` steps in its planned arena and returns the losses.
 fn train(file: &str, steps: usize) -> Vec<f64> {
     let (graph, plan) = load(file);
-    let mut args = init_args(&graph, 0);
+    let mut args = init_args(&graph, 0).unwrap();
     let mut losses = Vec::new();
     for _ in 0..steps {
         let result = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
@@ -189,7 +189,7 @@ fn f32_loss_is_the_cast_and_the_loss_fused() {
         let graph = parse(text).unwrap();
         let plan = plan(&graph, &PlanOptions::default()).unwrap();
         check(&graph, &plan).unwrap();
-        run_step(&graph, Placement::Planned(&plan), &init_args(&graph, 3)).unwrap().returns
+        run_step(&graph, Placement::Planned(&plan), &init_args(&graph, 3).unwrap()).unwrap().returns
     };
     let (a, b) = (run(&fused), run(&unfused));
     assert_eq!(a["loss"].ty.to_string(), "f32[]");

@@ -49,7 +49,7 @@ fn check_seed(seed: u64) -> Result<(), String> {
         return Err(format!("arena {} is below the lower bound {}", plan.arena_bytes, plan.lower_bound));
     }
 
-    let mut args = init_args(&graph, seed);
+    let mut args = init_args(&graph, seed).unwrap();
     for step in 1..=STEPS {
         let planned = run_step(&graph, Placement::Planned(&plan), &args)
             .map_err(|e| format!("step {step}: the planned run fails: {e}"))?;

@@ -51,7 +51,7 @@ pub fn run(Args { file, capacity, solver, time_limit, output }: Args) -> Result<
     let mut intervals = Vec::with_capacity(list.len());
     for b in &list {
         let (Ok(first), Ok(last)) = (usize::try_from(b.lower), usize::try_from(b.upper - 1)) else {
-            return Err(Failure::bad_input(format_args!("{}: buffer {}: time steps beyond this machine's word size", source.file, b.id)));
+            return Err(Failure::bad_input(format_args!("{}:{}: buffer {}: time steps beyond this machine's word size", source.file, b.line, b.id)));
         };
         intervals.push(Live { first, last, size: b.size });
     }
@@ -67,7 +67,13 @@ pub fn run(Args { file, capacity, solver, time_limit, output }: Args) -> Result<
         Ok(solution) => (solution, true),
         Err(SolveError::OverCapacity { best: Some(best), .. }) => (best, false),
         Err(SolveError::OverCapacity { best: None, .. } | SolveError::Overflow) => {
-            return Err(Failure::bad_input(format_args!("{}: the sizes or offsets overflow 2^64 - 1 bytes", source.file)));
+            return Err(Failure::bad_input(match overflowing_row(&list) {
+                Some((b, step)) => format!(
+                    "{}:{}: buffer {}: the buffers live at step {step} add up to more than 2^64 - 1 bytes with it: too large",
+                    source.file, b.line, b.id
+                ),
+                None => format!("{}: no placement found that ends below 2^64 - 1 bytes (the lower bound is {})", source.file, format_bytes(lower)),
+            }));
         }
     };
     if let Err(violations) = memplan::checker::check_offsets(&triples, &solution.offsets, None) {
@@ -103,10 +109,10 @@ pub fn run(Args { file, capacity, solver, time_limit, output }: Args) -> Result<
     outln!("time:        {:.1} ms", elapsed.as_secs_f64() * 1000.0);
     if let Some(own) = list.iter().map(|b| b.offset).collect::<Option<Vec<u64>>>() {
         match memplan::checker::check_offsets(&triples, &own, None) {
-            Ok(()) => {
-                let arena = offsets::arena_of(&intervals, &own).unwrap_or(u64::MAX);
-                outln!("file's own placement: {}  ratio {:.4}", format_bytes(arena), ratio(arena));
-            }
+            Ok(()) => match offsets::arena_of(&intervals, &own) {
+                Some(arena) => outln!("file's own placement: {}  ratio {:.4}", format_bytes(arena), ratio(arena)),
+                None => outln!("file's own placement: too large (it ends past 2^64 - 1 bytes)"),
+            },
             Err(v) => outln!("file's own placement: invalid ({} violations, e.g. {})", v.0.len(), name_buffers(&v.0[0].to_string(), &list)),
         }
     }
@@ -134,6 +140,31 @@ pub fn run(Args { file, capacity, solver, time_limit, output }: Args) -> Result<
 }
 
 /// `text` (a check_offsets violation) with each `#i` followed by buffer i's id in the file.
+/// The first buffer, by its first step, whose size makes the bytes live at that step
+/// overflow a `u64`, and the step (the rows that make the lower bound overflow).
+fn overflowing_row(list: &[ListedBuffer]) -> Option<(&ListedBuffer, u64)> {
+    let mut by_start: Vec<&ListedBuffer> = list.iter().collect();
+    by_start.sort_by_key(|b| b.lower);
+    // Live buffers by their end (first step no longer live), and their bytes.
+    let mut live = std::collections::BinaryHeap::new();
+    let mut bytes = 0u64;
+    for b in by_start {
+        while let Some(&std::cmp::Reverse((upper, size))) = live.peek() {
+            if upper > b.lower {
+                break;
+            }
+            live.pop();
+            bytes -= size;
+        }
+        bytes = match bytes.checked_add(b.size) {
+            Some(sum) => sum,
+            None => return Some((b, b.lower)),
+        };
+        live.push(std::cmp::Reverse((b.upper, b.size)));
+    }
+    None
+}
+
 fn name_buffers(text: &str, list: &[ListedBuffer]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

@@ -34,7 +34,18 @@ use super::Failure;
 
 /// The text of the file at `path`.
 pub fn read_text(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path).map_err(|e| Failure::bad_input(format_args!("cannot read {}: {e}", path.display())))
+    let bytes = std::fs::read(path).map_err(|e| Failure::bad_input(format_args!("cannot read {}: {e}", path.display())))?;
+    String::from_utf8(bytes).map_err(|e| {
+        // Where the text stops being UTF-8: the byte offset, and its line and column.
+        let (at, bytes) = (e.utf8_error().valid_up_to(), e.as_bytes());
+        let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = at - bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+        Failure::bad_input(format_args!(
+            "{}:{line}:{column}: not UTF-8 text: no valid UTF-8 character starts at byte offset {at} (0x{:02x})\n  hint: memplan reads .step, CSV and JSON files as UTF-8; save the file in that encoding",
+            path.display(),
+            bytes[at]
+        ))
+    })
 }
 
 /// The bytes of the file at `path`.

@@ -54,9 +54,11 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// `error: {message}`, a line of its own.
+    /// `error: {message}`, a line of its own; a word of it too long to read (a name quoted
+    /// from a hostile file) is clipped and control characters escaped
+    /// (`diagnostics::for_terminal`).
     pub fn error(exit: Exit, message: impl fmt::Display) -> Failure {
-        Failure { message: format!("error: {message}\n"), exit }
+        Failure { message: format!("error: {}\n", memplan::diagnostics::for_terminal(&message.to_string())), exit }
     }
 
     /// `error: {message}` for bad input (exit 1).

@@ -82,6 +82,9 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
 /// it ends whatever the numbers: a loop of 1e-4 steps from a rounded start never ended
 /// for a peak above 2^64 read as a few bytes.
 fn fraction_for(bytes: u64, peak: u64) -> String {
+    if peak == 0 {
+        return "1".into(); // every budget of a zero peak is 0
+    }
     let mut tenths_of_thousandths = (u128::from(bytes) * 10_000).div_ceil(u128::from(peak.max(1)));
     let budget = |k: u128| (peak as f64 * (k as f64 / 1e4)).floor() as u64;
     for _ in 0..4 {
@@ -152,6 +155,7 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
         ),
         RematError::TooLarge { peak } => too_large(&file, peak),
         RematError::StrategyCannot { .. } => Failure::error(Exit::Unmet, format_args!("{file}: {error}")),
+        RematError::SizesTooLarge => Failure::bad_input(format_args!("{file}: {error}")),
         _ => internal(error),
     })?;
     let seconds = started.elapsed().as_secs_f64();
@@ -168,8 +172,9 @@ pub fn run(Args { file: path, budget: fraction, checkpoint, time_limit, output }
     let _ = writeln!(report, "{file}{name}: {} nodes, {} links", problem.nodes.len(), graph.links);
     let _ = writeln!(report, "  topological peak  {topological} bytes");
     let _ = writeln!(report, "  budget            {budget} bytes ({fraction} of the topological peak)");
-    let _ =
-        writeln!(report, "  peak reached      {} bytes ({:.4} of the topological peak)", eval.peak, eval.peak as f64 / topological as f64);
+    // A graph of zero-byte values has a zero peak, reached exactly (not 0/0).
+    let ratio = if topological == 0 { 1.0 } else { eval.peak as f64 / topological as f64 };
+    let _ = writeln!(report, "  peak reached      {} bytes ({ratio:.4} of the topological peak)", eval.peak);
     let lower = bound.extra.map(|e| percent(e as f64 / eval.base_cost.max(1) as f64)).unwrap_or_else(|| "-".into());
     let _ =
         writeln!(report, "  overhead          {} ({recomputes} recomputes; no plan can do better than {lower})", percent(eval.overhead()));

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::ValueEnum;
 use memplan::bytes::format_bytes;
 use memplan::exec::ExecError;
+use memplan::exec::cpu::{Footprint, Placement, run_step};
 use memplan::exec::data::{Tensors, init_args};
 use memplan::formats::safetensors;
 use memplan::ir::graph::Graph;
@@ -85,15 +86,97 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
     #[cfg(feature = "cuda")]
     if device == Device::Cuda {
-        let args = initial_args(&graph, seed, weights.as_deref())?;
+        let args = initial_args(&graph, seed, weights.as_deref()).map_err(|e| e.shown(&source))?;
         return run_cuda(&graph, &plan, steps, args, check, profile, save.as_deref());
     }
     let compare = compare_unplanned.then_some(&original);
-    run_steps(&graph, &plan, steps, initial_args(&graph, seed, weights.as_deref())?, save.as_deref(), compare)
+    let footprint = fits_in_memory(&graph, &plan, compare, available_memory())?;
+    let args = initial_args(&graph, seed, weights.as_deref()).map_err(|e| e.shown(&source))?;
+    run_steps(&graph, &plan, steps, args, save.as_deref(), compare, footprint).map_err(|e| e.shown(&source))
 }
 
 fn exec_failure(error: ExecError) -> Failure {
     Failure::bad_input(error)
+}
+
+/// A failure of the CPU run: an executor's error (shown against the step's file, so an
+/// op's error is located) or any other.
+enum RunFailure {
+    Exec(ExecError),
+    Other(Failure),
+}
+
+impl From<Failure> for RunFailure {
+    fn from(failure: Failure) -> RunFailure {
+        RunFailure::Other(failure)
+    }
+}
+
+impl From<ExecError> for RunFailure {
+    fn from(error: ExecError) -> RunFailure {
+        RunFailure::Exec(error)
+    }
+}
+
+impl RunFailure {
+    fn shown(self, source: &Source) -> Failure {
+        match self {
+            RunFailure::Exec(error) => source.failure(&error, Exit::BadInput),
+            RunFailure::Other(failure) => failure,
+        }
+    }
+}
+
+/// What the CPU run holds at most (the planned run's footprint, or with
+/// `compare_unplanned` the larger of the two runs plus the planned run's results, kept
+/// for the comparison), refused when it is more than `available` bytes or past 2^64 - 1,
+/// before anything is allocated.
+fn fits_in_memory(graph: &Graph, plan: &Plan, compare_unplanned: Option<&Graph>, available: Option<u64>) -> Result<Footprint, Failure> {
+    let too_large = |what: &str| Failure::bad_input(format_args!("running @{} on the CPU is too large: {what} needs more than 2^64 - 1 bytes", graph.name));
+    let planned = Footprint::of(graph, Placement::Planned(plan)).ok_or_else(|| too_large("a value"))?;
+    let mut needed = planned.total().ok_or_else(|| too_large("the run"))?;
+    if let Some(original) = compare_unplanned {
+        let unplanned = Footprint::of(original, Placement::Unplanned).and_then(|f| f.total()).ok_or_else(|| too_large("the unplanned run"))?;
+        needed = needed.max(unplanned).checked_add(planned.results).ok_or_else(|| too_large("the comparison"))?;
+    }
+    match available {
+        Some(available) if needed > available => Err(Failure::bad_input(format_args!(
+            "running @{} on the CPU needs {}{}, but {} is available\n  hint: the CPU executor holds {}; --budget shrinks the arena",
+            graph.name,
+            format_bytes(needed),
+            if compare_unplanned.is_some() { " with --compare-unplanned" } else { "" },
+            format_bytes(available),
+            describe(&planned)
+        ))),
+        _ => Ok(planned),
+    }
+}
+
+/// The parts of a footprint, for people.
+fn describe(footprint: &Footprint) -> String {
+    format!(
+        "the arena ({}), the arguments ({}), the largest op's inputs and outputs as f64 numbers ({}) and the results ({})",
+        format_bytes(footprint.memory),
+        format_bytes(footprint.args),
+        format_bytes(footprint.op),
+        format_bytes(footprint.results)
+    )
+}
+
+/// The bytes this process may still allocate, as Linux tells: `MemAvailable` in
+/// /proc/meminfo, or less under a cgroup v2 memory limit; `None` where neither is known.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let available = meminfo.as_deref().and_then(|text| {
+        let kib = text.lines().find_map(|line| line.strip_prefix("MemAvailable:"))?.trim().strip_suffix("kB")?.trim();
+        kib.parse::<u64>().ok().map(|kib| kib.saturating_mul(1024))
+    });
+    let read = |path: &str| std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse::<u64>().ok());
+    let cgroup = read("/sys/fs/cgroup/memory.max").zip(read("/sys/fs/cgroup/memory.current")).map(|(max, used)| max.saturating_sub(used));
+    match (available, cgroup) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (a, c) => a.or(c),
+    }
 }
 
 /// Trains for `steps` steps in the planned arena from `args`, printing each loss;
@@ -105,14 +188,15 @@ fn run_steps(
     mut args: Tensors,
     save: Option<&Path>,
     compare_unplanned: Option<&Graph>,
-) -> Result<(), Failure> {
-    use memplan::exec::cpu::{Placement, advance, run_step};
-
+    footprint: Footprint,
+) -> Result<(), RunFailure> {
     outln!("@{}: {} ops in one arena of {}; {} step(s) on the CPU", graph.name, graph.ops.len(), format_bytes(plan.arena_bytes), steps);
+    // The footprint's parts fit in 2^64 - 1 together: `fits_in_memory` added them up.
+    outln!("CPU memory: {} in all: {}", format_bytes(footprint.total().unwrap_or(u64::MAX)), describe(&footprint));
     let bar = Bar::new();
     bar.start("training steps", u64::from(steps));
     for step in 1..=steps {
-        let result = run_step(graph, Placement::Planned(plan), &args).map_err(exec_failure)?;
+        let result = run_step(graph, Placement::Planned(plan), &args)?;
         let line = match result.loss() {
             Some(loss) => format!("step {step}: loss {loss:.6}"),
             None => format!("step {step}: done (no scalar loss returned)"),
@@ -120,19 +204,22 @@ fn run_steps(
         bar.suspend(|| outln!("{line}"));
         bar.update(u64::from(step), &line);
         if let Some(original) = compare_unplanned {
-            let reference = run_step(original, Placement::Unplanned, &args).map_err(exec_failure)?;
+            let reference = run_step(original, Placement::Unplanned, &args)?;
             let differences = result.differences(&reference);
             if !differences.is_empty() {
-                return Err(Failure::error(
+                return Err(RunFailure::Other(Failure::error(
                     Exit::Bug,
                     format_args!(
                         "step {step}: the planned run differs from the unplanned run (a memplan bug):\n  {}",
                         differences.join("\n  ")
                     ),
-                ));
+                )));
             }
         }
-        args = advance(&args, &result);
+        // In place: a copy of every argument would be held beside the old ones.
+        for (name, tensor) in result.updated {
+            args.insert(name, tensor);
+        }
     }
     bar.finish();
     if compare_unplanned.is_some() {
@@ -149,20 +236,20 @@ fn run_steps(
 }
 
 /// Seeded arguments of `graph`, the ones in `weights` (a safetensors file) replaced.
-fn initial_args(graph: &Graph, seed: u64, weights: Option<&Path>) -> Result<Tensors, Failure> {
-    let mut args = init_args(graph, seed);
+fn initial_args(graph: &Graph, seed: u64, weights: Option<&Path>) -> Result<Tensors, RunFailure> {
+    let mut args = init_args(graph, seed)?;
     if let Some(path) = weights {
         let tensors = safetensors::from_bytes(&read_bytes(path)?).map_err(|e| Failure::bad_input(format_args!("{}: {e}", path.display())))?;
         for (name, tensor) in tensors {
             match args.get_mut(&name) {
                 Some(slot) if slot.ty == tensor.ty => *slot = tensor,
                 Some(slot) => {
-                    return Err(Failure::bad_input(format_args!(
+                    return Err(RunFailure::Other(Failure::bad_input(format_args!(
                         "{}: %{name} is {} but the step declares {}",
                         path.display(),
                         tensor.ty,
                         slot.ty
-                    )));
+                    ))));
                 }
                 None => eprintln!("note: {}: %{name} is not an argument of @{}; ignored", path.display(), graph.name),
             }
@@ -199,8 +286,9 @@ fn run_cuda(
     profile: bool,
     save: Option<&Path>,
 ) -> Result<(), Failure> {
-    use memplan::exec::cuda::run::{RunError, run_steps};
-    match run_steps(graph, plan, args, steps, check, save.is_some(), profile, &mut |line| outln!("{line}")) {
+    use memplan::exec::cuda::run::{RunError, RunOptions, run_steps};
+    let options = RunOptions { steps, check, keep: save.is_some(), profile };
+    match run_steps(graph, plan, args, options, &mut |line| outln!("{line}")) {
         Ok(kept) => match (save, kept) {
             (Some(path), Some(args)) => save_args(graph, &args, path),
             _ => Ok(()),

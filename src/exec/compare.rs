@@ -514,7 +514,7 @@ mod tests {
         let graph = crate::parse(include_str!("../../ir/torch/gpt2_small_bf16.step")).unwrap();
         let graph = crate::autodiff::expand(&graph).unwrap();
         let plan = crate::plan(&graph, &crate::PlanOptions::default()).unwrap();
-        let args = crate::exec::data::init_args(&graph, 0);
+        let args = crate::exec::data::init_args(&graph, 0).unwrap();
         let want = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
         let flipped = |i: usize| {
             let mut got = want.clone();
@@ -544,7 +544,7 @@ mod tests {
                     %y = layer_norm(%x, %g, %b)\n  %m: f32[] = mean(%y, axes=[0, 1])\n  return %m, %y\n}\n";
         let graph = crate::parse(text).unwrap();
         let plan = crate::plan(&graph, &crate::PlanOptions::default()).unwrap();
-        let args = crate::exec::data::init_args(&graph, 1);
+        let args = crate::exec::data::init_args(&graph, 1).unwrap();
         let reference = run_step(&graph, Placement::Planned(&plan), &args).unwrap();
         let mut got = reference.clone();
         let close = check_step(&graph, &plan, &args, &got).unwrap();

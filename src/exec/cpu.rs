@@ -18,6 +18,12 @@
 //! every input is fully read before any output is written, an op may write an output over
 //! an input's bytes (in-place) safely; whether OTHER values survive is exactly what the
 //! plan must guarantee and what the comparison with the unplanned run tests.
+//!
+//! What a run holds at once ([`Footprint`]): the memory (the arena, or unplanned every root
+//! value's own bytes), the arguments, one op's inputs and outputs as `f64` numbers (8 bytes
+//! an element, twice an f32's: kernels compute in f64), and the results copied out. The
+//! memory and the inputs are allocated fallibly ([`ExecError::OutOfMemory`], never an
+//! abort); `memplan run` checks the whole footprint against the memory available first.
 
 use crate::exec::data::{HostTensor, Tensors, decode, encode};
 use crate::exec::{Dense, ExecError, kernels};
@@ -94,6 +100,49 @@ pub(crate) fn planned_offsets(graph: &Graph, layouts: &IndexVec<ValueId, Layout>
     Ok(base)
 }
 
+/// What the CPU executor holds at most while it runs one step, in bytes (see the module
+/// doc).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Footprint {
+    /// The arena (planned), or every root value's own bytes (unplanned).
+    pub memory: u64,
+    /// The step's arguments as host tensors.
+    pub args: u64,
+    /// The largest op's inputs and outputs as `f64` numbers.
+    pub op: u64,
+    /// The returned and updated values, copied out of the memory.
+    pub results: u64,
+}
+
+impl Footprint {
+    /// The footprint of running `graph` placed so; `None` if a size overflows 2^64 - 1.
+    pub fn of(graph: &Graph, placement: Placement<'_>) -> Option<Footprint> {
+        let sum = |mut values: Box<dyn Iterator<Item = ValueId> + '_>| {
+            values.try_fold(0u64, |acc, v| acc.checked_add(graph.values[v].ty.bytes()?))
+        };
+        let memory = match placement {
+            Placement::Planned(plan) => plan.arena_bytes,
+            Placement::Unplanned => {
+                let layouts = layouts(graph);
+                sum(Box::new(graph.values.indices().filter(move |&v| layouts[v].root == v)))?
+            }
+        };
+        let args = sum(Box::new(graph.args.iter().copied()))?;
+        let results = sum(Box::new(graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().map(|u| u.value))))?;
+        let mut op = 0u64;
+        for o in graph.ops.iter().filter(|o| o.kind.def().view_of.is_none()) {
+            let elements = o.inputs.iter().chain(&o.outputs).try_fold(0u64, |acc, &v| acc.checked_add(graph.values[v].ty.shape.numel()?))?;
+            op = op.max(elements.checked_mul(8)?);
+        }
+        Some(Footprint { memory, args, op, results })
+    }
+
+    /// Every part added up; `None` past 2^64 - 1.
+    pub fn total(&self) -> Option<u64> {
+        self.memory.checked_add(self.args)?.checked_add(self.op)?.checked_add(self.results)
+    }
+}
+
 /// The memory of one run.
 struct Memory {
     bytes: Vec<u8>,
@@ -103,30 +152,24 @@ struct Memory {
 
 impl Memory {
     fn new(graph: &Graph, layouts: &IndexVec<ValueId, Layout>, placement: Placement<'_>) -> Result<Memory, ExecError> {
-        let too_large = |name: &str, bytes: u64| ExecError::TooLarge { name: name.to_string(), bytes };
-        let (size, base) = match placement {
-            Placement::Planned(plan) => {
-                let mut base = IndexVec::from_elem(0usize, graph.values.len());
-                for (v, offset) in planned_offsets(graph, layouts, plan)?.iter_enumerated() {
-                    base[v] = usize::try_from(*offset).map_err(|_| too_large("arena", plan.arena_bytes))?;
-                }
-                (plan.arena_bytes, base)
-            }
+        let (what, size, offsets) = match placement {
+            Placement::Planned(plan) => ("the arena", Some(plan.arena_bytes), planned_offsets(graph, layouts, plan)?),
             Placement::Unplanned => {
-                let mut base = IndexVec::from_elem(0usize, graph.values.len());
-                let mut end = 0u64;
+                let mut offsets = IndexVec::from_elem(0u64, graph.values.len());
+                let mut end = Some(0u64);
                 for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
-                    base[v] = usize::try_from(end).map_err(|_| too_large("memory", end))?;
-                    end = end
-                        .checked_add(graph.values[v].ty.bytes().unwrap_or(u64::MAX))
-                        .ok_or_else(|| too_large("memory", u64::MAX))?;
+                    offsets[v] = end.unwrap_or(0);
+                    end = end.and_then(|e| e.checked_add(graph.values[v].ty.bytes()?));
                 }
-                (end, base)
+                ("the unplanned run (every value in its own bytes)", end, offsets)
             }
         };
-        let size = usize::try_from(size).map_err(|_| too_large("memory", size))?;
+        let out_of_memory = || ExecError::OutOfMemory { what: what.to_string(), bytes: size };
+        let size = size.and_then(|s| usize::try_from(s).ok()).ok_or_else(out_of_memory)?;
+        // Every offset is below the size, which fits a usize.
+        let base = offsets.iter().map(|&o| o as usize).collect();
         let mut bytes = Vec::new();
-        bytes.try_reserve_exact(size).map_err(|_| too_large("memory", size as u64))?;
+        bytes.try_reserve_exact(size).map_err(|_| out_of_memory())?;
         bytes.extend(POISON.iter().copied().cycle().take(size));
         Ok(Memory { bytes, base })
     }
@@ -153,10 +196,15 @@ impl Memory {
         })
     }
 
-    fn read_dense(&self, layout: &Layout, ty: &TensorType) -> Dense {
+    /// The value's elements as `f64` numbers (allocated fallibly: `name` names the value).
+    fn read_dense(&self, layout: &Layout, ty: &TensorType, name: &str) -> Result<Dense, ExecError> {
         let size = ty.dtype.size() as usize;
-        let data = self.element_offsets(layout, size).map(|at| decode(ty.dtype, &self.bytes[at..at + size])).collect();
-        Dense::new(layout.shape.iter().map(|&d| d as usize).collect(), data)
+        let n = layout.shape.iter().product::<u64>() as usize;
+        let mut data = Vec::new();
+        data.try_reserve_exact(n)
+            .map_err(|_| ExecError::OutOfMemory { what: format!("{name} as f64 numbers"), bytes: (n as u64).checked_mul(8) })?;
+        data.extend(self.element_offsets(layout, size).map(|at| decode(ty.dtype, &self.bytes[at..at + size])));
+        Ok(Dense::new(layout.shape.iter().map(|&d| d as usize).collect(), data))
     }
 
     /// The value's elements as dense bytes, copied exactly.
@@ -209,10 +257,14 @@ pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Resu
         if op.kind.def().view_of.is_some() {
             continue;
         }
-        let inputs: Vec<Dense> =
-            op.inputs.iter().map(|&v| memory.read_dense(&layouts[v], &graph.values[v].ty)).collect();
+        let inputs = op
+            .inputs
+            .iter()
+            .map(|&v| memory.read_dense(&layouts[v], &graph.values[v].ty, &graph.value_name(v)))
+            .collect::<Result<Vec<Dense>, ExecError>>()
+            .map_err(|e| ExecError::at_op(graph, op_id, e))?;
         let output_types: Vec<TensorType> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
-        let results = kernels::eval(op.kind, &op.attrs, &inputs, &output_types)?;
+        let results = kernels::eval(op.kind, &op.attrs, &inputs, &output_types).map_err(|e| ExecError::at_op(graph, op_id, e))?;
         for ((&out, ty), result) in op.outputs.iter().zip(&output_types).zip(results) {
             memory.write_root(out, ty, &result.data);
         }

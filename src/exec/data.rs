@@ -8,15 +8,18 @@
 //! Initialisation is seeded and deterministic on every platform (`crate::rng`): params by
 //! how the step uses them (norm scales 1 (layer, rms and batch norm), shifts and 1-D
 //! biases 0, embedding tables N(0, 0.02), other weights uniform in ±1/sqrt(fan_in)); state
-//! 0; float inputs N(0, 1); integer inputs that are labels or ids in their valid range
-//! (labels never hit a negative ignore_index); other integer inputs in 0..10; bool inputs
-//! fair coins.
+//! 0; float inputs N(0, 1); integer inputs in the smallest range of the ops reading them,
+//! directly or through views: labels' and ids' valid range (labels never hit a negative
+//! ignore_index), 0..10 for any other reader (a view op included) or none; bool inputs
+//! fair coins. Each tensor's bytes are allocated fallibly and encoded as they are drawn.
 
 use half::{bf16, f16};
 use indexmap::IndexMap;
 
+use crate::exec::ExecError;
 use crate::index::{OpId, ValueId};
-use crate::ir::graph::{Graph, Role};
+use crate::ir::graph::{Graph, Op, Role};
+use crate::ir::layout::layouts;
 use crate::ir::ops::OpKind;
 use crate::ir::types::{DType, TensorType};
 use crate::rng::Rng;
@@ -82,45 +85,65 @@ fn first_use(graph: &Graph, arg: ValueId) -> Option<(OpId, &'static str)> {
 }
 
 /// Seeded values for every argument of `graph` (see the module docs for the rules).
-pub fn init_args(graph: &Graph, seed: u64) -> Tensors {
+pub fn init_args(graph: &Graph, seed: u64) -> Result<Tensors, ExecError> {
     let mut rng = Rng::new(seed);
+    let layouts = layouts(graph);
     let mut args = Tensors::new();
     for &arg in &graph.args {
         let value = &graph.values[arg];
-        let n = value.ty.shape.numel().unwrap_or(0) as usize;
         let role = graph.role(arg).expect("args have roles");
         let usage = first_use(graph, arg);
         let dims = value.ty.dims();
-        let data: Vec<f64> = match (role, value.ty.dtype) {
-            (Role::State, _) => vec![0.0; n],
-            (_, DType::Bool) => (0..n).map(|_| rng.below(2) as f64).collect(),
+        let mut fill = |draw: &mut dyn FnMut(&mut Rng) -> f64| filled(&value.name, &value.ty, || draw(&mut rng));
+        let tensor = match (role, value.ty.dtype) {
+            (Role::State, _) => fill(&mut |_| 0.0),
+            (_, DType::Bool) => fill(&mut |rng| rng.below(2) as f64),
             (_, d) if d.is_index() => {
-                let bound = usage.map_or(10, |(op, slot)| index_bound(graph, op, slot));
-                (0..n).map(|_| rng.below(bound.max(1)) as f64).collect()
+                // The smallest range of the ops reading it or a view of it.
+                let bounds = graph.ops.iter().flat_map(|op| {
+                    op.inputs.iter().enumerate().filter(|&(_, &v)| layouts[v].root == arg).map(|(k, _)| index_bound(graph, op, k))
+                });
+                let bound = bounds.min().unwrap_or(10).max(1);
+                fill(&mut |rng| rng.below(bound) as f64)
             }
-            (Role::Input, _) => (0..n).map(|_| rng.normal()).collect(),
+            (Role::Input, _) => fill(&mut |rng| rng.normal()),
             (Role::Param, _) => match usage.map(|(op, slot)| (graph.ops[op].kind, slot)) {
-                Some((OpKind::LayerNorm | OpKind::BatchNorm | OpKind::RmsNorm, "gamma")) => vec![1.0; n],
-                Some((OpKind::LayerNorm | OpKind::BatchNorm, "beta")) => vec![0.0; n],
-                Some((OpKind::Embedding, "table")) => (0..n).map(|_| 0.02 * rng.normal()).collect(),
-                _ if dims.len() <= 1 => vec![0.0; n],
+                Some((OpKind::LayerNorm | OpKind::BatchNorm | OpKind::RmsNorm, "gamma")) => fill(&mut |_| 1.0),
+                Some((OpKind::LayerNorm | OpKind::BatchNorm, "beta")) => fill(&mut |_| 0.0),
+                Some((OpKind::Embedding, "table")) => fill(&mut |rng| 0.02 * rng.normal()),
+                _ if dims.len() <= 1 => fill(&mut |_| 0.0),
                 _ => {
                     let fan_in = if dims.len() == 2 { dims[0] } else { dims[1..].iter().product() }.max(1);
                     let bound = 1.0 / (fan_in as f64).sqrt();
-                    (0..n).map(|_| bound * (2.0 * rng.uniform() - 1.0)).collect()
+                    fill(&mut |rng| bound * (2.0 * rng.uniform() - 1.0))
                 }
             },
-        };
-        args.insert(value.name.clone(), HostTensor::from_f64(value.ty.clone(), &data));
+        }?;
+        args.insert(value.name.clone(), tensor);
     }
-    args
+    Ok(args)
 }
 
-/// The valid range of an integer argument that `op` reads at input `slot`.
-fn index_bound(graph: &Graph, op: OpId, slot: &str) -> u64 {
-    let op = &graph.ops[op];
+/// A tensor of `ty` holding `draw()` for each element in turn, its bytes allocated
+/// fallibly (`name` names it in the error).
+fn filled(name: &str, ty: &TensorType, mut draw: impl FnMut() -> f64) -> Result<HostTensor, ExecError> {
+    let out_of_memory = || ExecError::OutOfMemory { what: format!("%{name}"), bytes: ty.bytes() };
+    let bytes = ty.bytes().and_then(|b| usize::try_from(b).ok()).ok_or_else(out_of_memory)?;
+    let mut tensor = HostTensor { ty: ty.clone(), bytes: Vec::new() };
+    tensor.bytes.try_reserve_exact(bytes).map_err(|_| out_of_memory())?;
+    tensor.bytes.resize(bytes, 0);
+    let size = ty.dtype.size() as usize;
+    for chunk in tensor.bytes.chunks_exact_mut(size) {
+        encode(ty.dtype, draw(), chunk);
+    }
+    Ok(tensor)
+}
+
+/// The range `op` gives the integers it reads at input `k`: labels' and ids' valid range,
+/// 0..10 for any other input (a view's included).
+fn index_bound(graph: &Graph, op: &Op, k: usize) -> u64 {
     let input_dims = |k: usize| graph.values[op.inputs[k]].ty.dims().to_vec();
-    match (op.kind, slot) {
+    match (op.kind, op.kind.def().input_name(k)) {
         (OpKind::CrossEntropy, "labels") => input_dims(0).get(1).copied().unwrap_or(1),
         (OpKind::CrossEntropyBackward, "labels") => input_dims(1).get(1).copied().unwrap_or(1),
         (OpKind::Embedding, "ids") => input_dims(0).first().copied().unwrap_or(1),

@@ -19,7 +19,10 @@ pub mod data;
 pub mod dense;
 pub mod kernels;
 
+use crate::index::OpId;
+use crate::ir::graph::Graph;
 use crate::ir::ops::OpKind;
+use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
 /// A dense row-major tensor of numbers, as kernels see it.
@@ -50,7 +53,7 @@ impl Dense {
 }
 
 /// Why a step could not run.
-#[derive(Debug, Error, PartialEq)]
+#[derive(Debug, Error, Diagnostic, PartialEq)]
 pub enum ExecError {
     /// An argument the step needs was not given.
     #[error("no value for argument %{name} ({ty})")]
@@ -60,13 +63,25 @@ pub enum ExecError {
     #[error("argument %{name} is {found} but the step declares {expected}")]
     ArgumentType { name: String, expected: String, found: String },
 
-    /// A tensor is too large to hold in this machine's memory.
-    #[error("%{name} needs {bytes} bytes, more than this machine can address")]
-    TooLarge { name: String, bytes: u64 },
+    /// Memory for `what` (the arena, an argument, an op's inputs) could not be allocated:
+    /// it needs `bytes` bytes (`None`: more than 2^64 - 1).
+    #[error("{what} needs {}, which this machine cannot allocate", needed(*.bytes))]
+    OutOfMemory { what: String, bytes: Option<u64> },
 
     /// An index input (labels, ids) holds a value outside its valid range.
     #[error("{op}: index {index} is out of range 0..{bound}")]
     IndexOutOfRange { op: String, index: i64, bound: usize },
+
+    /// Op `op` (`text` as the IR prints it, at `span` in the step's file) failed with
+    /// `error`.
+    #[error("`{text}`: {error}")]
+    AtOp {
+        op: OpId,
+        text: String,
+        error: Box<ExecError>,
+        #[label("this op")]
+        span: Option<SourceSpan>,
+    },
 
     /// The step has ops of another framework (`extern`, `extern_view`, `extern_backward`),
     /// which memplan plans but cannot execute; `ops` lists them (`aten::cumsum (2x), ...`).
@@ -77,6 +92,22 @@ pub enum ExecError {
     /// passed the checker never does this.
     #[error("the plan does not fit the step: {0}")]
     BadPlan(String),
+}
+
+impl ExecError {
+    /// `error` of op `op` of `graph`, with the op's text and place (an error that has them
+    /// already stays as it is).
+    pub fn at_op(graph: &Graph, op: OpId, error: ExecError) -> ExecError {
+        match error {
+            ExecError::AtOp { .. } => error,
+            error => ExecError::AtOp { op, text: graph.describe_op(op), error: Box::new(error), span: graph.ops[op].span.into() },
+        }
+    }
+}
+
+/// `N bytes (human)`, or more than a u64 can count.
+fn needed(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "more than 2^64 - 1 bytes".to_string(), crate::bytes::format_bytes)
 }
 
 /// `Err(ExecError::Extern)` naming the extern ops of `graph` (by target, with counts, in

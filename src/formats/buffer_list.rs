@@ -22,6 +22,8 @@ pub struct ListedBuffer {
     pub size: u64,
     /// The offset, when the file has an `offset` column.
     pub offset: Option<u64>,
+    /// Its line in the file (from 1; the header is line 1).
+    pub line: usize,
 }
 
 /// What is wrong with a buffer-list file.
@@ -129,7 +131,7 @@ pub fn parse_buffer_list(text: &str) -> Result<Vec<ListedBuffer>, BufferListErro
         })();
         let (lower, upper, size, offset) = numbers.map_err(|error| first_duplicate(&ids).unwrap_or(error))?;
         ids.push(IdField { line: line_no, at: fields[0].0, raw: fields[0].1 });
-        buffers.push(ListedBuffer { id: id.to_string(), lower, upper, size, offset });
+        buffers.push(ListedBuffer { id: id.to_string(), lower, upper, size, offset, line: line_no });
     }
     first_duplicate(&ids).map_or(Ok(buffers), Err)
 }
@@ -194,6 +196,7 @@ pub fn from_plan(plan: &Plan) -> String {
         .buffers
         .iter_enumerated()
         .map(|(id, b)| ListedBuffer {
+            line: id.0 as usize + 2,
             id: id.to_string(),
             lower: b.first as u64,
             upper: b.last as u64 + 1,
@@ -213,7 +216,7 @@ mod tests {
     fn reads_minimallocs_format_with_and_without_offsets() {
         let list = parse_buffer_list("id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\n").unwrap();
         assert_eq!(list.len(), 2);
-        assert_eq!(list[1], ListedBuffer { id: "b2".into(), lower: 3, upper: 9, size: 4, offset: None });
+        assert_eq!(list[1], ListedBuffer { id: "b2".into(), lower: 3, upper: 9, size: 4, offset: None, line: 3 });
         let text = write_buffer_list(&list, &[0, 4]);
         assert_eq!(text, "id,lower,upper,size,offset\nb1,0,3,4,0\nb2,3,9,4,4\n");
         let again = parse_buffer_list(&text).unwrap();

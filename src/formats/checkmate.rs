@@ -70,13 +70,19 @@ fn shape(message: impl Into<String>) -> ReadError {
     ReadError::Shape(message.into())
 }
 
-/// A non-negative integer field of `object`, trying `keys` in turn.
-fn integer(object: &Json, keys: &[&str], what: &str) -> Result<u64, ReadError> {
-    let found = keys.iter().find_map(|k| object.get(*k));
+/// A non-negative integer field of `object`, trying `keys` in turn, and the key it was
+/// found under (errors name the field as the file spells it).
+fn integer<'k>(object: &Json, keys: &[&'k str], what: &str) -> Result<(u64, &'k str), ReadError> {
+    let found = keys.iter().find_map(|&k| object.get(k).map(|v| (k, v)));
     match found {
-        Some(v) => v.as_u64().ok_or_else(|| shape(format!("{what}: `{}` is {v}, not a non-negative integer", keys[0]))),
+        Some((k, v)) => v.as_u64().map(|n| (n, k)).ok_or_else(|| shape(format!("{what}: `{k}` is {v}, not a non-negative integer"))),
         None => Err(shape(format!("{what} has no {}", keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" or ")))),
     }
+}
+
+/// `sum + n`, or the error that the nodes' `key` add up to more than a `u64` holds.
+fn add(sum: u64, n: u64, key: &str, unit: &str) -> Result<u64, ReadError> {
+    sum.checked_add(n).ok_or_else(|| shape(format!("the nodes' `{key}` add up to more than 2^64 - 1{unit}: too large")))
 }
 
 /// Reads a node-link JSON graph of either kind.
@@ -85,10 +91,13 @@ pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
     let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
     let links = json.get("links").and_then(Json::as_array).ok_or_else(|| shape("no `links` array"))?;
     let mut by_id: BTreeMap<u64, u64> = BTreeMap::new();
+    // Every peak is at most the sum of the sizes: it must fit a u64 for peaks to be exact.
+    let mut total = 0u64;
     for (i, node) in nodes.iter().enumerate() {
         let what = format!("nodes[{i}]");
-        let id = integer(node, &["id", "name"], &what)?;
-        let size = integer(node, &["out_cost", "cost_ram"], &what)?;
+        let (id, _) = integer(node, &["id", "name"], &what)?;
+        let (size, key) = integer(node, &["out_cost", "cost_ram"], &what)?;
+        total = add(total, size, key, " bytes")?;
         if by_id.insert(id, size).is_some() {
             return Err(shape(format!("{what}: node id {id} appears twice")));
         }
@@ -101,8 +110,8 @@ pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
         (0..ids.len()).map(|i| DagValue { size: by_id[&ids[i]], def: Some(i as Node), readers: Vec::new(), to_end: false }).collect();
     for (i, link) in links.iter().enumerate() {
         let what = format!("links[{i}]");
-        let source = index(integer(link, &["source", "0"], &what)?, &what)?;
-        let target = index(integer(link, &["target", "1"], &what)?, &what)?;
+        let source = index(integer(link, &["source", "0"], &what)?.0, &what)?;
+        let target = index(integer(link, &["target", "1"], &what)?.0, &what)?;
         values[source as usize].readers.push(target);
     }
     let graph = json.get("graph");
@@ -149,10 +158,13 @@ pub fn parse_remat(text: &str) -> Result<RematGraph, ReadError> {
     let json = json(text)?;
     let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
     let mut by_id: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    // One plain step's cost must fit a u64 (the overhead and its bound are over it).
+    let mut total = 0u64;
     for (i, node) in nodes.iter().enumerate() {
         let what = format!("nodes[{i}]");
-        let id = integer(node, &["id", "name"], &what)?;
-        let cost = integer(node, &["cost_cpu", "duration"], &what)?;
+        let (id, _) = integer(node, &["id", "name"], &what)?;
+        let (cost, key) = integer(node, &["cost_cpu", "duration"], &what)?;
+        total = add(total, cost, key, "")?;
         let backward = match node.get("backward") {
             None => false,
             Some(b) => b.as_bool().ok_or_else(|| shape(format!("{what}: `backward` is {b}, not true or false")))?,
@@ -244,6 +256,27 @@ mod tests {
             "nodes[0]: `backward` is 2, not true or false"
         );
         assert_eq!(parse_remat("{\n  \"nodes\": [,]}").unwrap_err().location(), Some((2, 13)));
+    }
+
+    /// Errors name a field as the file spells it (`cost_ram`, not `out_cost`, which the
+    /// other kind of file has), and sums past 2^64 - 1 are too large, not clamped or wrapped.
+    #[test]
+    fn fields_as_spelled_and_sums_too_large() {
+        let err = |text: &str| parse_remat(text).unwrap_err().to_string();
+        assert_eq!(err(r#"{"nodes": [{"id": 0, "cost_ram": -3}], "links": []}"#), "nodes[0]: `cost_ram` is -3, not a non-negative integer");
+        assert_eq!(err(r#"{"nodes": [{"name": 0, "out_cost": 1.5}], "links": []}"#), "nodes[0]: `out_cost` is 1.5, not a non-negative integer");
+        assert_eq!(
+            err(r#"{"nodes": [{"id": 0, "cost_ram": 1, "cost_cpu": 1}, {"id": 1, "cost_ram": 1, "cost_cpu": "x"}], "links": []}"#),
+            "nodes[1]: `cost_cpu` is \"x\", not a non-negative integer"
+        );
+        let big = u64::MAX / 2 + 1;
+        let two = |ram: u64, cpu: u64| {
+            format!(r#"{{"nodes": [{{"id": 0, "cost_ram": {ram}, "cost_cpu": {cpu}}}, {{"id": 1, "cost_ram": {ram}, "cost_cpu": {cpu}}}], "links": [{{"source": 0, "target": 1}}]}}"#)
+        };
+        assert_eq!(err(&two(big, 1)), "the nodes' `cost_ram` add up to more than 2^64 - 1 bytes: too large");
+        assert_eq!(err(&two(1, big)), "the nodes' `cost_cpu` add up to more than 2^64 - 1: too large");
+        let g = parse_remat(&two(big - 1, big - 1)).unwrap();
+        assert_eq!(crate::solve::remat::evaluate(&g.problem, &[0, 1]).unwrap().peak, u64::MAX - 1);
     }
 
     #[test]

@@ -63,11 +63,11 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Tensors, SafetensorsError> {
         let numbers = |key: &str| -> Result<Vec<u64>, SafetensorsError> {
             field(key)?.as_array().and_then(|a| a.iter().map(|d| d.as_u64()).collect()).ok_or_else(|| fail(format!("bad {key}")))
         };
-        let dtype_text = field("dtype")?.as_str().unwrap_or("");
+        let dtype_value = field("dtype")?;
         let dtype = DType::ALL
             .into_iter()
-            .find(|&d| dtype_name(d) == dtype_text)
-            .ok_or_else(|| fail(format!("dtype {dtype_text} is not supported")))?;
+            .find(|&d| dtype_value.as_str() == Some(dtype_name(d)))
+            .ok_or_else(|| fail(format!("dtype {dtype_value} is not supported")))?;
         let shape = numbers("shape")?;
         let offsets = numbers("data_offsets")?;
         let ty = TensorType { dtype, shape: Shape(shape) };
@@ -75,8 +75,10 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Tensors, SafetensorsError> {
             [b, e] if b <= e && e <= data.len() as u64 => (b as usize, e as usize),
             _ => return Err(fail("data_offsets outside the file".into())),
         };
-        if ty.bytes() != Some((end - begin) as u64) {
-            return Err(fail(format!("{ty} needs {:?} bytes, the file has {}", ty.bytes(), end - begin)));
+        match ty.bytes() {
+            Some(needed) if needed == (end - begin) as u64 => {}
+            Some(needed) => return Err(fail(format!("{ty} needs {needed} bytes, the file has {}", end - begin))),
+            None => return Err(fail(format!("{ty} is too large: more than 2^64 - 1 bytes"))),
         }
         tensors.insert(name, HostTensor { ty, bytes: data[begin..end].to_vec() });
     }
@@ -125,5 +127,22 @@ mod tests {
         let mut short = bytes.clone();
         short.truncate(short.len() - 1);
         assert!(matches!(from_bytes(&short), Err(SafetensorsError::Tensor { .. })), "a tensor past the end is refused");
+    }
+
+    /// Errors name sizes and dtypes as a person writes them, not as Rust debug-prints them
+    /// (`needs Some(24) bytes`).
+    #[test]
+    fn errors_read_plainly() {
+        let file = |header: &str| {
+            let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+            bytes.extend_from_slice(header.as_bytes());
+            bytes.extend_from_slice(&[0; 4]);
+            from_bytes(&bytes).unwrap_err().to_string()
+        };
+        let entry = |dtype: &str, shape: &str| format!(r#"{{"w": {{"dtype": {dtype}, "shape": {shape}, "data_offsets": [0, 4]}}}}"#);
+        assert_eq!(file(&entry(r#""F32""#, "[2, 3]")), "tensor w: f32[2,3] needs 24 bytes, the file has 4");
+        let huge = file(&entry(r#""F32""#, "[4294967296, 4294967296]"));
+        assert_eq!(huge, "tensor w: f32[4294967296,4294967296] is too large: more than 2^64 - 1 bytes");
+        assert_eq!(file(&entry("7", "[1]")), "tensor w: dtype 7 is not supported");
     }
 }

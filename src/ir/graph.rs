@@ -122,8 +122,10 @@ pub struct Loc {
 }
 
 impl fmt::Display for Loc {
+    /// `file:line`, control characters in the file's name escaped (`\u{1b}`): never raw
+    /// on a terminal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.file, self.line)
+        write!(f, "{}:{}", crate::ir::ops::escape_controls(&self.file), self.line)
     }
 }
 

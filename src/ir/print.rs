@@ -151,6 +151,27 @@ step @mlp(%w1: f32[784,256] param, %x: f32[64,784] input, %w2: f32[256,10] param
         assert_eq!(round_trip(src), expected);
     }
 
+    /// Control characters in strings (`loc` files and modules, `extern` targets) print as
+    /// `\u{1b}` escapes, never raw, and parse back to the same characters; `Loc` shows
+    /// them escaped too. A raw one in the text reads as itself.
+    #[test]
+    fn control_characters_in_strings_are_escaped() {
+        let src = "step @s(%x: f32[4] input) {\n  %y = relu(%x) loc(\"a\u{1b}[31m\\u{7}.py\":3, \"blocks\\u{85}.0\")\n  return %y\n}";
+        let printed = round_trip(src);
+        assert!(printed.contains(r#"loc("a\u{1b}[31m\u{7}.py":3, "blocks\u{85}.0")"#), "{printed}");
+        assert!(!printed.contains(['\u{1b}', '\u{7}', '\u{85}']), "{printed:?}");
+        let g = parse(src).unwrap();
+        let loc = g.ops.iter().next().and_then(|op| op.loc.clone()).unwrap();
+        assert_eq!((loc.file.as_str(), loc.module.as_deref()), ("a\u{1b}[31m\u{7}.py", Some("blocks\u{85}.0")));
+        assert_eq!(loc.to_string(), r"a\u{1b}[31m\u{7}.py:3");
+        assert_eq!(parse(&printed.replace(r"\u{7}", r"\u{0007}")).unwrap(), g, "leading zeros");
+        for bad in [r"\u{}", r"\u{110000}", r"\u{d800}", r"\u{1234567}", r"\u{+1}", r"\u{1b", r"\u1b"] {
+            let text = format!("step @s(%x: f32[4] input) {{\n  %y = relu(%x) loc(\"a{bad}\":3)\n}}");
+            let errors = parse(&text).unwrap_err();
+            assert!(format!("{errors:?}").contains("unknown escape in string"), "{bad}: {errors:?}");
+        }
+    }
+
     #[test]
     fn round_trips() {
         let steps = [

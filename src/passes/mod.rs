@@ -172,6 +172,12 @@ pub enum PlanError {
     #[diagnostic(help("check the tensor shapes"))]
     ArenaOverflow,
 
+    /// Under a budget: the step's buffers add up to more than 2^64 - 1 bytes, too large for
+    /// the recomputation search (whose peaks are `u64`s).
+    #[error("the step's buffers add up to more than 2^64 - 1 bytes: too large to choose recomputations for")]
+    #[diagnostic(help("plan it without --budget, or check the tensor shapes"))]
+    RematTooLarge,
+
     /// The alignment is not a power of two.
     #[error("alignment {0} is not a power of two")]
     #[diagnostic(help("use 1, 2, 4, ... 256 (the default, cudaMalloc's alignment), 512, ..."))]

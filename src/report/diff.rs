@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::analysis::liveness::lifetimes;
 use crate::bytes::format_bytes;
-use crate::report::text::change;
+use crate::report::text::{change, total_bytes};
 use crate::plan::Savings;
 use crate::report::{ClassBytes, Report, Subject};
 
@@ -123,7 +123,13 @@ pub fn render(a: &Subject, b: &Subject, names: (&str, &str), top: usize) -> Stri
     let _ = writeln!(w, "bytes by class: all buffers of the step (aligned, added up over the whole step, not live at");
     let _ = writeln!(w, "once: their sum can exceed the arena), then the values live at the peak");
     for (x, y) in ra.classes.iter().zip(&rb.classes) {
-        row(w, &format!("{}, whole step", x.class), x.buffers, y.buffers);
+        let label = format!("{}, whole step", x.class);
+        match (x.buffers, y.buffers) {
+            (Some(x), Some(y)) => row(w, &label, x, y),
+            (x, y) => {
+                let _ = writeln!(w, "  {label:24}  {:>32}  {:>32}", total_bytes(x), total_bytes(y));
+            }
+        }
     }
     for (x, y) in ra.classes.iter().zip(&rb.classes) {
         row(w, &format!("{} at peak", x.class), x.at_peak, y.at_peak);
@@ -158,10 +164,10 @@ pub fn render(a: &Subject, b: &Subject, names: (&str, &str), top: usize) -> Stri
 
     let _ = writeln!(w);
     for (label, only) in [("A", &only[0]), ("B", &only[1])] {
-        let bytes: u64 = only.iter().map(|(_, f)| f.bytes).fold(0, u64::saturating_add);
+        let bytes = only.iter().try_fold(0u64, |sum, (_, f)| sum.checked_add(f.bytes));
         let listed: Vec<&str> = only.iter().take(top).map(|(n, _)| n.as_str()).collect();
         let more = if only.len() > top { format!(" and {} more", only.len() - top) } else { String::new() };
-        let _ = writeln!(w, "only in {label}: {} values, {}{}", only.len(), format_bytes(bytes), if only.is_empty() { String::new() } else { format!(": {}{more}", listed.join(", ")) });
+        let _ = writeln!(w, "only in {label}: {} values, {}{}", only.len(), total_bytes(bytes), if only.is_empty() { String::new() } else { format!(": {}{more}", listed.join(", ")) });
     }
     out
 }

@@ -165,10 +165,12 @@ fn module_key(module: &str, depth: Option<usize>) -> String {
     if module.is_empty() {
         return "(model)".to_string();
     }
-    match depth {
+    let key = match depth {
         Some(depth) => module.split('.').take(depth.max(1)).collect::<Vec<_>>().join("."),
         None => module.to_string(),
-    }
+    };
+    // A module path from a file: its control characters never reach a terminal raw.
+    crate::ir::ops::escape_controls(&key).into_owned()
 }
 
 /// A group of live values: its key, how many values, their bytes (in all, and by class).

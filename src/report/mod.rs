@@ -89,11 +89,12 @@ pub struct RematReport {
     /// Each recomputing op as IR text, in schedule order, with the op it repeats:
     /// `{"op": "%h.remat1 = matmul(%x, %w1)", "of": "%h = matmul(%x, %w1)"}`.
     pub recomputed: Vec<RecomputedOp>,
-    /// FLOPs of one step without recomputation, and the extra FLOPs recomputation adds.
-    pub base_flops: u64,
-    pub extra_flops: u64,
-    /// The extra FLOPs in % of one step.
-    pub overhead_percent: f64,
+    /// FLOPs of one step without recomputation, and the extra FLOPs recomputation adds;
+    /// `None` (JSON `null`) when too large to count (2^64 - 1 or more).
+    pub base_flops: Option<u64>,
+    pub extra_flops: Option<u64>,
+    /// The extra FLOPs in % of one step (`None` as above).
+    pub overhead_percent: Option<f64>,
 }
 
 /// When a step's optimizer updates run relative to its backward pass (the last op that
@@ -146,8 +147,9 @@ pub struct ClassBytes {
     pub class: Class,
     /// Bytes of values of this class live at the peak.
     pub at_peak: u64,
-    /// Bytes of buffers of this class (see `BufferRow::class`), rounded up to the alignment.
-    pub buffers: u64,
+    /// Bytes of buffers of this class (see `BufferRow::class`), rounded up to the alignment,
+    /// added up over the whole step; `None` (JSON `null`) past 2^64 - 1: too large.
+    pub buffers: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -196,8 +198,7 @@ impl Report {
                     .buffers
                     .iter()
                     .filter(|b| buffer_class(b) == class)
-                    .map(|b| align_up(b.size, plan.alignment).unwrap_or(u64::MAX))
-                    .fold(0u64, u64::saturating_add),
+                    .try_fold(0u64, |sum, b| sum.checked_add(align_up(b.size, plan.alignment)?)),
             })
             .collect();
         let buffers = plan
@@ -235,8 +236,8 @@ impl Report {
                     .filter(|x| x.clone.0 < graph.ops.len() as u32 && x.of.0 < graph.ops.len() as u32)
                     .map(|x| RecomputedOp { op: graph.describe_op(x.clone), of: graph.describe_op(x.of) })
                     .collect(),
-                base_flops: r.base_flops,
-                extra_flops: r.flops.saturating_sub(r.base_flops),
+                base_flops: (r.base_flops < u64::MAX).then_some(r.base_flops),
+                extra_flops: r.extra_flops(),
                 overhead_percent: r.overhead_percent(),
             }),
             updates: update_timing(graph, &classes, &life),

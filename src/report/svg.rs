@@ -245,7 +245,7 @@ fn legend(out: &mut String, report: &Report) {
     let lx = left + width + 20.0;
     let _ = writeln!(out, r#"<g id="legend"><text x="{lx}" y="{top}" font-weight="bold">buffers by class, whole step</text>"#);
     for (i, (class, _)) in COLOURS.iter().enumerate() {
-        let bytes = report.classes.iter().find(|c| c.class == *class).map_or(0, |c| c.buffers);
+        let bytes = report.classes.iter().find(|c| c.class == *class).map_or(Some(0), |c| c.buffers);
         let count = report.buffers.iter().filter(|b| b.class == *class).count();
         let ly = top + 14.0 + i as f64 * 34.0;
         let _ = writeln!(
@@ -257,7 +257,7 @@ fn legend(out: &mut String, report: &Report) {
             class.name(),
             lx + 22.0,
             ly + 22.0,
-            format_bytes(bytes)
+            crate::report::text::total_bytes(bytes)
         );
     }
     let ly = top + 14.0 + COLOURS.len() as f64 * 34.0 + 6.0;

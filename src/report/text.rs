@@ -70,7 +70,7 @@ pub fn render(report: &Report, top: usize) -> String {
     let _ = writeln!(w);
     let _ = writeln!(w, "bytes by class  {:>32}  {:>32}", "live at peak", "all buffers of the step, aligned");
     for c in &report.classes {
-        let _ = writeln!(w, "  {:12}  {:>32}  {:>32}", c.class.name(), format_bytes(c.at_peak), format_bytes(c.buffers));
+        let _ = writeln!(w, "  {:12}  {:>32}  {:>32}", c.class.name(), format_bytes(c.at_peak), total_bytes(c.buffers));
     }
     let _ = writeln!(w, "  (the last column adds up every buffer of a class over the whole step, not bytes live at");
     let _ = writeln!(w, "  once: buffers live at different steps share offsets, so its sum can exceed the arena)");
@@ -155,11 +155,12 @@ fn recomputation(w: &mut String, r: &RematReport, top: usize) {
         }
     }
     let _ = writeln!(w, "  without it      arena {}", format_bytes(r.arena_without));
-    let _ = writeln!(
-        w,
-        "  recomputed      {} op(s), +{} FLOPs: {:+.2}% of one step ({} FLOPs)",
-        r.count, r.extra_flops, r.overhead_percent, r.base_flops
-    );
+    let flops = match (r.base_flops, r.extra_flops, r.overhead_percent) {
+        (Some(base), Some(extra), Some(percent)) => format!("+{extra} FLOPs: {percent:+.2}% of one step ({base} FLOPs)"),
+        (Some(base), ..) => format!("FLOPs too large to count (2^64 - 1 or more in one step as planned, {base} without recomputation)"),
+        (None, ..) => "FLOPs too large to count (2^64 - 1 or more in one step)".to_string(),
+    };
+    let _ = writeln!(w, "  recomputed      {} op(s), {flops}", r.count);
     let width = r.recomputed.iter().take(top).map(|x| x.op.len()).max().unwrap_or(0);
     for x in r.recomputed.iter().take(top) {
         let _ = writeln!(w, "    {:width$}  repeats `{}`", x.op, x.of);
@@ -170,6 +171,11 @@ fn recomputation(w: &mut String, r: &RematReport, top: usize) {
 }
 
 /// `-1234 B (-5.67%)`, `+0 B` or `+12 B (+0.10%)`: the change from `before` to `after`.
+/// Bytes added up, or that they are too large to count.
+pub(crate) fn total_bytes(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "too large (2^64 B or more)".to_string(), format_bytes)
+}
+
 pub(crate) fn change(before: u64, after: u64) -> String {
     let delta = i128::from(after) - i128::from(before);
     if delta == 0 || before == 0 {

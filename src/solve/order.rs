@@ -67,6 +67,10 @@ pub enum DagError {
     Cycle(Node),
     #[error("the graph has more than 2^32 - 1 nodes")]
     TooLarge,
+    /// The values' sizes add up to more than 2^64 - 1 bytes, so a peak might not fit the
+    /// `u64` it is reported in.
+    #[error("the values' sizes add up to more than 2^64 - 1 bytes: too large")]
+    TooManyBytes,
 }
 
 /// Which end of the order list scheduling fills first.
@@ -159,6 +163,10 @@ impl Dag {
     pub fn new(nodes: usize, edges: impl IntoIterator<Item = (Node, Node)>, values: Vec<DagValue>) -> Result<Dag, DagError> {
         if nodes >= u32::MAX as usize {
             return Err(DagError::TooLarge);
+        }
+        // Every peak is at most the sum of all sizes: then it fits a u64 exactly.
+        if values.iter().try_fold(0u64, |sum, v| sum.checked_add(v.size)).is_none() {
+            return Err(DagError::TooManyBytes);
         }
         let check = |node: Node| if (node as usize) < nodes { Ok(node) } else { Err(DagError::NodeOutOfRange { node, nodes }) };
         let mut preds = vec![Vec::new(); nodes];
@@ -285,11 +293,11 @@ impl Dag {
         Ok(position)
     }
 
-    /// The exact peak of `order` under the evaluation rule (saturating at `u64::MAX`), or
-    /// why `order` is not a topological order. With no nodes, the values without a writer.
+    /// The exact peak of `order` under the evaluation rule, or why `order` is not a
+    /// topological order. With no nodes, the values without a writer.
     pub fn peak(&self, order: &[Node]) -> Result<u64, String> {
         let position = self.positions(order)?;
-        Ok(saturate(self.peak_at(&position)))
+        Ok(exact(self.peak_at(&position)))
     }
 
     fn peak_at(&self, position: &[usize]) -> u128 {
@@ -323,7 +331,7 @@ impl Dag {
         let mut best: Option<Found> = None;
         let mut consider = |order: Vec<Node>, by: String| {
             if let Ok(position) = self.positions(&order) {
-                let peak = saturate(self.peak_at(&position));
+                let peak = exact(self.peak_at(&position));
                 if best.as_ref().is_none_or(|b| peak < b.peak) {
                     best = Some(Found { order, peak, by });
                 }
@@ -601,8 +609,10 @@ struct Candidate {
     node: Node,
 }
 
-fn saturate(bytes: u128) -> u64 {
-    u64::try_from(bytes).unwrap_or(u64::MAX)
+/// Bytes live at once as a `u64`: at most the sum of every size, which [`Dag::new`]
+/// checked fits.
+fn exact(bytes: u128) -> u64 {
+    u64::try_from(bytes).expect("a peak is at most the sum of the sizes, which fits a u64")
 }
 
 #[cfg(test)]
@@ -635,6 +645,12 @@ mod tests {
         assert!(dag.peak(&[0, 0]).is_err());
         let dag = chain_dag(&[10, 20], &[(0, 1)]);
         assert_eq!(dag.peak(&[1, 0]), Err("node 1 runs before node 0, which it needs".into()));
+        // Sizes adding up past 2^64 - 1 are refused (a peak was clamped there); up to it,
+        // peaks are exact.
+        let big = 1 << 63;
+        assert_eq!(Dag::new(2, [], vec![value(big, Some(0), &[1]), value(big, Some(1), &[])]).err(), Some(DagError::TooManyBytes));
+        let dag = Dag::new(2, [], vec![value(big - 1, Some(0), &[1]), value(big, Some(1), &[])]).unwrap();
+        assert_eq!(dag.peak(&[0, 1]), Ok(u64::MAX));
     }
 
     #[test]

@@ -7,8 +7,11 @@
 //! - [`random_step`]: small valid training steps, for property tests of the whole pipeline;
 //! - [`synthetic`]: buffer lists shaped like a training step, at sizes no real file reaches;
 //! - [`scale`]: step texts, a Checkmate graph and buffer lists for the scale benchmarks;
-//! - [`rand_dense`]: dense tensors of numbers in [-1, 1), for kernel and gradient checks.
+//! - [`rand_dense`]: dense tensors of numbers in [-1, 1), for kernel and gradient checks;
+//! - [`fuzz`]: a seeded mutation fuzzer over every input format, with the checker and the
+//!   executors as oracles (tests/fuzz.rs runs a slice, examples/fuzz.rs runs for minutes).
 
+pub mod fuzz;
 pub mod random_step;
 pub mod scale;
 pub mod synthetic;

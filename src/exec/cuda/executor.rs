@@ -82,12 +82,7 @@ impl<B: Backend> Executor<B> {
         for check in &self.program.index_checks {
             let values = args[&check.arg].to_f64();
             if let Some(&bad) = values.iter().find(|&&x| !check.accepts(x)) {
-                return Err(ExecError::IndexOutOfRange {
-                    op: check.op.to_string(),
-                    index: bad as i64,
-                    bound: check.bound as usize,
-                }
-                .into());
+                return Err(check.error(bad).into());
             }
         }
         for slot in &self.program.args {

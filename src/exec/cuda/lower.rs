@@ -402,7 +402,7 @@ fn on_tensor_cores(sizes: &AttentionSizes, operands: &[&View], options: LowerOpt
         && matches!(dtype, DType::F16 | DType::Bf16)
         && operands.iter().all(|x| x.dtype == dtype)
         && sizes.e == sizes.ev
-        && sizes.e % 16 == 0
+        && sizes.e.is_multiple_of(16)
         && (16..=TC_E).contains(&sizes.e)
 }
 

@@ -35,7 +35,11 @@ pub struct ArgSlot {
 #[derive(Clone, PartialEq, Debug)]
 pub struct IndexCheck {
     pub arg: String,
+    /// The op's kind, and the op: its id, IR text and place in the step's file.
     pub op: &'static str,
+    pub at: OpId,
+    pub text: String,
+    pub span: Option<miette::SourceSpan>,
     pub bound: u64,
     pub ignored: Option<i64>,
 }
@@ -44,6 +48,13 @@ impl IndexCheck {
     /// Whether `value` is an index this check accepts.
     pub fn accepts(&self, value: f64) -> bool {
         (value >= 0.0 && value < self.bound as f64) || self.ignored.is_some_and(|i| value == i as f64)
+    }
+
+    /// The error for `value`, an index this check refuses, naming the op as the CPU
+    /// reference does.
+    pub fn error(&self, value: f64) -> ExecError {
+        let error = ExecError::IndexOutOfRange { op: self.op.to_string(), index: value as i64, bound: self.bound as usize };
+        ExecError::AtOp { op: self.at, text: self.text.clone(), error: Box::new(error), span: self.span }
     }
 }
 
@@ -210,7 +221,7 @@ fn views(graph: &Graph, plan: &Plan) -> Result<IndexVec<ValueId, View>, CudaErro
 fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexCheck> {
     let layouts = layouts(graph);
     let mut checks = Vec::new();
-    for op in &graph.ops {
+    for (at, op) in graph.ops.iter_enumerated() {
         let (index, bound, ignored) = match op.kind {
             OpKind::Embedding => (op.inputs[1], views[op.inputs[0]].shape[0], None),
             OpKind::EmbeddingBackward => (op.inputs[1], op.attrs.int("vocab") as u64, None),
@@ -224,7 +235,8 @@ fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexChec
         };
         let root = layouts[index].root;
         if matches!(graph.values[root].def, ValueDef::Arg(_)) {
-            checks.push(IndexCheck { arg: graph.values[root].name.clone(), op: op.kind.name(), bound, ignored });
+            let (arg, text, span) = (graph.values[root].name.clone(), graph.describe_op(at), op.span.into());
+            checks.push(IndexCheck { arg, op: op.kind.name(), at, text, span, bound, ignored });
         }
     }
     checks

@@ -89,25 +89,36 @@ fn profile_step(graph: &Graph, exec: &mut Executor<CudaBackend>, out: &mut dyn F
     Ok(())
 }
 
-/// Runs `steps` training steps of `graph` under `plan` from `args` on GPU 0, printing
-/// through `out`; with `check`, holds every step to the CPU reference. Returns the final
-/// params and state when `keep` asks for them (to save them). `MEMPLAN_CUDA_CONV=f32` in
-/// the environment makes convolutions accumulate in float (faster, less exact).
+/// What [`run_steps`] does besides training.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    /// Training steps to run.
+    pub steps: u32,
+    /// Hold every step to the CPU reference (`--check`).
+    pub check: bool,
+    /// Return the final params and state (to save them).
+    pub keep: bool,
+    /// Time one more step op by op (`--profile`).
+    pub profile: bool,
+}
+
+/// Runs `options.steps` training steps of `graph` under `plan` from `args` on GPU 0,
+/// printing through `out`; with `check`, holds every step to the CPU reference. Returns the
+/// final params and state when `keep` asks for them (to save them). `MEMPLAN_CUDA_CONV=f32`
+/// in the environment makes convolutions accumulate in float (faster, less exact).
 pub fn run_steps(
     graph: &Graph,
     plan: &Plan,
     args: Tensors,
-    steps: u32,
-    check: bool,
-    keep: bool,
-    profile: bool,
+    options: RunOptions,
     out: &mut dyn FnMut(String),
 ) -> Result<Option<Tensors>, RunError> {
-    let mut options = LowerOptions {
+    let RunOptions { steps, check, keep, profile } = options;
+    let mut lowering = LowerOptions {
         conv_f32: std::env::var("MEMPLAN_CUDA_CONV").is_ok_and(|v| v == "f32"),
         float_attention: false,
     };
-    let mut program = Program::with_options(graph, plan, options)?;
+    let mut program = Program::with_options(graph, plan, lowering)?;
     let (launches, gemms) = program.commands().fold((0, 0), |(l, g), (_, c)| match c {
         Command::Launch(_) => (l + 1, g),
         Command::Gemm(_) => (l, g + 1),
@@ -117,8 +128,8 @@ pub fn run_steps(
     if info.compute_capability.0 < 8 {
         // No mma.sync for f16/bf16 before compute capability 8.0: attention on the float
         // kernels (the same scratch, so the workspace allocated above still serves).
-        options.float_attention = true;
-        program = Program::with_options(graph, plan, options)?;
+        lowering.float_attention = true;
+        program = Program::with_options(graph, plan, lowering)?;
     }
     let memory = backend.memory;
     out(format!(
@@ -134,7 +145,7 @@ pub fn run_steps(
         info.driver.0,
         info.driver.1
     ));
-    let conv = if options.conv_f32 { "float (MEMPLAN_CUDA_CONV=f32)" } else { "double" };
+    let conv = if lowering.conv_f32 { "float (MEMPLAN_CUDA_CONV=f32)" } else { "double" };
     out(format!("  {launches} kernel launches and {gemms} cuBLAS calls per step; convolutions accumulate in {conv}"));
     out("device memory:".to_string());
     out(format!("  arena      planned  {}", format_bytes(memory.arena_planned)));

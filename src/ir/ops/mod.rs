@@ -233,7 +233,8 @@ impl fmt::Display for Attr {
     }
 }
 
-/// `text` in double quotes as the IR writes strings: `"`, `\`, newline and tab escaped.
+/// `text` in double quotes as the IR writes strings: `"`, `\`, newline and tab escaped,
+/// other control characters as `\u{1b}`.
 pub fn quote(text: &str) -> String {
     let mut q = String::with_capacity(text.len() + 2);
     q.push('"');
@@ -241,13 +242,34 @@ pub fn quote(text: &str) -> String {
         match c {
             '"' => q.push_str("\\\""),
             '\\' => q.push_str("\\\\"),
-            '\n' => q.push_str("\\n"),
-            '\t' => q.push_str("\\t"),
-            c => q.push(c),
+            c => push_escaped(&mut q, c),
         }
     }
     q.push('"');
     q
+}
+
+/// `text` with its control characters escaped as in [`quote`] (and nothing else), so
+/// text from a file never reaches a terminal raw.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        push_escaped(&mut out, c);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `c`, or its escape if it is a control character: `\n`, `\t`, `\u{1b}`.
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        c => out.push(c),
+    }
 }
 
 /// A default for an attribute the IR may leave out.

@@ -492,9 +492,12 @@ pub(super) fn infer_embedding(inputs: &[&TensorType], _: &Attrs) -> Rule {
     let (table, ids) = (inputs[0], inputs[1]);
     float_input(table, "table")?;
     index_input(ids, "ids")?;
-    let [_, d] = *table.dims() else {
+    let [vocab, d] = *table.dims() else {
         return Err(format!("table must be [V,D], found {table}"));
     };
+    if vocab == 0 && numel(ids) > 0 {
+        return Err(format!("table {table} has no rows, so every id of {ids} would be out of range"));
+    }
     let mut dims = ids.dims().to_vec();
     dims.push(d);
     done(vec![TensorType::new(table.dtype, dims)])
@@ -813,7 +816,7 @@ pub(super) fn flops_max_pool2d_backward(inputs: &[&TensorType], _: &[&TensorType
     inputs.first().map_or(0, |dy| numel(dy)).saturating_mul(window_size(attrs))
 }
 
-/// Shared by cross_entropy and its backward: logits `[N,C]` float, labels `[N]` i32/i64,
+/// Shared by cross_entropy and its backward: logits `[N,C]` float with `C >= 1`, labels `[N]` i32/i64,
 /// label_smoothing in [0, 1] (any ignore_index is allowed, as in PyTorch); `f32_loss` only
 /// for f16/bf16 logits (f32 logits have an f32 loss already: one spelling per step). Returns
 /// the loss type: a scalar of the logits' dtype, or f32 under `f32_loss`.
@@ -821,9 +824,12 @@ pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType, attr
     float_input(logits, "logits")?;
     index_input(labels, "labels")?;
     float_attr(attrs, "label_smoothing", |e| (0.0..=1.0).contains(&e), "in [0, 1]")?;
-    let &[n, _] = logits.dims() else {
+    let &[n, classes] = logits.dims() else {
         return Err(format!("logits must be [N,C], found {logits}"));
     };
+    if classes == 0 {
+        return Err(format!("logits {logits} have no classes: C must be at least 1 (every label would be out of range)"));
+    }
     if labels.dims() != [n] {
         return Err(format!("labels must be [{n}] for logits {logits}, found {labels}"));
     }

@@ -211,13 +211,14 @@ fn lex_string(src: &str, i: usize) -> Result<usize, ParseError> {
             Some(b'"') => return Ok(j + 1),
             Some(b'\\') => match b.get(j + 1) {
                 Some(b'"' | b'\\' | b'n' | b't') => j += 2,
+                Some(b'u') if unicode_escape(&src[j..]).is_some() => j += src[j..].find('}').map_or(2, |k| k + 1),
                 None | Some(b'\n') => return Err(ParseError::UnterminatedString { span: Sp(i, j + 1).into() }),
                 Some(_) => {
                     let sp = Sp(j, char_span(src, j + 1).1);
                     return Err(syntax(
                         "unknown escape in string",
                         sp,
-                        Some("strings know the escapes \\\", \\\\, \\n and \\t".into()),
+                        Some("strings know the escapes \\\", \\\\, \\n, \\t and \\u{1b} (a character by its hexadecimal code)".into()),
                     ));
                 }
             },
@@ -226,22 +227,39 @@ fn lex_string(src: &str, i: usize) -> Result<usize, ParseError> {
     }
 }
 
+/// The character of a `\u{HEX}` escape at the start of `text` (1 to 6 hexadecimal digits
+/// naming a character), if it is one.
+fn unicode_escape(text: &str) -> Option<char> {
+    let digits = text.strip_prefix("\\u{")?.split('}').next().filter(|d| (1..=6).contains(&d.len()) && d.chars().all(|c| c.is_ascii_hexdigit()))?;
+    text.get(3 + digits.len()..)?.starts_with('}').then_some(())?;
+    char::from_u32(u32::from_str_radix(digits, 16).ok()?)
+}
+
 /// The contents of a string literal whose text (quotes included) the lexer accepted.
 pub(super) fn unquote(text: &str) -> String {
     let inner = text.get(1..text.len().saturating_sub(1)).unwrap_or("");
     let mut out = String::with_capacity(inner.len());
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
-                Some(other) => out.push(other),
-                None => {}
-            }
-        } else {
+    let mut rest = inner;
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
+        if c != '\\' {
             out.push(c);
+            continue;
         }
+        match rest.chars().next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('u') => {
+                // The lexer accepted it: `\u{HEX}`.
+                let escape = format!("\\{}", &rest[..rest.find('}').map_or(rest.len(), |k| k + 1)]);
+                out.extend(unicode_escape(&escape));
+                rest = &rest[escape.len() - 1..];
+                continue;
+            }
+            Some(other) => out.push(other),
+            None => {}
+        }
+        rest = rest.get(1..).unwrap_or("");
     }
     out
 }

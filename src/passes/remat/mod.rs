@@ -132,6 +132,8 @@ pub fn pass(
     let recomputes = rewritten.as_ref().map_or(Vec::new(), |r| r.recomputes.clone());
     let clones: HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
     let flops = |op: OpId| problem::op_flops(g, op);
+    // Saturating: u64::MAX stands for "2^64 - 1 or more", too large to count (as the op
+    // table's own counts saturate; `RematRecord::extra_flops` says so, never a number).
     let record = RematRecord {
         budget,
         strategy: name.to_string(),
@@ -217,6 +219,7 @@ fn unmet(graph: &Graph, alignment: u64, budget: u64, smallest: u64, strategy: &s
     let works = format!("a budget of at least {smallest} bytes works (`--budget {smallest}`)");
     let advice = match Floor::of(graph, alignment).filter(|floor| budget < floor.bytes()) {
         Some(floor) => format!("{works}; no plan fits in less than {} bytes: {}", floor.bytes(), floor.describe()),
+        None if graph.ops.is_empty() => format!("{works}; the step has no ops, so there is nothing to recompute"),
         None if timed_out => format!("{works}; the search stopped at the time limit: a longer --time-limit may go lower"),
         None => format!("{works}; another --checkpoint strategy may go lower"),
     };
@@ -254,6 +257,7 @@ fn solve(graph: &Graph, step: &mut StepProblem, target: u64, strategy: &Solver<'
             // smallest budget that works with it.
             Err(RematError::StrategyCannot { reached, .. }) => return Ok(Err(reached)),
             Err(RematError::TooLarge { .. }) => return Err(PlanError::ArenaOverflow),
+            Err(RematError::SizesTooLarge) => return Err(PlanError::RematTooLarge),
             Err(e @ (RematError::BadProblem(_) | RematError::OverBudget { .. })) => return Err(bug(e.to_string())),
         };
         match apply::apply(graph, step, &solution.sequence) {

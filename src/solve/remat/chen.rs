@@ -211,7 +211,7 @@ mod tests {
         let expected: Vec<Node> = (0..14).filter(|k| !checkpoints.contains(k)).collect();
         assert_eq!(recomputed, expected);
         let eval = evaluate(&p, &plan.sequence()).unwrap();
-        assert_eq!(eval.cost - eval.base_cost, expected.len() as u64);
+        assert_eq!(eval.cost - eval.base_cost, expected.len() as u128);
         // At the loss: the 4 checkpoints and nodes 14 and 15 (600 bytes, and 1 byte of
         // gradient). In the backward pass: the checkpoints still needed, one recomputed
         // segment (at most 2 values), the values a backward node reads, its gradient.

@@ -119,15 +119,16 @@ pub(crate) fn shared_bytes(problem: &Problem, shares: &[Share], mut dies_here: i
     saved
 }
 
-/// What a sequence costs under the evaluation rule.
+/// What a sequence costs under the evaluation rule. Costs are summed in 128 bits: a
+/// sequence may run every node many times, and each cost may be up to 2^64 - 1.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Eval {
     /// The most bytes live at one position.
     pub peak: u64,
     /// The sum of the costs of the nodes in the sequence.
-    pub cost: u64,
+    pub cost: u128,
     /// The sum of every node's cost, once each.
-    pub base_cost: u64,
+    pub base_cost: u128,
 }
 
 impl Eval {
@@ -152,7 +153,7 @@ pub enum SequenceError {
     /// A node runs before some value it reads was ever written.
     #[error("position {position}: node {node} reads a value of node {writer}, which has not run yet")]
     ReadBeforeWrite { position: usize, node: Node, writer: Node },
-    /// The peak does not fit in 64 bits.
+    /// More than 2^64 - 1 bytes are live at once (only where the sizes add up to more).
     #[error("its peak, {peak} bytes, is above 2^64 - 1")]
     TooLarge { peak: u128 },
 }
@@ -187,7 +188,7 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
     let shares = problem.shares_by_node();
     // For each position with shares: the execution each value read there binds to.
     let mut bound_reads: Vec<(usize, Vec<(u32, usize)>)> = Vec::new();
-    let mut cost: u64 = 0;
+    let mut cost: u128 = 0;
     for (position, &node) in sequence.iter().enumerate() {
         let k = node as usize;
         if k >= n {
@@ -215,7 +216,7 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
             intervals.push((v, position, position));
         }
         runs[k] += 1;
-        cost = cost.saturating_add(problem.nodes[k].cost);
+        cost += u128::from(problem.nodes[k].cost);
     }
     if let Some(k) = runs.iter().position(|&r| r == 0) {
         return Err(SequenceError::NeverRuns(k as Node));
@@ -250,8 +251,8 @@ pub fn evaluate(problem: &Problem, sequence: &[Node]) -> Result<Eval, SequenceEr
         live += d;
         peak = peak.max(live);
     }
-    let base_cost = problem.nodes.iter().fold(0u64, |acc, node| acc.saturating_add(node.cost));
     let peak = u64::try_from(peak).map_err(|_| SequenceError::TooLarge { peak: peak as u128 })?;
+    let base_cost = problem.nodes.iter().map(|node| u128::from(node.cost)).sum();
     Ok(Eval { peak, cost, base_cost })
 }
 
@@ -323,6 +324,11 @@ pub enum RematError {
     /// bug in whoever built it.
     #[error("the problem's own order is invalid: {0}")]
     BadProblem(SequenceError),
+    /// The values' sizes add up to more than 2^64 - 1 bytes (though the own order's peak
+    /// fits): peaks of other orders would not fit the `u64`s the strategies compare, so
+    /// none is tried.
+    #[error("the values' sizes add up to more than 2^64 - 1 bytes: too large")]
+    SizesTooLarge,
 }
 
 /// The time limit of [`solve`].
@@ -346,6 +352,9 @@ pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit
         SequenceError::TooLarge { peak } => RematError::TooLarge { peak },
         e => RematError::BadProblem(e),
     })?;
+    if problem.values.iter().try_fold(0u64, |sum, v| sum.checked_add(v.size)).is_none() {
+        return Err(RematError::SizesTooLarge);
+    }
     let mut sim = Sim::new(problem);
     // Chen's plans: the strategies of their own, and the search's seeds.
     let chen_plans = |sim: &Sim| {
@@ -457,6 +466,28 @@ mod tests {
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 17);
         p.shares.reverse();
         assert_eq!(evaluate(&p, &[0, 1, 2]).unwrap().peak, 20);
+    }
+
+    /// Sizes adding up past 2^64 - 1 are refused, not saturated (the strategies compared
+    /// saturated peaks); costs add up in 128 bits, so a sequence's cost is exact.
+    #[test]
+    fn totals_past_64_bits() {
+        let mut p = chain();
+        p.nodes[1].cost = u64::MAX;
+        let e = evaluate(&p, &[0, 1, 0, 1, 2]).unwrap();
+        assert_eq!((e.cost, e.base_cost), (2 * u128::from(u64::MAX) + 5, u128::from(u64::MAX) + 4));
+        p.values[0].size = 1 << 63;
+        p.values[1].size = 1 << 63;
+        // All three live at position 2: 2^63 + 2^63 + 1.
+        assert_eq!(solve(&p, 100, Strategy::Auto), Err(RematError::TooLarge { peak: (1 << 64) + 1 }));
+        assert_eq!(evaluate(&p, &[0, 1, 2]), Err(SequenceError::TooLarge { peak: (1 << 64) + 1 }));
+        // Two values never live together: the own order peaks at 2^63, but the sizes add up
+        // past 2^64 - 1, so no strategy is tried.
+        let node = NodeInfo { cost: 1, recomputable: true, forward: true };
+        let value = |def| DagValue { size: 1 << 63, def: Some(def), readers: Vec::new(), to_end: false };
+        let apart = Problem { nodes: vec![node.clone(), node], values: vec![value(0), value(1)], shares: Vec::new() };
+        assert_eq!(evaluate(&apart, &[0, 1]).unwrap().peak, 1 << 63);
+        assert_eq!(solve(&apart, 100, Strategy::Auto), Err(RematError::SizesTooLarge));
     }
 
     #[test]

@@ -123,7 +123,7 @@ fn near_optimal_matches_an_exhaustive_search_on_tiny_problems() {
         total += 1;
         if let Ok(solution) = solve_with(&problem, budget, Strategy::NearOptimal, LIMIT) {
             found += 1;
-            let extra = solution.eval.cost - solution.eval.base_cost;
+            let extra = u64::try_from(solution.eval.cost - solution.eval.base_cost).unwrap();
             assert!(extra >= optimum, "seed {seed}: below the exhaustive optimum");
             equal += (extra == optimum) as usize;
         }

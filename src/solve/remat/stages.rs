@@ -282,6 +282,11 @@ impl<'p> Sim<'p> {
     fn deltas(&mut self) {
         self.delta.clear();
         self.delta.resize(self.sequence.len() + 1, 0);
+        // With no positions nothing is live (as in the rule): an empty problem's values
+        // without a writer have no position to be live at.
+        if self.sequence.is_empty() {
+            return;
+        }
         for interval in &self.intervals {
             let size = self.sizes[interval.value as usize] as i128;
             self.delta[interval.start as usize] += size;
@@ -380,6 +385,20 @@ mod tests {
         plan
     }
 
+    /// No nodes: no positions, so nothing is live, even a value without a writer (the
+    /// rule's answer); the simulator indexed past its deltas here.
+    #[test]
+    fn a_problem_without_nodes() {
+        let value = crate::solve::DagValue { size: 64, def: None, readers: Vec::new(), to_end: true };
+        let problem = Problem { nodes: Vec::new(), values: vec![value], shares: Vec::new() };
+        assert_eq!(evaluate(&problem, &[]).unwrap().peak, 0);
+        let mut sim = Sim::new(&problem);
+        let plan = StagePlan::empty(0);
+        let score = Score { peak: 0, extra: 0, excess: 0 };
+        assert_eq!(sim.score(&plan, 0), score);
+        assert_eq!(sim.detail(&plan, 0), score);
+    }
+
     #[test]
     fn the_simulator_agrees_with_the_rule() {
         for seed in 0..300 {
@@ -393,7 +412,7 @@ mod tests {
                 let eval = evaluate(&problem, &sequence).unwrap();
                 let budget = rng.below(eval.peak + 1);
                 let score = sim.score(&plan, budget);
-                assert_eq!((score.peak, eval.base_cost + score.extra), (eval.peak, eval.cost), "seed {seed}");
+                assert_eq!((score.peak, eval.base_cost + u128::from(score.extra)), (eval.peak, eval.cost), "seed {seed}");
                 let detail = sim.detail(&plan, budget);
                 assert_eq!(detail, score, "seed {seed}");
                 assert_eq!(sim.sequence, sequence);
