@@ -18,7 +18,8 @@ use memplan::testing::synthetic::training_like;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: scale_inputs DIR")?);
     std::fs::create_dir_all(&dir)?;
-    let files: Vec<(&str, Box<dyn Fn() -> String>)> = vec![
+    type Make = Box<dyn Fn() -> String>;
+    let files: Vec<(&str, Make)> = vec![
         ("chain_200000.step", Box::new(|| chain_step(200_000, false))),
         ("chain_1000000.step", Box::new(|| chain_step(1_000_000, false))),
         ("chain_train_500000.step", Box::new(|| chain_step(500_000, true))),

@@ -21,6 +21,7 @@ pub mod checker;
 pub mod diagnostics;
 pub mod exec;
 pub mod formats;
+pub mod hashing;
 pub mod index;
 pub mod ir;
 pub mod passes;

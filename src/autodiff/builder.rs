@@ -19,8 +19,7 @@
 //! the rules pass well-typed inputs; a rule that does not is caught here as an `Err`
 //! (a memplan bug reported as [`AutodiffError::RuleFailed`](super::AutodiffError)).
 
-use std::collections::{HashMap, HashSet};
-
+use crate::hashing::{FastMap, FastSet};
 use crate::index::ValueId;
 use crate::ir::graph::{Graph, Loc, Role, Span, Update};
 use crate::ir::layout::reshape_is_view;
@@ -70,9 +69,9 @@ pub type GradFn = fn(&mut Builder, &GradCall) -> Result<Grads, String>;
 pub struct Builder {
     graph: Graph,
     /// Every name in use.
-    names: HashSet<String>,
+    names: FastSet<String>,
     /// The last temporary number used per owner.
-    temps: HashMap<ValueId, u32>,
+    temps: FastMap<ValueId, u32>,
     /// Stamped on every new op: the forward op a gradient op comes from (its `loc` for
     /// reports, its span for diagnostics), or the `backward` statement's span.
     loc: Option<Loc>,
@@ -82,7 +81,7 @@ pub struct Builder {
 impl Builder {
     pub fn new(graph: Graph) -> Builder {
         let names = graph.values.iter().map(|v| v.name.clone()).collect();
-        Builder { graph, names, temps: HashMap::new(), loc: None, span: Span::NONE }
+        Builder { graph, names, temps: FastMap::default(), loc: None, span: Span::NONE }
     }
 
     pub fn graph(&self) -> &Graph {

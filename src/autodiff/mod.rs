@@ -247,7 +247,7 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
     .expect("fill's attributes");
     let seed = b.emit(OpKind::Fill, vec![], attrs, vec![seed_name]).expect("a scalar fill")[0];
     parts[loss].push(seed);
-    let mut renamed = std::collections::HashSet::new();
+    let mut renamed = crate::hashing::FastSet::default();
     for (op_id, op) in graph.ops.iter_enumerated().rev() {
         if !needs.active(graph, op_id) {
             continue;

@@ -24,6 +24,7 @@
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
+use crate::hashing::FastSet;
 use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
 use crate::ir::layout::{Layout, view_layout};
@@ -307,7 +308,7 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
 }
 
 fn check_definitions(graph: &Graph, errors: &mut Vec<VerifyError>) {
-    let mut seen = indexmap::IndexSet::new();
+    let mut seen = FastSet::with_capacity_and_hasher(graph.values.len(), Default::default());
     let mut is_arg: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
     for &arg in graph.args.iter().filter(|&&arg| arg.index() < graph.values.len()) {
         is_arg[arg] = true;

@@ -69,6 +69,9 @@ pub fn choose(graph: &Graph, kind: ScheduleKind, alignment: u64, with_reuse: Opt
     if let Some(bound) = with_reuse {
         let mut best = bound(&schedule)?;
         for candidate in [hoisted(graph, dag.as_ref()), program_order(graph)] {
+            if candidate == schedule {
+                continue; // the same order has the same bound
+            }
             let candidate_bound = bound(&candidate)?;
             if candidate_bound < best {
                 (schedule, best) = (candidate, candidate_bound);

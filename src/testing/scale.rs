@@ -85,7 +85,7 @@ pub fn unet_graph(n: usize) -> String {
     let total = 2 * forward + 1;
     // Sizes shrink down the encoder and grow back up the decoder, in 64 levels.
     let level = |k: usize| if k < depth { k * 64 / depth } else { (forward - 1 - k) * 64 / depth };
-    let size = |k: usize| (1u64 << 20) >> (level(k) / 8) << 4 | (k as u64 % 7) * 4096;
+    let size = |k: usize| (((1u64 << 20) >> (level(k) / 8)) << 4) | ((k as u64 % 7) * 4096);
     let cost = |k: usize| 100 + (k as u64 * 37) % 300;
     let mut nodes = String::with_capacity(total * 100);
     let mut links = String::with_capacity(total * 150);

@@ -14,45 +14,21 @@
 //! verifier checks the rest. Also holds the op signatures of help texts; did-you-mean
 //! suggestions come from `suggest`.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use super::lex::Sp;
 use super::suggest::did_you_mean;
 use super::syntax::{Ast, AttrAst, AttrVal, BackwardAst, DefAst, unknown_dtype};
 use super::{PResult, ParseError};
+use crate::hashing::FastMap;
 use crate::index::{Idx, OpId, ValueId};
 use crate::ir::graph::{Backward, Graph, Op, Return, Role, Update, Value, ValueDef};
 use crate::ir::ops::{Attr, AttrKind, Attrs, OPS, OpClass, OpDef, OpKind};
 use crate::ir::types::{DType, Shape, TensorType};
 
-/// Value names bound so far, borrowed from the syntax tree. Hashed a word at a time (a
-/// rotate, a xor and a multiply, as rustc's FxHash) and mixed at the end (MurmurHash3's
-/// finaliser: without it names that differ only in their last digits share their low
-/// bits, which pick the bucket): SipHash of a million names was a tenth of parsing a
-/// 1,000,000-op step, and names hash only to find values (their order is never seen).
-type Names<'a> = HashMap<&'a str, ValueId, BuildHasherDefault<FxHasher>>;
-
-#[derive(Default)]
-struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        let mut z = self.0;
-        z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
-        z = (z ^ (z >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        z ^ (z >> 33)
-    }
-}
+/// Value names bound so far, borrowed from the syntax tree (hashed fast: see
+/// `crate::hashing`).
+type Names<'a> = FastMap<&'a str, ValueId>;
 
 /// Builds the graph, pushing every error into `errors`. The graph is only meaningful when
 /// no error was found (values with unknown types get a placeholder type, unknown ops a
@@ -64,7 +40,7 @@ pub(super) fn resolve<'a>(ast: &'a Ast, errors: &mut Vec<ParseError>) -> Graph {
     let values = ast.args.len() + ast.defs.iter().map(|d| d.outs.len()).sum::<usize>();
     let mut known: Vec<bool> = Vec::with_capacity(values);
     let mut def_sp: Vec<Sp> = Vec::with_capacity(values);
-    let mut bound: Names<'a> = HashMap::with_capacity_and_hasher(values, Default::default());
+    let mut bound: Names<'a> = FastMap::with_capacity_and_hasher(values, Default::default());
 
     let mut define = |g: &mut Graph, errors: &mut Vec<ParseError>, name: &'a str, sp: Sp, ty: Option<TensorType>, def| {
         let id = g.values.push(Value {

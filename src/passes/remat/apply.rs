@@ -21,10 +21,10 @@
 //! value instead of the old: [`apply`] refuses such a sequence and names the nodes whose
 //! clones did it, so the caller can forbid recomputing them and solve again.
 
-use std::collections::HashSet;
 
 use thiserror::Error;
 
+use crate::hashing::FastSet;
 use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Return, Update, ValueDef};
 use crate::plan::Recompute;
@@ -90,7 +90,7 @@ struct Applier<'a> {
     /// The old op each new op runs.
     origin: Vec<OpId>,
     /// Names taken (old and new), and the next clone number to try per old value.
-    names: HashSet<String>,
+    names: FastSet<String>,
     next: IndexVec<ValueId, usize>,
     recomputes: Vec<Recompute>,
 }

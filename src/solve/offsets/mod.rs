@@ -220,7 +220,7 @@ pub fn solve_reporting(
     if methods.len() > 1 && intervals.len() >= PARALLEL_FROM && spare_cores() {
         // Independent runs: one thread each (results are kept in method order, so the
         // choice is the same as run one after the other).
-        for (method, (ran, elapsed)) in methods.iter().zip(run_parallel(intervals, methods, halting)) {
+        for (method, (ran, elapsed)) in methods.iter().zip(run_parallel(intervals, methods, halting, lower)) {
             match ran {
                 Ran::Placed(offsets) => {
                     keep(*method, offsets, elapsed)?;
@@ -368,15 +368,20 @@ fn run_method(intervals: &[Live], method: Heuristic, halt: &Halt<'_>) -> (Ran, D
 /// [`run_method`] for each of `methods` on its own scoped thread (in this thread when one
 /// cannot be started), results in method order. With a `deadline`, the runs still going
 /// when it passes give up, once one has placed every buffer (if none has by then, as soon
-/// as the first does).
-fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Instant>) -> Vec<(Ran, Duration)> {
-    let flag = AtomicBool::new(false);
+/// as the first does). Once a run places every buffer at `lower` (the lower bound: no
+/// placement is smaller), the runs after it in method order stop, and their results count
+/// as halted even when they finished: an earlier method wins ties, so the choice and the
+/// log are those of running the methods one after the other, whatever the clock.
+fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Instant>, lower: u64) -> Vec<(Ran, Duration)> {
+    let flags: Vec<AtomicBool> = methods.iter().map(|_| AtomicBool::new(false)).collect();
     let mut results: Vec<Option<(Ran, Duration)>> = methods.iter().map(|_| None).collect();
+    // The first method (so far) whose placement is at the lower bound.
+    let mut at_bound = methods.len();
     std::thread::scope(|scope| {
         let (sender, receiver) = std::sync::mpsc::channel();
         let mut here = Vec::new();
         for (k, &method) in methods.iter().enumerate() {
-            let (sender, flag) = (sender.clone(), &flag);
+            let (sender, flag) = (sender.clone(), &flags[k]);
             let run = move || {
                 let _ = sender.send((k, run_method(intervals, method, &Halt { flag: Some(flag), deadline: None })));
             };
@@ -385,16 +390,33 @@ fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Inst
             }
         }
         drop(sender);
+        let mut record = |k: usize, ran: (Ran, Duration), results: &mut Vec<Option<(Ran, Duration)>>| {
+            if let (Ran::Placed(offsets), _) = &ran
+                && k < at_bound
+                && arena_of(intervals, offsets) == Some(lower)
+            {
+                at_bound = k;
+                for flag in &flags[k + 1..] {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            }
+            results[k] = Some(ran);
+        };
         for k in here {
-            results[k] = Some(run_method(intervals, methods[k], &Halt::NEVER));
+            let ran = run_method(intervals, methods[k], &Halt::NEVER);
+            record(k, ran, &mut results);
         }
         let placed = |results: &[Option<(Ran, Duration)>]| results.iter().any(|r| matches!(r, Some((Ran::Placed(_), _))));
+        let mut timed_out = false;
         loop {
             let next = match deadline {
-                Some(deadline) if placed(&results) && !flag.load(Ordering::Relaxed) => {
+                Some(deadline) if placed(&results) && !timed_out => {
                     match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                            flag.store(true, Ordering::Relaxed);
+                            timed_out = true;
+                            for flag in &flags {
+                                flag.store(true, Ordering::Relaxed);
+                            }
                             continue;
                         }
                         other => other.ok(),
@@ -403,10 +425,17 @@ fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Inst
                 _ => receiver.recv().ok(),
             };
             let Some((k, ran)) = next else { break };
-            results[k] = Some(ran);
+            record(k, ran, &mut results);
         }
     });
-    results.into_iter().map(|r| r.unwrap_or((Ran::Halted, Duration::ZERO))).collect()
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(k, r)| match r {
+            Some(ran) if k <= at_bound => ran,
+            _ => (Ran::Halted, Duration::ZERO),
+        })
+        .collect()
 }
 
 /// Hands the rest of the time to the exact solver, starting from the best heuristic
@@ -472,6 +501,24 @@ mod tests {
             let mut all = Vec::new();
             solve_logged(&list, &SolveOptions { halt_heuristics: false, ..options }, &mut all).unwrap();
             assert_eq!(all.iter().filter(|a| matches!(a.method, Method::Heuristic(_))).count(), 3);
+        }
+    }
+
+    /// Once a heuristic places every buffer at the lower bound, the later ones stop, on
+    /// threads as one after the other: the log holds the same attempts either way (the
+    /// first method alone here: nested buffers of one size, which best-fit stacks).
+    #[test]
+    fn heuristics_after_one_at_the_lower_bound_stop() {
+        for n in [1000, PARALLEL_FROM] {
+            let nested: Vec<Live> = (0..n).map(|i| Live { first: i, last: 2 * n - i, size: 256 }).collect();
+            let mut log = Vec::new();
+            let solution = solve_logged(&nested, &SolveOptions::default(), &mut log).unwrap();
+            assert_eq!(solution.arena, 256 * n as u64, "{n}");
+            assert!(solution.proved_optimal);
+            let methods: Vec<Method> = log.iter().map(|a| a.method).collect();
+            assert_eq!(methods, [Method::Heuristic(Heuristic::BestFitSpatial)], "{n}");
+            let triples: Vec<(usize, usize, u64)> = nested.iter().map(|l| (l.first, l.last, l.size)).collect();
+            crate::checker::check_offsets(&triples, &solution.offsets, None).unwrap();
         }
     }
 
