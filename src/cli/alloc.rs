@@ -25,7 +25,7 @@ pub struct Args {
     /// Offset solver.
     #[arg(long, value_enum, default_value_t = SolverArg::Auto)]
     solver: SolverArg,
-    /// Seconds auto and exact may take, reading the file included (a heuristic stops at the limit once another has finished).
+    /// Seconds auto and exact may take, reading the file included: a heuristic stops at the limit once a placement exists (on 100,000 buffers or more one is made first, online); checking and writing the placement follow.
     #[arg(long = "time-limit", value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     time_limit: Duration,
     /// Write the list with an `offset` column to this new file (never overwritten; not the input).

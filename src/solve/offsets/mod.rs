@@ -13,7 +13,10 @@
 //! (`busy.rs`), so they never scan all pairs of buffers (benches/BENCHMARKS.md times them
 //! on 200000 buffers). The exact solver (`exact.rs`: branch and bound over tight
 //! placements, see docs/PLANNING.md; `minimize.rs` drives it towards the smallest arena)
-//! starts from the best heuristic solution. [`Solver::Auto`] (the default) runs every
+//! starts from the best heuristic solution. With a time limit that may stop heuristics
+//! (`memplan alloc`), lists of [`ONLINE_FROM`] buffers or more are first placed online
+//! (`online.rs`: best fit in time order, O(n log n)), so a placement exists when the
+//! limit passes even where no heuristic finishes in it. [`Solver::Auto`] (the default) runs every
 //! heuristic and keeps the smallest arena; while that is above the lower bound (or above
 //! the capacity), on lists of `window::WINDOW_FROM` buffers or more it runs the exact
 //! solver on windows of steps around the peak (`window.rs`: the rest placed around them),
@@ -26,6 +29,7 @@ mod busy;
 pub mod exact;
 pub mod greedy;
 pub mod minimize;
+pub mod online;
 pub mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -150,6 +154,9 @@ pub enum Method {
     PeakWindow,
     /// The exact solver, started from the best solution so far.
     Exact,
+    /// Best fit in time order, as an allocator would place them (`online.rs`): the
+    /// placement a time limit falls back on.
+    Online,
 }
 
 impl Method {
@@ -160,6 +167,7 @@ impl Method {
             Method::Heuristic(Heuristic::BestFitTemporal) => "best-fit (temporal order)",
             Method::PeakWindow => "peak window (exact)",
             Method::Exact => "exact (branch and bound)",
+            Method::Online => "best-fit online (time order, as an allocator)",
         }
     }
 }
@@ -203,6 +211,19 @@ pub fn solve_reporting(
     };
     // The time limit may stop heuristics that have not finished once one has.
     let halting = (options.halt_heuristics && matches!(options.solver, Solver::Auto | Solver::Exact)).then_some(deadline);
+    // With halting heuristics, on long lists: a placement at once (O(n log n)), so that
+    // one is there when the limit passes; kept only if no heuristic does better.
+    let mut online: Option<(usize, Vec<u64>, u64)> = None;
+    if halting.is_some() && intervals.len() >= ONLINE_FROM {
+        let t = Instant::now();
+        let offsets = online::online_best_fit(intervals).ok_or(SolveError::Overflow)?;
+        let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
+        log.push(Attempt { method: Method::Online, arena, elapsed: t.elapsed(), chosen: false });
+        online = Some((log.len() - 1, offsets, arena));
+    }
+    // At the lower bound nothing can beat it; past the limit no heuristic may run (each
+    // takes a while to notice it should stop).
+    let skip_heuristics = online.as_ref().is_some_and(|o| o.2 == lower || Instant::now() >= deadline);
     let mut best: Option<(usize, Vec<u64>, u64)> = None; // (log index, offsets, arena)
     // Greedy's own placement, for the peak window (which places the rest as greedy does).
     let mut greedy: Option<Vec<u64>> = None;
@@ -217,10 +238,11 @@ pub fn solve_reporting(
         }
         Ok(arena == lower)
     };
-    if methods.len() > 1 && intervals.len() >= PARALLEL_FROM && spare_cores() {
+    if skip_heuristics {
+    } else if methods.len() > 1 && intervals.len() >= PARALLEL_FROM && spare_cores() {
         // Independent runs: one thread each (results are kept in method order, so the
         // choice is the same as run one after the other).
-        for (method, (ran, elapsed)) in methods.iter().zip(run_parallel(intervals, methods, halting, lower)) {
+        for (method, (ran, elapsed)) in methods.iter().zip(run_parallel(intervals, methods, halting, lower, online.is_some())) {
             match ran {
                 Ran::Placed(offsets) => {
                     keep(*method, offsets, elapsed)?;
@@ -230,7 +252,7 @@ pub fn solve_reporting(
             }
         }
     } else {
-        let mut placed = false;
+        let mut placed = online.is_some();
         for &method in methods {
             let halt = match halting {
                 Some(deadline) if placed => Halt { flag: None, deadline: Some(deadline) },
@@ -250,6 +272,11 @@ pub fn solve_reporting(
                 break; // at the lower bound: nothing can beat it
             }
         }
+    }
+    if let Some(online) = online
+        && best.as_ref().is_none_or(|b| online.2 < b.2)
+    {
+        best = Some(online);
     }
     let Some((chosen, offsets, arena)) = best else { return Err(SolveError::Overflow) };
     if let Some(a) = log.get_mut(chosen) {
@@ -314,6 +341,10 @@ pub fn solve_reporting(
     }
 }
 
+/// From this many buffers on, `solve` with halting heuristics places the list online
+/// first (`online.rs`), so that the time limit holds even where no heuristic finishes in it.
+pub const ONLINE_FROM: usize = 100_000;
+
 /// From this many buffers on, `solve` runs several heuristics on threads of their own
 /// (where [`spare_cores`] says the machine has room for them).
 const PARALLEL_FROM: usize = 20_000;
@@ -368,11 +399,12 @@ fn run_method(intervals: &[Live], method: Heuristic, halt: &Halt<'_>) -> (Ran, D
 /// [`run_method`] for each of `methods` on its own scoped thread (in this thread when one
 /// cannot be started), results in method order. With a `deadline`, the runs still going
 /// when it passes give up, once one has placed every buffer (if none has by then, as soon
-/// as the first does). Once a run places every buffer at `lower` (the lower bound: no
+/// as the first does; `placed_before`: a placement is already there, so all give up at
+/// it). Once a run places every buffer at `lower` (the lower bound: no
 /// placement is smaller), the runs after it in method order stop, and their results count
 /// as halted even when they finished: an earlier method wins ties, so the choice and the
 /// log are those of running the methods one after the other, whatever the clock.
-fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Instant>, lower: u64) -> Vec<(Ran, Duration)> {
+fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Instant>, lower: u64, placed_before: bool) -> Vec<(Ran, Duration)> {
     let flags: Vec<AtomicBool> = methods.iter().map(|_| AtomicBool::new(false)).collect();
     let mut results: Vec<Option<(Ran, Duration)>> = methods.iter().map(|_| None).collect();
     // The first method (so far) whose placement is at the lower bound.
@@ -406,7 +438,7 @@ fn run_parallel(intervals: &[Live], methods: &[Heuristic], deadline: Option<Inst
             let ran = run_method(intervals, methods[k], &Halt::NEVER);
             record(k, ran, &mut results);
         }
-        let placed = |results: &[Option<(Ran, Duration)>]| results.iter().any(|r| matches!(r, Some((Ran::Placed(_), _))));
+        let placed = |results: &[Option<(Ran, Duration)>]| placed_before || results.iter().any(|r| matches!(r, Some((Ran::Placed(_), _))));
         let mut timed_out = false;
         loop {
             let next = match deadline {
@@ -502,6 +534,24 @@ mod tests {
             solve_logged(&list, &SolveOptions { halt_heuristics: false, ..options }, &mut all).unwrap();
             assert_eq!(all.iter().filter(|a| matches!(a.method, Method::Heuristic(_))).count(), 3);
         }
+    }
+
+    /// On long lists with halting heuristics (`alloc`), the online placement comes first,
+    /// so a limit already passed returns it without starting a heuristic; a plan (no
+    /// halting) never runs it.
+    #[test]
+    fn a_passed_limit_returns_the_online_placement() {
+        let list = crate::testing::synthetic::training_like(ONLINE_FROM, 3);
+        let triples: Vec<(usize, usize, u64)> = list.iter().map(|l| (l.first, l.last, l.size)).collect();
+        let halting = SolveOptions { time_limit: Duration::ZERO, halt_heuristics: true, ..SolveOptions::default() };
+        let mut log = Vec::new();
+        let solution = solve_logged(&list, &halting, &mut log).unwrap();
+        assert_eq!(log.iter().map(|a| (a.method, a.chosen)).collect::<Vec<_>>(), [(Method::Online, true)]);
+        crate::checker::check_offsets(&triples, &solution.offsets, None).unwrap();
+        assert_eq!(arena_of(&list, &solution.offsets), Some(solution.arena));
+        let mut log = Vec::new();
+        solve_logged(&list, &SolveOptions { halt_heuristics: false, ..halting }, &mut log).unwrap();
+        assert!(log.iter().all(|a| a.method != Method::Online) && !log.is_empty());
     }
 
     /// Once a heuristic places every buffer at the lower bound, the later ones stop, on
