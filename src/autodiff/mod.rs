@@ -121,7 +121,7 @@ pub fn expand(graph: &Graph) -> Result<Graph, AutodiffError> {
     let mut b = Builder::new(forward);
     let grads = sweep(&mut b, graph, backward, &needs)?;
     optimize(&mut b, backward, &grads)?;
-    Ok(b.into_graph().canonical_ids())
+    Ok(b.into_graph().into_canonical_ids())
 }
 
 /// Which values need a gradient, and how many contributions each will receive.

@@ -14,6 +14,6 @@ pub struct Args {
 
 pub fn run(Args { file }: Args) -> Result<(), Failure> {
     let source = Source::read(&file)?;
-    out!("{}", memplan::print(&source.graph()?));
+    out!("{}", memplan::print(&source.verified(source.graph()?)?));
     Ok(())
 }

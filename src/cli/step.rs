@@ -35,9 +35,11 @@ impl Source {
         Failure { message: diagnostics::render(diagnostic, &self.file, &self.text, color), exit }
     }
 
-    /// Parses, verifies, expands and verifies the expanded step, printing the step's
-    /// warnings (`autodiff::warnings`) on stderr. An expanded step that does not verify is a
-    /// memplan bug. A plan JSON is refused with a pointer to the commands that read one.
+    /// Parses, verifies and expands the step, printing the step's warnings
+    /// (`autodiff::warnings`) on stderr. The expanded step is verified where it is used
+    /// (the pipeline verifies the step it plans; [`verified`](Self::verified) for the
+    /// rest): verifying a 1,000,000-op step takes most of a second. A plan JSON is refused
+    /// with a pointer to the commands that read one.
     pub fn graph(&self) -> Result<Graph, Failure> {
         if is_plan_json(Path::new(&self.file), &self.text) {
             return Err(Failure::bad_input(format_args!(
@@ -68,8 +70,18 @@ impl Source {
             self.failure(&e, Exit::BadInput)
         })?;
         warn();
-        memplan::verify(&expanded).map_err(|e| Failure::bug("the expanded step does not verify", self.failure(&e, Exit::Bug).message))?;
         Ok(expanded)
+    }
+
+    /// The expanded step of [`graph`](Self::graph), verified: one that does not verify is a
+    /// memplan bug (the step itself was verified before it was expanded).
+    pub fn verified(&self, expanded: Graph) -> Result<Graph, Failure> {
+        memplan::verify(&expanded).map_err(|e| self.expansion_bug(&e))?;
+        Ok(expanded)
+    }
+
+    fn expansion_bug(&self, errors: &memplan::VerifyErrors) -> Failure {
+        Failure::bug("the expanded step does not verify", self.failure(errors, Exit::Bug).message)
     }
 
     /// Plans `graph` and checks the plan independently; returns the graph the plan refers
@@ -80,7 +92,12 @@ impl Source {
 
     /// [`Source::plan`], showing the pipeline's context to `observe` after each pass.
     pub fn plan_observed(&self, graph: &Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), Failure> {
-        let (graph, plan) = memplan::passes::plan_step_observed(graph, options, observe).map_err(|e| self.failure(&e, plan_exit(&e)))?;
+        // `graph` comes from `graph()`: the pipeline finding it invalid means expanding it
+        // made an invalid step.
+        let (graph, plan) = memplan::passes::plan_step_observed(graph, options, observe).map_err(|e| match &e {
+            PlanError::Invalid(errors) => self.expansion_bug(errors),
+            _ => self.failure(&e, plan_exit(&e)),
+        })?;
         memplan::check(&graph, &plan)
             .map_err(|violations| Failure::bug(format_args!("the checker rejected the plan of {}", self.file), format_args!("{violations}\n")))?;
         Ok((graph, plan))
