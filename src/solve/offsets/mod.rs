@@ -167,7 +167,7 @@ impl Method {
             Method::Heuristic(Heuristic::BestFitTemporal) => "best-fit (temporal order)",
             Method::PeakWindow => "peak window (exact)",
             Method::Exact => "exact (branch and bound)",
-            Method::Online => "best-fit online (time order, as an allocator)",
+            Method::Online => "online best-fit (time order)",
         }
     }
 }
@@ -239,6 +239,7 @@ pub fn solve_reporting(
         Ok(arena == lower)
     };
     if skip_heuristics {
+        // The online placement stands (or is bettered by the exact steps below).
     } else if methods.len() > 1 && intervals.len() >= PARALLEL_FROM && spare_cores() {
         // Independent runs: one thread each (results are kept in method order, so the
         // choice is the same as run one after the other).
