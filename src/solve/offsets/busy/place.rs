@@ -28,7 +28,8 @@ pub(in crate::solve::offsets) fn place(intervals: &[Live], order: &[usize], fit:
     place_pinned(intervals, order, fit, &[])
 }
 
-/// [`place`], giving up (`None`) once `halt` says so (checked every [`HALT_EVERY`] buffers).
+/// [`place`], giving up (`None`) once `halt` says so (checked every [`HALT_EVERY`] buffers,
+/// and between the steps of setting up).
 pub(in crate::solve::offsets) fn place_until(intervals: &[Live], order: &[usize], fit: Fit, halt: &Halt<'_>) -> Option<Vec<u64>> {
     place_pinned_reusing(intervals, order, fit, &[], None, halt)
 }
@@ -62,6 +63,10 @@ pub(in crate::solve::offsets) fn place_pinned_reusing(
     }
     let mut offsets = vec![0u64; intervals.len()];
     for part in parts(intervals, order)? {
+        // Each step of the setup takes a while on millions of buffers: look between them.
+        if halt.now() {
+            return None;
+        }
         match known.filter(|known| known.len() == intervals.len()) {
             Some(known) if part.iter().all(|&i| pin[i].is_none()) => part.iter().for_each(|&i| offsets[i] = known[i]),
             _ => place_part(intervals, &part, fit, &pin, &mut offsets, halt)?,
@@ -150,6 +155,9 @@ fn place_part(intervals: &[Live], order: &[usize], fit: Fit, pin: &[Option<u64>]
 fn place_in<U: Unit>(buffers: &[Buffer], fit: Fit, unit: u64, offsets: &mut [u64], halt: &Halt<'_>) -> Option<()> {
     let (count, leaves) = leaves_of(buffers.iter().map(|b| (b.first, b.last)));
     let mut index = BusyIndex::<U>::new(count);
+    if halt.now() {
+        return None;
+    }
     for (k, (buffer, &leaves)) in buffers.iter().zip(&leaves).enumerate() {
         if k % HALT_EVERY == HALT_EVERY - 1 && halt.now() {
             return None;
