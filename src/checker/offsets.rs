@@ -11,7 +11,7 @@
 //! [`MAX_PAIRS`](super::MAX_PAIRS) of which are listed. Byte ends are computed in `u128`.
 //! Zero-size buffers hold no bytes and never overlap.
 
-use super::{MAX_PAIRS, Rect, Violation, Violations, any_overlap, overlapping_pairs};
+use super::{MAX_PAIRS, Rect, Violation, Violations, any_overlap, by_start, overlapping_pairs};
 
 /// Checks `offsets` for `buffers` (`(first, last inclusive, size)`, in list order):
 /// `Err` lists every violation, naming buffers by their index in the list.
@@ -41,11 +41,7 @@ pub fn check_offsets(buffers: &[(usize, usize, u64)], offsets: &[u64], capacity:
             ids.push(i);
         }
     }
-    // Sorted as (start, index) pairs, not indices looked up at every comparison (two
-    // million lookups missed the cache at each step of the sort).
-    let mut keyed: Vec<(usize, usize)> = rects.iter().enumerate().map(|(k, r)| (r.t0, k)).collect();
-    keyed.sort_unstable();
-    let order: Vec<usize> = keyed.into_iter().map(|(_, k)| k).collect();
+    let order = by_start(&rects);
     let mut pairs = Vec::new();
     let truncated = any_overlap(&rects, &order)
         && overlapping_pairs(&rects, &order, |x, y| {

@@ -56,11 +56,10 @@ pub fn lower_bound(problem: &Problem, budget: u64) -> Bound {
     bound_until(problem, budget, None)
 }
 
-/// [`lower_bound`], also skipping the covers left when `deadline` passes (the search's
-/// own use: it only stops the search early).
-pub fn bound_until(problem: &Problem, budget: u64, deadline: Option<Instant>) -> Bound {
+/// For each value its last use (its last reader, or `nodes.len()` for a survivor); for each
+/// node the values it reads.
+fn uses(problem: &Problem) -> (Vec<usize>, Vec<Vec<usize>>) {
     let n = problem.nodes.len();
-    // For each value: the last reader (or n for survivors); the values each node reads.
     let mut last_use = vec![0usize; problem.values.len()];
     let mut read_by: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (v, value) in problem.values.iter().enumerate() {
@@ -71,6 +70,14 @@ pub fn bound_until(problem: &Problem, budget: u64, deadline: Option<Instant>) ->
         }
         last_use[v] = if value.to_end { n } else { last };
     }
+    (last_use, read_by)
+}
+
+/// [`lower_bound`], also skipping the covers left when `deadline` passes (the search's
+/// own use: it only stops the search early).
+pub fn bound_until(problem: &Problem, budget: u64, deadline: Option<Instant>) -> Bound {
+    let n = problem.nodes.len();
+    let (last_use, read_by) = uses(problem);
     let droppable_writer = |v: usize| problem.values[v].def.filter(|&d| problem.nodes[d as usize].recomputable);
     // One sweep: the bytes live at each position in the plain order, and of those the
     // droppable ones (a recomputable writer before the position, not read there).
@@ -263,17 +270,7 @@ mod tests {
     /// The bounds as they were computed before the sweep: every value at every position.
     fn scanned(problem: &Problem, budget: u64) -> Bound {
         let n = problem.nodes.len();
-        // For each value: the last reader (or n for survivors), and whether node t reads it.
-        let mut last_use = vec![0usize; problem.values.len()];
-        let mut read_by: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (v, value) in problem.values.iter().enumerate() {
-            let mut last = value.def.map_or(0, |d| d as usize);
-            for &r in &value.readers {
-                last = last.max(r as usize);
-                read_by[r as usize].push(v);
-            }
-            last_use[v] = if value.to_end { n } else { last };
-        }
+        let (last_use, read_by) = uses(problem);
         let shares = problem.shares_by_node();
         let mut peak = 0u64;
         let mut extra = Some(0u64);
