@@ -625,31 +625,28 @@ fn by_start(rects: &[Rect]) -> Vec<usize> {
     keyed.into_iter().map(|(_, k)| k).collect()
 }
 
-/// Whether any two of `rects` intersect in time and in bytes (`order` sorted by `t0`), in
+/// Whether any two of `rects` (none empty) intersect in time and in bytes (`order` sorted by `t0`), in
 /// O(n log n) with a small constant: the common case of a valid placement, where
 /// [`overlapping_pairs`] (which must find every pair) was most of checking two million
 /// buffers. Sweep over time: the active rects never overlap while none is found, so they
-/// sit in an ordered map by start, and a new one meets an active one iff it meets its
-/// neighbour below or above.
+/// sit in an ordered map by start, where their ends increase with their starts; a new one
+/// `[lo, hi)` meets an active one iff the active one starting last below `hi` ends after
+/// `lo`. Rects leave in order of their last step (sorted once: each has started by then,
+/// as it starts no later than it ends).
 fn any_overlap(rects: &[Rect], order: &[usize]) -> bool {
+    let mut by_end: Vec<(usize, u128)> = rects.iter().map(|r| (r.t1, r.lo)).collect();
+    by_end.sort_unstable();
+    let mut ended = by_end.into_iter().peekable();
     let mut active: BTreeMap<u128, u128> = BTreeMap::new();
-    let mut expiry: BinaryHeap<Reverse<(usize, u128)>> = BinaryHeap::new();
     for &i in order {
         let r = rects[i];
-        while let Some(&Reverse((t1, lo))) = expiry.peek() {
-            if t1 >= r.t0 {
-                break;
-            }
-            expiry.pop();
+        while let Some((_, lo)) = ended.next_if(|&(t1, _)| t1 < r.t0) {
             active.remove(&lo);
         }
-        let below = active.range(..=r.lo).next_back().is_some_and(|(_, &hi)| hi > r.lo);
-        let above = active.range(r.lo..).next().is_some_and(|(&lo, _)| lo < r.hi);
-        if below || above {
+        if active.range(..r.hi).next_back().is_some_and(|(_, &hi)| hi > r.lo) {
             return true;
         }
         active.insert(r.lo, r.hi);
-        expiry.push(Reverse((r.t1, r.lo)));
     }
     false
 }

@@ -20,7 +20,7 @@ pub struct Args {
 
 pub fn run(Args { file, passes }: Args) -> Result<(), Failure> {
     let source = Source::read(&file)?;
-    let (graph, plan) = source.plan(&source.graph()?, &passes.options(DEFAULT_ALIGNMENT)?)?;
+    let (graph, plan) = source.plan(source.graph()?, &passes.options(DEFAULT_ALIGNMENT)?)?;
     outln!(
         "ok: {}: step @{} ({} args, {} ops) is valid; its plan ({}) passes the checker",
         source.file,

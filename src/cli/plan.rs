@@ -66,7 +66,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
             let _ = std::io::stderr().write_all(memplan::passes::dump::dump(pass, cx).as_bytes());
         }
     };
-    let (graph, plan) = source.plan_observed(&graph, &options, &mut dump)?;
+    let (graph, plan) = source.plan_observed(graph, &options, &mut dump)?;
     let subject = source.subject(graph, plan);
     let report = Report::new(&subject.graph, &subject.plan);
     emit.sort();

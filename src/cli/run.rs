@@ -83,7 +83,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let original = source.graph()?;
     // Another framework's ops can be planned but not run: say so before planning.
     memplan::exec::refuse_extern(&original).map_err(exec_failure)?;
-    let (graph, plan) = source.plan(&original, &passes.options(DEFAULT_ALIGNMENT)?)?;
+    let (graph, plan) = source.plan(original.clone(), &passes.options(DEFAULT_ALIGNMENT)?)?;
     #[cfg(feature = "cuda")]
     if device == Device::Cuda {
         let args = initial_args(&graph, seed, weights.as_deref()).map_err(|e| e.shown(&source))?;

@@ -85,13 +85,13 @@ impl Source {
     }
 
     /// Plans `graph` and checks the plan independently; returns the graph the plan refers
-    /// to (rewritten when ops are recomputed under a budget).
-    pub fn plan(&self, graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), Failure> {
+    /// to (`graph` itself, or the step rewritten when ops are recomputed under a budget).
+    pub fn plan(&self, graph: Graph, options: &PlanOptions) -> Result<(Graph, Plan), Failure> {
         self.plan_observed(graph, options, &mut |_, _| {})
     }
 
     /// [`Source::plan`], showing the pipeline's context to `observe` after each pass.
-    pub fn plan_observed(&self, graph: &Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), Failure> {
+    pub fn plan_observed(&self, graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), Failure> {
         // `graph` comes from `graph()`: the pipeline finding it invalid means expanding it
         // made an invalid step.
         let (graph, plan) = memplan::passes::plan_step_observed(graph, options, observe).map_err(|e| match &e {
@@ -139,7 +139,7 @@ pub fn load_subject(path: &Path, options: &PlanOptions) -> Result<(String, Subje
         return Ok((name, subject));
     }
     let graph = source.graph()?;
-    let (graph, plan) = source.plan(&graph, options)?;
+    let (graph, plan) = source.plan(graph, options)?;
     let name = format!("{} (@{})", source.file, graph.name);
     Ok((name, source.subject(graph, plan)))
 }

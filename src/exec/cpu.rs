@@ -227,6 +227,22 @@ impl Memory {
     }
 }
 
+/// Whether `outputs` as f64 numbers can be allocated: the kernels allocate their results
+/// infallibly, so the bytes are asked for fallibly first, one output at a time, and given
+/// back for the kernel to take (an out-of-memory error naming the output instead of an
+/// abort).
+fn outputs_fit(graph: &Graph, outputs: &[ValueId]) -> Result<(), ExecError> {
+    for &v in outputs {
+        let n = graph.values[v].ty.shape.0.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
+        let mut probe: Vec<f64> = Vec::new();
+        if n.is_none_or(|n| probe.try_reserve_exact(n).is_err()) {
+            let bytes = n.and_then(|n| (n as u64).checked_mul(8));
+            return Err(ExecError::OutOfMemory { what: format!("{} as f64 numbers", graph.value_name(v)), bytes });
+        }
+    }
+    Ok(())
+}
+
 /// Runs one step of `graph` on `args` (every argument by name).
 pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Result<StepResult, ExecError> {
     crate::exec::refuse_extern(graph)?;
@@ -264,6 +280,7 @@ pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Resu
             .collect::<Result<Vec<Dense>, ExecError>>()
             .map_err(|e| ExecError::at_op(graph, op_id, e))?;
         let output_types: Vec<TensorType> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
+        outputs_fit(graph, &op.outputs).map_err(|e| ExecError::at_op(graph, op_id, e))?;
         let results = kernels::eval(op.kind, &op.attrs, &inputs, &output_types).map_err(|e| ExecError::at_op(graph, op_id, e))?;
         for ((&out, ty), result) in op.outputs.iter().zip(&output_types).zip(results) {
             memory.write_root(out, ty, &result.data);

@@ -287,10 +287,10 @@ impl<'g> Context<'g> {
         self.recomputed.as_ref().map(|r| &r.reuse).or(self.input_reuse.as_ref())
     }
 
-    /// The graph the plan refers to and the plan, once the offsets pass ran.
-    fn into_planned(self) -> (Graph, Plan) {
-        let plan = self.plan.expect("the full pipeline makes a plan");
-        (self.recomputed.map_or_else(|| self.input.clone(), |r| r.step.graph), plan)
+    /// The plan and the step the remat pass rewrote (`None`: the plan is for the input),
+    /// once the offsets pass ran.
+    fn into_planned(self) -> (Plan, Option<Graph>) {
+        (self.plan.expect("the full pipeline makes a plan"), self.recomputed.map(|r| r.step.graph))
     }
 }
 
@@ -311,13 +311,18 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 /// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
 /// unless the remat pass rewrote it) and the plan.
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
-    plan_step_observed(graph, options, &mut |_, _| {})
+    let strategy = remat::strategy_fn(options.checkpoint);
+    full(graph, options, budgeted(options, &strategy), &mut |_, _| {})
 }
 
-/// [`plan_step`], showing the context to `observe` after each pass.
-pub fn plan_step_observed(graph: &Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
+/// [`plan_step`] for a graph the caller gives away (returned as it is when the plan does
+/// not rewrite it: a 1,000,000-op step is not copied), showing the context to `observe`
+/// after each pass.
+pub fn plan_step_observed(graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
     let strategy = remat::strategy_fn(options.checkpoint);
-    full(graph, options, budgeted(options, &strategy), observe)
+    let options = PlanOptions { stop_after: None, ..options.clone() };
+    let (plan, rewritten) = drive(&graph, &options, budgeted(&options, &strategy), observe)?.into_planned();
+    Ok((rewritten.unwrap_or(graph), plan))
 }
 
 /// [`plan_step`] with the caller's strategy (named `name` in the plan and errors).
@@ -352,7 +357,8 @@ fn budgeted<'a>(options: &PlanOptions, strategy: &'a StrategyFn<'a>) -> Option<S
 
 fn full(graph: &Graph, options: &PlanOptions, sequence: Option<Sequence<'_>>, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
     let options = PlanOptions { stop_after: None, ..options.clone() };
-    Ok(drive(graph, &options, sequence, observe)?.into_planned())
+    let (plan, rewritten) = drive(graph, &options, sequence, observe)?.into_planned();
+    Ok((rewritten.unwrap_or_else(|| graph.clone()), plan))
 }
 
 /// The driver loop (see the module docs); `sequence`: where the remat pass gets its

@@ -13,10 +13,11 @@
 //! (`busy.rs`), so they never scan all pairs of buffers (benches/BENCHMARKS.md times them
 //! on 200000 buffers). The exact solver (`exact.rs`: branch and bound over tight
 //! placements, see docs/PLANNING.md; `minimize.rs` drives it towards the smallest arena)
-//! starts from the best heuristic solution. With a time limit that may stop heuristics
-//! (`memplan alloc`), lists of [`ONLINE_FROM`] buffers or more are first placed online
-//! (`online.rs`: best fit in time order, O(n log n)), so a placement exists when the
-//! limit passes even where no heuristic finishes in it. [`Solver::Auto`] (the default) runs every
+//! starts from the best heuristic solution. Lists of [`ONLINE_FROM`] buffers or more are
+//! first placed online (`online.rs`: best fit in time order, O(n log n)): with a time
+//! limit that may stop heuristics (`memplan alloc`) a placement exists when the limit
+//! passes even where no heuristic finishes in it, and a placement at the lower bound
+//! (nothing can beat it) runs no heuristic at all. [`Solver::Auto`] (the default) runs every
 //! heuristic and keeps the smallest arena; while that is above the lower bound (or above
 //! the capacity), on lists of `window::WINDOW_FROM` buffers or more it runs the exact
 //! solver on windows of steps around the peak (`window.rs`: the rest placed around them),
@@ -188,19 +189,21 @@ pub fn solve(intervals: &[Live], options: &SolveOptions) -> Result<Solution, Sol
 
 /// [`solve`], recording every algorithm it ran (in run order) in `log`.
 pub fn solve_logged(intervals: &[Live], options: &SolveOptions, log: &mut Vec<Attempt>) -> Result<Solution, SolveError> {
-    solve_reporting(intervals, options, log, &crate::progress::Silent)
+    let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
+    solve_reporting(intervals, lower, options, log, &crate::progress::Silent)
 }
 
-/// [`solve_logged`], reporting the exact search's progress to `progress`.
+/// [`solve_logged`] for a caller that has the list's [`lower_bound`] already (`lower`: it
+/// must be that bound), reporting the exact search's progress to `progress`.
 pub fn solve_reporting(
     intervals: &[Live],
+    lower: u64,
     options: &SolveOptions,
     log: &mut Vec<Attempt>,
     progress: &dyn crate::progress::Progress,
 ) -> Result<Solution, SolveError> {
     let started = Instant::now();
     let deadline = started.checked_add(options.time_limit).unwrap_or_else(|| started + Duration::from_secs(365 * 24 * 3600));
-    let lower = lower_bound(intervals).ok_or(SolveError::Overflow)?;
     use Heuristic::*;
     let methods: &[Heuristic] = match options.solver {
         Solver::Greedy => &[Greedy],
@@ -211,19 +214,22 @@ pub fn solve_reporting(
     };
     // The time limit may stop heuristics that have not finished once one has.
     let halting = (options.halt_heuristics && matches!(options.solver, Solver::Auto | Solver::Exact)).then_some(deadline);
-    // With halting heuristics, on long lists: a placement at once (O(n log n)), so that
-    // one is there when the limit passes; kept only if no heuristic does better.
+    // On long lists: a placement at once (O(n log n)), so that one is there when a
+    // halting limit passes, and no heuristic runs when it is at the lower bound (a
+    // 1,000,000-op training step's activations nest, and it stacks them); kept only if no
+    // heuristic does better.
     let mut online: Option<(usize, Vec<u64>, u64)> = None;
-    if halting.is_some() && intervals.len() >= ONLINE_FROM {
+    if intervals.len() >= ONLINE_FROM {
         let t = Instant::now();
         let offsets = online::online_best_fit(intervals).ok_or(SolveError::Overflow)?;
         let arena = arena_of(intervals, &offsets).ok_or(SolveError::Overflow)?;
         log.push(Attempt { method: Method::Online, arena, elapsed: t.elapsed(), chosen: false });
         online = Some((log.len() - 1, offsets, arena));
     }
-    // At the lower bound nothing can beat it; past the limit no heuristic may run (each
-    // takes a while to notice it should stop).
-    let skip_heuristics = online.as_ref().is_some_and(|o| o.2 == lower || Instant::now() >= deadline);
+    // At the lower bound nothing can beat it; past a halting limit no heuristic may run
+    // (each takes a while to notice it should stop). Without halting, heuristics run
+    // whatever the clock says, so the plan does not depend on it.
+    let skip_heuristics = online.as_ref().is_some_and(|o| o.2 == lower || (halting.is_some() && Instant::now() >= deadline));
     let mut best: Option<(usize, Vec<u64>, u64)> = None; // (log index, offsets, arena)
     // Greedy's own placement, for the peak window (which places the rest as greedy does).
     let mut greedy: Option<Vec<u64>> = None;
@@ -342,8 +348,10 @@ pub fn solve_reporting(
     }
 }
 
-/// From this many buffers on, `solve` with halting heuristics places the list online
-/// first (`online.rs`), so that the time limit holds even where no heuristic finishes in it.
+/// From this many buffers on, `solve` places the list online first (`online.rs`), so that
+/// a halting time limit holds even where no heuristic finishes in it, and a placement at
+/// the lower bound skips the heuristics. Smaller lists (every step of the corpus) never
+/// see it: their plans are the heuristics'.
 pub const ONLINE_FROM: usize = 100_000;
 
 /// From this many buffers on, `solve` runs several heuristics on threads of their own
@@ -537,9 +545,9 @@ mod tests {
         }
     }
 
-    /// On long lists with halting heuristics (`alloc`), the online placement comes first,
-    /// so a limit already passed returns it without starting a heuristic; a plan (no
-    /// halting) never runs it.
+    /// On long lists the online placement comes first: with halting heuristics (`alloc`) a
+    /// limit already passed returns it without starting a heuristic; without (a plan) every
+    /// heuristic runs after it, whatever the clock says.
     #[test]
     fn a_passed_limit_returns_the_online_placement() {
         let list = crate::testing::synthetic::training_like(ONLINE_FROM, 3);
@@ -551,8 +559,25 @@ mod tests {
         crate::checker::check_offsets(&triples, &solution.offsets, None).unwrap();
         assert_eq!(arena_of(&list, &solution.offsets), Some(solution.arena));
         let mut log = Vec::new();
-        solve_logged(&list, &SolveOptions { halt_heuristics: false, ..halting }, &mut log).unwrap();
-        assert!(log.iter().all(|a| a.method != Method::Online) && !log.is_empty());
+        let solution = solve_logged(&list, &SolveOptions { halt_heuristics: false, ..halting }, &mut log).unwrap();
+        let methods: Vec<Method> = log.iter().map(|a| a.method).collect();
+        assert!(log[0].arena > lower_bound(&list).unwrap(), "{log:?}");
+        assert_eq!(methods[..4], [Method::Online, Method::Heuristic(Heuristic::BestFitSpatial), Method::Heuristic(Heuristic::BestFitTemporal), Method::Heuristic(Heuristic::Greedy)]);
+        crate::checker::check_offsets(&triples, &solution.offsets, None).unwrap();
+    }
+
+    /// An online placement at the lower bound is kept without running any heuristic (the
+    /// nested activations of a long training step).
+    #[test]
+    fn an_online_placement_at_the_lower_bound_runs_no_heuristic() {
+        let n = ONLINE_FROM;
+        let nested: Vec<Live> = (0..n).map(|i| Live { first: i, last: 2 * n - i, size: 256 }).collect();
+        let mut log = Vec::new();
+        let solution = solve_logged(&nested, &SolveOptions::default(), &mut log).unwrap();
+        assert_eq!((solution.arena, solution.proved_optimal), (256 * n as u64, true));
+        assert_eq!(log.iter().map(|a| (a.method, a.chosen)).collect::<Vec<_>>(), [(Method::Online, true)]);
+        let triples: Vec<(usize, usize, u64)> = nested.iter().map(|l| (l.first, l.last, l.size)).collect();
+        crate::checker::check_offsets(&triples, &solution.offsets, None).unwrap();
     }
 
     /// Once a heuristic places every buffer at the lower bound, the later ones stop, on
