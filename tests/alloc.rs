@@ -117,7 +117,7 @@ fn never_overwrites_a_file_nor_the_input() {
 }
 
 /// `--time-limit 0` still places every buffer (the first heuristic always finishes) and the
-/// placement checks; the others are stopped.
+/// placement checks; the others are stopped, and a note says the limit could not hold.
 #[test]
 fn a_time_limit_of_zero_still_places_the_list() {
     let dir = scratch("time_limit");
@@ -127,6 +127,8 @@ fn a_time_limit_of_zero_still_places_the_list() {
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
     let stdout = text(&run.stdout);
     assert!(stdout.contains("best-fit (spatial order)") && !stdout.contains("exact (branch and bound)"), "{stdout}");
+    let stderr = text(&run.stderr);
+    assert!(stderr.contains("past its time limit of 0.0 s: reading ") && stderr.contains(" buffers, placing them once"), "{stderr}");
     let placed = parse_buffer_list(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let triples: Vec<_> = placed.iter().map(|b| (b.lower as usize, (b.upper - 1) as usize, b.size)).collect();
     let offsets: Vec<u64> = placed.iter().map(|b| b.offset.unwrap()).collect();

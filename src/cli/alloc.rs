@@ -123,6 +123,17 @@ pub fn run(Args { file, capacity, solver, time_limit, output }: Args) -> Result<
             Err(v) => outln!("file's own placement: invalid ({} violations, e.g. {})", v.0.len(), name_buffers(&v.0[0].to_string(), &list)),
         }
     }
+    // A limit shorter than what reading, one placement and checking take cannot be kept:
+    // say so rather than pass it silently.
+    let took = command_started.elapsed();
+    if matches!(solver, SolverArg::Auto | SolverArg::Exact) && took.as_secs_f64() > time_limit.as_secs_f64() * 1.1 {
+        eprintln!(
+            "note: alloc took {:.1} s, past its time limit of {:.1} s: reading {} buffers, placing them once and checking the placement take that long here",
+            took.as_secs_f64(),
+            time_limit.as_secs_f64(),
+            list.len()
+        );
+    }
     if let Some(capacity) = capacity {
         if !fits {
             return Err(Failure::error(
