@@ -312,7 +312,7 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 /// unless the remat pass rewrote it) and the plan.
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
     let strategy = remat::strategy_fn(options.checkpoint);
-    full(graph, options, budgeted(options, &strategy), &mut |_, _| {})
+    full(graph, options, budgeted(options, &strategy))
 }
 
 /// [`plan_step`] for a graph the caller gives away (returned as it is when the plan does
@@ -333,14 +333,14 @@ pub fn plan_with_strategy(
     strategy: &StrategyFn<'_>,
 ) -> Result<(Graph, Plan), PlanError> {
     let sequence = options.budget.map(|budget| Sequence::Solve { name, strategy, budget });
-    full(graph, options, sequence, &mut |_, _| {})
+    full(graph, options, sequence)
 }
 
 /// Plans `graph` running `sequence`, a valid sequence of the step's rematerialisation
 /// problem ([`remat::step_problem`] of the schedule that [`run`] with `stop_after:
 /// Some(Pass::Inplace)` gives); `options.budget` is ignored (the plan records none).
 pub fn plan_sequence(graph: &Graph, options: &PlanOptions, sequence: &[Node]) -> Result<(Graph, Plan), PlanError> {
-    full(graph, options, Some(Sequence::Given(sequence)), &mut |_, _| {})
+    full(graph, options, Some(Sequence::Given(sequence)))
 }
 
 /// Runs the passes up to `options.stop_after`.
@@ -355,9 +355,10 @@ fn budgeted<'a>(options: &PlanOptions, strategy: &'a StrategyFn<'a>) -> Option<S
     options.budget.map(|budget| Sequence::Solve { name: options.checkpoint.name(), strategy, budget })
 }
 
-fn full(graph: &Graph, options: &PlanOptions, sequence: Option<Sequence<'_>>, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
+/// Every pass on `graph` (borrowed: copied into the result unless the remat pass rewrote it).
+fn full(graph: &Graph, options: &PlanOptions, sequence: Option<Sequence<'_>>) -> Result<(Graph, Plan), PlanError> {
     let options = PlanOptions { stop_after: None, ..options.clone() };
-    let (plan, rewritten) = drive(graph, &options, sequence, observe)?.into_planned();
+    let (plan, rewritten) = drive(graph, &options, sequence, &mut |_, _| {})?.into_planned();
     Ok((rewritten.unwrap_or_else(|| graph.clone()), plan))
 }
 
