@@ -207,14 +207,18 @@ impl Memory {
         Ok(Dense::new(layout.shape.iter().map(|&d| d as usize).collect(), data))
     }
 
-    /// The value's elements as dense bytes, copied exactly.
-    fn read_host(&self, layout: &Layout, ty: &TensorType) -> HostTensor {
+    /// The value's elements as dense bytes, copied exactly (allocated fallibly: `name`
+    /// names the value).
+    fn read_host(&self, layout: &Layout, ty: &TensorType, name: &str) -> Result<HostTensor, ExecError> {
         let size = ty.dtype.size() as usize;
-        let mut bytes = Vec::with_capacity(layout.shape.iter().product::<u64>() as usize * size);
+        // The value lies in the arena, which is allocated: its byte count fits a usize.
+        let n = layout.shape.iter().product::<u64>() as usize * size;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(n).map_err(|_| ExecError::OutOfMemory { what: format!("the result %{name}"), bytes: Some(n as u64) })?;
         for at in self.element_offsets(layout, size) {
             bytes.extend_from_slice(&self.bytes[at..at + size]);
         }
-        HostTensor { ty: ty.clone(), bytes }
+        Ok(HostTensor { ty: ty.clone(), bytes })
     }
 
     /// Stores a root value densely at its base.
@@ -286,10 +290,10 @@ pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Resu
             memory.write_root(out, ty, &result.data);
         }
     }
-    let read = |v: ValueId| memory.read_host(&layouts[v], &graph.values[v].ty);
+    let read = |name: &str, v: ValueId| Ok((name.to_string(), memory.read_host(&layouts[v], &graph.values[v].ty, name)?));
     Ok(StepResult {
-        returns: graph.returns.iter().map(|r| (graph.values[r.value].name.clone(), read(r.value))).collect(),
-        updated: graph.updates.iter().map(|u| (graph.values[u.target].name.clone(), read(u.value))).collect(),
+        returns: graph.returns.iter().map(|r| read(&graph.values[r.value].name, r.value)).collect::<Result<_, ExecError>>()?,
+        updated: graph.updates.iter().map(|u| read(&graph.values[u.target].name, u.value)).collect::<Result<_, ExecError>>()?,
     })
 }
 
