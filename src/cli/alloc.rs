@@ -68,10 +68,12 @@ pub fn run(Args { file, capacity, solver, time_limit, output }: Args) -> Result<
         })
     };
     // The lower bound is a sort and a sweep over the list, as the check is: how long it
-    // took says how long to leave for checking (and writing) after the solver stops.
+    // took says how long to leave for checking (and writing) after the solver stops;
+    // and heuristics stop a little after the solver's limit.
     let lower_started = Instant::now();
     let lower = offsets::lower_bound(&intervals).ok_or_else(|| too_large(None))?;
-    let reserve = lower_started.elapsed().saturating_mul(if output.is_some() { CHECK_RESERVE + WRITE_RESERVE } else { CHECK_RESERVE });
+    let reserve = lower_started.elapsed().saturating_mul(if output.is_some() { CHECK_RESERVE + WRITE_RESERVE } else { CHECK_RESERVE })
+        + time_limit / LATE_SHARE;
     let left = time_limit.saturating_sub(command_started.elapsed().saturating_add(reserve));
     let options = SolveOptions { solver: solver.solver(), capacity, time_limit: left, search_nodes: u64::MAX, halt_heuristics: true };
     let mut log = Vec::new();
@@ -165,6 +167,11 @@ pub fn run(Args { file, capacity, solver, time_limit, output }: Args) -> Result<
 /// drifts.
 const CHECK_RESERVE: u32 = 8;
 const WRITE_RESERVE: u32 = 4;
+
+/// The share of the limit (1 / this) left besides for heuristics that notice the limit
+/// late: they look at the clock between buffers and between the steps of their set-up (a
+/// sort of millions of buffers is one step), and the solver waits for them to stop.
+const LATE_SHARE: u32 = 20;
 
 /// `text` (a check_offsets violation) with each `#i` followed by buffer i's id in the file.
 /// The first buffer, by its first step, whose size makes the bytes live at that step
