@@ -503,9 +503,12 @@ impl<'a> Checker<'a> {
             rects.push(Rect { t0: def[value.index()], t1: last[value.index()], lo, hi: lo + u128::from(bytes) });
             vals.push(value);
         }
-        let mut order: Vec<usize> = (0..rects.len()).collect();
         // Arguments before op outputs at the same position: they are written before it.
-        order.sort_by_key(|&i| (rects[i].t0, graph.def_op(vals[i]).is_some(), i));
+        // Sorted as keyed tuples, as `by_start` sorts (no lookups inside comparisons).
+        let mut keyed: Vec<(usize, bool, usize)> =
+            rects.iter().zip(&vals).enumerate().map(|(i, (r, &v))| (r.t0, graph.def_op(v).is_some(), i)).collect();
+        keyed.sort_unstable();
+        let order: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
         let inplace_ok = |a: usize, b: usize| -> bool {
             let (va, vb) = (vals[a], vals[b]);
             let ValueDef::Op { op, output } = graph.values[vb].def else { return false };
