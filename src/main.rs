@@ -3,6 +3,9 @@
 //!
 //! Every command that needs a full step expands a forward-only one first (parse → verify →
 //! autodiff → verify → passes). Errors go to stderr with file:line:col, a label and a hint.
+//!
+//! The process allocates with mimalloc and keeps freed memory for reuse (see `main`): the
+//! library itself uses whatever allocator its caller has.
 
 mod cli;
 
