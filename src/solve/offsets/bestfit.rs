@@ -52,11 +52,7 @@ pub fn best_fit_in(intervals: &[Live], order: Order) -> Option<Vec<u64>> {
 
 /// [`best_fit_in`], giving up (`None`) once `halt` says so.
 pub(super) fn best_fit_until(intervals: &[Live], order: Order, halt: &Halt<'_>) -> Option<Vec<u64>> {
-    let order = sorted(intervals, order);
-    if halt.now() {
-        return None; // sorting two million buffers takes a while: look before going on
-    }
-    place_until(intervals, &order, Fit::Best, halt)
+    place_until(intervals, &sorted(intervals, order), Fit::Best, halt)
 }
 
 /// Best-fit in both orders, keeping the smaller arena (spatial on ties): an offset per

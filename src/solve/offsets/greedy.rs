@@ -19,11 +19,7 @@ pub fn greedy_by_size(intervals: &[Live]) -> Option<Vec<u64>> {
 
 /// [`greedy_by_size`], giving up (`None`) once `halt` says so.
 pub(super) fn greedy_until(intervals: &[Live], halt: &Halt<'_>) -> Option<Vec<u64>> {
-    let order = greedy_order(intervals);
-    if halt.now() {
-        return None; // sorting two million buffers takes a while: look before going on
-    }
-    place_until(intervals, &order, Fit::First, halt)
+    place_until(intervals, &greedy_order(intervals), Fit::First, halt)
 }
 
 fn greedy_order(intervals: &[Live]) -> Vec<usize> {

@@ -62,8 +62,12 @@ pub(in crate::solve::offsets) fn place_pinned_reusing(
         *pin.get_mut(i)? = Some(offset);
     }
     let mut offsets = vec![0u64; intervals.len()];
+    // Each step of the setup (the caller's sort of `order` too) takes a while on millions
+    // of buffers: look before each.
+    if halt.now() {
+        return None;
+    }
     for part in parts(intervals, order)? {
-        // Each step of the setup takes a while on millions of buffers: look between them.
         if halt.now() {
             return None;
         }
