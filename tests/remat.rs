@@ -227,7 +227,8 @@ fn clones_after_an_update_are_forbidden_and_the_strategy_asked_again() {
             }
         })
         .expect("some recompute lands after an update");
-    let first = Recomputation { eval: evaluate(&step.problem, &first).unwrap(), sequence: first, strategy: Strategy::None };
+    let bound = memplan::solve::remat::bound::lower_bound(&step.problem, u64::MAX);
+    let first = Recomputation { eval: evaluate(&step.problem, &first).unwrap(), sequence: first, strategy: Strategy::None, bound };
     assert!(matches!(plan_sequence(&graph, &options, &first.sequence), Err(PlanError::BadSequence(ApplyError::ReadsUpdated(_)))));
     let forbidden_ops: Vec<String> = forbidden.iter().map(|&n| graph.describe_op(step.ops[n as usize])).collect();
     assert!(forbidden_ops.iter().all(|op| op.contains("layer_norm")), "{forbidden_ops:?}");

@@ -44,6 +44,10 @@ pub enum ReadError {
     /// The text is not JSON; `line` and `column` (from 1) locate the problem.
     #[error("not valid JSON: {message}")]
     Json { message: String, line: usize, column: usize },
+    /// The JSON has a field of the wrong kind where the reader takes it apart (`nodes` not
+    /// an array, a node not an object); `line` and `column` (from 1) locate it.
+    #[error("not a node-link graph: {message}")]
+    Type { message: String, line: usize, column: usize },
     /// The JSON is not a node-link graph of either kind (names the offending field).
     #[error("{0}")]
     Shape(String),
@@ -56,27 +60,110 @@ impl ReadError {
     /// Line and column (from 1) of a JSON syntax error.
     pub fn location(&self) -> Option<(usize, usize)> {
         match self {
-            ReadError::Json { line, column, .. } => Some((*line, *column)),
+            ReadError::Json { line, column, .. } | ReadError::Type { line, column, .. } => Some((*line, *column)),
             _ => None,
         }
     }
 }
 
-fn json(text: &str) -> Result<Json, ReadError> {
-    serde_json::from_str(text).map_err(|e| ReadError::Json { message: e.to_string(), line: e.line(), column: e.column() })
+/// The file as read: the fields either kind of file uses, each kept as the JSON value it
+/// is (checked below, so that errors name a field as the file spells it); every other
+/// field is skipped. Typed, not a tree of `Json` maps: a 20,000-node graph read as a tree
+/// took 60 MB and most of a 0.1 s time limit.
+#[derive(serde::Deserialize)]
+struct File {
+    nodes: Option<Vec<FileNode>>,
+    links: Option<Vec<FileLink>>,
+    #[serde(default, deserialize_with = "present")]
+    graph: Option<Json>,
+}
+
+/// A node: `id` (training graphs) or `name` (random layered graphs, where it is the id).
+#[derive(serde::Deserialize)]
+struct FileNode {
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Json>,
+    #[serde(default, deserialize_with = "present")]
+    name: Option<Json>,
+    #[serde(default, deserialize_with = "present")]
+    out_cost: Option<Json>,
+    #[serde(default, deserialize_with = "present")]
+    cost_ram: Option<Json>,
+    #[serde(default, deserialize_with = "present")]
+    cost_cpu: Option<Json>,
+    #[serde(default, deserialize_with = "present")]
+    duration: Option<Json>,
+    #[serde(default, deserialize_with = "present")]
+    backward: Option<Json>,
+}
+
+impl FileNode {
+    fn field(&self, key: &str) -> Option<&Json> {
+        match key {
+            "id" => self.id.as_ref(),
+            "name" => self.name.as_ref(),
+            "out_cost" => self.out_cost.as_ref(),
+            "cost_ram" => self.cost_ram.as_ref(),
+            "cost_cpu" => self.cost_cpu.as_ref(),
+            "duration" => self.duration.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// A link: `source`/`target` (training graphs) or `0`/`1` (random layered graphs).
+#[derive(serde::Deserialize)]
+struct FileLink {
+    #[serde(default, deserialize_with = "present")]
+    source: Option<Json>,
+    #[serde(default, deserialize_with = "present")]
+    target: Option<Json>,
+    #[serde(rename = "0", default, deserialize_with = "present")]
+    zero: Option<Json>,
+    #[serde(rename = "1", default, deserialize_with = "present")]
+    one: Option<Json>,
+}
+
+impl FileLink {
+    fn field(&self, key: &str) -> Option<&Json> {
+        match key {
+            "source" => self.source.as_ref(),
+            "target" => self.target.as_ref(),
+            "0" => self.zero.as_ref(),
+            "1" => self.one.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// A field that is there, `null` included (`Option`'s own reading takes `null` for absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Json>, D::Error> {
+    <Json as serde::Deserialize>::deserialize(deserializer).map(Some)
+}
+
+fn read(text: &str) -> Result<File, ReadError> {
+    serde_json::from_str(text).map_err(|e| {
+        let (line, column) = (e.line(), e.column());
+        // serde_json's message ends with the location, which `location` gives apart.
+        let message = e.to_string();
+        let message = message.rsplit_once(" at line ").map_or(message.as_str(), |(m, _)| m).to_string();
+        if e.is_data() { ReadError::Type { message, line, column } } else { ReadError::Json { message, line, column } }
+    })
 }
 
 fn shape(message: impl Into<String>) -> ReadError {
     ReadError::Shape(message.into())
 }
 
-/// A non-negative integer field of `object`, trying `keys` in turn, and the key it was
-/// found under (errors name the field as the file spells it).
-fn integer<'k>(object: &Json, keys: &[&'k str], what: &str) -> Result<(u64, &'k str), ReadError> {
-    let found = keys.iter().find_map(|&k| object.get(k).map(|v| (k, v)));
+/// A non-negative integer field, trying `keys` in turn (`field` gives each one's value),
+/// and the key it was found under (errors name the field as the file spells it, and the
+/// object as `what` says: made only for an error, as files have tens of thousands of
+/// objects).
+fn integer<'a, 'k>(field: impl Fn(&str) -> Option<&'a Json>, keys: &[&'k str], what: impl Fn() -> String) -> Result<(u64, &'k str), ReadError> {
+    let found = keys.iter().find_map(|&k| field(k).map(|v| (k, v)));
     match found {
-        Some((k, v)) => v.as_u64().map(|n| (n, k)).ok_or_else(|| shape(format!("{what}: `{k}` is {v}, not a non-negative integer"))),
-        None => Err(shape(format!("{what} has no {}", keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" or ")))),
+        Some((k, v)) => v.as_u64().map(|n| (n, k)).ok_or_else(|| shape(format!("{}: `{k}` is {v}, not a non-negative integer", what()))),
+        None => Err(shape(format!("{} has no {}", what(), keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" or ")))),
     }
 }
 
@@ -87,34 +174,38 @@ fn add(sum: u64, n: u64, key: &str, unit: &str) -> Result<u64, ReadError> {
 
 /// Reads a node-link JSON graph of either kind.
 pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
-    let json = json(text)?;
-    let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
-    let links = json.get("links").and_then(Json::as_array).ok_or_else(|| shape("no `links` array"))?;
+    graph_of(&read(text)?)
+}
+
+/// [`parse`] on the file already read.
+fn graph_of(file: &File) -> Result<BenchGraph, ReadError> {
+    let nodes = file.nodes.as_ref().ok_or_else(|| shape("no `nodes` array"))?;
+    let links = file.links.as_ref().ok_or_else(|| shape("no `links` array"))?;
     let mut by_id: BTreeMap<u64, u64> = BTreeMap::new();
     // Every peak is at most the sum of the sizes: it must fit a u64 for peaks to be exact.
     let mut total = 0u64;
     for (i, node) in nodes.iter().enumerate() {
-        let what = format!("nodes[{i}]");
-        let (id, _) = integer(node, &["id", "name"], &what)?;
-        let (size, key) = integer(node, &["out_cost", "cost_ram"], &what)?;
+        let what = || format!("nodes[{i}]");
+        let (id, _) = integer(|k| node.field(k), &["id", "name"], what)?;
+        let (size, key) = integer(|k| node.field(k), &["out_cost", "cost_ram"], what)?;
         total = add(total, size, key, " bytes")?;
         if by_id.insert(id, size).is_some() {
-            return Err(shape(format!("{what}: node id {id} appears twice")));
+            return Err(shape(format!("{}: node id {id} appears twice", what())));
         }
     }
     let ids: Vec<u64> = by_id.keys().copied().collect();
-    let index = |id: u64, what: &str| -> Result<Node, ReadError> {
-        ids.binary_search(&id).map(|i| i as Node).map_err(|_| shape(format!("{what} names node {id}, which does not exist")))
+    let index = |id: u64, what: &dyn Fn() -> String| -> Result<Node, ReadError> {
+        ids.binary_search(&id).map(|i| i as Node).map_err(|_| shape(format!("{} names node {id}, which does not exist", what())))
     };
     let mut values: Vec<DagValue> =
         (0..ids.len()).map(|i| DagValue { size: by_id[&ids[i]], def: Some(i as Node), readers: Vec::new(), to_end: false }).collect();
     for (i, link) in links.iter().enumerate() {
-        let what = format!("links[{i}]");
-        let source = index(integer(link, &["source", "0"], &what)?.0, &what)?;
-        let target = index(integer(link, &["target", "1"], &what)?.0, &what)?;
+        let what = || format!("links[{i}]");
+        let source = index(integer(|k| link.field(k), &["source", "0"], what)?.0, &what)?;
+        let target = index(integer(|k| link.field(k), &["target", "1"], what)?.0, &what)?;
         values[source as usize].readers.push(target);
     }
-    let graph = json.get("graph");
+    let graph = file.graph.as_ref();
     let name = graph.and_then(|g| g.get("name")).and_then(Json::as_str).map(str::to_string);
     let reference = match graph.and_then(|g| g.get("order")) {
         None | Some(Json::Null) => None,
@@ -124,8 +215,8 @@ pub fn parse(text: &str) -> Result<BenchGraph, ReadError> {
                 .iter()
                 .enumerate()
                 .map(|(i, e)| {
-                    let what = format!("graph.order[{i}]");
-                    let id = e.as_u64().ok_or_else(|| shape(format!("{what} is {e}, not a node id")))?;
+                    let what = || format!("graph.order[{i}]");
+                    let id = e.as_u64().ok_or_else(|| shape(format!("{} is {e}, not a node id", what())))?;
                     index(id, &what)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -154,20 +245,20 @@ pub struct RematGraph {
 /// as in Checkmate's MILP (the evaluation rule forbids nothing; the optimum it reports is
 /// over that space).
 pub fn parse_remat(text: &str) -> Result<RematGraph, ReadError> {
-    let graph = parse(text)?;
-    let json = json(text)?;
-    let nodes = json.get("nodes").and_then(Json::as_array).ok_or_else(|| shape("no `nodes` array"))?;
+    let file = read(text)?;
+    let graph = graph_of(&file)?;
+    let nodes = file.nodes.as_ref().ok_or_else(|| shape("no `nodes` array"))?;
     let mut by_id: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
     // One plain step's cost must fit a u64 (the overhead and its bound are over it).
     let mut total = 0u64;
     for (i, node) in nodes.iter().enumerate() {
-        let what = format!("nodes[{i}]");
-        let (id, _) = integer(node, &["id", "name"], &what)?;
-        let (cost, key) = integer(node, &["cost_cpu", "duration"], &what)?;
+        let what = || format!("nodes[{i}]");
+        let (id, _) = integer(|k| node.field(k), &["id", "name"], what)?;
+        let (cost, key) = integer(|k| node.field(k), &["cost_cpu", "duration"], what)?;
         total = add(total, cost, key, "")?;
-        let backward = match node.get("backward") {
+        let backward = match &node.backward {
             None => false,
-            Some(b) => b.as_bool().ok_or_else(|| shape(format!("{what}: `backward` is {b}, not true or false")))?,
+            Some(b) => b.as_bool().ok_or_else(|| shape(format!("{}: `backward` is {b}, not true or false", what())))?,
         };
         by_id.insert(id, (cost, backward));
     }

@@ -12,6 +12,9 @@
 //!   `../shared/bench/checkmate`) shaped like a U-Net of about `n` nodes: an encoder chain,
 //!   a decoder chain reading the encoder's output of the same level (skip links), a loss,
 //!   and the backward pass in reverse;
+//! - [`skip_chain_graph`]`(n)`: the same shape at its plainest, unit costs and sizes: a
+//!   chain of `n` nodes where each node past the middle also reads its mirror (issue 27's
+//!   graph: every budget below the plain peak has thousands of equally good recomputes);
 //! - [`csv`]: a buffer list in minimalloc's CSV (`id,lower,upper,size`).
 //!
 //! Every generator is deterministic (sizes come from the node index, or from the seeded
@@ -136,6 +139,34 @@ pub fn unet_graph(n: usize) -> String {
     )
 }
 
+/// A Checkmate training graph of `n` nodes, every cost and size 1: node `i` reads node
+/// `i - 1`, and a node past the middle (a backward node) also reads its mirror `n - 1 - i`.
+pub fn skip_chain_graph(n: usize) -> String {
+    let half = n / 2;
+    let mut nodes = String::with_capacity(n * 90);
+    let mut links = String::with_capacity(n * 80);
+    for i in 0..n {
+        if i > 0 {
+            nodes.push_str(", ");
+        }
+        let _ = write!(nodes, "{{\"id\": {i}, \"name\": \"n{i}\", \"backward\": {}, \"cost_cpu\": 1, \"cost_ram\": 1}}", i >= half);
+    }
+    let mut link = |a: usize, b: usize| {
+        if !links.is_empty() {
+            links.push_str(", ");
+        }
+        let _ = write!(links, "{{\"source\": {a}, \"target\": {b}}}");
+    };
+    for i in 1..n {
+        link(i - 1, i);
+        let mirror = n - 1 - i;
+        if i >= half && mirror + 1 < i {
+            link(mirror, i);
+        }
+    }
+    format!("{{\"directed\": true, \"multigraph\": false, \"graph\": {{\"name\": \"skip_chain_{n}\"}}, \"nodes\": [{nodes}], \"links\": [{links}]}}\n")
+}
+
 /// `buffers` as minimalloc's CSV (`id,lower,upper,size`; `upper` is exclusive).
 pub fn csv(buffers: &[Live]) -> String {
     let mut s = String::with_capacity(buffers.len() * 32 + 32);
@@ -163,6 +194,12 @@ mod tests {
     fn the_graph_and_the_list_are_well_formed() {
         let g: serde_json::Value = serde_json::from_str(&unet_graph(101)).unwrap();
         assert_eq!(g["nodes"].as_array().unwrap().len(), 101);
+        // 10 nodes: the chain's 9 links, and nodes 5..=9 reading nodes 4..=0 (node 5's
+        // mirror, 4, is its chain input already).
+        let g = crate::formats::checkmate::parse_remat(&skip_chain_graph(10)).unwrap();
+        assert_eq!((g.problem.nodes.len(), g.links), (10, 13));
+        assert_eq!(g.problem.values[1].readers, vec![2, 8]);
+        assert!(g.problem.nodes.iter().enumerate().all(|(i, n)| n.cost == 1 && n.forward == (i < 5)));
         let list = csv(&[Live { first: 0, last: 2, size: 256 }]);
         assert_eq!(list, "id,lower,upper,size\nb0,0,3,256\n");
     }

@@ -44,7 +44,8 @@ pub fn drop_and_recompute(problem: &Problem, budget: u64, _time_limit: Duration)
         }
     }
     if best.peak <= budget {
-        Ok(Recomputation { sequence: best_sequence, eval: best, strategy: Strategy::None }) // a test strategy: not one of the enum's
+        let bound = memplan::solve::remat::bound::lower_bound(problem, budget);
+        Ok(Recomputation { sequence: best_sequence, eval: best, strategy: Strategy::None, bound }) // a test strategy: not one of the enum's
     } else {
         Err(RematError::Infeasible { budget, smallest: best.peak, timed_out: false })
     }

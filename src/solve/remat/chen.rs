@@ -128,9 +128,10 @@ fn greedy_checkpoints(problem: &Problem, points: &[bool], bytes: &[u64], segment
 }
 
 /// Chen's greedy over a sweep of segment budgets: one plan per distinct checkpoint set
-/// (from every articulation point a checkpoint to none). The sweep stops at `deadline`
-/// (after its first plan).
-pub fn greedy_plans(sim: &Sim, deadline: Instant) -> Vec<StagePlan> {
+/// (from every articulation point a checkpoint to none), each handed to `each` as it is
+/// made (hundreds of plans, each a list per node: the caller keeps only those it may
+/// use). The sweep stops at `deadline` (after its first plan).
+pub fn greedy_plans(sim: &Sim, deadline: Instant, mut each: impl FnMut(StagePlan)) {
     let problem = sim.problem();
     let n = problem.nodes.len();
     let mut bytes = vec![0u64; n];
@@ -156,18 +157,16 @@ pub fn greedy_plans(sim: &Sim, deadline: Instant) -> Vec<StagePlan> {
     // A set, not a list searched for each budget: 400 budgets, each a list of n flags,
     // made 20,000-node graphs quadratic.
     let mut seen: HashSet<Vec<bool>> = HashSet::new();
-    let mut plans = Vec::new();
     for b in budgets {
-        if !plans.is_empty() && Instant::now() >= deadline {
+        if !seen.is_empty() && Instant::now() >= deadline {
             break;
         }
         let checkpoint = greedy_checkpoints(problem, &points, &bytes, b);
         if !seen.contains(&checkpoint) {
-            plans.push(plan_for(sim, &checkpoint));
+            each(plan_for(sim, &checkpoint));
             seen.insert(checkpoint);
         }
     }
-    plans
 }
 
 #[cfg(test)]
@@ -224,7 +223,8 @@ mod tests {
     fn the_greedy_sweep_ranges_from_all_to_no_checkpoints() {
         let p = training_chain(12, 100, 1);
         let sim = Sim::new(&p);
-        let plans = greedy_plans(&sim, far());
+        let mut plans = Vec::new();
+        greedy_plans(&sim, far(), |plan| plans.push(plan));
         let costs: Vec<u64> = plans.iter().map(|plan| plan.extra_cost(&p)).collect();
         // Every articulation point (1..=10) a checkpoint: only node 0 is dropped and
         // recomputed (node 11 is read by the next stage).
@@ -244,7 +244,9 @@ mod tests {
             let n = 2 + rng.below(20) as usize;
             let p = random_problem(&mut rng, n);
             let sim = Sim::new(&p);
-            for plan in std::iter::once(sqrt_plan(&sim)).chain(greedy_plans(&sim, far())) {
+            let mut plans = vec![sqrt_plan(&sim)];
+            greedy_plans(&sim, far(), |plan| plans.push(plan));
+            for plan in plans {
                 evaluate(&p, &plan.sequence()).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
                 assert!(plan.stages.iter().flatten().all(|&v| p.nodes[v as usize].recomputable && p.nodes[v as usize].forward));
             }

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use super::{DagValue, Node};
-use stages::{Sim, StagePlan};
+use stages::{Score, Sim, StagePlan};
 
 /// One node of the problem.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -298,6 +298,9 @@ pub struct Recomputation {
     pub eval: Eval,
     /// The strategy that found it (for `auto`, the one that won).
     pub strategy: Strategy,
+    /// What no plan can beat at this budget ([`bound::bound_until`]; `cut` if its share of
+    /// the time limit ran out first).
+    pub bound: bound::Bound,
 }
 
 /// Why no sequence fits a budget.
@@ -344,9 +347,14 @@ pub fn solve(problem: &Problem, budget: u64, strategy: Strategy) -> Result<Recom
 /// of the search: a simulation of one plan), with the best plan found so far. Without a
 /// cut by the clock the result does not depend on the limit (the searches stop after a
 /// fixed amount of work).
+///
+/// The time goes to, in order: checking the problem (one evaluation of its own order,
+/// which also measures what an evaluation costs); the lower bound (at most a tenth of the
+/// limit; the search stops early on a plan that meets it); the strategy, until the limit
+/// less twice that evaluation's time, kept for evaluating the plan chosen.
 pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit: Duration) -> Result<Recomputation, RematError> {
     let started = Instant::now();
-    let deadline = started.checked_add(time_limit).unwrap_or(started + Duration::from_secs(365 * 24 * 3600));
+    let far = |from: Instant, after: Duration| from.checked_add(after).unwrap_or(from + Duration::from_secs(365 * 24 * 3600));
     let plain: Vec<Node> = (0..problem.nodes.len() as Node).collect();
     evaluate(problem, &plain).map_err(|e| match e {
         SequenceError::TooLarge { peak } => RematError::TooLarge { peak },
@@ -355,37 +363,54 @@ pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit
     if problem.values.iter().try_fold(0u64, |sum, v| sum.checked_add(v.size)).is_none() {
         return Err(RematError::SizesTooLarge);
     }
+    let deadline = far(started, time_limit.saturating_sub(started.elapsed() * 2));
+    let bound = bound::bound_until(problem, budget, Some(far(Instant::now(), time_limit / 10).min(deadline)));
     let mut sim = Sim::new(problem);
     // Chen's plans: the strategies of their own, and the search's seeds.
-    let chen_plans = |sim: &Sim| {
-        let mut plans = vec![(chen::sqrt_plan(sim), Strategy::ChenSqrt)];
-        plans.extend(chen::greedy_plans(sim, deadline).into_iter().map(|p| (p, Strategy::ChenGreedy)));
-        plans
+    let chen_plans = |sim: &Sim, sqrt: bool| {
+        let mut kept = Candidates::new(problem, budget);
+        if sqrt {
+            kept.offer(chen::sqrt_plan(sim), Strategy::ChenSqrt);
+        }
+        chen::greedy_plans(sim, deadline, |plan| kept.offer(plan, Strategy::ChenGreedy));
+        kept
     };
     let timed_out = || Instant::now() >= deadline;
-    let own: Vec<(StagePlan, Strategy)> = match strategy {
-        Strategy::None => vec![(StagePlan::empty(problem.nodes.len()), strategy)],
-        Strategy::ChenSqrt => vec![(chen::sqrt_plan(&sim), strategy)],
-        Strategy::ChenGreedy => chen::greedy_plans(&sim, deadline).into_iter().map(|p| (p, strategy)).collect(),
+    let scored = |sim: &mut Sim, plan: StagePlan, strategy| {
+        let score = sim.score(&plan, budget);
+        (plan, strategy, score)
+    };
+    // The strategy's plans, and the lowest peak of any it made (those that do not fit are
+    // dropped as they are made).
+    let (own, lowest): (Vec<Candidate>, u64) = match strategy {
+        Strategy::None => (vec![scored(&mut sim, StagePlan::empty(problem.nodes.len()), strategy)], u64::MAX),
+        Strategy::ChenSqrt => {
+            let plan = chen::sqrt_plan(&sim);
+            (vec![scored(&mut sim, plan, strategy)], u64::MAX)
+        }
+        Strategy::ChenGreedy => chen_plans(&sim, false).into_plans(),
         Strategy::NearOptimal | Strategy::Auto => {
-            let chen_plans = chen_plans(&sim);
-            let seeds: Vec<StagePlan> = chen_plans.iter().map(|(p, _)| p.clone()).collect();
-            match search::near_optimal(problem, budget, &seeds, deadline) {
-                Ok(plan) if strategy == Strategy::Auto => {
-                    let mut all = chen_plans;
-                    all.insert(0, (plan, Strategy::NearOptimal));
-                    all
+            let (chen, lowest) = chen_plans(&sim, true).into_plans();
+            let seeds: Vec<(&StagePlan, Score)> = chen.iter().map(|(plan, _, score)| (plan, *score)).collect();
+            match search::near_optimal(problem, budget, &seeds, bound.extra.unwrap_or(0), deadline) {
+                Ok(plan) => {
+                    let found = scored(&mut sim, plan, Strategy::NearOptimal);
+                    let mut all = vec![found];
+                    if strategy == Strategy::Auto {
+                        all.extend(chen);
+                    }
+                    (all, lowest)
                 }
-                Ok(plan) => vec![(plan, Strategy::NearOptimal)],
-                Err(smallest) => return Err(RematError::Infeasible { budget, smallest, timed_out: timed_out() }),
+                Err(smallest) => {
+                    return Err(RematError::Infeasible { budget, smallest: smallest.min(lowest), timed_out: timed_out() });
+                }
             }
         }
     };
     // The cheapest that fits (then the lowest peak; earlier plans win ties).
     let mut best: Option<((u64, u64), usize)> = None;
-    let mut reached = u64::MAX;
-    for (i, (plan, _)) in own.iter().enumerate() {
-        let score = sim.score(plan, budget);
+    let mut reached = lowest;
+    for (i, (_, _, score)) in own.iter().enumerate() {
         reached = reached.min(score.peak);
         let key = (score.extra, score.peak);
         if score.peak <= budget && best.is_none_or(|(k, _)| key < k) {
@@ -393,22 +418,69 @@ pub fn solve_with(problem: &Problem, budget: u64, strategy: Strategy, time_limit
         }
     }
     let Some((_, i)) = best else {
-        let seeds: Vec<StagePlan> = chen_plans(&sim).into_iter().map(|(p, _)| p).collect();
-        return Err(match search::near_optimal(problem, budget, &seeds, deadline) {
+        let (chen, lowest) = chen_plans(&sim, true).into_plans();
+        let seeds: Vec<(&StagePlan, Score)> = chen.iter().map(|(plan, _, score)| (plan, *score)).collect();
+        return Err(match search::near_optimal(problem, budget, &seeds, bound.extra.unwrap_or(0), deadline) {
             Ok(plan) => {
-                let smallest = search::smallest_peak(problem, &seeds, deadline).min(sim.score(&plan, budget).peak);
+                let fits = sim.score(&plan, budget).peak;
+                let smallest = search::smallest_peak(problem, deadline).min(lowest).min(fits);
                 RematError::StrategyCannot { strategy, budget, reached, smallest }
             }
-            Err(smallest) => RematError::Infeasible { budget, smallest, timed_out: timed_out() },
+            Err(smallest) => RematError::Infeasible { budget, smallest: smallest.min(lowest), timed_out: timed_out() },
         });
     };
-    let (plan, found_by) = &own[i];
+    let (plan, found_by, _) = &own[i];
     let sequence = plan.sequence();
     let eval = evaluate(problem, &sequence).map_err(RematError::BadProblem)?;
     if eval.peak > budget {
         return Err(RematError::OverBudget { strategy: *found_by, peak: eval.peak, budget });
     }
-    Ok(Recomputation { sequence, eval, strategy: *found_by })
+    Ok(Recomputation { sequence, eval, strategy: *found_by, bound })
+}
+
+/// A plan, the strategy that made it and its score at the budget.
+type Candidate = (StagePlan, Strategy, Score);
+
+/// Chen's plans as the later steps use them, each scored once as it is made and kept only
+/// if it may be chosen: the [`search::SEEDS`] cheapest that fit (by extra cost, then peak,
+/// then the order made, which holds the cheapest of all and every seed the search would
+/// start from), and the lowest peak of all (what error messages report when nothing fits).
+/// Keeping every plan of the sweep (hundreds, each a list per node) and scoring each twice
+/// took a tenth of a second past the time limit on 10,000-node graphs.
+struct Candidates<'p> {
+    sim: Sim<'p>,
+    budget: u64,
+    made: usize,
+    /// By (extra, peak, order made).
+    fitting: Vec<((u64, u64, usize), Candidate)>,
+    lowest: u64,
+}
+
+impl<'p> Candidates<'p> {
+    fn new(problem: &'p Problem, budget: u64) -> Candidates<'p> {
+        Candidates { sim: Sim::new(problem), budget, made: 0, fitting: Vec::new(), lowest: u64::MAX }
+    }
+
+    fn offer(&mut self, plan: StagePlan, strategy: Strategy) {
+        let score = self.sim.score(&plan, self.budget);
+        let key = (score.extra, score.peak, self.made);
+        self.made += 1;
+        self.lowest = self.lowest.min(score.peak);
+        if score.peak > self.budget {
+            return;
+        }
+        self.fitting.push((key, (plan, strategy, score)));
+        if self.fitting.len() > search::SEEDS {
+            let worst = (0..self.fitting.len()).max_by_key(|&i| self.fitting[i].0).expect("not empty");
+            self.fitting.swap_remove(worst);
+        }
+    }
+
+    /// The plans kept, in the order made, and the lowest peak of all.
+    fn into_plans(mut self) -> (Vec<Candidate>, u64) {
+        self.fitting.sort_by_key(|(key, _)| key.2);
+        (self.fitting.into_iter().map(|(_, candidate)| candidate).collect(), self.lowest)
+    }
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@
 use std::time::Instant;
 
 use super::stages::{Score, Sim, StagePlan};
-use super::{Node, Problem, bound};
+use super::{Node, Problem};
 use crate::rng::Rng;
 
 /// How many candidate moves are evaluated exactly in each step of the repair.
@@ -588,36 +588,46 @@ pub const ITERATIONS: usize = 2000;
 pub const WORK: u64 = 2_500_000;
 
 /// How many of the cheapest seeds that fit are cleaned up as starting points.
-const SEEDS: usize = 8;
+pub const SEEDS: usize = 8;
 
 /// The cheapest plan the search finds that fits `budget`, or the smallest peak it can reach
-/// (never above a seed's).
-pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[StagePlan], deadline: Instant) -> Result<StagePlan, u64> {
+/// (never above a given seed's; the caller takes the seeds it left out into account).
+/// Each seed comes with its score at `budget` (`Sim::score`).
+/// `floor` is a lower bound on the extra cost of any plan that fits ([`super::bound`]): the
+/// search stops at a plan that meets it.
+pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[(&StagePlan, Score)], floor: u64, deadline: Instant) -> Result<StagePlan, u64> {
     let n = problem.nodes.len();
     let mut search = Search::new(problem, budget, deadline);
-    let mut starts = Vec::new();
+    // Starting points that fit, with their (extra cost, peak). (Past the time limit, the
+    // seeds alone: the greedy would stop at once anyway.)
+    let mut starts: Vec<((u64, u64), StagePlan)> = Vec::new();
     let mut greedy = StagePlan::empty(n);
-    if search.repair(&mut greedy) {
-        starts.push(greedy);
+    if !search.out_of_time() && search.repair(&mut greedy) {
+        let score = search.score(&greedy);
+        starts.push(((score.extra, score.peak), greedy));
     }
     // The cheapest seeds that fit.
-    let mut fitting: Vec<_> = seeds.iter().map(|seed| (search.score(seed), seed)).filter(|(score, _)| score.peak <= budget).collect();
-    fitting.sort_by_key(|(score, _)| (score.extra, score.peak));
-    starts.extend(fitting.into_iter().take(SEEDS).map(|(_, seed)| seed.clone()));
+    let mut fitting: Vec<_> = seeds.iter().filter(|(_, score)| score.peak <= budget).collect();
+    fitting.sort_by_key(|(_, score)| (score.extra, score.peak));
+    starts.extend(fitting.into_iter().take(SEEDS).map(|(seed, score)| ((score.extra, score.peak), (*seed).clone())));
     if starts.is_empty() {
         let mut plan = StagePlan::empty(n);
         let reached = search.lower_peak(&mut plan, budget);
         if reached > budget {
-            let lowest_seed = seeds.iter().map(|seed| search.score(seed).peak).min().unwrap_or(u64::MAX);
+            let lowest_seed = seeds.iter().map(|(_, score)| score.peak).min().unwrap_or(u64::MAX);
             return Err(reached.min(lowest_seed));
         }
-        starts.push(plan);
+        let score = search.score(&plan);
+        starts.push(((score.extra, score.peak), plan));
     }
+    // Each start cleaned up, while there is time (cleaning up only lowers the cost).
     let mut best: Option<((u64, u64), StagePlan)> = None;
-    for mut start in starts {
-        search.cleanup(&mut start); // stops at the time limit (the plan still fits)
-        let score = search.score(&start);
-        let key = (score.extra, score.peak);
+    for (mut key, mut start) in starts {
+        if !search.out_of_time() {
+            search.cleanup(&mut start); // stops at the time limit (the plan still fits)
+            let score = search.score(&start);
+            key = (score.extra, score.peak);
+        }
         if best.as_ref().is_none_or(|(k, _)| key < *k) {
             best = Some((key, start));
         }
@@ -626,14 +636,12 @@ pub fn near_optimal(problem: &Problem, budget: u64, seeds: &[StagePlan], deadlin
     if search.out_of_time() {
         return Ok(start);
     }
-    let floor = bound::bound_until(problem, budget, Some(deadline)).extra.unwrap_or(0);
     Ok(search.improve(start, ITERATIONS, floor))
 }
 
-/// The smallest peak the search can reach (never above a seed's).
-pub fn smallest_peak(problem: &Problem, seeds: &[StagePlan], deadline: Instant) -> u64 {
+/// The smallest peak the search can reach from no recomputes.
+pub fn smallest_peak(problem: &Problem, deadline: Instant) -> u64 {
     let mut search = Search::new(problem, u64::MAX, deadline);
     let mut plan = StagePlan::empty(problem.nodes.len());
-    let reached = search.lower_peak(&mut plan, 0);
-    seeds.iter().map(|seed| search.score(seed).peak).fold(reached, u64::min)
+    search.lower_peak(&mut plan, 0)
 }
