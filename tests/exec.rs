@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use memplan::exec::cpu::{Placement, StepResult, advance, run_step};
+use memplan::exec::cpu::{Placement, StepResult, advance, run_step, run_step_in_chunks};
 use memplan::exec::data::{Tensors, init_args};
 use memplan::ir::graph::Graph;
 use memplan::passes::PlanOptions;
@@ -49,6 +49,11 @@ fn every_valid_step_runs_bit_identical_planned_and_unplanned() {
             let (planned, unplanned) = both(&graph, &plan, &args);
             let differences = planned.differences(&unplanned);
             assert!(differences.is_empty(), "{file} step {step}:\n{}", differences.join("\n"));
+            // Pointwise ops (optimizers, activations, in-place ones too) run 7 elements at a
+            // time: the same bits.
+            let chunked = run_step_in_chunks(&graph, Placement::Planned(&plan), &args, 7).unwrap();
+            let differences = planned.differences(&chunked);
+            assert!(differences.is_empty(), "{file} step {step}, in chunks:\n{}", differences.join("\n"));
             for (name, t) in planned.returns.iter().chain(&planned.updated) {
                 assert!(t.to_f64().iter().all(|x| !x.is_nan()), "{file}: %{name} holds NaN (a read of poisoned bytes?)");
             }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use memplan::exec::cpu::{Placement, advance, run_step};
+use memplan::exec::cpu::{Placement, advance, run_step, run_step_in_chunks};
 use memplan::exec::data::init_args;
 use memplan::ir::ops::{Attr, OPS, OpKind};
 use memplan::passes::{PlanOptions, ScheduleKind};
@@ -58,6 +58,13 @@ fn check_seed(seed: u64) -> Result<(), String> {
         let differences = planned.differences(&unplanned);
         if !differences.is_empty() {
             return Err(format!("step {step}: planned and unplanned runs differ:\n  {}", differences.join("\n  ")));
+        }
+        // Pointwise ops in chunks of a few elements: the same bits (in-place ops included).
+        let chunked = run_step_in_chunks(&graph, Placement::Planned(&plan), &args, 3 + seed as usize % 5)
+            .map_err(|e| format!("step {step}: the planned run in chunks fails: {e}"))?;
+        let differences = planned.differences(&chunked);
+        if !differences.is_empty() {
+            return Err(format!("step {step}: the planned run in chunks differs:\n  {}", differences.join("\n  ")));
         }
         args = advance(&args, &planned);
     }

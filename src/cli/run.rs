@@ -131,7 +131,7 @@ impl RunFailure {
 /// `compare_unplanned` the larger of the two runs plus the planned run's results, kept
 /// for the comparison), refused when it is more than `available` bytes or past 2^64 - 1,
 /// before anything is allocated.
-fn fits_in_memory(graph: &Graph, plan: &Plan, compare_unplanned: Option<&Graph>, available: Option<u64>) -> Result<Footprint, Failure> {
+fn fits_in_memory(graph: &Graph, plan: &Plan, compare_unplanned: Option<&Graph>, available: Option<Available>) -> Result<Footprint, Failure> {
     let too_large = |what: &str| Failure::bad_input(format_args!("running @{} on the CPU is too large: {what} needs more than 2^64 - 1 bytes", graph.name));
     let planned = Footprint::of(graph, Placement::Planned(plan)).ok_or_else(|| too_large("a value"))?;
     let mut needed = planned.total().ok_or_else(|| too_large("the run"))?;
@@ -140,12 +140,13 @@ fn fits_in_memory(graph: &Graph, plan: &Plan, compare_unplanned: Option<&Graph>,
         needed = needed.max(unplanned).checked_add(planned.results).ok_or_else(|| too_large("the comparison"))?;
     }
     match available {
-        Some(available) if needed > available => Err(Failure::bad_input(format_args!(
-            "running @{} on the CPU needs {}{}, but {} is available\n  hint: the CPU executor holds {}; --budget shrinks the arena",
+        Some(available) if needed > available.bytes => Err(Failure::bad_input(format_args!(
+            "running @{} on the CPU needs {}{}, but {} is available ({})\n  hint: the CPU executor holds {}; --budget shrinks the arena",
             graph.name,
             format_bytes(needed),
             if compare_unplanned.is_some() { " with --compare-unplanned" } else { "" },
-            format_bytes(available),
+            format_bytes(available.bytes),
+            available.source,
             describe(&planned)
         ))),
         _ => Ok(planned),
@@ -163,20 +164,49 @@ fn describe(footprint: &Footprint) -> String {
     )
 }
 
+/// The bytes this process may still allocate, and what limits them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Available {
+    bytes: u64,
+    /// Where the figure comes from, for people.
+    source: &'static str,
+}
+
 /// The bytes this process may still allocate, as Linux tells: `MemAvailable` in
-/// /proc/meminfo, or less under a cgroup v2 memory limit; `None` where neither is known.
-fn available_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-    let available = meminfo.as_deref().and_then(|text| {
-        let kib = text.lines().find_map(|line| line.strip_prefix("MemAvailable:"))?.trim().strip_suffix("kB")?.trim();
-        kib.parse::<u64>().ok().map(|kib| kib.saturating_mul(1024))
-    });
-    let read = |path: &str| std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse::<u64>().ok());
-    let cgroup = read("/sys/fs/cgroup/memory.max").zip(read("/sys/fs/cgroup/memory.current")).map(|(max, used)| max.saturating_sub(used));
-    match (available, cgroup) {
-        (Some(a), Some(c)) => Some(a.min(c)),
-        (a, c) => a.or(c),
-    }
+/// /proc/meminfo, less under a cgroup v2 memory limit, less under an address-space limit
+/// (`ulimit -v`: the limit less what the process has mapped already); `None` where none is
+/// known.
+fn available_memory() -> Option<Available> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let number = |text: &str| text.trim().parse::<u64>().ok();
+    let meminfo = read("/proc/meminfo").and_then(|text| kib_field(&text, "MemAvailable:"));
+    let cgroup = read("/sys/fs/cgroup/memory.max")
+        .and_then(|max| number(&max))
+        .zip(read("/sys/fs/cgroup/memory.current").and_then(|used| number(&used)))
+        .map(|(max, used)| max.saturating_sub(used));
+    let mapped = read("/proc/self/status").and_then(|text| kib_field(&text, "VmSize:"));
+    let address_space = read("/proc/self/limits").and_then(|text| address_space_limit(&text)).map(|limit| limit.saturating_sub(mapped.unwrap_or(0)));
+    [
+        (meminfo, "MemAvailable in /proc/meminfo"),
+        (cgroup, "the cgroup's memory.max less its memory.current"),
+        (address_space, "the address-space limit (`ulimit -v`) less what this process has mapped"),
+    ]
+    .into_iter()
+    .filter_map(|(bytes, source)| bytes.map(|bytes| Available { bytes, source }))
+    .min_by_key(|a| a.bytes)
+}
+
+/// A `NAME:   N kB` line of /proc/meminfo or /proc/PID/status, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let kib = text.lines().find_map(|line| line.strip_prefix(name))?.trim().strip_suffix("kB")?.trim();
+    kib.parse::<u64>().ok().map(|kib| kib.saturating_mul(1024))
+}
+
+/// The soft address-space limit in /proc/PID/limits (`Max address space  SOFT  HARD
+/// bytes`), in bytes; `None` when unlimited.
+fn address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find_map(|line| line.strip_prefix("Max address space"))?;
+    line.split_whitespace().next()?.parse().ok()
 }
 
 /// Trains for `steps` steps in the planned arena from `args`, printing each loss;

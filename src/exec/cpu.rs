@@ -19,22 +19,36 @@
 //! an input's bytes (in-place) safely; whether OTHER values survive is exactly what the
 //! plan must guarantee and what the comparison with the unplanned run tests.
 //!
+//! A *pointwise* op (its row's `pointwise` inputs all of the outputs' shape) over more than
+//! [`CHUNK`] elements runs on runs of [`CHUNK`] elements at a time, each gathered, computed
+//! and stored before the next: the same arithmetic on every element, so the same bits, but
+//! its `f64` copies take a chunk, not the whole tensors (a relu of 600,000,000 elements held
+//! 9.6 GB of them). An output written over an input's bytes (in-place) stays safe: the
+//! in-place rule (`passes::inplace`, and the checker's) lets an op write over only an
+//! input it reads densely, in the output's own element order, and through no other view,
+//! so a chunk reads every element it overwrites before writing it, and no later chunk
+//! reads an element an earlier one wrote.
+//!
 //! What a run holds at once ([`Footprint`]): the memory (the arena, or unplanned every root
 //! value's own bytes), the arguments, one op's inputs and outputs as `f64` numbers (8 bytes
-//! an element, twice an f32's: kernels compute in f64), and the results copied out. The
-//! memory and the inputs are allocated fallibly ([`ExecError::OutOfMemory`], never an
-//! abort); `memplan run` checks the whole footprint against the memory available first.
+//! an element, twice an f32's: kernels compute in f64; a chunk of them for a pointwise op),
+//! and the results copied out. The memory and the inputs are allocated fallibly
+//! ([`ExecError::OutOfMemory`], never an abort); `memplan run` checks the whole footprint
+//! against the memory available first.
 
 use crate::exec::data::{HostTensor, Tensors, decode, encode};
 use crate::exec::{Dense, ExecError, kernels};
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::Graph;
-use crate::ir::layout::{Layout, layouts};
+use crate::ir::layout::{Layout, dense_strides, layouts};
 use crate::ir::types::TensorType;
 use crate::plan::Plan;
 
 /// The poison word written over all memory before a run (little-endian f32 sNaN).
 pub(crate) const POISON: [u8; 4] = 0x7FA0_0001u32.to_le_bytes();
+
+/// Elements a pointwise op computes at a time (8 MiB of `f64` per tensor).
+pub const CHUNK: usize = 1 << 20;
 
 /// Where values live during a run.
 #[derive(Clone, Copy, Debug)]
@@ -100,6 +114,32 @@ pub(crate) fn planned_offsets(graph: &Graph, layouts: &IndexVec<ValueId, Layout>
     Ok(base)
 }
 
+/// Every root value in bytes of its own, one after another: each one's offset, and where
+/// the last ends (`None` past 2^64 - 1).
+fn unplanned_offsets(graph: &Graph, layouts: &IndexVec<ValueId, Layout>) -> (IndexVec<ValueId, u64>, Option<u64>) {
+    let mut offsets = IndexVec::from_elem(0u64, graph.values.len());
+    let mut end = Some(0u64);
+    for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
+        offsets[v] = end.unwrap_or(0);
+        end = end.and_then(|e| e.checked_add(graph.values[v].ty.bytes()?));
+    }
+    (offsets, end)
+}
+
+/// The elements per output of a pointwise op that runs in chunks (see the module doc):
+/// `Some(n)` if its row's pointwise inputs and its outputs all have one shape of `n >
+/// chunk` elements.
+fn chunked(graph: &Graph, op: OpId, chunk: usize) -> Option<usize> {
+    let op = &graph.ops[op];
+    let pointwise = op.kind.def().pointwise;
+    let shape = &graph.values[*op.outputs.first()?].ty.shape;
+    let same_shape = |v: ValueId| graph.values[v].ty.shape == *shape;
+    if pointwise.is_empty() || !op.outputs.iter().all(|&v| same_shape(v)) || !pointwise.iter().all(|&k| op.inputs.get(k).is_some_and(|&v| same_shape(v))) {
+        return None;
+    }
+    usize::try_from(shape.numel()?).ok().filter(|&n| n > chunk)
+}
+
 /// What the CPU executor holds at most while it runs one step, in bytes (see the module
 /// doc).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -122,16 +162,21 @@ impl Footprint {
         };
         let memory = match placement {
             Placement::Planned(plan) => plan.arena_bytes,
-            Placement::Unplanned => {
-                let layouts = layouts(graph);
-                sum(Box::new(graph.values.indices().filter(move |&v| layouts[v].root == v)))?
-            }
+            Placement::Unplanned => unplanned_offsets(graph, &layouts(graph)).1?,
         };
         let args = sum(Box::new(graph.args.iter().copied()))?;
         let results = sum(Box::new(graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().map(|u| u.value))))?;
         let mut op = 0u64;
-        for o in graph.ops.iter().filter(|o| o.kind.def().view_of.is_none()) {
-            let elements = o.inputs.iter().chain(&o.outputs).try_fold(0u64, |acc, &v| acc.checked_add(graph.values[v].ty.shape.numel()?))?;
+        for (id, o) in graph.ops.iter_enumerated().filter(|(_, o)| o.kind.def().view_of.is_none()) {
+            let numel = |v: ValueId| graph.values[v].ty.shape.numel();
+            let elements = match chunked(graph, id, CHUNK) {
+                // A chunk of each pointwise input and output, the other inputs whole.
+                Some(_) => o.inputs.iter().enumerate().try_fold(0u64, |acc, (k, &v)| {
+                    let n = if o.kind.def().pointwise.contains(&k) { CHUNK as u64 } else { numel(v)? };
+                    acc.checked_add(n)
+                })? + o.outputs.len() as u64 * CHUNK as u64,
+                None => o.inputs.iter().chain(&o.outputs).try_fold(0u64, |acc, &v| acc.checked_add(numel(v)?))?,
+            };
             op = op.max(elements.checked_mul(8)?);
         }
         Some(Footprint { memory, args, op, results })
@@ -155,12 +200,7 @@ impl Memory {
         let (what, size, offsets) = match placement {
             Placement::Planned(plan) => ("the arena", Some(plan.arena_bytes), planned_offsets(graph, layouts, plan)?),
             Placement::Unplanned => {
-                let mut offsets = IndexVec::from_elem(0u64, graph.values.len());
-                let mut end = Some(0u64);
-                for v in graph.values.indices().filter(|&v| layouts[v].root == v) {
-                    offsets[v] = end.unwrap_or(0);
-                    end = end.and_then(|e| e.checked_add(graph.values[v].ty.bytes()?));
-                }
+                let (offsets, end) = unplanned_offsets(graph, layouts);
                 ("the unplanned run (every value in its own bytes)", end, offsets)
             }
         };
@@ -174,37 +214,36 @@ impl Memory {
         Ok(Memory { bytes, base })
     }
 
-    /// Byte position of each element of `layout` (row-major order of its shape).
-    fn element_offsets(&self, layout: &Layout, elem: usize) -> impl Iterator<Item = usize> + use<> {
+    /// Byte position of elements `first..first + count` of `layout` (row-major order of its
+    /// shape).
+    fn element_offsets(&self, layout: &Layout, elem: usize, first: usize, count: usize) -> ElementOffsets {
         // A layout stays inside its root, whose bytes are allocated: the casts cannot lose.
         let base = self.base[layout.root] + elem * layout.offset as usize;
         let shape: Vec<usize> = layout.shape.iter().map(|&d| d as usize).collect();
-        let strides: Vec<usize> = layout.strides.iter().map(|&s| s as usize).collect();
-        let n: usize = shape.iter().product();
+        let strides: Vec<usize> = layout.strides.iter().map(|&s| s as usize * elem).collect();
+        let dense = layout.strides == dense_strides(&layout.shape);
+        // The index of element `first`, last dimension fastest.
         let mut index = vec![0usize; shape.len()];
-        (0..n).map(move |i| {
-            if i > 0 {
-                for d in (0..shape.len()).rev() {
-                    index[d] += 1;
-                    if index[d] < shape[d] {
-                        break;
-                    }
-                    index[d] = 0;
-                }
+        let mut rest = first;
+        for d in (0..shape.len()).rev() {
+            if shape[d] > 0 {
+                index[d] = rest % shape[d];
+                rest /= shape[d];
             }
-            base + elem * index.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>()
-        })
+        }
+        let at = if dense { base + first * elem } else { base + index.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>() };
+        ElementOffsets { shape, strides, index, at, step: if dense { Some(elem) } else { None }, left: count }
     }
 
-    /// The value's elements as `f64` numbers (allocated fallibly: `name` names the value).
-    fn read_dense(&self, layout: &Layout, ty: &TensorType, name: &str) -> Result<Dense, ExecError> {
+    /// Elements `first..first + count` of the value as `f64` numbers, shaped `shape`
+    /// (allocated fallibly: `name` names the value).
+    fn read_dense(&self, layout: &Layout, ty: &TensorType, name: &str, first: usize, count: usize, shape: Vec<usize>) -> Result<Dense, ExecError> {
         let size = ty.dtype.size() as usize;
-        let n = layout.shape.iter().product::<u64>() as usize;
         let mut data = Vec::new();
-        data.try_reserve_exact(n)
-            .map_err(|_| ExecError::OutOfMemory { what: format!("{name} as f64 numbers"), bytes: (n as u64).checked_mul(8) })?;
-        data.extend(self.element_offsets(layout, size).map(|at| decode(ty.dtype, &self.bytes[at..at + size])));
-        Ok(Dense::new(layout.shape.iter().map(|&d| d as usize).collect(), data))
+        data.try_reserve_exact(count)
+            .map_err(|_| ExecError::OutOfMemory { what: format!("{name} as f64 numbers"), bytes: (count as u64).checked_mul(8) })?;
+        data.extend(self.element_offsets(layout, size, first, count).map(|at| decode(ty.dtype, &self.bytes[at..at + size])));
+        Ok(Dense::new(shape, data))
     }
 
     /// The value's elements as dense bytes, copied exactly (allocated fallibly: `name`
@@ -215,29 +254,70 @@ impl Memory {
         let n = layout.shape.iter().product::<u64>() as usize * size;
         let mut bytes = Vec::new();
         bytes.try_reserve_exact(n).map_err(|_| ExecError::OutOfMemory { what: format!("the result %{name}"), bytes: Some(n as u64) })?;
-        for at in self.element_offsets(layout, size) {
+        for at in self.element_offsets(layout, size, 0, n / size) {
             bytes.extend_from_slice(&self.bytes[at..at + size]);
         }
         Ok(HostTensor { ty: ty.clone(), bytes })
     }
 
-    /// Stores a root value densely at its base.
-    fn write_root(&mut self, value: ValueId, ty: &TensorType, data: &[f64]) {
+    /// Stores elements `first..first + data.len()` of a root value densely at its base.
+    fn write_root(&mut self, value: ValueId, ty: &TensorType, first: usize, data: &[f64]) {
         let size = ty.dtype.size() as usize;
-        let base = self.base[value];
+        let base = self.base[value] + first * size;
         for (i, &x) in data.iter().enumerate() {
             encode(ty.dtype, x, &mut self.bytes[base + i * size..base + (i + 1) * size]);
         }
     }
 }
 
-/// Whether `outputs` as f64 numbers can be allocated: the kernels allocate their results
+/// Byte positions of a run of a layout's elements (see [`Memory::element_offsets`]): a
+/// step apart where the layout is dense, else by the index, last dimension fastest.
+struct ElementOffsets {
+    shape: Vec<usize>,
+    /// In bytes.
+    strides: Vec<usize>,
+    index: Vec<usize>,
+    /// The next element's byte position.
+    at: usize,
+    /// The bytes between elements, for a dense layout.
+    step: Option<usize>,
+    left: usize,
+}
+
+impl Iterator for ElementOffsets {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let at = self.at;
+        if let Some(step) = self.step {
+            self.at += step;
+            return Some(at);
+        }
+        for d in (0..self.shape.len()).rev() {
+            self.index[d] += 1;
+            if self.index[d] < self.shape[d] {
+                self.at += self.strides[d];
+                break;
+            }
+            self.at -= (self.shape[d] - 1) * self.strides[d];
+            self.index[d] = 0;
+        }
+        Some(at)
+    }
+}
+
+/// Whether `outputs` as f64 numbers (or `chunk` elements of each) can be allocated: the kernels allocate their results
 /// infallibly, so the bytes are asked for fallibly first, one output at a time, and given
 /// back for the kernel to take (an out-of-memory error naming the output instead of an
 /// abort).
-fn outputs_fit(graph: &Graph, outputs: &[ValueId]) -> Result<(), ExecError> {
+fn outputs_fit(graph: &Graph, outputs: &[ValueId], chunk: Option<usize>) -> Result<(), ExecError> {
     for &v in outputs {
         let n = graph.values[v].ty.shape.0.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
+        let n = n.map(|n| chunk.map_or(n, |chunk| n.min(chunk)));
         let mut probe: Vec<f64> = Vec::new();
         if n.is_none_or(|n| probe.try_reserve_exact(n).is_err()) {
             let bytes = n.and_then(|n| (n as u64).checked_mul(8));
@@ -249,6 +329,14 @@ fn outputs_fit(graph: &Graph, outputs: &[ValueId]) -> Result<(), ExecError> {
 
 /// Runs one step of `graph` on `args` (every argument by name).
 pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Result<StepResult, ExecError> {
+    run_step_in_chunks(graph, placement, args, CHUNK)
+}
+
+/// [`run_step`] with pointwise ops over more than `chunk` elements run `chunk` elements at
+/// a time (`run_step` takes [`CHUNK`]; tests take a few, to show that chunks change
+/// nothing, in-place ops included).
+pub fn run_step_in_chunks(graph: &Graph, placement: Placement<'_>, args: &Tensors, chunk: usize) -> Result<StepResult, ExecError> {
+    let chunk = chunk.max(1);
     crate::exec::refuse_extern(graph)?;
     let layouts = layouts(graph);
     let mut memory = Memory::new(graph, &layouts, placement)?;
@@ -277,17 +365,42 @@ pub fn run_step(graph: &Graph, placement: Placement<'_>, args: &Tensors) -> Resu
         if op.kind.def().view_of.is_some() {
             continue;
         }
-        let inputs = op
-            .inputs
-            .iter()
-            .map(|&v| memory.read_dense(&layouts[v], &graph.values[v].ty, &graph.value_name(v)))
-            .collect::<Result<Vec<Dense>, ExecError>>()
-            .map_err(|e| ExecError::at_op(graph, op_id, e))?;
-        let output_types: Vec<TensorType> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
-        outputs_fit(graph, &op.outputs).map_err(|e| ExecError::at_op(graph, op_id, e))?;
-        let results = kernels::eval(op.kind, &op.attrs, &inputs, &output_types).map_err(|e| ExecError::at_op(graph, op_id, e))?;
-        for ((&out, ty), result) in op.outputs.iter().zip(&output_types).zip(results) {
-            memory.write_root(out, ty, &result.data);
+        let at_op = |e| ExecError::at_op(graph, op_id, e);
+        let read_whole = |memory: &Memory, v: ValueId| {
+            let shape: Vec<usize> = layouts[v].shape.iter().map(|&d| d as usize).collect();
+            let n = shape.iter().product();
+            memory.read_dense(&layouts[v], &graph.values[v].ty, &graph.value_name(v), 0, n, shape)
+        };
+        let Some(n) = chunked(graph, op_id, chunk) else {
+            let inputs = op.inputs.iter().map(|&v| read_whole(&memory, v)).collect::<Result<Vec<Dense>, ExecError>>().map_err(at_op)?;
+            let output_types: Vec<TensorType> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
+            outputs_fit(graph, &op.outputs, None).map_err(at_op)?;
+            let results = kernels::eval(op.kind, &op.attrs, &inputs, &output_types).map_err(at_op)?;
+            for ((&out, ty), result) in op.outputs.iter().zip(&output_types).zip(results) {
+                memory.write_root(out, ty, 0, &result.data);
+            }
+            continue;
+        };
+        // Pointwise, in chunks: the other inputs whole, once; the pointwise ones, and the
+        // outputs, a run of elements at a time, seen by the kernel as flat tensors.
+        let pointwise = op.kind.def().pointwise;
+        let mut inputs: Vec<Dense> = Vec::with_capacity(op.inputs.len());
+        for (k, &v) in op.inputs.iter().enumerate() {
+            inputs.push(if pointwise.contains(&k) { Dense::zeros(vec![0]) } else { read_whole(&memory, v).map_err(at_op)? });
+        }
+        outputs_fit(graph, &op.outputs, Some(chunk)).map_err(at_op)?;
+        for first in (0..n).step_by(chunk) {
+            let count = chunk.min(n - first);
+            for &k in pointwise {
+                let v = op.inputs[k];
+                inputs[k] = memory.read_dense(&layouts[v], &graph.values[v].ty, &graph.value_name(v), first, count, vec![count]).map_err(at_op)?;
+            }
+            let output_types: Vec<TensorType> =
+                op.outputs.iter().map(|&v| TensorType::new(graph.values[v].ty.dtype, vec![count as u64])).collect();
+            let results = kernels::eval(op.kind, &op.attrs, &inputs, &output_types).map_err(at_op)?;
+            for ((&out, ty), result) in op.outputs.iter().zip(&output_types).zip(results) {
+                memory.write_root(out, ty, first, &result.data);
+            }
         }
     }
     let read = |name: &str, v: ValueId| Ok((name.to_string(), memory.read_host(&layouts[v], &graph.values[v].ty, name)?));

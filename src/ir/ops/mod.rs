@@ -418,6 +418,11 @@ pub struct OpDef {
     pub flops: FlopsFn,
     /// `Some(k)`: output 0 is a view of input `k` (same bytes, no copy).
     pub view_of: Option<usize>,
+    /// The inputs read element by element: where each of them has the outputs' shape (no
+    /// broadcasting; every output has one shape), output element `i` depends only on their
+    /// elements `i` (and on the other inputs, whole, such as an optimizer's step count), so
+    /// an executor may run the op on any run of elements at a time. Empty: it may not.
+    pub pointwise: &'static [usize],
     /// `(output, input)` pairs: the op may write that output over that input's bytes when
     /// the input dies at this op and both have the same dtype and size.
     pub inplace: &'static [(usize, usize)],

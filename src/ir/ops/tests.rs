@@ -68,6 +68,10 @@ fn every_kind_has_a_row_and_a_unique_name() {
         for &(o, i) in row.inplace {
             assert!(o < row.outputs.len() && i < row.inputs.len(), "{}: bad inplace pair", row.name);
         }
+        // Pointwise inputs: in range, ascending, never the input of a view (a view's output
+        // is the input's bytes, not something computed element by element).
+        assert!(row.pointwise.iter().all(|&k| k < row.inputs.len()) && row.pointwise.is_sorted(), "{}", row.name);
+        assert!(row.pointwise.is_empty() || row.view_of.is_none(), "{}", row.name);
     }
     assert_eq!(OpKind::from_name("conv3d"), None);
 }

@@ -401,6 +401,7 @@ static FAKE: OpDef = OpDef {
     infer: fake_infer,
     flops: fake_flops,
     view_of: None,
+    pointwise: &[],
     inplace: &[],
     doc: "a test row",
 };
