@@ -115,7 +115,7 @@ fn a_view_off_its_base_buffer() {
     let view = g
         .ops
         .iter()
-        .find(|op| op.kind.def().view_of.is_some())
+        .find(|op| op.kind.def().view_of().is_some())
         .map(|op| op.outputs[0])
         .expect("views.step has a view");
     let other = (0..p.buffers.len() as u32).map(BufferId).find(|&b| b != p.value_buffer[view]).unwrap();

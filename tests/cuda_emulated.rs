@@ -140,7 +140,7 @@ fn small_models_and_features_match_the_cpu_reference() {
         }
         let (launches, noise) =
             emulated_matches_reference(&graph, &plan, 2, 7).unwrap_or_else(|e| panic!("{file}: {e}"));
-        assert!(!launches.is_empty() || graph.ops.iter().all(|op| op.kind.def().view_of.is_some()), "{file}");
+        assert!(!launches.is_empty() || graph.ops.iter().all(|op| op.kind.def().view_of().is_some()), "{file}");
         // In the real models rounding noise is rare (Adam steps on gradients that cancel to
         // about its eps) apart from GPT-2's key biases. Focused steps may have more
         // (embedding.step returns the mean of a layer norm: 0 up to rounding).

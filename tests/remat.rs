@@ -103,7 +103,7 @@ fn the_identity_sequence_peaks_at_the_lower_bound() {
         for (node, &op) in step.ops.iter().enumerate() {
             let o = &graph.ops[op];
             let row = o.kind.def();
-            if row.class != memplan::ir::ops::OpClass::Forward || row.view_of.is_some() || graph.returns.iter().any(|r| o.outputs.contains(&r.value)) {
+            if row.class != memplan::ir::ops::OpClass::Forward || row.view_of().is_some() || graph.returns.iter().any(|r| o.outputs.contains(&r.value)) {
                 assert!(!recomputable[node], "{file}: {} must not be recomputable", graph.describe_op(op));
             }
         }

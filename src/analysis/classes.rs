@@ -116,7 +116,7 @@ pub fn classify_recomputing(graph: &Graph, clones: &[OpId]) -> IndexVec<ValueId,
             class[value] = Class::Activation;
         }
         if let Some(op) = graph.def_op(value)
-            && let Some(k) = graph.ops[op].kind.def().view_of
+            && let Some(k) = graph.ops[op].kind.def().view_of()
         {
             kept.push(graph.ops[op].inputs[k]);
         }
@@ -186,7 +186,7 @@ fn flow(graph: &Graph) -> Flow {
         // A view read for a gradient keeps its base alive too: walk views back to their base
         // (so a seed read through a reshape is found).
         for op in graph.ops.iter().rev() {
-            if let Some(k) = op.kind.def().view_of
+            if let Some(k) = op.kind.def().view_of()
                 && reads_for_grad[op.outputs[0]]
             {
                 reads_for_grad[op.inputs[k]] = true;

@@ -43,7 +43,7 @@ pub fn lifetimes(graph: &Graph, schedule: &[OpId]) -> Lifetimes {
     // Roots in program order: a view's input is defined before the view.
     let mut root: IndexVec<ValueId, ValueId> = graph.values.indices().collect();
     for op in &graph.ops {
-        if let Some(k) = op.kind.def().view_of {
+        if let Some(k) = op.kind.def().view_of() {
             root[op.outputs[0]] = root[op.inputs[k]];
         }
     }

@@ -75,7 +75,6 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::index::{BufferId, Idx, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
-use crate::ir::ops::OpKind;
 use crate::plan::{Plan, SCHEMA_VERSION};
 
 /// The most overlapping pairs one sweep reports before it stops listing them.
@@ -121,7 +120,7 @@ impl<'a> Checker<'a> {
         // Program order is topological in a verified graph, so an input's root is final
         // before any view of it is reached.
         for op in &graph.ops {
-            if let Some(k) = op.kind.def().view_of
+            if let Some(k) = op.kind.def().view_of()
                 && let (Some(&out), Some(&input)) = (op.outputs.first(), op.inputs.get(k))
             {
                 root[out.index()] = root[input.index()];
@@ -516,15 +515,17 @@ impl<'a> Checker<'a> {
                 return false;
             }
             // The op reads `va` as input k, or reads a reshape (of a reshape, ...) of it: a
-            // reshape view of a dense value holds its bytes in the same order.
+            // view that keeps the order (its row says so) of a dense value holds its bytes
+            // in the same order.
             let reads_va = |input: ValueId| {
                 let mut v = input;
                 loop {
                     if v == va {
                         return true;
                     }
-                    match graph.values[v].def {
-                        ValueDef::Op { op, .. } if graph.ops[op].kind == OpKind::Reshape => v = graph.ops[op].inputs[0],
+                    let ValueDef::Op { op, .. } = graph.values[v].def else { return false };
+                    match graph.ops[op].kind.def().view {
+                        Some(view) if view.keeps_order => v = graph.ops[op].inputs[view.input],
                         _ => return false,
                     }
                 }

@@ -347,7 +347,7 @@ fn nudged_results(
         let types: Vec<_> = op.outputs.iter().map(|&v| graph.values[v].ty.clone()).collect();
         let results = kernels::eval(op.kind, &op.attrs, &inputs, &types)?;
         for ((&out, mut result), ty) in op.outputs.iter().zip(results).zip(&types) {
-            if op.kind.def().view_of.is_none() {
+            if op.kind.def().view_of().is_none() {
                 shake(&mut result, ty.dtype);
             }
             values[out] = Some(result);

@@ -167,7 +167,7 @@ impl Footprint {
         let args = sum(Box::new(graph.args.iter().copied()))?;
         let results = sum(Box::new(graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().map(|u| u.value))))?;
         let mut op = 0u64;
-        for (id, o) in graph.ops.iter_enumerated().filter(|(_, o)| o.kind.def().view_of.is_none()) {
+        for (id, o) in graph.ops.iter_enumerated().filter(|(_, o)| o.kind.def().view_of().is_none()) {
             let numel = |v: ValueId| graph.values[v].ty.shape.numel();
             let elements = match chunked(graph, id, CHUNK) {
                 // A chunk of each pointwise input and output, the other inputs whole.
@@ -362,7 +362,7 @@ pub fn run_step_in_chunks(graph: &Graph, placement: Placement<'_>, args: &Tensor
     };
     for op_id in schedule {
         let op = graph.ops.get(op_id).ok_or_else(|| ExecError::BadPlan(format!("the schedule names {op_id}")))?;
-        if op.kind.def().view_of.is_some() {
+        if op.kind.def().view_of().is_some() {
             continue;
         }
         let at_op = |e| ExecError::at_op(graph, op_id, e);

@@ -17,10 +17,10 @@ use half::{bf16, f16};
 use indexmap::IndexMap;
 
 use crate::exec::ExecError;
-use crate::index::{OpId, ValueId};
+use crate::index::ValueId;
 use crate::ir::graph::{Graph, Op, Role};
 use crate::ir::layout::layouts;
-use crate::ir::ops::OpKind;
+use crate::ir::ops::{Below, Init};
 use crate::ir::types::{DType, TensorType};
 use crate::rng::Rng;
 
@@ -77,11 +77,10 @@ pub fn encode(dtype: DType, value: f64, out: &mut [u8]) {
     }
 }
 
-/// The first op reading `arg` and the name of the input slot it reads it in.
-fn first_use(graph: &Graph, arg: ValueId) -> Option<(OpId, &'static str)> {
-    graph.ops.iter_enumerated().find_map(|(id, op)| {
-        op.inputs.iter().position(|&i| i == arg).map(|k| (id, op.kind.def().input_name(k)))
-    })
+/// How the first op reading `arg` seeds it, by its row's `init` for the input it reads it at.
+fn first_use_init(graph: &Graph, arg: ValueId) -> Option<Init> {
+    let (op, k) = graph.ops.iter().find_map(|op| op.inputs.iter().position(|&i| i == arg).map(|k| (op, k)))?;
+    op.kind.def().init.iter().find(|(input, _)| *input == k).map(|&(_, init)| init)
 }
 
 /// Seeded values for every argument of `graph` (see the module docs for the rules).
@@ -92,7 +91,6 @@ pub fn init_args(graph: &Graph, seed: u64) -> Result<Tensors, ExecError> {
     for &arg in &graph.args {
         let value = &graph.values[arg];
         let role = graph.role(arg).expect("args have roles");
-        let usage = first_use(graph, arg);
         let dims = value.ty.dims();
         let mut fill = |draw: &mut dyn FnMut(&mut Rng) -> f64| filled(&value.name, &value.ty, || draw(&mut rng));
         let tensor = match (role, value.ty.dtype) {
@@ -107,12 +105,12 @@ pub fn init_args(graph: &Graph, seed: u64) -> Result<Tensors, ExecError> {
                 fill(&mut |rng| rng.below(bound) as f64)
             }
             (Role::Input, _) => fill(&mut |rng| rng.normal()),
-            (Role::Param, _) => match usage.map(|(op, slot)| (graph.ops[op].kind, slot)) {
-                Some((OpKind::LayerNorm | OpKind::BatchNorm | OpKind::RmsNorm, "gamma")) => fill(&mut |_| 1.0),
-                Some((OpKind::LayerNorm | OpKind::BatchNorm, "beta")) => fill(&mut |_| 0.0),
-                Some((OpKind::Embedding, "table")) => fill(&mut |rng| 0.02 * rng.normal()),
-                _ if dims.len() <= 1 => fill(&mut |_| 0.0),
-                _ => {
+            (Role::Param, _) => match first_use_init(graph, arg) {
+                Some(Init::Ones) => fill(&mut |_| 1.0),
+                Some(Init::Zeros) => fill(&mut |_| 0.0),
+                Some(Init::Normal(std)) => fill(&mut |rng| std * rng.normal()),
+                None if dims.len() <= 1 => fill(&mut |_| 0.0),
+                None => {
                     let fan_in = if dims.len() == 2 { dims[0] } else { dims[1..].iter().product() }.max(1);
                     let bound = 1.0 / (fan_in as f64).sqrt();
                     fill(&mut |rng| bound * (2.0 * rng.uniform() - 1.0))
@@ -139,16 +137,14 @@ fn filled(name: &str, ty: &TensorType, mut draw: impl FnMut() -> f64) -> Result<
     Ok(tensor)
 }
 
-/// The range `op` gives the integers it reads at input `k`: labels' and ids' valid range,
-/// 0..10 for any other input (a view's included).
+/// The range `op` gives the integers it reads at input `k`: its row's bound for an input
+/// of indices (labels' and ids' valid range), 0..10 for any other input (a view's
+/// included).
 fn index_bound(graph: &Graph, op: &Op, k: usize) -> u64 {
-    let input_dims = |k: usize| graph.values[op.inputs[k]].ty.dims().to_vec();
-    match (op.kind, op.kind.def().input_name(k)) {
-        (OpKind::CrossEntropy, "labels") => input_dims(0).get(1).copied().unwrap_or(1),
-        (OpKind::CrossEntropyBackward, "labels") => input_dims(1).get(1).copied().unwrap_or(1),
-        (OpKind::Embedding, "ids") => input_dims(0).first().copied().unwrap_or(1),
-        (OpKind::EmbeddingBackward, "ids") => op.attrs.int("vocab").max(1) as u64,
-        _ => 10,
+    match op.kind.def().indices.iter().find(|ix| ix.input == k).map(|ix| ix.below) {
+        Some(Below::Dim { input, axis }) => graph.values[op.inputs[input]].ty.dims().get(axis).copied().unwrap_or(1),
+        Some(Below::Attr(name)) => op.attrs.int(name).max(1) as u64,
+        None => 10,
     }
 }
 

@@ -21,7 +21,7 @@ pub mod kernels;
 
 use crate::index::OpId;
 use crate::ir::graph::Graph;
-use crate::ir::ops::OpKind;
+use crate::ir::ops::OpClass;
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
@@ -117,7 +117,7 @@ fn needed(bytes: Option<u64>) -> String {
 pub fn refuse_extern(graph: &crate::ir::graph::Graph) -> Result<(), ExecError> {
     let count = |forward: bool| {
         let mut counts: indexmap::IndexMap<&str, usize> = indexmap::IndexMap::new();
-        for op in graph.ops.iter().filter(|op| op.kind.is_extern() && (op.kind != OpKind::ExternBackward) == forward) {
+        for op in graph.ops.iter().filter(|op| op.kind.is_extern() && (op.kind.def().class != OpClass::Backward) == forward) {
             *counts.entry(op.attrs.str("target")).or_default() += 1;
         }
         counts

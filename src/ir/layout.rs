@@ -1,18 +1,16 @@
 //! Where a value's elements sit in its root's bytes: the layout of every view.
 //!
-//! A view op (`view_of` in the op table) makes no copy: its output is a new way of indexing
-//! its input's bytes. Every value therefore has a [`Layout`]: its *root* (the value owning
-//! the bytes: itself unless it is a view), and the element offset and element strides of
-//! its shape inside the root. A root is dense: offset 0, row-major strides. Each view op
-//! derives its output's layout from its input's ([`view_layout`]):
-//! - `transpose` permutes shape and strides;
-//! - `expand` gives broadcast dimensions stride 0;
-//! - `slice` moves the offset to the first element taken and multiplies the axis's stride
-//!   by the step; `select` moves the offset and drops the axis;
-//! - `reshape` keeps the elements in row-major order under a new shape, which needs no
-//!   copy exactly when PyTorch's `view` needs none: the new strides follow from the old
-//!   ones chunk by chunk (ATen's `computeStride`); otherwise there is no layout and the
-//!   verifier refuses the reshape (write `contiguous` first, as in PyTorch).
+//! A view op (a row with a `view` in the op table) makes no copy: its output is a new way
+//! of indexing its input's bytes. Every value therefore has a [`Layout`]: its *root* (the
+//! value owning the bytes: itself unless it is a view), and the element offset and element
+//! strides of its shape inside the root. A root is dense: offset 0, row-major strides. Each
+//! view op derives its output's layout from its input's by its row's rule ([`view_layout`];
+//! the rules are in `ir/ops/shape.rs`): `transpose` permutes shape and strides, `expand`
+//! gives broadcast dimensions stride 0, `slice` and `select` move the offset, and
+//! `reshape` keeps the elements in row-major order under a new shape, which needs no copy
+//! exactly when PyTorch's `view` needs none (ATen's `computeStride`); otherwise there is
+//! no layout and the verifier refuses the reshape (write `contiguous` first, as in
+//! PyTorch).
 //!
 //! The verifier, the CPU executor and the CUDA executor all read layouts from here, so a
 //! view means the same bytes everywhere. Assumes the op's attributes and types passed the
@@ -20,7 +18,8 @@
 
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::{Graph, ValueDef};
-use crate::ir::ops::{Attrs, OpKind};
+use crate::ir::ops::{Attrs, OpKind, reshape_strides};
+pub use crate::ir::types::dense_strides;
 
 /// How a value's elements sit in its root's bytes.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -41,88 +40,14 @@ impl Layout {
     }
 }
 
-/// Row-major strides of `shape`.
-pub fn dense_strides(shape: &[u64]) -> Vec<u64> {
-    let mut strides = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
-    }
-    strides
-}
 
 /// The layout of the output of view op `kind` (with `attrs`) reading `input`, its output of
-/// shape `out_shape`; `None` when a `reshape` cannot be a view of `input`'s layout.
+/// shape `out_shape` (the row's [`View`](crate::ir::ops::View) rule); `None` when a
+/// `reshape` cannot be a view of `input`'s layout, or `kind` is no view.
 pub fn view_layout(kind: OpKind, attrs: &Attrs, input: &Layout, out_shape: &[u64]) -> Option<Layout> {
-    let axis = |name: &str| {
-        let a = attrs.int(name);
-        (if a < 0 { a + input.shape.len() as i64 } else { a }) as usize
-    };
-    let (mut offset, mut strides) = (input.offset, input.strides.clone());
-    match kind {
-        OpKind::Reshape => strides = reshape_strides(&input.shape, &input.strides, out_shape)?,
-        OpKind::Transpose => strides = attrs.ints("perm").iter().map(|&p| input.strides[p as usize]).collect(),
-        OpKind::Expand => {
-            let added = out_shape.len() - input.shape.len();
-            strides = (0..out_shape.len())
-                .map(|i| match i.checked_sub(added) {
-                    Some(j) if input.shape[j] == out_shape[i] => input.strides[j],
-                    _ => 0,
-                })
-                .collect();
-        }
-        OpKind::Slice => {
-            let a = axis("axis");
-            offset += attrs.int("start") as u64 * input.strides[a];
-            strides[a] *= attrs.int("step") as u64;
-        }
-        // Another framework's view: memplan cannot know how it indexes x, so it is taken as
-        // dense at x's offset (the layout only matters to executors, which refuse extern ops).
-        OpKind::ExternView => strides = dense_strides(out_shape),
-        OpKind::Select => {
-            let a = axis("axis");
-            offset += attrs.int("index") as u64 * input.strides[a];
-            strides.remove(a);
-        }
-        other => unreachable!("{other} is marked as a view but has no layout rule"),
-    }
+    let view = kind.def().view?;
+    let (offset, strides) = (view.layout)(attrs, input.offset, &input.shape, &input.strides, out_shape)?;
     Some(Layout { root: input.root, offset, shape: out_shape.to_vec(), strides })
-}
-
-/// The strides under which `shape`'s elements, laid out by `strides`, read in row-major
-/// order as `new_shape` (ATen's `computeStride`); `None` if no strides do. Both shapes
-/// have the same element count.
-fn reshape_strides(shape: &[u64], strides: &[u64], new_shape: &[u64]) -> Option<Vec<u64>> {
-    if shape.is_empty() || shape.contains(&0) || shape == new_shape {
-        // A scalar or an empty tensor has no layout to keep; the same shape keeps its own.
-        return Some(if shape == new_shape { strides.to_vec() } else { dense_strides(new_shape) });
-    }
-    let mut new_strides = vec![0; new_shape.len()];
-    // Walk both shapes from the last dimension, one chunk of the old shape at a time: a
-    // chunk is a run of dimensions that are contiguous with each other in memory.
-    let mut view_d = new_shape.len() as isize - 1;
-    let mut chunk_base_stride = *strides.last().expect("shape is not empty");
-    let (mut tensor_numel, mut view_numel) = (1u64, 1u64);
-    for tensor_d in (0..shape.len()).rev() {
-        tensor_numel *= shape[tensor_d];
-        let chunk_ends = tensor_d == 0
-            || (shape[tensor_d - 1] != 1 && strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
-        if chunk_ends {
-            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
-                new_strides[view_d as usize] = view_numel * chunk_base_stride;
-                view_numel *= new_shape[view_d as usize];
-                view_d -= 1;
-            }
-            if view_numel != tensor_numel {
-                return None;
-            }
-            if tensor_d > 0 {
-                chunk_base_stride = strides[tensor_d - 1];
-                tensor_numel = 1;
-                view_numel = 1;
-            }
-        }
-    }
-    (view_d == -1).then_some(new_strides)
 }
 
 /// The layout of `value` in `graph`, following its chain of views back to its root; `None`
@@ -130,7 +55,7 @@ fn reshape_strides(shape: &[u64], strides: &[u64], new_shape: &[u64]) -> Option<
 pub fn layout_of(graph: &Graph, value: ValueId) -> Option<Layout> {
     let v = &graph.values[value];
     match v.def {
-        ValueDef::Op { op, .. } if graph.ops[op].kind.def().view_of.is_some() => {
+        ValueDef::Op { op, .. } if graph.ops[op].kind.def().view_of().is_some() => {
             let op = &graph.ops[op];
             view_layout(op.kind, &op.attrs, &layout_of(graph, op.inputs[0])?, v.ty.dims())
         }
@@ -148,7 +73,7 @@ pub fn reshape_is_view(graph: &Graph, value: ValueId, new_shape: &[u64]) -> bool
 pub fn layouts(graph: &Graph) -> IndexVec<ValueId, Layout> {
     let mut layouts: IndexVec<ValueId, Layout> =
         graph.values.iter_enumerated().map(|(id, v)| Layout::dense(id, v.ty.dims())).collect();
-    for op in graph.ops.iter().filter(|op| op.kind.def().view_of.is_some()) {
+    for op in graph.ops.iter().filter(|op| op.kind.def().view_of().is_some()) {
         let out = op.outputs[0];
         let layout = view_layout(op.kind, &op.attrs, &layouts[op.inputs[0]], graph.values[out].ty.dims())
             .expect("a verified reshape is a view of its input's layout");

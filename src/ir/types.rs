@@ -140,6 +140,15 @@ impl fmt::Display for TensorType {
     }
 }
 
+/// Row-major strides of `shape`.
+pub fn dense_strides(shape: &[u64]) -> Vec<u64> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

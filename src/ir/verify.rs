@@ -426,7 +426,7 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
             }
         };
         // A view's layout, once its types are right (`view_layout` trusts them).
-        if row.view_of.is_some() && typed {
+        if row.view_of().is_some() && typed {
             let (input, output) = (op.inputs[0], op.outputs[0]);
             let out_shape = graph.values[output].ty.dims();
             let dense;
@@ -452,13 +452,15 @@ fn check_ops(graph: &Graph, errors: &mut Vec<VerifyError>) {
     }
 }
 
-/// Forward `dropout` ops: each `stream` is drawn by one dropout site. A later op with the
-/// stream of an earlier one is an error unless it is the same computation (a recompute).
+/// Ops that draw random numbers (`dropout`: rows with `draws`): each stream is drawn by one
+/// site. A later op with the stream of an earlier one is an error unless it is the same
+/// computation (a recompute).
 fn check_dropout_streams(graph: &Graph, errors: &mut Vec<VerifyError>) {
     let mut first: indexmap::IndexMap<i64, OpId> = indexmap::IndexMap::new();
-    for (op_id, op) in graph.ops.iter_enumerated().filter(|(_, op)| op.kind == OpKind::Dropout) {
+    for (op_id, op) in graph.ops.iter_enumerated() {
+        let Some(attr) = op.kind.def().draws else { continue };
         // A missing or mistyped attribute is reported by `check_ops`.
-        let Some(Attr::Int(stream)) = op.attrs.get("stream") else { continue };
+        let Some(Attr::Int(stream)) = op.attrs.get(attr) else { continue };
         match first.get(stream) {
             None => {
                 first.insert(*stream, op_id);
@@ -549,7 +551,7 @@ fn check_updates(graph: &Graph, errors: &mut Vec<VerifyError>) {
         }
         let bad_value = match value.def {
             ValueDef::Arg(_) => Some("an argument"),
-            ValueDef::Op { op, .. } if graph.ops[op].kind.def().view_of.is_some() => Some("a view of another value"),
+            ValueDef::Op { op, .. } if graph.ops[op].kind.def().view_of().is_some() => Some("a view of another value"),
             ValueDef::Op { .. } if updates_writing[update.value] > 1 => {
                 Some("the new value of several updates")
             }

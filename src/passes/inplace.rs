@@ -32,7 +32,6 @@
 use crate::analysis::liveness::lifetimes;
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, ValueDef};
-use crate::ir::ops::OpKind;
 
 /// `reuse[v] = Some(x)`: value `v` is written over the bytes of `x`, an input of its op (or
 /// the value an input reshapes).
@@ -44,20 +43,18 @@ pub fn no_reuse(graph: &Graph) -> Reuse {
 }
 
 /// The value whose bytes `x` reads in their row-major order: `x` itself if it owns its
-/// bytes, the root under a chain of `reshape` views (a reshape view of a dense value keeps
-/// its elements' order), `None` through any other view (a transpose, slice or expand reads
+/// bytes, the root under a chain of views that keep its order (`reshape`: a reshape view of a
+/// dense value keeps its elements' order), `None` through any other view (a transpose, slice or expand reads
 /// the bytes in another order, or only some of them).
 pub(crate) fn dense_root(graph: &Graph, x: ValueId) -> Option<ValueId> {
     let mut v = x;
     while let ValueDef::Op { op, .. } = graph.values[v].def {
         let op = &graph.ops[op];
-        if op.kind.def().view_of.is_none() {
-            break;
-        }
-        if op.kind != OpKind::Reshape {
+        let Some(view) = op.kind.def().view else { break };
+        if !view.keeps_order {
             return None;
         }
-        v = op.inputs[0];
+        v = op.inputs[view.input];
     }
     Some(v)
 }

@@ -89,7 +89,7 @@ pub fn lower(graph: &Graph, order: &[OpId], alignment: u64) -> Option<StepDag> {
     let views = graph
         .ops
         .iter_enumerated()
-        .filter(|(_, op)| op.kind.def().view_of.is_some())
+        .filter(|(_, op)| op.kind.def().view_of().is_some())
         .map(|(op_id, op)| (node(op_id), users[op.outputs[0]].iter().map(|&r| node(r)).collect()))
         .collect();
     // By update, then by op: each op's inputs are looked up in the updates of their root

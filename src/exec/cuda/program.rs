@@ -15,7 +15,7 @@ use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, 
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Role, ValueDef};
 use crate::ir::layout::layouts;
-use crate::ir::ops::OpKind;
+use crate::ir::ops::{Below, OpKind};
 use crate::ir::types::TensorType;
 use crate::plan::Plan;
 
@@ -217,26 +217,24 @@ fn views(graph: &Graph, plan: &Plan) -> Result<IndexVec<ValueId, View>, CudaErro
         .collect())
 }
 
-/// The index arguments read by embedding and cross-entropy ops (directly or through views).
+/// The index arguments (the inputs the op rows list as `indices`: embedding ids, labels)
+/// read by the step's ops, directly or through views.
 fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexCheck> {
     let layouts = layouts(graph);
     let mut checks = Vec::new();
     for (at, op) in graph.ops.iter_enumerated() {
-        let (index, bound, ignored) = match op.kind {
-            OpKind::Embedding => (op.inputs[1], views[op.inputs[0]].shape[0], None),
-            OpKind::EmbeddingBackward => (op.inputs[1], op.attrs.int("vocab") as u64, None),
-            OpKind::CrossEntropy => {
-                (op.inputs[1], views[op.inputs[0]].shape[1], Some(op.attrs.int("ignore_index")))
+        for indices in op.kind.def().indices {
+            let index = op.inputs[indices.input];
+            let bound = match indices.below {
+                Below::Dim { input, axis } => views[op.inputs[input]].shape[axis],
+                Below::Attr(name) => op.attrs.int(name) as u64,
+            };
+            let ignored = indices.ignored.map(|name| op.attrs.int(name));
+            let root = layouts[index].root;
+            if matches!(graph.values[root].def, ValueDef::Arg(_)) {
+                let (arg, text, span) = (graph.values[root].name.clone(), graph.describe_op(at), op.span.into());
+                checks.push(IndexCheck { arg, op: op.kind.name(), at, text, span, bound, ignored });
             }
-            OpKind::CrossEntropyBackward => {
-                (op.inputs[2], views[op.inputs[1]].shape[1], Some(op.attrs.int("ignore_index")))
-            }
-            _ => continue,
-        };
-        let root = layouts[index].root;
-        if matches!(graph.values[root].def, ValueDef::Arg(_)) {
-            let (arg, text, span) = (graph.values[root].name.clone(), graph.describe_op(at), op.span.into());
-            checks.push(IndexCheck { arg, op: op.kind.name(), at, text, span, bound, ignored });
         }
     }
     checks

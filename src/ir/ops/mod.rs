@@ -1,12 +1,21 @@
 //! The op table: one row per op, the single place that says what an op is.
 //!
-//! A row gives an op's IR name, its inputs and outputs (names used in docs and errors),
-//! its attributes with defaults, its class (forward, backward, optimizer), its type rule
-//! (output types from input types and attributes), its FLOPs, and its memory behaviour:
-//! whether its output is a *view* of an input (shares the input's bytes, no copy) and over
-//! which inputs it *may* write its outputs in place. Adding an op means adding a row here,
-//! a gradient rule (or `None`) in the exhaustive match of `rule` in src/autodiff/rules.rs,
-//! and its kernels, where executors exist.
+//! A row ([`OpDef`]) gives an op's IR name, its inputs and outputs (names used in docs and
+//! errors), its attributes with defaults, its class (forward, backward, optimizer), its
+//! type rule (output types from input types and attributes), its FLOPs, and its memory
+//! behaviour: whether its output is a *view* of an input (and how the view's layout
+//! follows from the input's), over which inputs it *may* write its outputs in place, which
+//! inputs it reads element by element (*pointwise*), which inputs hold indices and what
+//! bounds them, how `memplan run` seeds the params it reads, and the random stream it
+//! draws from. Code elsewhere reads these facts from the row; it names an `OpKind` only to
+//! say what the op *does* (its gradient rule, its kernels), in exhaustive matches
+//! (`tests/architecture.rs` holds that line).
+//!
+//! Rows live in family files beside their type rules, FLOPs functions and typed attribute
+//! views (`elementwise`, `shape`, `linalg`, `attention`, `nn`, `conv`, `resample`,
+//! `optim`, `dropout`, `extern`; shared helpers in `rules`), and are written with
+//! [`OpDef::new`] and builder methods naming only what differs from the defaults.
+//! `table.rs` lists them in `OpKind` order. Adding an op: docs/ARCHITECTURE.md, "A new op".
 //!
 //! Gradient rules live with autodiff, not in this table, so that the IR depends on nothing
 //! above it: the match there names every `OpKind`, so a new op does not compile until it
@@ -401,7 +410,11 @@ pub type InferFn = fn(&[&TensorType], &Attrs) -> Result<Vec<TensorType>, String>
 /// Floating-point operations of one execution, from input and output types (saturating).
 pub type FlopsFn = fn(&[&TensorType], &[&TensorType], &Attrs) -> u64;
 
-/// One row of the op table.
+/// One row of the op table: everything about what an op is. Rows are written with
+/// [`OpDef::new`] and the builder methods below, naming only what differs from the
+/// defaults (a forward op without attributes, 0 FLOPs, no view, no in-place pairs, not
+/// pointwise, no index inputs).
+#[derive(Clone, Copy)]
 pub struct OpDef {
     pub kind: OpKind,
     /// The IR spelling.
@@ -416,18 +429,161 @@ pub struct OpDef {
     pub class: OpClass,
     pub infer: InferFn,
     pub flops: FlopsFn,
-    /// `Some(k)`: output 0 is a view of input `k` (same bytes, no copy).
-    pub view_of: Option<usize>,
+    /// Output 0 is a view of an input (same bytes, no copy): which input, and how its
+    /// layout follows from the input's.
+    pub view: Option<View>,
+    /// `(output, input)` pairs: the op may write that output over that input's bytes when
+    /// the input dies at this op and both have the same dtype and size.
+    pub inplace: &'static [(usize, usize)],
     /// The inputs read element by element: where each of them has the outputs' shape (no
     /// broadcasting; every output has one shape), output element `i` depends only on their
     /// elements `i` (and on the other inputs, whole, such as an optimizer's step count), so
     /// an executor may run the op on any run of elements at a time. Empty: it may not.
     pub pointwise: &'static [usize],
-    /// `(output, input)` pairs: the op may write that output over that input's bytes when
-    /// the input dies at this op and both have the same dtype and size.
-    pub inplace: &'static [(usize, usize)],
+    /// The inputs holding integer indices into a dimension (embedding ids, labels): what
+    /// bounds them, for executors' range checks and for seeding them.
+    pub indices: &'static [Indices],
+    /// How `memplan run` seeds a param this op reads first at an input (a norm's scale 1,
+    /// its shift 0, an embedding table small normal numbers); params read elsewhere first
+    /// get the default (uniform in ±1/sqrt(fan_in), vectors 0).
+    pub init: &'static [(usize, Init)],
+    /// The attribute naming the random stream this op draws from: two ops of a step may
+    /// share a stream only if they are the same computation (a recompute).
+    pub draws: Option<&'static str>,
     /// One line for docs/IR.md and `--help`.
     pub doc: &'static str,
+}
+
+/// How a view op's output indexes its input's bytes.
+#[derive(Clone, Copy)]
+pub struct View {
+    /// The input whose bytes the output reads.
+    pub input: usize,
+    /// The output's element offset and strides from the input's (offset, shape, strides)
+    /// and the output's shape; `None` where no strides can express it (a `reshape` of a
+    /// layout whose elements do not read in row-major order under the new shape).
+    pub layout: ViewLayoutFn,
+    /// Reading the output in row-major order reads the input in its own row-major order
+    /// (a `reshape`): an op may then write over a dense input it reads through the view.
+    pub keeps_order: bool,
+}
+
+/// See [`View::layout`]: `(attrs, offset, shape, strides, out_shape) -> (offset, strides)`.
+pub type ViewLayoutFn = fn(&Attrs, u64, &[u64], &[u64], &[u64]) -> Option<(u64, Vec<u64>)>;
+
+/// An input of integer indices into a dimension of size `below` (see [`OpDef::indices`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Indices {
+    /// The input holding the indices.
+    pub input: usize,
+    /// Every index is in `0..below`.
+    pub below: Below,
+    /// The attribute naming an index that is skipped, whatever its range (cross_entropy's
+    /// `ignore_index`).
+    pub ignored: Option<&'static str>,
+}
+
+/// What bounds an input of indices.
+#[derive(Clone, Copy, Debug)]
+pub enum Below {
+    /// The size of dimension `axis` of input `input`.
+    Dim { input: usize, axis: usize },
+    /// An integer attribute.
+    Attr(&'static str),
+}
+
+/// How `memplan run` seeds a param (see [`OpDef::init`]).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Init {
+    Zeros,
+    Ones,
+    /// Normal numbers of mean 0 and this standard deviation.
+    Normal(f64),
+}
+
+impl OpDef {
+    /// A row with the defaults (see [`OpDef`]).
+    pub(crate) const fn new(
+        kind: OpKind,
+        name: &'static str,
+        inputs: &'static [&'static str],
+        outputs: &'static [&'static str],
+        infer: InferFn,
+        doc: &'static str,
+    ) -> OpDef {
+        OpDef {
+            kind,
+            name,
+            inputs,
+            outputs,
+            attrs: &[],
+            class: OpClass::Forward,
+            infer,
+            flops: no_flops,
+            view: None,
+            inplace: &[],
+            pointwise: &[],
+            indices: &[],
+            init: &[],
+            draws: None,
+            doc,
+        }
+    }
+
+    pub(crate) const fn attrs(self, attrs: &'static [AttrSpec]) -> OpDef {
+        OpDef { attrs, ..self }
+    }
+
+    /// A gradient computation (`*_backward`).
+    pub(crate) const fn backward(self) -> OpDef {
+        OpDef { class: OpClass::Backward, ..self }
+    }
+
+    /// An optimizer update.
+    pub(crate) const fn optimizer(self) -> OpDef {
+        OpDef { class: OpClass::Optimizer, ..self }
+    }
+
+    pub(crate) const fn flops(self, flops: FlopsFn) -> OpDef {
+        OpDef { flops, ..self }
+    }
+
+    pub(crate) const fn view(self, view: View) -> OpDef {
+        OpDef { view: Some(view), ..self }
+    }
+
+    pub(crate) const fn inplace(self, inplace: &'static [(usize, usize)]) -> OpDef {
+        OpDef { inplace, ..self }
+    }
+
+    pub(crate) const fn pointwise(self, pointwise: &'static [usize]) -> OpDef {
+        OpDef { pointwise, ..self }
+    }
+
+    pub(crate) const fn indices(self, indices: &'static [Indices]) -> OpDef {
+        OpDef { indices, ..self }
+    }
+
+    pub(crate) const fn init(self, init: &'static [(usize, Init)]) -> OpDef {
+        OpDef { init, ..self }
+    }
+
+    pub(crate) const fn draws(self, attr: &'static str) -> OpDef {
+        OpDef { draws: Some(attr), ..self }
+    }
+
+    /// The input output 0 is a view of, if it is a view.
+    pub fn view_of(&self) -> Option<usize> {
+        match self.view {
+            Some(view) => Some(view.input),
+            None => None,
+        }
+    }
+}
+
+/// No floating-point operations (copies, casts, gathers, views): the default of a row.
+pub(crate) fn no_flops(_: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    0
 }
 
 impl fmt::Debug for OpDef {
@@ -485,10 +641,21 @@ fn kind_word(kind: AttrKind) -> &'static str {
     }
 }
 
+mod attention;
+mod conv;
+mod dropout;
+mod elementwise;
+mod r#extern;
+mod linalg;
+mod nn;
+mod optim;
+mod resample;
 mod rules;
+mod shape;
 mod table;
 #[cfg(test)]
 mod tests;
 
 pub use rules::broadcast;
+pub use shape::reshape_strides;
 pub use table::OPS;

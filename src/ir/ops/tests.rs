@@ -1,5 +1,6 @@
 //! Tests of the op table: row order, every type rule, FLOPs, signatures, docs.
 
+use super::resample::bin_lengths;
 use super::rules::*;
 use super::*;
 use crate::ir::types::{DType, Shape, TensorType};
@@ -64,14 +65,14 @@ fn every_kind_has_a_row_and_a_unique_name() {
     assert_eq!(OPS.len(), OpKind::MaskedFill as usize + 1);
     for row in OPS {
         assert_eq!(OpKind::from_name(row.name), Some(row.kind));
-        assert!(row.view_of.is_none_or(|k| k < row.inputs.len()), "{}", row.name);
+        assert!(row.view_of().is_none_or(|k| k < row.inputs.len()), "{}", row.name);
         for &(o, i) in row.inplace {
             assert!(o < row.outputs.len() && i < row.inputs.len(), "{}: bad inplace pair", row.name);
         }
         // Pointwise inputs: in range, ascending, never the input of a view (a view's output
         // is the input's bytes, not something computed element by element).
         assert!(row.pointwise.iter().all(|&k| k < row.inputs.len()) && row.pointwise.is_sorted(), "{}", row.name);
-        assert!(row.pointwise.is_empty() || row.view_of.is_none(), "{}", row.name);
+        assert!(row.pointwise.is_empty() || row.view_of().is_none(), "{}", row.name);
     }
     assert_eq!(OpKind::from_name("conv3d"), None);
 }
@@ -332,7 +333,7 @@ fn reshape_keeps_numel() {
     err(OpKind::Reshape, &["f32[2,3]"], &r(&[4, 2]), "f32[2,3] (6 elements) to [4,2] (8 elements)");
     err(OpKind::Reshape, &["f32[2,3]"], &r(&[-1, 6]), "negative");
     err(OpKind::Reshape, &["f32[2]"], &r(&[i64::MAX, i64::MAX]), "2^64 elements");
-    assert_eq!(OpKind::Reshape.def().view_of, Some(0));
+    assert_eq!(OpKind::Reshape.def().view_of(), Some(0));
 }
 
 #[test]
@@ -345,7 +346,7 @@ fn transpose_needs_a_permutation() {
     err(OpKind::Transpose, &["f32[2,3]"], &p(&[0, 0]), "not a permutation");
     err(OpKind::Transpose, &["f32[2,3]"], &p(&[0, 2]), "not a permutation");
     err(OpKind::Transpose, &["f32[2,3]"], &p(&[-1, 0]), "not a permutation");
-    assert_eq!(OpKind::Transpose.def().view_of, Some(0));
+    assert_eq!(OpKind::Transpose.def().view_of(), Some(0));
 }
 
 #[test]
@@ -359,7 +360,7 @@ fn expand_broadcasts_to_exactly_shape() {
     err(OpKind::Expand, &["f32[2,3]"], &e(&[3]), "fewer dimensions");
     err(OpKind::Expand, &["f32[1]"], &e(&[-2]), "negative");
     err(OpKind::Expand, &["f32[1]"], &e(&[4294967296, 4294967296]), "2^64");
-    assert_eq!(OpKind::Expand.def().view_of, Some(0));
+    assert_eq!(OpKind::Expand.def().view_of(), Some(0));
 }
 
 #[test]

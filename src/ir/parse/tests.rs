@@ -11,7 +11,7 @@ use super::syntax::{AttrVal, Parser};
 use super::{ParseError, parse};
 use crate::index::{OpId, ValueId};
 use crate::ir::graph::{Loc, Role, Span};
-use crate::ir::ops::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpClass, OpDef, OpKind};
+use crate::ir::ops::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, OpKind};
 use crate::ir::types::{DType, TensorType};
 
 const MLP: &str = "// a comment
@@ -383,28 +383,12 @@ fn attribute_errors() {
 fn fake_infer(inputs: &[&TensorType], _: &Attrs) -> Result<Vec<TensorType>, String> {
     Ok(vec![inputs[0].clone()])
 }
-fn fake_flops(_: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
-    0
-}
-static FAKE: OpDef = OpDef {
-    kind: OpKind::Add,
-    name: "fake",
-    inputs: &["x"],
-    outputs: &["out"],
-    attrs: &[
-        AttrSpec { name: "n", kind: AttrKind::Int, default: Some(AttrDefault::Int(-1)) },
-        AttrSpec { name: "lr", kind: AttrKind::Float, default: None },
-        AttrSpec { name: "dims", kind: AttrKind::Ints, default: Some(AttrDefault::Ints(&[1, 1])) },
-        AttrSpec { name: "to", kind: AttrKind::DType, default: None },
-    ],
-    class: OpClass::Forward,
-    infer: fake_infer,
-    flops: fake_flops,
-    view_of: None,
-    pointwise: &[],
-    inplace: &[],
-    doc: "a test row",
-};
+static FAKE: OpDef = OpDef::new(OpKind::Add, "fake", &["x"], &["out"], fake_infer, "a test row").attrs(&[
+    AttrSpec { name: "n", kind: AttrKind::Int, default: Some(AttrDefault::Int(-1)) },
+    AttrSpec { name: "lr", kind: AttrKind::Float, default: None },
+    AttrSpec { name: "dims", kind: AttrKind::Ints, default: Some(AttrDefault::Ints(&[1, 1])) },
+    AttrSpec { name: "to", kind: AttrKind::DType, default: None },
+]);
 
 /// Resolves the attributes of the first def of `body` against `FAKE`.
 fn fake_attrs(body: &str) -> (Option<Attrs>, Vec<ParseError>, String) {

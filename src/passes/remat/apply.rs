@@ -156,7 +156,7 @@ impl<'a> Applier<'a> {
         let ValueDef::Op { op, .. } = self.old.values[v].def else {
             return self.current[v].expect("arguments are mapped first");
         };
-        if let Some(k) = self.old.ops[op].kind.def().view_of {
+        if let Some(k) = self.old.ops[op].kind.def().view_of() {
             let base = self.resolve(self.old.ops[op].inputs[k]);
             let fresh = self.current[v].is_some_and(|now| {
                 let view_op = self.new.def_op(now).expect("a view is an op output");
@@ -187,7 +187,7 @@ impl<'a> Applier<'a> {
         let g = &self.new;
         let mut root: IndexVec<ValueId, ValueId> = g.values.indices().collect();
         for op in &g.ops {
-            if let Some(k) = op.kind.def().view_of {
+            if let Some(k) = op.kind.def().view_of() {
                 root[op.outputs[0]] = root[op.inputs[k]];
             }
         }

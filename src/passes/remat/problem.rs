@@ -75,7 +75,7 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
             // op): it is never run twice. `dropout` is pure: its mask is a hash of the seed
             // value and its attributes, which a recompute reads again.
             let recomputable =
-                forward && row.view_of.is_none() && !op.kind.is_extern() && op.outputs.iter().all(|&o| !survives[o]);
+                forward && row.view_of().is_none() && !op.kind.is_extern() && op.outputs.iter().all(|&o| !survives[o]);
             NodeInfo { cost: op_flops(graph, op_id).max(1), recomputable, forward }
         })
         .collect();

@@ -435,7 +435,7 @@ impl Gen {
         let names = names.unwrap_or_else(|| outs.iter().map(|_| self.name("v")).collect());
         let outputs: Vec<usize> =
             outs.into_iter().zip(names).map(|(ty, name)| self.push_val(name, ty, Def::Op)).collect();
-        if let Some(k) = kind.def().view_of {
+        if let Some(k) = kind.def().view_of() {
             let (input, out) = (inputs[k], outputs[0]);
             self.root[out] = self.root[input];
             self.dense[out] = match kind {

@@ -1,0 +1,128 @@
+//! Fused attention (`attention`, FlashAttention's contract) and its backward: scores,
+//! softmax and the weighted sum in one op that keeps only `out` and the row log-sum-exp
+//! `lse`, never the T×S scores. The FLOPs count the pairs a call scores (fewer under
+//! `causal`).
+
+use super::rules::*;
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, OpKind, attr};
+use crate::ir::types::{DType, TensorType};
+
+use AttrKind as K;
+
+/// attention's arguments: the causal mask, the scores' scale, and `transpose_out`: `out` (and
+/// so `dout`) laid out `[..., T, H, Ev]`, rows before heads, as PyTorch's flash attention
+/// writes it.
+const ATTENTION_ATTRS: &[AttrSpec] = &[
+    attr("causal", K::Bool, Some(AttrDefault::Bool(false))),
+    attr("scale", K::Float, None),
+    attr("transpose_out", K::Bool, Some(AttrDefault::Bool(false))),
+];
+
+pub(super) const ATTENTION: OpDef = OpDef::new(OpKind::Attention, "attention", &["q", "k", "v"], &["out", "lse"], infer_attention, "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head (rows first: transpose_out), and row logsumexps")
+    .attrs(ATTENTION_ATTRS)
+    .flops(flops_attention);
+
+pub(super) const ATTENTION_BACKWARD: OpDef = OpDef::new(OpKind::AttentionBackward, "attention_backward", &["dout", "q", "k", "v", "out", "lse"], &["dq", "dk", "dv"], infer_attention_backward, "attention's gradients w.r.t. q, k and v, recomputing the probabilities from lse")
+    .attrs(ATTENTION_ATTRS)
+    .backward()
+    .flops(flops_attention_backward);
+
+/// `attention(q, k, v)`: `q [..., H, T, E]`, `k [..., Hkv, S, E]`, `v [..., Hkv, S, Ev]` of
+/// one float dtype and one rank >= 3 with equal leading (batch) dimensions, H a positive
+/// multiple of Hkv (grouped-query heads), `scale` positive and finite. Gives
+/// `out [..., H, T, Ev]` (q's dtype; `[..., T, H, Ev]` with `transpose_out`) and
+/// `lse f32[..., H, T]`. T, S, E, Ev and the batch dimensions may be 0.
+pub(super) fn infer_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
+    let dtype = same_dtype(inputs)?;
+    float_input(q, "q")?;
+    let rank = q.rank();
+    if rank < 3 || k.rank() != rank || v.rank() != rank {
+        return Err(format!(
+            "q, k and v must be [...,H,T,E], [...,Hkv,S,E] and [...,Hkv,S,Ev] of one rank >= 3, found {q}, {k} and {v}"
+        ));
+    }
+    let batch = &q.dims()[..rank - 3];
+    if k.dims()[..rank - 3] != *batch || v.dims()[..rank - 3] != *batch {
+        return Err(format!("q, k and v must have the same batch dimensions, found {q}, {k} and {v}"));
+    }
+    let last3 = |x: &TensorType| {
+        let d = &x.dims()[rank - 3..];
+        (d[0], d[1], d[2])
+    };
+    let ((h, t, e), (hkv, s, ek), (hv, sv, ev)) = (last3(q), last3(k), last3(v));
+    if ek != e {
+        return Err(format!("q and k must have the same last dimension E, found q {q} and k {k}"));
+    }
+    if (hv, sv) != (hkv, s) {
+        return Err(format!("k and v must have the same heads and length [...,Hkv,S,_], found k {k} and v {v}"));
+    }
+    if hkv == 0 || h == 0 || !h.is_multiple_of(hkv) {
+        return Err(format!(
+            "the query heads H={h} must be a positive multiple of the key/value heads Hkv={hkv} (q {q}, k {k})"
+        ));
+    }
+    float_attr(attrs, "scale", |x| x > 0.0 && x.is_finite(), "a positive finite number")?;
+    let mut out = batch.to_vec();
+    out.extend(if attrs.bool("transpose_out") { [t, h, ev] } else { [h, t, ev] });
+    let mut lse = batch.to_vec();
+    lse.extend([h, t]);
+    done(vec![TensorType::new(dtype, out), TensorType::new(DType::F32, lse)])
+}
+
+/// `attention_backward(dout, q, k, v, out, lse)`: q, k, v as for `attention`, whose outputs
+/// fix the rest: `dout` and `out` have `out`'s type, `lse` has `lse`'s. Gives dq, dk, dv of
+/// q's, k's and v's types.
+pub(super) fn infer_attention_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (q, k, v) = (inputs[1], inputs[2], inputs[3]);
+    let forward = infer_attention(&[q, k, v], attrs)?;
+    let saved = [(inputs[0], "dout", &forward[0]), (inputs[4], "out", &forward[0]), (inputs[5], "lse", &forward[1])];
+    for (t, name, want) in saved {
+        if t != want {
+            return Err(format!("{name} must be {want} for q {q}, k {k} and v {v}, found {t}"));
+        }
+    }
+    done(vec![q.clone(), k.clone(), v.clone()])
+}
+
+/// The (query, key) pairs one attention call scores, with `(E, Ev)`: B·H query heads times
+/// the pairs of one head, T·S, or with `causal` only the unmasked ones, Σ_i min(i + 1, S).
+/// Saturating; 0 for shapes no rule accepts.
+pub(super) fn attention_pairs(q: &TensorType, k: &TensorType, v: &TensorType, attrs: &Attrs) -> (u64, u64, u64) {
+    let rank = q.rank();
+    if rank < 3 {
+        return (0, 0, 0);
+    }
+    let heads = q.dims()[..rank - 2].iter().fold(1u64, |a, &d| a.saturating_mul(d));
+    let (t, s) = (u128::from(dim(q, rank - 2)), u128::from(dim(k, rank - 2)));
+    let per_head = match attrs.get("causal") {
+        // Rows i < min(T, S) see i + 1 keys; the rows after them see all S.
+        Some(Attr::Bool(true)) => {
+            let full = t.min(s);
+            full * (full + 1) / 2 + (t - full) * s
+        }
+        _ => t * s,
+    };
+    let pairs = u64::try_from(per_head).unwrap_or(u64::MAX).saturating_mul(heads);
+    (pairs, dim(q, rank - 1), dim(v, rank - 1))
+}
+
+/// The two products: scores q·kᵀ (2·E per pair) and probabilities · v (2·Ev per pair).
+/// The softmax's exponentials and the online rescaling are not counted.
+pub(super) fn flops_attention(inputs: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
+    let [q, k, v] = [0, 1, 2].map(|i| inputs.get(i).copied());
+    let (Some(q), Some(k), Some(v)) = (q, k, v) else { return 0 };
+    let (pairs, e, ev) = attention_pairs(q, k, v, attrs);
+    pairs.saturating_mul(2).saturating_mul(e.saturating_add(ev))
+}
+
+/// Five products per pair: the scores again (2·E), dout·vᵀ (2·Ev), dv += p·dout (2·Ev),
+/// dq += ds·k (2·E) and dk += ds·q (2·E): 2·(3E + 2Ev), 2.5 times the forward when E = Ev.
+/// The row sums D = Σ dout·out and the elementwise work on p are not counted.
+pub(super) fn flops_attention_backward(inputs: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
+    let [q, k, v] = [1, 2, 3].map(|i| inputs.get(i).copied());
+    let (Some(q), Some(k), Some(v)) = (q, k, v) else { return 0 };
+    let (pairs, e, ev) = attention_pairs(q, k, v, attrs);
+    let per_pair = e.saturating_mul(3).saturating_add(ev.saturating_mul(2));
+    pairs.saturating_mul(2).saturating_mul(per_pair)
+}

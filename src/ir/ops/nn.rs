@@ -1,0 +1,332 @@
+//! Neural-network ops: softmax, embedding, the norms (layer, RMS and batch norm), max
+//! pooling, and the losses (cross-entropy, binary cross-entropy with logits), each with
+//! its backward op.
+//!
+//! Their rows also say what only they know: which inputs hold indices and what bounds them
+//! (embedding ids, labels: executors range-check them and `memplan run` seeds them in
+//! range), and how a param they read is seeded (norm scales 1, shifts 0, embedding tables
+//! small normal numbers).
+
+use super::rules::*;
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, Below, Indices, Init, OpDef, OpKind, attr};
+use crate::ir::types::{DType, TensorType};
+
+use AttrKind as K;
+
+const EPS: AttrSpec = attr("eps", K::Float, Some(AttrDefault::Float(1e-5)));
+/// rms_norm's default eps (PyTorch's nn.RMSNorm uses finfo(dtype).eps when given none; a
+/// front end writes it out).
+const RMS_EPS: AttrSpec = attr("eps", K::Float, Some(AttrDefault::Float(1e-6)));
+/// PyTorch's defaults: rows labelled -100 are ignored, no label smoothing; the loss has the
+/// logits' dtype unless `f32_loss` (f16/bf16 logits read as f32, an f32 loss: CUDA
+/// autocast's cross_entropy with its cast of the logits fused in).
+const CROSS_ENTROPY_ATTRS: &[AttrSpec] = &[
+    attr("ignore_index", K::Int, Some(AttrDefault::Int(-100))),
+    attr("label_smoothing", K::Float, Some(AttrDefault::Float(0.0))),
+    attr("f32_loss", K::Bool, Some(AttrDefault::Bool(false))),
+];
+const POOL_ATTRS: &[AttrSpec] =
+    &[attr("kernel", K::Ints, None), attr("stride", K::Ints, None), PADDING_0];
+
+pub(super) const SOFTMAX: OpDef = OpDef::new(OpKind::Softmax, "softmax", &["x"], &["y"], infer_softmax, "exp(x) / sum(exp(x)) along axis (max-subtracted)")
+    .attrs(&[attr("axis", K::Int, Some(AttrDefault::Int(-1)))])
+    .flops(per_output::<5>)
+    .inplace(&[(0, 0)]);
+
+pub(super) const SOFTMAX_BACKWARD: OpDef = OpDef::new(OpKind::SoftmaxBackward, "softmax_backward", &["dy", "y"], &["dx"], infer_softmax_backward, "y * (dy - sum(dy * y) along axis), y being softmax's output")
+    .attrs(&[attr("axis", K::Int, Some(AttrDefault::Int(-1)))])
+    .backward()
+    .flops(per_output::<4>)
+    .inplace(&[(0, 0)]);
+
+pub(super) const EMBEDDING: OpDef = OpDef::new(OpKind::Embedding, "embedding", &["table", "ids"], &["out"], infer_embedding, "rows of table[V,D] picked by ids: out[..., :] = table[ids[...], :]")
+    .indices(&[Indices { input: 1, below: Below::Dim { input: 0, axis: 0 }, ignored: None }])
+    .init(&[(0, Init::Normal(0.02))]);
+
+pub(super) const EMBEDDING_BACKWARD: OpDef = OpDef::new(OpKind::EmbeddingBackward, "embedding_backward", &["dy", "ids"], &["dtable"], infer_embedding_backward, "dtable[vocab,D]: rows of dy summed into the rows ids name")
+    .attrs(&[attr("vocab", K::Int, None)])
+    .backward()
+    .flops(per_input::<1>)
+    .indices(&[Indices { input: 1, below: Below::Attr("vocab"), ignored: None }]);
+
+pub(super) const LAYER_NORM: OpDef = OpDef::new(OpKind::LayerNorm, "layer_norm", &["x", "gamma", "beta"], &["y"], infer_layer_norm, "normalise the last dim D to mean 0, variance 1; then * gamma + beta")
+    .attrs(&[EPS])
+    .flops(per_input::<8>)
+    .init(&[(1, Init::Ones), (2, Init::Zeros)]);
+
+pub(super) const LAYER_NORM_BACKWARD: OpDef = OpDef::new(OpKind::LayerNormBackward, "layer_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma", "dbeta"], infer_layer_norm_backward, "layer_norm's gradients w.r.t. x, gamma and beta")
+    .attrs(&[EPS])
+    .backward()
+    .flops(per_input::<12>)
+    .inplace(&[(0, 0)]);
+
+pub(super) const RMS_NORM: OpDef = OpDef::new(OpKind::RmsNorm, "rms_norm", &["x", "gamma"], &["y"], infer_rms_norm, "x / sqrt(mean(x^2) + eps) over the last dim D; then * gamma")
+    .attrs(&[RMS_EPS])
+    .flops(per_input::<4>)
+    .init(&[(1, Init::Ones)]);
+
+pub(super) const RMS_NORM_BACKWARD: OpDef = OpDef::new(OpKind::RmsNormBackward, "rms_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma"], infer_rms_norm_backward, "rms_norm's gradients w.r.t. x and gamma")
+    .attrs(&[RMS_EPS])
+    .backward()
+    .flops(per_input::<10>)
+    .inplace(&[(0, 0)]);
+
+pub(super) const BATCH_NORM: OpDef = OpDef::new(OpKind::BatchNorm, "batch_norm", &["x", "gamma", "beta"], &["y"], infer_batch_norm, "normalise each channel (dim 1) with batch statistics; then * gamma + beta")
+    .attrs(&[EPS])
+    .flops(per_input::<8>)
+    .init(&[(1, Init::Ones), (2, Init::Zeros)]);
+
+pub(super) const BATCH_NORM_BACKWARD: OpDef = OpDef::new(OpKind::BatchNormBackward, "batch_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma", "dbeta"], infer_batch_norm_backward, "batch_norm's gradients w.r.t. x, gamma and beta")
+    .attrs(&[EPS])
+    .backward()
+    .flops(per_input::<12>)
+    .inplace(&[(0, 0)]);
+
+pub(super) const MAX_POOL2D: OpDef = OpDef::new(OpKind::MaxPool2d, "max_pool2d", &["x"], &["y"], infer_max_pool2d, "maximum over kernel windows of x[N,C,H,W] (padding counts as -inf)")
+    .attrs(POOL_ATTRS)
+    .flops(flops_max_pool2d);
+
+pub(super) const MAX_POOL2D_BACKWARD: OpDef = OpDef::new(OpKind::MaxPool2dBackward, "max_pool2d_backward", &["dy", "x"], &["dx"], infer_max_pool2d_backward, "dy routed to each window's (first) maximum in x; overlaps add")
+    .attrs(POOL_ATTRS)
+    .backward()
+    .flops(flops_max_pool2d_backward);
+
+pub(super) const CROSS_ENTROPY: OpDef = OpDef::new(OpKind::CrossEntropy, "cross_entropy", &["logits", "labels"], &["loss"], infer_cross_entropy, "mean over rows not ignored of -log softmax(logits[n])[labels[n]]; label smoothing, f32 loss of half logits optional")
+    .attrs(CROSS_ENTROPY_ATTRS)
+    .flops(per_input::<4>)
+    .indices(&[Indices { input: 1, below: Below::Dim { input: 0, axis: 1 }, ignored: Some("ignore_index") }]);
+
+pub(super) const CROSS_ENTROPY_BACKWARD: OpDef = OpDef::new(OpKind::CrossEntropyBackward, "cross_entropy_backward", &["dloss", "logits", "labels"], &["dlogits"], infer_cross_entropy_backward, "dloss * (softmax(logits) - smoothed onehot(labels)) / rows not ignored; 0 on ignored rows")
+    .attrs(CROSS_ENTROPY_ATTRS)
+    .backward()
+    .flops(per_output::<4>)
+    .inplace(&[(0, 1)])
+    .indices(&[Indices { input: 2, below: Below::Dim { input: 1, axis: 1 }, ignored: Some("ignore_index") }]);
+
+pub(super) const BCE_WITH_LOGITS: OpDef = OpDef::new(OpKind::BceWithLogits, "bce_with_logits", &["logits", "targets"], &["loss"], infer_bce_with_logits, "mean of max(x, 0) - x * t + log(1 + exp(-|x|)): binary cross-entropy of logits x, targets t")
+    .flops(per_input::<8>);
+
+pub(super) const BCE_WITH_LOGITS_BACKWARD: OpDef = OpDef::new(OpKind::BceWithLogitsBackward, "bce_with_logits_backward", &["dloss", "logits", "targets"], &["dlogits"], infer_bce_with_logits_backward, "dloss * (sigmoid(logits) - targets) / numel(logits)")
+    .backward()
+    .flops(per_output::<6>)
+    .inplace(&[(0, 1), (0, 2)]);
+
+pub(super) fn infer_softmax(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    float_input(inputs[0], "x")?;
+    axis(attrs.int("axis"), inputs[0])?;
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_softmax_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    float_input(inputs[0], "dy")?;
+    same_type(inputs[0], "dy", inputs[1], "y")?;
+    axis(attrs.int("axis"), inputs[0])?;
+    done(vec![inputs[0].clone()])
+}
+
+pub(super) fn infer_embedding(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (table, ids) = (inputs[0], inputs[1]);
+    float_input(table, "table")?;
+    index_input(ids, "ids")?;
+    let [vocab, d] = *table.dims() else {
+        return Err(format!("table must be [V,D], found {table}"));
+    };
+    if vocab == 0 && numel(ids) > 0 {
+        return Err(format!("table {table} has no rows, so every id of {ids} would be out of range"));
+    }
+    let mut dims = ids.dims().to_vec();
+    dims.push(d);
+    done(vec![TensorType::new(table.dtype, dims)])
+}
+
+pub(super) fn infer_embedding_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, ids) = (inputs[0], inputs[1]);
+    float_input(dy, "dy")?;
+    index_input(ids, "ids")?;
+    let vocab = attrs.int("vocab");
+    if vocab < 1 {
+        return Err(format!("vocab={vocab} must be at least 1"));
+    }
+    match dy.dims().split_last() {
+        Some((&d, prefix)) if prefix == ids.dims() => done(vec![TensorType::new(dy.dtype, vec![vocab as u64, d])]),
+        _ => Err(format!("dy must be ids' shape plus a last dimension D, found dy {dy} and ids {ids}")),
+    }
+}
+
+/// Shared by the norms: `x` float with channel count `channels` (`None` if `x` has no such
+/// dimension; `layout` says which), each param exactly `x.dtype[channels]`, eps positive.
+/// Returns the param type.
+pub(super) fn norm_params(
+    x: &TensorType,
+    channels: Option<u64>,
+    layout: &str,
+    params: &[(&TensorType, &str)],
+    attrs: &Attrs,
+) -> Result<TensorType, String> {
+    float_input(x, "x")?;
+    positive_eps(attrs)?;
+    let Some(c) = channels else {
+        return Err(format!("x must be {layout}, found {x}"));
+    };
+    let want = TensorType::new(x.dtype, vec![c]);
+    for &(t, name) in params {
+        if *t != want {
+            return Err(format!("{name} must be {want} for x {x}, found {t}"));
+        }
+    }
+    Ok(want)
+}
+
+pub(super) fn infer_layer_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let d = x.dims().last().copied();
+    norm_params(x, d, "[...,D]", &[(inputs[1], "gamma"), (inputs[2], "beta")], attrs)?;
+    done(vec![x.clone()])
+}
+
+pub(super) fn infer_layer_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    same_type(dy, "dy", x, "x")?;
+    let d = x.dims().last().copied();
+    let p = norm_params(x, d, "[...,D]", &[(inputs[2], "gamma")], attrs)?;
+    done(vec![x.clone(), p.clone(), p])
+}
+
+pub(super) fn infer_rms_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    let d = x.dims().last().copied();
+    norm_params(x, d, "[...,D]", &[(inputs[1], "gamma")], attrs)?;
+    done(vec![x.clone()])
+}
+
+pub(super) fn infer_rms_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    same_type(dy, "dy", x, "x")?;
+    let d = x.dims().last().copied();
+    let p = norm_params(x, d, "[...,D]", &[(inputs[2], "gamma")], attrs)?;
+    done(vec![x.clone(), p])
+}
+
+pub(super) fn batch_channels(x: &TensorType) -> Option<u64> {
+    if x.rank() >= 2 { Some(x.dims()[1]) } else { None }
+}
+
+pub(super) fn infer_batch_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    norm_params(x, batch_channels(x), "[N,C,...]", &[(inputs[1], "gamma"), (inputs[2], "beta")], attrs)?;
+    done(vec![x.clone()])
+}
+
+pub(super) fn infer_batch_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    same_type(dy, "dy", x, "x")?;
+    let p = norm_params(x, batch_channels(x), "[N,C,...]", &[(inputs[2], "gamma")], attrs)?;
+    done(vec![x.clone(), p.clone(), p])
+}
+
+pub(super) fn infer_max_pool2d(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    float_input(x, "x")?;
+    let &[n, c, h, w] = x.dims() else {
+        return Err(format!("x must be [N,C,H,W], found {x}"));
+    };
+    let kernel = pair(attrs, "kernel", 1)?;
+    let stride = pair(attrs, "stride", 1)?;
+    let padding = pair(attrs, "padding", 0)?;
+    if padding[0] > kernel[0] / 2 || padding[1] > kernel[1] / 2 {
+        return Err(format!(
+            "padding={} must be at most half of kernel={}",
+            Attr::Ints(attrs.ints("padding").to_vec()),
+            Attr::Ints(attrs.ints("kernel").to_vec())
+        ));
+    }
+    let in_context = |e: String| format!("{e} (x {x})");
+    let p = window(h, kernel[0], stride[0], padding[0], "height").map_err(in_context)?;
+    let q = window(w, kernel[1], stride[1], padding[1], "width").map_err(in_context)?;
+    done(vec![TensorType::new(x.dtype, vec![n, c, p, q])])
+}
+
+pub(super) fn infer_max_pool2d_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x) = (inputs[0], inputs[1]);
+    let y = infer_max_pool2d(&[x], attrs)?.remove(0);
+    if *dy != y {
+        return Err(format!("dy must be max_pool2d(x {x})'s type {y}, found {dy}"));
+    }
+    done(vec![x.clone()])
+}
+
+pub(super) fn window_size(attrs: &Attrs) -> u64 {
+    match attrs.get("kernel") {
+        Some(Attr::Ints(k)) => k.iter().fold(1u64, |a, &d| a.saturating_mul(u64::try_from(d).unwrap_or(0))),
+        _ => 0,
+    }
+}
+
+/// One comparison per window element per output element.
+pub(super) fn flops_max_pool2d(_: &[&TensorType], outputs: &[&TensorType], attrs: &Attrs) -> u64 {
+    outputs.first().map_or(0, |y| numel(y)).saturating_mul(window_size(attrs))
+}
+
+/// The forward's comparisons again, to find each window's maximum (dy has y's shape).
+pub(super) fn flops_max_pool2d_backward(inputs: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
+    inputs.first().map_or(0, |dy| numel(dy)).saturating_mul(window_size(attrs))
+}
+
+/// Shared by cross_entropy and its backward: logits `[N,C]` float with `C >= 1`, labels `[N]` i32/i64,
+/// label_smoothing in [0, 1] (any ignore_index is allowed, as in PyTorch); `f32_loss` only
+/// for f16/bf16 logits (f32 logits have an f32 loss already: one spelling per step). Returns
+/// the loss type: a scalar of the logits' dtype, or f32 under `f32_loss`.
+pub(super) fn check_cross_entropy(logits: &TensorType, labels: &TensorType, attrs: &Attrs) -> Result<TensorType, String> {
+    float_input(logits, "logits")?;
+    index_input(labels, "labels")?;
+    float_attr(attrs, "label_smoothing", |e| (0.0..=1.0).contains(&e), "in [0, 1]")?;
+    let &[n, classes] = logits.dims() else {
+        return Err(format!("logits must be [N,C], found {logits}"));
+    };
+    if classes == 0 {
+        return Err(format!("logits {logits} have no classes: C must be at least 1 (every label would be out of range)"));
+    }
+    if labels.dims() != [n] {
+        return Err(format!("labels must be [{n}] for logits {logits}, found {labels}"));
+    }
+    if !attrs.bool("f32_loss") {
+        return Ok(TensorType::new(logits.dtype, vec![]));
+    }
+    if !matches!(logits.dtype, DType::F16 | DType::Bf16) {
+        return Err(format!("f32_loss=true takes f16 or bf16 logits, found {logits} (its loss is f32 already)"));
+    }
+    Ok(TensorType::new(DType::F32, vec![]))
+}
+
+pub(super) fn infer_cross_entropy(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    done(vec![check_cross_entropy(inputs[0], inputs[1], attrs)?])
+}
+
+pub(super) fn infer_cross_entropy_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dloss, logits) = (inputs[0], inputs[1]);
+    let want = check_cross_entropy(logits, inputs[2], attrs)?;
+    if *dloss != want {
+        return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));
+    }
+    done(vec![logits.clone()])
+}
+
+/// `bce_with_logits(logits, targets)`: float logits of any shape, targets of exactly their
+/// type; the loss is a scalar of the logits' dtype (as cross_entropy's).
+pub(super) fn infer_bce_with_logits(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (logits, targets) = (inputs[0], inputs[1]);
+    float_input(logits, "logits")?;
+    same_type(logits, "logits", targets, "targets")?;
+    done(vec![TensorType::new(logits.dtype, vec![])])
+}
+
+pub(super) fn infer_bce_with_logits_backward(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    let (dloss, logits, targets) = (inputs[0], inputs[1], inputs[2]);
+    float_input(logits, "logits")?;
+    same_type(logits, "logits", targets, "targets")?;
+    let want = TensorType::new(logits.dtype, vec![]);
+    if *dloss != want {
+        return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));
+    }
+    done(vec![logits.clone()])
+}

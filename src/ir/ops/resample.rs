@@ -1,0 +1,87 @@
+//! Resampling of images: `adaptive_avg_pool2d` and `upsample_nearest2d` (NCHW, PyTorch's
+//! bins and source indices) and their backward ops, which name the forward input's shape.
+//! FLOPs of the adaptive pool count each bin's elements, in closed form.
+
+use super::rules::*;
+use super::{Attr, AttrKind, AttrSpec, Attrs, OpDef, OpKind, attr};
+use crate::ir::types::TensorType;
+
+use AttrKind as K;
+
+/// The (height, width) of a resampled image: adaptive_avg_pool2d's and upsample_nearest2d's.
+const OUTPUT_SIZE: AttrSpec = attr("output_size", K::Ints, None);
+/// Their backward ops: the forward input's shape, and the forward's output size.
+const RESAMPLE_BACKWARD_ATTRS: &[AttrSpec] = &[attr("shape", K::Ints, None), OUTPUT_SIZE];
+
+pub(super) const ADAPTIVE_AVG_POOL2D: OpDef = OpDef::new(OpKind::AdaptiveAvgPool2d, "adaptive_avg_pool2d", &["x"], &["y"], infer_resample, "the mean of each of output_size bins of x[N,C,H,W] (PyTorch's adaptive bins)")
+    .attrs(&[OUTPUT_SIZE])
+    .flops(flops_adaptive_avg_pool2d);
+
+pub(super) const ADAPTIVE_AVG_POOL2D_BACKWARD: OpDef = OpDef::new(OpKind::AdaptiveAvgPool2dBackward, "adaptive_avg_pool2d_backward", &["dy"], &["dx"], infer_resample_backward, "dx of shape: each dy element spread evenly over its bin; overlapping bins add")
+    .attrs(RESAMPLE_BACKWARD_ATTRS)
+    .backward()
+    .flops(flops_adaptive_avg_pool2d);
+
+pub(super) const UPSAMPLE_NEAREST2D: OpDef = OpDef::new(OpKind::UpsampleNearest2d, "upsample_nearest2d", &["x"], &["y"], infer_resample, "x[N,C,H,W] resized to output_size, each pixel copied from its nearest source (PyTorch's nearest)")
+    .attrs(&[OUTPUT_SIZE]);
+
+pub(super) const UPSAMPLE_NEAREST2D_BACKWARD: OpDef = OpDef::new(OpKind::UpsampleNearest2dBackward, "upsample_nearest2d_backward", &["dy"], &["dx"], infer_resample_backward, "dx of shape: each dy element added into the pixel it was copied from")
+    .attrs(RESAMPLE_BACKWARD_ATTRS)
+    .backward()
+    .flops(per_input::<1>);
+
+/// The output of resampling `x [N,C,H,W]` to `output_size = [OH, OW]`
+/// (adaptive_avg_pool2d, upsample_nearest2d): `[N,C,OH,OW]` of x's float dtype. As in
+/// PyTorch, C, H, W, OH and OW are at least 1 (every bin and every source holds a pixel);
+/// N may be 0.
+fn resampled(x: &TensorType, attrs: &Attrs) -> Result<TensorType, String> {
+    float_input(x, "x")?;
+    let &[n, c, h, w] = x.dims() else {
+        return Err(format!("x must be [N,C,H,W], found {x}"));
+    };
+    if c == 0 || h == 0 || w == 0 {
+        return Err(format!("x must have C, H and W of at least 1 (N may be 0), found {x}"));
+    }
+    let [oh, ow] = pair(attrs, "output_size", 1)?;
+    Ok(TensorType::new(x.dtype, vec![n, c, oh, ow]))
+}
+
+pub(super) fn infer_resample(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    done(vec![resampled(inputs[0], attrs)?])
+}
+
+/// `*_backward(dy, shape, output_size)`: `dy` must be exactly the forward's output for an
+/// `x` of type `dy.dtype[shape]`; the output is that `x`'s type.
+pub(super) fn infer_resample_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let dy = inputs[0];
+    let x = TensorType::new(dy.dtype, dims_attr(attrs, "shape")?);
+    let y = resampled(&x, attrs).map_err(|e| format!("shape={}: {e}", Attr::Ints(attrs.ints("shape").to_vec())))?;
+    if *dy != y {
+        return Err(format!("dy must be the forward's output {y} for x {x}, found {dy}"));
+    }
+    done(vec![x])
+}
+
+/// Σ over the `out` adaptive bins of `size` elements of their lengths: bin i spans
+/// ⌊i·size/out⌋..⌈(i+1)·size/out⌉, and the lengths add up to size + out − gcd(size, out)
+/// (Σ ⌈k·s/o⌉ − ⌊(k−1)·s/o⌋ over k = 1..=o telescopes to s, plus 1 for each k with o ∤ k·s:
+/// o − gcd(s, o) of them). Symmetric in size and out; no loop, so huge sizes cost nothing.
+pub(super) fn bin_lengths(size: u64, out: u64) -> u64 {
+    let (mut gcd, mut b) = (size, out);
+    while b != 0 {
+        (gcd, b) = (b, gcd % b);
+    }
+    // gcd <= min(size, out) unless one of them is 0 (no bins, or no elements in any).
+    if size.min(out) == 0 { 0 } else { size.max(out).saturating_add(size.min(out) - gcd) }
+}
+
+/// adaptive_avg_pool2d and its backward: one operation per element of each bin (the
+/// additions and the division; the backward's division and additions likewise), from the
+/// `[N,C,H,W]` and `[N,C,OH,OW]` sides (the forward's input and output, the backward's
+/// input and output: the count is symmetric in H and OH).
+pub(super) fn flops_adaptive_avg_pool2d(inputs: &[&TensorType], outputs: &[&TensorType], _: &Attrs) -> u64 {
+    let (Some(a), Some(b)) = (inputs.first(), outputs.first()) else { return 0 };
+    let planes = dim(a, 0).saturating_mul(dim(a, 1));
+    let (rows, cols) = (bin_lengths(dim(a, 2), dim(b, 2)), bin_lengths(dim(a, 3), dim(b, 3)));
+    planes.saturating_mul(rows).saturating_mul(cols)
+}
