@@ -15,7 +15,7 @@
 
 use super::builder::{Builder, GradCall, GradFn, Grads, shape_attr};
 use crate::index::ValueId;
-use crate::ir::ops::{Attr, OpKind};
+use crate::ir::ops::{Attr, MatmulAttrs, OpKind};
 
 type Rule = Result<Grads, String>;
 
@@ -346,7 +346,7 @@ fn grad_causal_mask(b: &mut Builder, call: &GradCall) -> Rule {
 fn grad_matmul(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     let (a, m) = (call.inputs[0], call.inputs[1]);
-    let (ta, tb) = (call.attrs.bool("transpose_a"), call.attrs.bool("transpose_b"));
+    let MatmulAttrs { transpose_a: ta, transpose_b: tb } = MatmulAttrs::of(&call.attrs);
     each(b, call, |b, k| {
         // The 2-D weight of a batched product (`a[..., T, K]` times `m`, a linear layer):
         // the batch dimensions flatten into the rows of `a` and `dy` (views where their

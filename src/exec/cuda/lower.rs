@@ -22,7 +22,7 @@ use crate::exec::cuda::view::{
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
-use crate::ir::ops::{Attrs, OpKind};
+use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::DType;
 
 /// Choices the lowering leaves to its caller.
@@ -125,16 +125,18 @@ pub fn lower_op(
         Softmax => lines(SOFTMAX, y(0), &[x(0)], attrs.int("axis")),
         SoftmaxBackward => lines(SOFTMAX_BACKWARD, y(0), &[x(0), x(1)], attrs.int("axis")),
         Matmul => {
-            let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
+            let MatmulAttrs { transpose_a: ta, transpose_b: tb } = MatmulAttrs::of(attrs);
             gemm::matmul(x(0), x(1), ta, tb, y(0), options.conv_f32, scratch)
         }
         Attention => {
-            let out = heads_first(y(0), attrs);
-            attention([&out, y(1)], [x(0), x(1), x(2)], attrs, options)
+            let attention_attrs = AttentionAttrs::of(attrs);
+            let out = heads_first(y(0), &attention_attrs);
+            attention([&out, y(1)], [x(0), x(1), x(2)], &attention_attrs, options)
         }
         AttentionBackward => {
-            let (dout, out) = (heads_first(x(0), attrs), heads_first(x(4), attrs));
-            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], attrs, options, scratch)
+            let attention_attrs = AttentionAttrs::of(attrs);
+            let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(4), &attention_attrs));
+            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], &attention_attrs, options, scratch)
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
@@ -178,14 +180,14 @@ pub fn lower_op(
         BatchNormBackward => batch_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
         // conv2d: y from x and w; its backward: dx (backward data) and dw (backward weight).
         Conv2d => {
-            let g = conv_geom(x(0), x(1), y(0), attrs)?;
-            gemm::igemm(conv_igemm(MODE_CONV_FWD, g, attrs, options)?, y(0), x(1), x(0), scratch)
+            let g = conv_geom(x(0), x(1), y(0), &ConvAttrs::of(attrs))?;
+            gemm::igemm(conv_igemm(MODE_CONV_FWD, g, ConvAttrs::of(attrs).groups, options)?, y(0), x(1), x(0), scratch)
         }
         Conv2dBackward => {
             let (dy, xv, w) = (x(0), x(1), x(2));
-            let g = conv_geom(xv, w, dy, attrs)?;
-            let mut commands = gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, attrs, options)?, y(0), w, dy, scratch);
-            commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, attrs, options)?, y(1), dy, xv, scratch));
+            let g = conv_geom(xv, w, dy, &ConvAttrs::of(attrs))?;
+            let mut commands = gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, ConvAttrs::of(attrs).groups, options)?, y(0), w, dy, scratch);
+            commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, ConvAttrs::of(attrs).groups, options)?, y(1), dy, xv, scratch));
             commands
         }
         // conv_transpose2d is conv2d's index space run the other way (kernels/nn.rs): its y
@@ -197,22 +199,22 @@ pub fn lower_op(
         // and its weight gradient, dw[k,k'',r,s] = Σ_{b,p,q} x[b,k,p,q]·dy[b,k',p·sh + r·dh − ph,
         // ...], is conv2d's weight gradient with x in dy's role and dy in x's.
         ConvTranspose2d => {
-            let g = conv_geom(y(0), x(1), x(0), attrs)?;
-            gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, attrs, options)?, y(0), x(1), x(0), scratch)
+            let g = conv_geom(y(0), x(1), x(0), &ConvAttrs::of(attrs))?;
+            gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, ConvAttrs::of(attrs).groups, options)?, y(0), x(1), x(0), scratch)
         }
         ConvTranspose2dBackward => {
             let (dy, xv, w) = (x(0), x(1), x(2));
-            let g = conv_geom(dy, w, xv, attrs)?;
-            let mut commands = gemm::igemm(conv_igemm(MODE_CONV_FWD, g, attrs, options)?, y(0), w, dy, scratch);
-            commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, attrs, options)?, y(1), xv, dy, scratch));
+            let g = conv_geom(dy, w, xv, &ConvAttrs::of(attrs))?;
+            let mut commands = gemm::igemm(conv_igemm(MODE_CONV_FWD, g, ConvAttrs::of(attrs).groups, options)?, y(0), w, dy, scratch);
+            commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, ConvAttrs::of(attrs).groups, options)?, y(1), xv, dy, scratch));
             commands
         }
         MaxPool2d => {
-            let g = pool_geom(x(0), y(0), attrs.ints("kernel"), attrs.ints("stride"), attrs.ints("padding"))?;
+            let g = pool_geom(x(0), y(0), &PoolAttrs::of(attrs))?;
             elementwise(MAX_POOL2D, y(0).numel(), vec![t(y(0)), t(x(0)), Arg::Geom(g)])
         }
         MaxPool2dBackward => {
-            let g = pool_geom(x(1), x(0), attrs.ints("kernel"), attrs.ints("stride"), attrs.ints("padding"))?;
+            let g = pool_geom(x(1), x(0), &PoolAttrs::of(attrs))?;
             elementwise(MAX_POOL2D_BACKWARD, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), Arg::Geom(g)])
         }
         CrossEntropy => cross_entropy(y(0), x(0), x(1), CeAttrs::read(attrs), scratch),
@@ -234,10 +236,9 @@ pub fn lower_op(
             elementwise(DROPOUT, y(0).numel(), args)
         }
         Adam | Adamw => {
-            let decay = if op.kind == Adamw { attrs.float("weight_decay") } else { 0.0 };
+            let adam = AdamAttrs::of(attrs);
             let mut args = vec![t(y(0)), t(y(1)), t(y(2)), t(x(0)), t(x(1)), t(x(2)), t(x(3)), t(x(4))];
-            args.extend(["lr", "beta1", "beta2", "eps"].map(|name| Arg::F64(attrs.float(name))));
-            args.push(Arg::F64(decay));
+            args.extend([adam.lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay].map(Arg::F64));
             elementwise(ADAM, y(0).numel(), args)
         }
         AdaptiveAvgPool2d => resample(ADAPTIVE_AVG_POOL2D, y(0), x(0), x(0), y(0)),
@@ -327,10 +328,10 @@ fn lines(kernel: &'static str, out: &View, inputs: &[&View], axis: i64) -> Vec<C
 /// An attention op's `out` or `dout` as `[..., H, T, Ev]`, the layout its kernels index:
 /// under `transpose_out` the value is `[..., T, H, Ev]`, and the view of it with those two
 /// axes swapped reads and writes the same bytes (the kernels go through the strides).
-fn heads_first(x: &View, attrs: &Attrs) -> View {
+fn heads_first(x: &View, attrs: &AttentionAttrs) -> View {
     let rank = x.rank();
     let mut perm: Vec<usize> = (0..rank).collect();
-    if attrs.bool("transpose_out") {
+    if attrs.transpose_out {
         perm.swap(rank - 3, rank - 2);
     }
     x.permuted(&perm)
@@ -373,15 +374,15 @@ impl AttentionSizes {
 
     /// The arguments every attention kernel ends with, after its row count: `group, t, s, e,
     /// ev, causal, scale`.
-    fn args(&self, attrs: &Attrs) -> Vec<Arg> {
+    fn args(&self, attrs: &AttentionAttrs) -> Vec<Arg> {
         vec![
             int(self.group),
             int(self.t),
             int(self.s),
             int(self.e),
             int(self.ev),
-            Arg::I32(i32::from(attrs.bool("causal"))),
-            Arg::F64(attrs.float("scale")),
+            Arg::I32(i32::from(attrs.causal)),
+            Arg::F64(attrs.scale),
         ]
     }
 }
@@ -409,7 +410,7 @@ fn on_tensor_cores(sizes: &AttentionSizes, operands: &[&View], options: LowerOpt
 /// out and lse: on tensor cores one block per tile of [`TC_ROWS`] query rows; else one block
 /// per tile of [`ATTN_FWD_ROWS`] query rows and per [`ATTN_CHUNK`] columns of out
 /// (gridDim.y).
-fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &Attrs, options: LowerOptions) -> Vec<Command> {
+fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &AttentionAttrs, options: LowerOptions) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
     if sizes.rows == 0 {
         return Vec::new();
@@ -431,7 +432,7 @@ fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &Attrs, optio
 fn attention_backward(
     [dq, dk, dv]: [&View; 3],
     [dout, q, k, v, out, lse]: [&View; 6],
-    attrs: &Attrs,
+    attrs: &AttentionAttrs,
     options: LowerOptions,
     scratch: &mut Scratch,
 ) -> Vec<Command> {
@@ -634,10 +635,8 @@ fn geom(sizes: [(u64, &str); 15]) -> Result<Geom, CudaError> {
 /// input side `big [N,C,H,W]`, the weight `w [K,C/groups,R,S]`, the output side
 /// `small [N,K,P,Q]`, and the op's stride, padding and dilation; `c` and `k` count the
 /// channels of one group.
-fn conv_geom(big: &View, w: &View, small: &View, attrs: &Attrs) -> Result<Geom, CudaError> {
-    let groups = attrs.int("groups") as u64;
-    let [stride, padding, dilation] = ["stride", "padding", "dilation"].map(|name| attrs.ints(name));
-    let u = |x: i64| x as u64;
+fn conv_geom(big: &View, w: &View, small: &View, conv: &ConvAttrs) -> Result<Geom, CudaError> {
+    let ConvAttrs { groups, stride, padding, dilation, .. } = *conv;
     geom([
         (big.shape[0], "N"),
         (big.shape[1] / groups, "C/groups"),
@@ -648,12 +647,12 @@ fn conv_geom(big: &View, w: &View, small: &View, attrs: &Attrs) -> Result<Geom, 
         (w.shape[3], "S"),
         (small.shape[2], "P"),
         (small.shape[3], "Q"),
-        (u(stride[0]), "stride"),
-        (u(stride[1]), "stride"),
-        (u(padding[0]), "padding"),
-        (u(padding[1]), "padding"),
-        (u(dilation[0]), "dilation"),
-        (u(dilation[1]), "dilation"),
+        (stride[0], "stride"),
+        (stride[1], "stride"),
+        (padding[0], "padding"),
+        (padding[1], "padding"),
+        (dilation[0], "dilation"),
+        (dilation[1], "dilation"),
     ])
 }
 
@@ -665,7 +664,7 @@ fn conv_geom(big: &View, w: &View, small: &View, attrs: &Attrs) -> Result<Geom, 
 ///
 /// The kernel decodes its indices in 32 bits, so every product of sizes it forms, and every
 /// position it computes (p·sh + r·dh, h + ph, ...), must fit an `int`.
-fn conv_igemm(mode: i32, g: Geom, attrs: &Attrs, options: LowerOptions) -> Result<Igemm, CudaError> {
+fn conv_igemm(mode: i32, g: Geom, groups: u64, options: LowerOptions) -> Result<Igemm, CudaError> {
     let u = |x: i32| x as u64;
     let (k, crs, npq) = (u(g.k), u(g.c) * u(g.r) * u(g.s), u(g.n) * u(g.p) * u(g.q));
     let (krs, nhw) = (u(g.k) * u(g.r) * u(g.s), u(g.n) * u(g.h) * u(g.w));
@@ -683,26 +682,26 @@ fn conv_igemm(mode: i32, g: Geom, attrs: &Attrs, options: LowerOptions) -> Resul
         MODE_CONV_BWD_DATA => [u(g.c), nhw, krs],
         _ => [k, crs, npq],
     };
-    Ok(Igemm { mode, geom: g, size, batches: attrs.int("groups") as u64, f32: options.conv_f32 })
+    Ok(Igemm { mode, geom: g, size, batches: groups, f32: options.conv_f32 })
 }
 
 /// A pooling window's geometry: x [N,C,H,W], y [N,C,P,Q] (one group of C channels).
-fn pool_geom(x: &View, y: &View, kernel: &[i64], stride: &[i64], padding: &[i64]) -> Result<Geom, CudaError> {
-    let u = |x: i64| x as u64;
+fn pool_geom(x: &View, y: &View, pool: &PoolAttrs) -> Result<Geom, CudaError> {
+    let PoolAttrs { kernel, stride, padding } = *pool;
     geom([
         (x.shape[0], "N"),
         (x.shape[1], "C"),
         (x.shape[2], "H"),
         (x.shape[3], "W"),
         (x.shape[1], "C"),
-        (u(kernel[0]), "kernel"),
-        (u(kernel[1]), "kernel"),
+        (kernel[0], "kernel"),
+        (kernel[1], "kernel"),
         (y.shape[2], "P"),
         (y.shape[3], "Q"),
-        (u(stride[0]), "stride"),
-        (u(stride[1]), "stride"),
-        (u(padding[0]), "padding"),
-        (u(padding[1]), "padding"),
+        (stride[0], "stride"),
+        (stride[1], "stride"),
+        (padding[0], "padding"),
+        (padding[1], "padding"),
         (1, "dilation"),
         (1, "dilation"),
     ])
@@ -716,7 +715,8 @@ struct CeAttrs {
 
 impl CeAttrs {
     fn read(attrs: &Attrs) -> CeAttrs {
-        CeAttrs { ignore_index: Arg::I64(attrs.int("ignore_index")), smoothing: Arg::F64(attrs.float("label_smoothing")) }
+        let ce = CrossEntropyAttrs::of(attrs);
+        CeAttrs { ignore_index: Arg::I64(ce.ignore_index), smoothing: Arg::F64(ce.label_smoothing) }
     }
 }
 
@@ -812,7 +812,6 @@ fn reduce(out: &View, x: &View, axes: &[i64], mean: bool, scratch: &mut Scratch)
 mod tests {
     use super::*;
     use crate::exec::cuda::view::Addr;
-    use crate::ir::ops::Attr;
     use crate::ir::types::DType;
 
     #[test]
@@ -853,7 +852,7 @@ mod tests {
 
     #[test]
     fn attention_tiles_rows_keys_and_columns() {
-        let attrs = Attrs(vec![("causal", Attr::Bool(true)), ("scale", Attr::Float(0.125))]);
+        let attrs = AttentionAttrs { causal: true, scale: 0.125, transpose_out: false };
         let dense = |at: u64, shape: &[u64]| View::dense(Addr::arena(at << 20), DType::F32, shape);
         // 2 batches × 4 query heads of T = 100 rows over 2 key/value heads of S = 37 keys;
         // E = 80 (two chunks of columns), Ev = 24 (one).
@@ -884,7 +883,7 @@ mod tests {
 
     #[test]
     fn half_attention_with_small_equal_head_dims_runs_on_tensor_cores() {
-        let attrs = Attrs(vec![("causal", Attr::Bool(true)), ("scale", Attr::Float(0.125))]);
+        let attrs = AttentionAttrs { causal: true, scale: 0.125, transpose_out: false };
         let view = |at: u64, dtype: DType, shape: &[u64]| View::dense(Addr::arena(at << 20), dtype, shape);
         let options = LowerOptions::default();
         let kernel = |dtype: DType, e: u64, ev: u64, options: LowerOptions| {

@@ -1,12 +1,16 @@
 //! The CUDA C++ program of the executor: its source files, the kernels it defines, the op
 //! codes shared with it, and which kernels run each op of the op table.
 //!
-//! The program is the files under `kernels/` concatenated ([`program`]): `common.cuh`
-//! first (descriptor, conversions, loads and stores, reductions), then one file per
-//! concern. NVRTC compiles it once per process (`device.rs`); the tests compile the same
+//! The program is the constants it shares with the Rust side, generated from [`SHARED`]
+//! (op codes, modes, dtype codes, tile sizes that fix launch shapes: one definition, so
+//! the two sides cannot drift apart), then the files under `kernels/` concatenated
+//! ([`program`]): `common.cuh` first (descriptor, conversions, loads and stores,
+//! reductions), then one file per concern. NVRTC compiles it once per process (`device.rs`); the tests compile the same
 //! text as host C++ and run it (`tests/cuda_emu`).
 
+use crate::exec::cuda::view::{self, dtype_code};
 use crate::ir::ops::OpKind;
+use crate::ir::types::DType;
 
 /// The kernel files, in program order.
 pub const FILES: [(&str, &str); 7] = [
@@ -19,9 +23,11 @@ pub const FILES: [(&str, &str); 7] = [
     ("resample.cu", include_str!("kernels/resample.cu")),
 ];
 
-/// The whole program, with a `#line` before each file so compiler messages name it.
+/// The whole program: the shared constants ([`constants`]), then the files, with a `#line`
+/// before each part so compiler messages name it.
 pub fn program() -> String {
-    let mut text = String::new();
+    let mut text = String::from("#line 1 \"constants (generated)\"\n");
+    text.push_str(&constants());
     for (name, body) in FILES {
         text.push_str(&format!("#line 1 \"{name}\"\n"));
         text.push_str(body);
@@ -141,64 +147,93 @@ pub const KERNELS: [&str; 50] = [
     MASKED_FILL,
 ];
 
-// Op codes of `binary` and `unary`, and modes of `igemm` and the batch-norm kernels (the
-// `#define`s of common.cuh; a test compares them).
-pub const OP_ADD: i32 = 0;
-pub const OP_SUB: i32 = 1;
-pub const OP_MUL: i32 = 2;
-pub const OP_DIV: i32 = 3;
-pub const OP_RELU_BACKWARD: i32 = 4;
-pub const OP_GELU_BACKWARD: i32 = 5;
-pub const OP_SGD: i32 = 6;
-pub const OP_ADD_SCALAR: i32 = 10;
-pub const OP_MUL_SCALAR: i32 = 11;
-pub const OP_RELU: i32 = 12;
-pub const OP_GELU: i32 = 13;
-pub const OP_COPY: i32 = 14;
-pub const OP_GELU_EXACT_BACKWARD: i32 = 20;
-pub const OP_SILU_BACKWARD: i32 = 21;
-pub const OP_SIGMOID_BACKWARD: i32 = 22;
-pub const OP_TANH_BACKWARD: i32 = 23;
-pub const OP_HARDSWISH_BACKWARD: i32 = 24;
-pub const OP_GELU_EXACT: i32 = 30;
-pub const OP_SILU: i32 = 31;
-pub const OP_SIGMOID: i32 = 32;
-pub const OP_TANH: i32 = 33;
-pub const OP_HARDSWISH: i32 = 34;
-pub const OP_POW_SCALAR: i32 = 35;
-pub const OP_NEG: i32 = 36;
-pub const OP_EXP: i32 = 37;
-pub const OP_LOG: i32 = 38;
-pub const OP_SQRT: i32 = 39;
-pub const OP_RSQRT: i32 = 40;
-pub const MODE_CONV_FWD: i32 = 0;
-pub const MODE_CONV_BWD_DATA: i32 = 1;
-pub const MODE_CONV_BWD_WEIGHT: i32 = 2;
-pub const MODE_MATMUL: i32 = 3;
-pub const BN_MEAN: i32 = 0;
-pub const BN_VAR: i32 = 1;
-pub const BN_GRADS: i32 = 2;
+/// Declares the constants the program shares with the Rust side, and [`SHARED`]: their
+/// names and values, which [`constants`] writes as `#define`s ahead of the kernel files.
+/// The program has no other definition of them, so the two sides cannot disagree.
+macro_rules! shared {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $value:expr;)*) => {
+        $($(#[$doc])* pub const $name: $ty = $value;)*
+        /// Every constant the program shares with the Rust side, by name.
+        pub const SHARED: &[(&str, i64)] = &[$((stringify!($name), $name as i64),)*];
+    };
+}
 
-// Tile sizes of the attention kernels that fix their launches' shapes (the `#define`s of
-// attention.cu; a test compares them).
-/// Columns of E or Ev a block stages at a time: blocks split the output columns into
-/// chunks of this many (gridDim.y).
-pub const ATTN_CHUNK: u64 = 64;
-/// Query rows per block of `attention`.
-pub const ATTN_FWD_ROWS: u64 = 64;
-/// Threads per block of `attention`.
-pub const ATTN_FWD_THREADS: u32 = 256;
-/// Query rows per block of `attention_backward_dq`, keys per block of
-/// `attention_backward_dkv`.
-pub const ATTN_BWD_ROWS: u64 = 32;
-/// Threads per block of both backward kernels.
-pub const ATTN_BWD_THREADS: u32 = 128;
-/// Rows a block of the tensor-core attention kernels owns (query rows, or keys in dk/dv).
-pub const TC_ROWS: u64 = 64;
-/// Threads per block of the tensor-core attention kernels (4 warps).
-pub const TC_THREADS: u32 = 128;
-/// The largest head dim (E = Ev, a multiple of 16) of the tensor-core attention kernels.
-pub const TC_E: u64 = 64;
+shared! {
+    // Op codes of `binary` and `unary`.
+    OP_ADD: i32 = 0;
+    OP_SUB: i32 = 1;
+    OP_MUL: i32 = 2;
+    OP_DIV: i32 = 3;
+    OP_RELU_BACKWARD: i32 = 4;
+    OP_GELU_BACKWARD: i32 = 5;
+    OP_SGD: i32 = 6;
+    OP_ADD_SCALAR: i32 = 10;
+    OP_MUL_SCALAR: i32 = 11;
+    OP_RELU: i32 = 12;
+    OP_GELU: i32 = 13;
+    OP_COPY: i32 = 14;
+    OP_GELU_EXACT_BACKWARD: i32 = 20;
+    OP_SILU_BACKWARD: i32 = 21;
+    OP_SIGMOID_BACKWARD: i32 = 22;
+    OP_TANH_BACKWARD: i32 = 23;
+    OP_HARDSWISH_BACKWARD: i32 = 24;
+    OP_GELU_EXACT: i32 = 30;
+    OP_SILU: i32 = 31;
+    OP_SIGMOID: i32 = 32;
+    OP_TANH: i32 = 33;
+    OP_HARDSWISH: i32 = 34;
+    OP_POW_SCALAR: i32 = 35;
+    OP_NEG: i32 = 36;
+    OP_EXP: i32 = 37;
+    OP_LOG: i32 = 38;
+    OP_SQRT: i32 = 39;
+    OP_RSQRT: i32 = 40;
+    // Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
+    MODE_CONV_FWD: i32 = 0;
+    MODE_CONV_BWD_DATA: i32 = 1;
+    MODE_CONV_BWD_WEIGHT: i32 = 2;
+    MODE_MATMUL: i32 = 3;
+    BN_MEAN: i32 = 0;
+    BN_VAR: i32 = 1;
+    BN_GRADS: i32 = 2;
+    // Dtype codes of `struct Tensor` (`view::dtype_code`).
+    DT_F32: i32 = dtype_code(DType::F32);
+    DT_F16: i32 = dtype_code(DType::F16);
+    DT_BF16: i32 = dtype_code(DType::Bf16);
+    DT_I32: i32 = dtype_code(DType::I32);
+    DT_I64: i32 = dtype_code(DType::I64);
+    DT_BOOL: i32 = dtype_code(DType::Bool);
+    /// The most dimensions of a kernel's tensor.
+    MAX_RANK: usize = view::MAX_RANK;
+    // Tile sizes of the attention kernels that fix their launches' shapes.
+    /// Columns of E or Ev a block stages at a time: blocks split the output columns into
+    /// chunks of this many (gridDim.y).
+    ATTN_CHUNK: u64 = 64;
+    /// Query rows per block of `attention`.
+    ATTN_FWD_ROWS: u64 = 64;
+    /// Threads per block of `attention`.
+    ATTN_FWD_THREADS: u32 = 256;
+    /// Query rows per block of `attention_backward_dq`, keys per block of
+    /// `attention_backward_dkv`.
+    ATTN_BWD_ROWS: u64 = 32;
+    /// Threads per block of both backward kernels.
+    ATTN_BWD_THREADS: u32 = 128;
+    /// Rows a block of the tensor-core attention kernels owns (query rows, or keys in dk/dv).
+    TC_ROWS: u64 = 64;
+    /// Threads per block of the tensor-core attention kernels (4 warps).
+    TC_THREADS: u32 = 128;
+    /// The largest head dim (E = Ev, a multiple of 16) of the tensor-core attention kernels.
+    TC_E: u64 = 64;
+}
+
+/// [`SHARED`] as `#define`s: the first part of the program.
+pub fn constants() -> String {
+    let mut text = String::from("// Generated from exec/cuda/source.rs (SHARED): the constants the Rust side shares.\n");
+    for (name, value) in SHARED {
+        text.push_str(&format!("#define {name} {value}\n"));
+    }
+    text
+}
 
 /// The kernels (and cuBLAS) that may run `kind`, in the order an op uses them. Views
 /// (reshape, transpose, expand, slice, select) run nothing: they are strides over their
@@ -349,64 +384,15 @@ mod tests {
     }
 
     #[test]
-    fn op_codes_match_the_program() {
+    fn the_shared_constants_are_defined_once_ahead_of_the_files() {
         let program = program();
-        let codes = [
-            ("OP_ADD", OP_ADD),
-            ("OP_SUB", OP_SUB),
-            ("OP_MUL", OP_MUL),
-            ("OP_DIV", OP_DIV),
-            ("OP_RELU_BACKWARD", OP_RELU_BACKWARD),
-            ("OP_GELU_BACKWARD", OP_GELU_BACKWARD),
-            ("OP_SGD", OP_SGD),
-            ("OP_ADD_SCALAR", OP_ADD_SCALAR),
-            ("OP_MUL_SCALAR", OP_MUL_SCALAR),
-            ("OP_RELU", OP_RELU),
-            ("OP_GELU", OP_GELU),
-            ("OP_COPY", OP_COPY),
-            ("OP_GELU_EXACT_BACKWARD", OP_GELU_EXACT_BACKWARD),
-            ("OP_SILU_BACKWARD", OP_SILU_BACKWARD),
-            ("OP_SIGMOID_BACKWARD", OP_SIGMOID_BACKWARD),
-            ("OP_TANH_BACKWARD", OP_TANH_BACKWARD),
-            ("OP_HARDSWISH_BACKWARD", OP_HARDSWISH_BACKWARD),
-            ("OP_GELU_EXACT", OP_GELU_EXACT),
-            ("OP_SILU", OP_SILU),
-            ("OP_SIGMOID", OP_SIGMOID),
-            ("OP_TANH", OP_TANH),
-            ("OP_HARDSWISH", OP_HARDSWISH),
-            ("OP_POW_SCALAR", OP_POW_SCALAR),
-            ("OP_NEG", OP_NEG),
-            ("OP_EXP", OP_EXP),
-            ("OP_LOG", OP_LOG),
-            ("OP_SQRT", OP_SQRT),
-            ("OP_RSQRT", OP_RSQRT),
-            ("MODE_CONV_FWD", MODE_CONV_FWD),
-            ("MODE_CONV_BWD_DATA", MODE_CONV_BWD_DATA),
-            ("MODE_CONV_BWD_WEIGHT", MODE_CONV_BWD_WEIGHT),
-            ("MODE_MATMUL", MODE_MATMUL),
-            ("BN_MEAN", BN_MEAN),
-            ("BN_VAR", BN_VAR),
-            ("BN_GRADS", BN_GRADS),
-        ];
-        for (name, code) in codes {
-            assert!(program.contains(&format!("#define {name} {code}\n")), "#define {name} {code}");
+        for (name, value) in SHARED {
+            assert_eq!(program.matches(&format!("#define {name} ")).count(), 1, "{name}");
+            assert!(program.contains(&format!("#define {name} {value}\n")), "{name}");
         }
-        let tiles = [
-            ("ATTN_CHUNK", ATTN_CHUNK),
-            ("ATTN_FWD_ROWS", ATTN_FWD_ROWS),
-            ("ATTN_FWD_THREADS", u64::from(ATTN_FWD_THREADS)),
-            ("ATTN_BWD_ROWS", ATTN_BWD_ROWS),
-            ("ATTN_BWD_THREADS", u64::from(ATTN_BWD_THREADS)),
-            ("TC_ROWS", TC_ROWS),
-            ("TC_THREADS", u64::from(TC_THREADS)),
-            ("TC_E", TC_E),
-        ];
-        for (name, value) in tiles {
-            assert!(program.contains(&format!("#define {name} {value} ")), "#define {name} {value}");
-        }
-        for (i, dtype) in ["DT_F32", "DT_F16", "DT_BF16", "DT_I32", "DT_I64", "DT_BOOL"].iter().enumerate() {
-            assert!(program.contains(&format!("#define {dtype} {i}\n")), "{dtype}");
-        }
+        let first_file = program.find("#line 1 \"common.cuh\"").unwrap();
+        assert!(program[..first_file].contains("#define OP_ADD 0\n"));
+        assert_eq!(SHARED.iter().filter(|(name, _)| name.starts_with("DT_")).count(), DType::ALL.len());
     }
 
     #[test]
@@ -441,6 +427,6 @@ mod tests {
                 assert_eq!(body.matches(open).count(), body.matches(close).count(), "{name}: {open}{close}");
             }
         }
-        assert!(program.starts_with("#line 1 \"common.cuh\"\n"));
+        assert!(program.starts_with("#line 1 \"constants (generated)\"\n"));
     }
 }

@@ -193,7 +193,7 @@ impl View {
 }
 
 /// The dtype codes of common.cuh (`DT_F32` ...).
-pub fn dtype_code(dtype: DType) -> i32 {
+pub const fn dtype_code(dtype: DType) -> i32 {
     match dtype {
         DType::F32 => 0,
         DType::F16 => 1,

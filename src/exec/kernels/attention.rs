@@ -17,24 +17,7 @@
 //! logsumexp of nothing), and passes no gradient.
 
 use crate::exec::Dense;
-use crate::ir::ops::Attrs;
-
-/// The attributes both ops share: how scores are formed, and `out`'s layout.
-pub(super) struct ScoreAttrs {
-    causal: bool,
-    scale: f64,
-    transpose_out: bool,
-}
-
-impl ScoreAttrs {
-    pub(super) fn read(attrs: &Attrs) -> ScoreAttrs {
-        ScoreAttrs {
-            causal: attrs.bool("causal"),
-            scale: attrs.float("scale"),
-            transpose_out: attrs.bool("transpose_out"),
-        }
-    }
-}
+use crate::ir::ops::AttentionAttrs;
 
 /// `x` with its axes −3 and −2 swapped: `[..., H, T, Ev]` ↔ `[..., T, H, Ev]`.
 fn swap_heads_and_rows(x: &Dense) -> Dense {
@@ -88,7 +71,7 @@ fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
 
 /// `(out, lse)`: per query row, scores = scale·q·kⱼ over the keys it sees, max-subtracted
 /// exponentials p, out = Σ p·vⱼ / Σ p, lse = max + ln Σ p.
-pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, attrs: &ScoreAttrs) -> Vec<Dense> {
+pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, attrs: &AttentionAttrs) -> Vec<Dense> {
     let (d, scale) = (Dims::of(q, k, v), attrs.scale);
     let rank = q.shape.len();
     let mut out = Dense::zeros([&q.shape[..rank - 1], &[d.ev]].concat());
@@ -130,7 +113,7 @@ pub(super) fn attention_backward(
     v: &Dense,
     out: &Dense,
     lse: &Dense,
-    attrs: &ScoreAttrs,
+    attrs: &AttentionAttrs,
 ) -> Vec<Dense> {
     let (d, scale) = (Dims::of(q, k, v), attrs.scale);
     let swapped = attrs.transpose_out.then(|| (swap_heads_and_rows(dout), swap_heads_and_rows(out)));

@@ -6,9 +6,8 @@
 //! finite differences in `kernels/mod.rs`, against direct loops and the adjoint identity
 //! below).
 
-use super::pair;
 use crate::exec::Dense;
-use crate::ir::ops::Attrs;
+use crate::ir::ops::ConvAttrs;
 
 
 /// The input position read by output position `out` at kernel tap offset `tap` (the tap's
@@ -40,15 +39,16 @@ struct ConvIndex {
 impl ConvIndex {
     /// The space of an op with attributes `attrs` whose input side has shape `input`, weight
     /// `w` and output side `output` (all rank 4 by the type rule).
-    fn new(attrs: &Attrs, input: &[usize], w: &[usize], output: &[usize]) -> ConvIndex {
+    fn new(attrs: &ConvAttrs, input: &[usize], w: &[usize], output: &[usize]) -> ConvIndex {
+        let pair = |p: [u64; 2]| p.map(|x| x as usize);
         ConvIndex {
             input: [input[0], input[1], input[2], input[3]],
             output: [output[1], output[2], output[3]],
             kernel: [w[2], w[3]],
-            stride: pair(attrs, "stride"),
-            padding: pair(attrs, "padding"),
-            dilation: pair(attrs, "dilation"),
-            groups: attrs.int("groups") as usize,
+            stride: pair(attrs.stride),
+            padding: pair(attrs.padding),
+            dilation: pair(attrs.dilation),
+            groups: attrs.groups as usize,
         }
     }
 
@@ -87,7 +87,7 @@ impl ConvIndex {
 
 /// y[b,k,p,q] = Σ_{c,r,s} x[b, g·C/groups + c, p·sh + r·dh − ph, q·sw + s·dw − pw] · w[k,c,r,s]
 /// with g = k's group (zero padding), added in order c, r, s.
-pub(super) fn conv2d(x: &Dense, w: &Dense, attrs: &Attrs, out_shape: &[usize]) -> Dense {
+pub(super) fn conv2d(x: &Dense, w: &Dense, attrs: &ConvAttrs, out_shape: &[usize]) -> Dense {
     let mut y = Dense::zeros(out_shape.to_vec());
     ConvIndex::new(attrs, &x.shape, &w.shape, out_shape).each_product(|i, o, k| y.data[o] += x.data[i] * w.data[k]);
     y
@@ -95,7 +95,7 @@ pub(super) fn conv2d(x: &Dense, w: &Dense, attrs: &Attrs, out_shape: &[usize]) -
 
 /// (dx, dw) of conv2d: every product x·w of the forward sends dy·w to dx and dy·x to dw,
 /// visited in the forward's order (b, k, p, q, c, r, s).
-pub(super) fn conv2d_backward(dy: &Dense, x: &Dense, w: &Dense, attrs: &Attrs) -> Vec<Dense> {
+pub(super) fn conv2d_backward(dy: &Dense, x: &Dense, w: &Dense, attrs: &ConvAttrs) -> Vec<Dense> {
     let mut dx = Dense::zeros(x.shape.clone());
     let mut dw = Dense::zeros(w.shape.clone());
     ConvIndex::new(attrs, &x.shape, &w.shape, &dy.shape).each_product(|i, o, k| {
@@ -110,7 +110,7 @@ pub(super) fn conv2d_backward(dy: &Dense, x: &Dense, w: &Dense, attrs: &Attrs) -
 /// padding dropped: PyTorch's conv_transpose2d, whose weight is `[C_in, C_out/groups, R, S]`.
 /// In conv2d's index space y is the input side, x the output side, so
 /// ⟨conv2d(a, w), b⟩ = ⟨a, conv_transpose2d(b, w)⟩ holds by construction.
-pub(super) fn conv_transpose2d(x: &Dense, w: &Dense, attrs: &Attrs, out_shape: &[usize]) -> Dense {
+pub(super) fn conv_transpose2d(x: &Dense, w: &Dense, attrs: &ConvAttrs, out_shape: &[usize]) -> Dense {
     let mut y = Dense::zeros(out_shape.to_vec());
     ConvIndex::new(attrs, out_shape, &w.shape, &x.shape).each_product(|i, o, k| y.data[i] += x.data[o] * w.data[k]);
     y
@@ -118,7 +118,7 @@ pub(super) fn conv_transpose2d(x: &Dense, w: &Dense, attrs: &Attrs, out_shape: &
 
 /// (dx, dw) of conv_transpose2d: every product x·w of the forward sends dy·w to dx (so dx
 /// is conv2d(dy, w) on x's positions) and dy·x to dw.
-pub(super) fn conv_transpose2d_backward(dy: &Dense, x: &Dense, w: &Dense, attrs: &Attrs) -> Vec<Dense> {
+pub(super) fn conv_transpose2d_backward(dy: &Dense, x: &Dense, w: &Dense, attrs: &ConvAttrs) -> Vec<Dense> {
     let mut dx = Dense::zeros(x.shape.clone());
     let mut dw = Dense::zeros(w.shape.clone());
     ConvIndex::new(attrs, &dy.shape, &w.shape, &x.shape).each_product(|i, o, k| {

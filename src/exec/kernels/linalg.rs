@@ -3,11 +3,12 @@
 
 use super::{broadcast_strides, walk};
 use crate::exec::Dense;
+use crate::ir::ops::MatmulAttrs;
 
 /// `a[..., m, k] @ b[..., k, n]` (`transpose_a`: a is stored `[..., k, m]`; `transpose_b`: b
 /// is stored `[..., n, k]`), giving `out_shape = batch + [m, n]`. Each output element is
 /// Σ_p a[i, p] · b[p, j] added in order p = 0, 1, ..., k-1.
-pub(super) fn matmul(a: &Dense, b: &Dense, transpose_a: bool, transpose_b: bool, out_shape: &[usize]) -> Dense {
+pub(super) fn matmul(a: &Dense, b: &Dense, MatmulAttrs { transpose_a, transpose_b }: MatmulAttrs, out_shape: &[usize]) -> Dense {
     let (ra, ca) = last2(&a.shape);
     let (rb, cb) = last2(&b.shape);
     let (m, k) = if transpose_a { (ca, ra) } else { (ra, ca) };

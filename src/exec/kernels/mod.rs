@@ -39,7 +39,7 @@ mod shape;
 pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{Attr, Attrs, OpKind};
+use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
@@ -89,11 +89,11 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::SoftmaxBackward => vec![nn::softmax_backward(&x[0], &x[1], attrs.int("axis"))],
         OpKind::CausalMask => vec![elementwise::causal_mask(&x[0], attrs.float("value"))],
         OpKind::Matmul => {
-            vec![linalg::matmul(&x[0], &x[1], attrs.bool("transpose_a"), attrs.bool("transpose_b"), &shapes[0])]
+            vec![linalg::matmul(&x[0], &x[1], MatmulAttrs::of(attrs), &shapes[0])]
         }
-        OpKind::Attention => attention::attention(&x[0], &x[1], &x[2], &attention::ScoreAttrs::read(attrs)),
+        OpKind::Attention => attention::attention(&x[0], &x[1], &x[2], &AttentionAttrs::of(attrs)),
         OpKind::AttentionBackward => {
-            let scores = attention::ScoreAttrs::read(attrs);
+            let scores = AttentionAttrs::of(attrs);
             attention::attention_backward(&x[0], &x[1], &x[2], &x[3], &x[4], &x[5], &scores)
         }
         OpKind::Sum => vec![shape::sum(&x[0], attrs.ints("axes"), &shapes[0])],
@@ -113,18 +113,18 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::RmsNormBackward => nn::rms_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
         OpKind::BatchNorm => vec![nn::batch_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::BatchNormBackward => nn::batch_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
-        OpKind::Conv2d => vec![conv::conv2d(&x[0], &x[1], attrs, &shapes[0])],
-        OpKind::Conv2dBackward => conv::conv2d_backward(&x[0], &x[1], &x[2], attrs),
-        OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &Window::pool(attrs), &shapes[0])],
-        OpKind::MaxPool2dBackward => vec![nn::max_pool2d_backward(&x[0], &x[1], &Window::pool(attrs))],
-        OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1], &nn::CrossEntropyAttrs::read(attrs))?],
+        OpKind::Conv2d => vec![conv::conv2d(&x[0], &x[1], &ConvAttrs::of(attrs), &shapes[0])],
+        OpKind::Conv2dBackward => conv::conv2d_backward(&x[0], &x[1], &x[2], &ConvAttrs::of(attrs)),
+        OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &PoolAttrs::of(attrs), &shapes[0])],
+        OpKind::MaxPool2dBackward => vec![nn::max_pool2d_backward(&x[0], &x[1], &PoolAttrs::of(attrs))],
+        OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1], &CrossEntropyAttrs::of(attrs))?],
         OpKind::CrossEntropyBackward => {
-            vec![nn::cross_entropy_backward(&x[0], &x[1], &x[2], &nn::CrossEntropyAttrs::read(attrs))?]
+            vec![nn::cross_entropy_backward(&x[0], &x[1], &x[2], &CrossEntropyAttrs::of(attrs))?]
         }
         OpKind::Sgd => vec![optim::sgd(&x[0], &x[1], attrs.float("lr"))],
         OpKind::SgdMomentum => optim::sgd_momentum(&x[0], &x[1], &x[2], attrs.float("lr"), attrs.float("momentum")),
-        OpKind::Adam => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &optim::AdamAttrs::read(attrs, false)),
-        OpKind::Adamw => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &optim::AdamAttrs::read(attrs, true)),
+        OpKind::Adam => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &AdamAttrs::of(attrs)),
+        OpKind::Adamw => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &AdamAttrs::of(attrs)),
         OpKind::Slice => {
             let axis = resolve_axis(attrs.int("axis"), x[0].shape.len());
             vec![shape::slice(&x[0], axis, attrs.int("start") as usize, attrs.int("step") as usize, &shapes[0])]
@@ -144,8 +144,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Dropout | OpKind::DropoutBackward => {
             vec![dropout::dropout(&x[0], &x[1], attrs.float("p"), attrs.int("stream"))]
         }
-        OpKind::ConvTranspose2d => vec![conv::conv_transpose2d(&x[0], &x[1], attrs, &shapes[0])],
-        OpKind::ConvTranspose2dBackward => conv::conv_transpose2d_backward(&x[0], &x[1], &x[2], attrs),
+        OpKind::ConvTranspose2d => vec![conv::conv_transpose2d(&x[0], &x[1], &ConvAttrs::of(attrs), &shapes[0])],
+        OpKind::ConvTranspose2dBackward => conv::conv_transpose2d_backward(&x[0], &x[1], &x[2], &ConvAttrs::of(attrs)),
         OpKind::AdaptiveAvgPool2d => vec![resample::adaptive_avg_pool2d(&x[0], &shapes[0])],
         OpKind::AdaptiveAvgPool2dBackward => vec![resample::adaptive_avg_pool2d_backward(&x[0], &shapes[0])],
         OpKind::UpsampleNearest2d => vec![resample::upsample_nearest2d(&x[0], &shapes[0])],
@@ -304,25 +304,6 @@ fn walk<const N: usize>(shape: &[usize], strides: [&[usize]; N], mut f: impl FnM
 /// An axis attribute resolved against a rank (the type rule has checked its range).
 fn resolve_axis(axis: i64, rank: usize) -> usize {
     if axis < 0 { (axis + rank as i64) as usize } else { axis as usize }
-}
-
-/// The sliding-window attributes of max_pool2d, as (height, width) pairs.
-struct Window {
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-}
-
-impl Window {
-    fn pool(attrs: &Attrs) -> Window {
-        Window { kernel: pair(attrs, "kernel"), stride: pair(attrs, "stride"), padding: pair(attrs, "padding") }
-    }
-}
-
-/// A two-entry attribute the type rule has checked (two entries, each >= 0).
-fn pair(attrs: &Attrs, name: &str) -> [usize; 2] {
-    let v = attrs.ints(name);
-    [v[0] as usize, v[1] as usize]
 }
 
 /// Helpers shared by the kernel tests.

@@ -11,9 +11,9 @@
 
 use super::elementwise::sigmoid;
 use super::conv::source;
-use super::{Window, resolve_axis};
+use super::resolve_axis;
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::Attrs;
+use crate::ir::ops::{CrossEntropyAttrs, PoolAttrs};
 
 // ---------------------------------------------------------------------------------------
 // softmax
@@ -221,12 +221,13 @@ pub(super) fn batch_norm_backward(dy: &Dense, x: &Dense, gamma: &Dense, eps: f64
 /// The offset (within one `h`×`w` plane) of the maximum of output (p, q)'s window, scanning
 /// the window row-major: the first maximum wins ties, and a NaN counts as the maximum (the
 /// first NaN wins). `None` when the window holds only padding (possible only for an empty x).
-fn window_argmax(plane: &[f64], h: usize, w: usize, p: usize, q: usize, win: &Window) -> Option<usize> {
+fn window_argmax(plane: &[f64], h: usize, w: usize, p: usize, q: usize, win: &PoolAttrs) -> Option<usize> {
+    let [kernel, stride, padding] = [win.kernel, win.stride, win.padding].map(|pair| pair.map(|x| x as usize));
     let mut best: Option<usize> = None;
-    for r in 0..win.kernel[0] {
-        let Some(hh) = source(p, r, win.stride[0], win.padding[0], h) else { continue };
-        for s in 0..win.kernel[1] {
-            let Some(ww) = source(q, s, win.stride[1], win.padding[1], w) else { continue };
+    for r in 0..kernel[0] {
+        let Some(hh) = source(p, r, stride[0], padding[0], h) else { continue };
+        for s in 0..kernel[1] {
+            let Some(ww) = source(q, s, stride[1], padding[1], w) else { continue };
             let i = hh * w + ww;
             let better = match best {
                 None => true,
@@ -241,7 +242,7 @@ fn window_argmax(plane: &[f64], h: usize, w: usize, p: usize, q: usize, win: &Wi
 }
 
 /// The maximum over each window of x[N,C,H,W]; padding counts as −inf.
-pub(super) fn max_pool2d(x: &Dense, win: &Window, out_shape: &[usize]) -> Dense {
+pub(super) fn max_pool2d(x: &Dense, win: &PoolAttrs, out_shape: &[usize]) -> Dense {
     let (h, w) = (x.shape[2], x.shape[3]);
     let planes = x.shape[0] * x.shape[1];
     let (p, q) = (out_shape[2], out_shape[3]);
@@ -258,7 +259,7 @@ pub(super) fn max_pool2d(x: &Dense, win: &Window, out_shape: &[usize]) -> Dense 
 }
 
 /// Each dy element added to the position of its window's (first) maximum in x.
-pub(super) fn max_pool2d_backward(dy: &Dense, x: &Dense, win: &Window) -> Dense {
+pub(super) fn max_pool2d_backward(dy: &Dense, x: &Dense, win: &PoolAttrs) -> Dense {
     let (h, w) = (x.shape[2], x.shape[3]);
     let planes = x.shape[0] * x.shape[1];
     let (p, q) = (dy.shape[2], dy.shape[3]);
@@ -327,20 +328,6 @@ fn softmax_row(row: &[f64]) -> Vec<f64> {
     exps.into_iter().map(|e| e / total).collect()
 }
 
-/// cross_entropy's attributes (PyTorch's `F.cross_entropy` arguments of the same names).
-pub(super) struct CrossEntropyAttrs {
-    /// Rows whose label equals it count for nothing, and not in the mean's divisor.
-    pub ignore_index: i64,
-    /// ε: the target is (1 − ε)·onehot(label) + ε/C.
-    pub smoothing: f64,
-}
-
-impl CrossEntropyAttrs {
-    pub(super) fn read(attrs: &Attrs) -> CrossEntropyAttrs {
-        CrossEntropyAttrs { ignore_index: attrs.int("ignore_index"), smoothing: attrs.float("label_smoothing") }
-    }
-}
-
 /// The class of each row: `None` for a row labelled `ignore_index`; any other label must
 /// lie in 0..classes (PyTorch checks ignore_index first, so it may be a valid class too).
 fn row_labels(op: &str, labels: &Dense, classes: usize, ignore_index: i64) -> Result<Vec<Option<usize>>, ExecError> {
@@ -365,9 +352,9 @@ pub(super) fn cross_entropy(logits: &Dense, labels: &Dense, ce: &CrossEntropyAtt
         let sum_exp = row.iter().fold(0.0, |acc, &v| acc + (v - max).exp());
         let lse = max + sum_exp.ln();
         let nll = lse - row[label];
-        total += if ce.smoothing > 0.0 {
+        total += if ce.label_smoothing > 0.0 {
             let smooth = row.iter().fold(0.0, |acc, &v| acc + (lse - v)) / c as f64;
-            (1.0 - ce.smoothing) * nll + ce.smoothing * smooth
+            (1.0 - ce.label_smoothing) * nll + ce.label_smoothing * smooth
         } else {
             nll
         };
@@ -388,7 +375,7 @@ pub(super) fn cross_entropy_backward(
     let (n, c) = (logits.shape[0], logits.shape[1]);
     let labels = row_labels("cross_entropy_backward", labels, c, ce.ignore_index)?;
     let counted = labels.iter().filter(|l| l.is_some()).count() as f64;
-    let (dloss, eps) = (dloss.data[0], ce.smoothing);
+    let (dloss, eps) = (dloss.data[0], ce.label_smoothing);
     let mut out = Vec::with_capacity(n * c);
     for (b, label) in labels.iter().enumerate() {
         let Some(label) = *label else {

@@ -2,7 +2,7 @@
 //! (bias correction by the step count `t`, which the step has already incremented).
 
 use crate::exec::Dense;
-use crate::ir::ops::Attrs;
+use crate::ir::ops::AdamAttrs;
 
 /// p_new = p − lr·g.
 pub(super) fn sgd(p: &Dense, g: &Dense, lr: f64) -> Dense {
@@ -15,27 +15,6 @@ pub(super) fn sgd_momentum(p: &Dense, g: &Dense, buf: &Dense, lr: f64, momentum:
     let buf_new: Vec<f64> = buf.data.iter().zip(&g.data).map(|(&b, &g)| momentum * b + g).collect();
     let p_new = p.data.iter().zip(&buf_new).map(|(&p, &b)| p - lr * b).collect();
     vec![Dense::new(p.shape.clone(), p_new), Dense::new(p.shape.clone(), buf_new)]
-}
-
-/// adam's and adamw's attributes (`weight_decay` is 0 for adam).
-pub(super) struct AdamAttrs {
-    lr: f64,
-    beta1: f64,
-    beta2: f64,
-    eps: f64,
-    weight_decay: f64,
-}
-
-impl AdamAttrs {
-    pub(super) fn read(attrs: &Attrs, decoupled_weight_decay: bool) -> AdamAttrs {
-        AdamAttrs {
-            lr: attrs.float("lr"),
-            beta1: attrs.float("beta1"),
-            beta2: attrs.float("beta2"),
-            eps: attrs.float("eps"),
-            weight_decay: if decoupled_weight_decay { attrs.float("weight_decay") } else { 0.0 },
-        }
-    }
 }
 
 /// m_new = β1·m + (1 − β1)·g; v_new = β2·v + (1 − β2)·g²; m̂ = m_new / (1 − β1ᵗ);

@@ -126,3 +126,22 @@ pub(super) fn flops_attention_backward(inputs: &[&TensorType], _: &[&TensorType]
     let per_pair = e.saturating_mul(3).saturating_add(ev.saturating_mul(2));
     pairs.saturating_mul(2).saturating_mul(per_pair)
 }
+
+/// attention's attributes (and its backward op's), decoded once for every layer that reads
+/// them: how scores are formed, and `out`'s layout.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct AttentionAttrs {
+    /// Query row i sees keys 0..=i only.
+    pub causal: bool,
+    /// Scores are q·kᵀ times this.
+    pub scale: f64,
+    /// `out` (and so `dout`) is laid out `[..., T, H, Ev]`, rows before heads.
+    pub transpose_out: bool,
+}
+
+impl AttentionAttrs {
+    /// The attributes of an op that passed its type rule.
+    pub fn of(attrs: &Attrs) -> AttentionAttrs {
+        AttentionAttrs { causal: attrs.bool("causal"), scale: attrs.float("scale"), transpose_out: attrs.bool("transpose_out") }
+    }
+}

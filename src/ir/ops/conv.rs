@@ -44,26 +44,48 @@ pub(super) const CONV_TRANSPOSE2D_BACKWARD: OpDef = OpDef::new(OpKind::ConvTrans
     .backward()
     .flops(flops_conv_transpose2d_backward);
 
-/// conv2d's and conv_transpose2d's shared attributes, checked: `stride` and `dilation`
-/// entries ≥ 1, `padding` entries ≥ 0, `groups` ≥ 1.
-struct Conv {
-    stride: [u64; 2],
-    padding: [u64; 2],
-    dilation: [u64; 2],
-    groups: u64,
+/// conv2d's and conv_transpose2d's attributes (and their backward ops'), decoded once for
+/// every layer that reads them: the type rule (which checks them), the CPU kernels and the
+/// CUDA lowering.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ConvAttrs {
+    pub stride: [u64; 2],
+    pub padding: [u64; 2],
+    /// The spacing of the kernel's taps.
+    pub dilation: [u64; 2],
+    /// Channels split into this many independent convolutions.
+    pub groups: u64,
+    /// conv_transpose2d's rows and columns added at the end of the output (0 for conv2d).
+    pub output_padding: [u64; 2],
 }
 
-fn conv_attrs(attrs: &Attrs) -> Result<Conv, String> {
-    let groups = attrs.int("groups");
-    if groups < 1 {
-        return Err(format!("groups={groups} must be at least 1"));
+impl ConvAttrs {
+    /// The attributes of an op that passed its type rule (a call on others is a memplan
+    /// bug, as for [`Attrs`]' getters).
+    pub fn of(attrs: &Attrs) -> ConvAttrs {
+        let decoded = Self::checked(attrs).and_then(|conv| {
+            let output_padding = if attrs.get("output_padding").is_some() { pair(attrs, "output_padding", 0)? } else { [0, 0] };
+            Ok(ConvAttrs { output_padding, ..conv })
+        });
+        decoded.unwrap_or_else(|e| panic!("convolution attributes the type rule accepted: {e}"))
     }
-    Ok(Conv {
-        stride: pair(attrs, "stride", 1)?,
-        padding: pair(attrs, "padding", 0)?,
-        dilation: pair(attrs, "dilation", 1)?,
-        groups: groups as u64,
-    })
+
+    /// The shared attributes, checked: `stride` and `dilation` entries ≥ 1, `padding`
+    /// entries ≥ 0, `groups` ≥ 1 (`output_padding` is left 0: conv_transpose2d's rule
+    /// checks it against the shapes).
+    fn checked(attrs: &Attrs) -> Result<ConvAttrs, String> {
+        let groups = attrs.int("groups");
+        if groups < 1 {
+            return Err(format!("groups={groups} must be at least 1"));
+        }
+        Ok(ConvAttrs {
+            stride: pair(attrs, "stride", 1)?,
+            padding: pair(attrs, "padding", 0)?,
+            dilation: pair(attrs, "dilation", 1)?,
+            groups: groups as u64,
+            output_padding: [0, 0],
+        })
+    }
 }
 
 /// `groups` must divide a channel count: `what` names it (and the tensor it comes from).
@@ -86,7 +108,7 @@ fn dilated(taps: u64, dilation: u64, dim: &str) -> Result<u64, String> {
 }
 
 /// The `(height, width)` extents of `w[_,_,R,S]`'s kernel under `conv`'s dilation.
-fn extents(conv: &Conv, r: u64, s: u64) -> Result<[u64; 2], String> {
+fn extents(conv: &ConvAttrs, r: u64, s: u64) -> Result<[u64; 2], String> {
     Ok([dilated(r, conv.dilation[0], "height")?, dilated(s, conv.dilation[1], "width")?])
 }
 
@@ -100,7 +122,7 @@ pub(super) fn infer_conv2d(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (&[n, c, h, wd], &[k, wc, r, s]) = (x.dims(), w.dims()) else {
         return Err(format!("x must be [N,C,H,W] and w [K,C/groups,R,S], found {x} and {w}"));
     };
-    let conv = conv_attrs(attrs)?;
+    let conv = ConvAttrs::checked(attrs)?;
     let g = conv.groups;
     let per_group = divides(g, c, &format!("the input channels: x {x} has C={c}"))?;
     divides(g, k, &format!("the output channels: w {w} has K={k}"))?;
@@ -164,7 +186,7 @@ pub(super) fn infer_conv_transpose2d(inputs: &[&TensorType], attrs: &Attrs) -> R
     let (&[n, c, h, wd], &[wc, k_per_group, r, s]) = (x.dims(), w.dims()) else {
         return Err(format!("x must be [N,C,H,W] and w [C,K/groups,R,S], found {x} and {w}"));
     };
-    let conv = conv_attrs(attrs)?;
+    let conv = ConvAttrs::checked(attrs)?;
     let g = conv.groups;
     if wc != c {
         return Err(format!("channels differ: x {x} has C={c} but w {w} has C={wc} (w is [C,K/groups,R,S])"));

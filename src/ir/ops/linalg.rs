@@ -27,7 +27,7 @@ pub(super) fn infer_matmul(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
         let (r, c) = (d[d.len() - 2], d[d.len() - 1]);
         if transposed { (c, r) } else { (r, c) }
     };
-    let (ta, tb) = (attrs.bool("transpose_a"), attrs.bool("transpose_b"));
+    let MatmulAttrs { transpose_a: ta, transpose_b: tb } = MatmulAttrs::of(attrs);
     let (m, k1) = last2(a, ta);
     let (k2, n) = last2(b, tb);
     if k1 != k2 {
@@ -52,4 +52,20 @@ pub(super) fn flops_matmul(inputs: &[&TensorType], outputs: &[&TensorType], attr
         _ => dim(a, a.rank().wrapping_sub(1)),
     };
     outputs.first().map_or(0, |out| numel(out)).saturating_mul(k).saturating_mul(2)
+}
+
+/// matmul's attributes, decoded once for every layer that reads them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MatmulAttrs {
+    /// The last two dimensions of `a` are read transposed.
+    pub transpose_a: bool,
+    /// Likewise for `b`.
+    pub transpose_b: bool,
+}
+
+impl MatmulAttrs {
+    /// The attributes of an op of the matmul row.
+    pub fn of(attrs: &Attrs) -> MatmulAttrs {
+        MatmulAttrs { transpose_a: attrs.bool("transpose_a"), transpose_b: attrs.bool("transpose_b") }
+    }
 }

@@ -574,10 +574,7 @@ impl OpDef {
 
     /// The input output 0 is a view of, if it is a view.
     pub fn view_of(&self) -> Option<usize> {
-        match self.view {
-            Some(view) => Some(view.input),
-            None => None,
-        }
+        self.view.map(|view| view.input)
     }
 }
 
@@ -656,6 +653,11 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+pub use attention::AttentionAttrs;
+pub use conv::ConvAttrs;
+pub use linalg::MatmulAttrs;
+pub use nn::{CrossEntropyAttrs, PoolAttrs};
+pub use optim::AdamAttrs;
 pub use rules::broadcast;
 pub use shape::reshape_strides;
 pub use table::OPS;

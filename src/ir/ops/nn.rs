@@ -230,9 +230,7 @@ pub(super) fn infer_max_pool2d(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let &[n, c, h, w] = x.dims() else {
         return Err(format!("x must be [N,C,H,W], found {x}"));
     };
-    let kernel = pair(attrs, "kernel", 1)?;
-    let stride = pair(attrs, "stride", 1)?;
-    let padding = pair(attrs, "padding", 0)?;
+    let PoolAttrs { kernel, stride, padding } = PoolAttrs::checked(attrs)?;
     if padding[0] > kernel[0] / 2 || padding[1] > kernel[1] / 2 {
         return Err(format!(
             "padding={} must be at most half of kernel={}",
@@ -329,4 +327,50 @@ pub(super) fn infer_bce_with_logits_backward(inputs: &[&TensorType], _: &Attrs) 
         return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));
     }
     done(vec![logits.clone()])
+}
+
+/// max_pool2d's attributes (and its backward op's), decoded once for every layer that reads
+/// them: the type rule (which checks them), the CPU kernels and the CUDA lowering.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PoolAttrs {
+    /// The window's (height, width).
+    pub kernel: [u64; 2],
+    pub stride: [u64; 2],
+    pub padding: [u64; 2],
+}
+
+impl PoolAttrs {
+    /// The attributes of an op that passed its type rule (a call on others is a memplan
+    /// bug, as for [`Attrs`]' getters).
+    pub fn of(attrs: &Attrs) -> PoolAttrs {
+        Self::checked(attrs).unwrap_or_else(|e| panic!("pooling attributes the type rule accepted: {e}"))
+    }
+
+    /// `kernel` and `stride` entries ≥ 1, `padding` entries ≥ 0.
+    fn checked(attrs: &Attrs) -> Result<PoolAttrs, String> {
+        Ok(PoolAttrs { kernel: pair(attrs, "kernel", 1)?, stride: pair(attrs, "stride", 1)?, padding: pair(attrs, "padding", 0)? })
+    }
+}
+
+/// cross_entropy's attributes (and its backward op's; PyTorch's `F.cross_entropy`
+/// arguments of the same names), decoded once for every layer that reads them.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct CrossEntropyAttrs {
+    /// Rows whose label equals it count for nothing, and not in the mean's divisor.
+    pub ignore_index: i64,
+    /// ε: the target is (1 − ε)·onehot(label) + ε/C.
+    pub label_smoothing: f64,
+    /// f16/bf16 logits read as f32, an f32 loss.
+    pub f32_loss: bool,
+}
+
+impl CrossEntropyAttrs {
+    /// The attributes of an op that passed its type rule.
+    pub fn of(attrs: &Attrs) -> CrossEntropyAttrs {
+        CrossEntropyAttrs {
+            ignore_index: attrs.int("ignore_index"),
+            label_smoothing: attrs.float("label_smoothing"),
+            f32_loss: attrs.bool("f32_loss"),
+        }
+    }
 }

@@ -90,3 +90,28 @@ pub(super) fn infer_adam(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     }
     done(vec![inputs[0].clone(), inputs[0].clone(), inputs[0].clone()])
 }
+
+/// adam's and adamw's attributes, decoded once for every layer that reads them
+/// (`weight_decay` is 0 for adam, which has none).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct AdamAttrs {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// adamw's decoupled weight decay.
+    pub weight_decay: f64,
+}
+
+impl AdamAttrs {
+    /// The attributes of an op that passed its type rule.
+    pub fn of(attrs: &Attrs) -> AdamAttrs {
+        AdamAttrs {
+            lr: attrs.float("lr"),
+            beta1: attrs.float("beta1"),
+            beta2: attrs.float("beta2"),
+            eps: attrs.float("eps"),
+            weight_decay: if attrs.get("weight_decay").is_some() { attrs.float("weight_decay") } else { 0.0 },
+        }
+    }
+}

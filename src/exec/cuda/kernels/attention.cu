@@ -21,7 +21,7 @@
 // ty + i·(threads / 16), columns tx + 16·j (ty = thread / 16, tx = thread % 16), so the 16
 // threads sharing a row are one half-warp, which reduces the row's maximum and sum with
 // shuffles. The kernels rely on exactly their block sizes (ATTN_FWD_THREADS,
-// ATTN_BWD_THREADS), which lower.rs launches (source.rs mirrors these #defines).
+// ATTN_BWD_THREADS), which lower.rs launches (defined ahead of the program from source.rs's SHARED).
 //
 // Shared memory holds 64-column chunks (ATTN_CHUNK) of the staged rows, each row padded to
 // 65 floats so that the rows a warp reads at one column fall in different banks, the 32-key
@@ -44,14 +44,14 @@
 // visited (a query tile stops at its last row; a key tile starts at its first key) and the
 // tiles that cross it are masked.
 
-#define ATTN_CHUNK 64        // columns of E or Ev staged at a time
+// ATTN_CHUNK (from source.rs): columns of E or Ev staged at a time
 #define ATTN_LD 65           // row stride of a staged chunk (ATTN_CHUNK + 1)
 #define ATTN_KEYS 32         // keys per tile (and query rows per tile in dk/dv)
 #define ATTN_PLD 33          // row stride of a tile of P or dS (ATTN_KEYS + 1)
-#define ATTN_FWD_ROWS 64     // query rows per block of `attention`
-#define ATTN_FWD_THREADS 256 // threads per block of `attention`
-#define ATTN_BWD_ROWS 32     // query rows per block of `attention_backward_dq`, keys per block of dk/dv
-#define ATTN_BWD_THREADS 128 // threads per block of both backward kernels
+// ATTN_FWD_ROWS (from source.rs): query rows per block of `attention`
+// ATTN_FWD_THREADS (from source.rs): threads per block of `attention`
+// ATTN_BWD_ROWS (from source.rs): query rows per block of `attention_backward_dq`, keys per block of dk/dv
+// ATTN_BWD_THREADS (from source.rs): threads per block of both backward kernels
 
 static_assert(ATTN_FWD_ROWS == 4 * (ATTN_FWD_THREADS / 16) && ATTN_BWD_ROWS == 4 * (ATTN_BWD_THREADS / 16),
               "a thread owns 4 rows");
@@ -445,10 +445,10 @@ extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 delt
 // low half. B (16 × 8): b0 = (k = 2q..2q+1, n = g), b1 = (k = 2q + 8.., n = g). C/D (16 × 8,
 // float): c0, c1 = (g, 2q), (g, 2q + 1); c2, c3 = (g + 8, 2q), (g + 8, 2q + 1).
 
-#define TC_ROWS 64      // rows a block owns (16 per warp): query rows, or keys in dk/dv
+// TC_ROWS (from source.rs): rows a block owns (16 per warp): query rows, or keys in dk/dv
 #define TC_TILE 64      // partners per tile: keys, or query rows in dk/dv
-#define TC_THREADS 128  // 4 warps
-#define TC_E 64         // the largest E (= Ev) of this path, a multiple of 16
+// TC_THREADS (from source.rs): 4 warps
+// TC_E (from source.rs): the largest E (= Ev) of this path, a multiple of 16
 #define TC_LD 72        // row stride of a staged tile, in 16-bit values (TC_E + 8)
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f

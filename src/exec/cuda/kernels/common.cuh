@@ -15,54 +15,9 @@
 typedef long long i64;
 typedef unsigned long long u64;
 
-#define MAX_RANK 8
-
-// Dtype codes: exec/cuda/view.rs dtype_code.
-#define DT_F32 0
-#define DT_F16 1
-#define DT_BF16 2
-#define DT_I32 3
-#define DT_I64 4
-#define DT_BOOL 5
-
-// Op codes of the `binary` and `unary` kernels: exec/cuda/source.rs (a test compares them).
-#define OP_ADD 0
-#define OP_SUB 1
-#define OP_MUL 2
-#define OP_DIV 3
-#define OP_RELU_BACKWARD 4
-#define OP_GELU_BACKWARD 5
-#define OP_SGD 6
-#define OP_ADD_SCALAR 10
-#define OP_MUL_SCALAR 11
-#define OP_RELU 12
-#define OP_GELU 13
-#define OP_COPY 14
-#define OP_GELU_EXACT_BACKWARD 20
-#define OP_SILU_BACKWARD 21
-#define OP_SIGMOID_BACKWARD 22
-#define OP_TANH_BACKWARD 23
-#define OP_HARDSWISH_BACKWARD 24
-#define OP_GELU_EXACT 30
-#define OP_SILU 31
-#define OP_SIGMOID 32
-#define OP_TANH 33
-#define OP_HARDSWISH 34
-#define OP_POW_SCALAR 35
-#define OP_NEG 36
-#define OP_EXP 37
-#define OP_LOG 38
-#define OP_SQRT 39
-#define OP_RSQRT 40
-
-// Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
-#define MODE_CONV_FWD 0
-#define MODE_CONV_BWD_DATA 1
-#define MODE_CONV_BWD_WEIGHT 2
-#define MODE_MATMUL 3
-#define BN_MEAN 0
-#define BN_VAR 1
-#define BN_GRADS 2
+// MAX_RANK, the dtype codes (DT_*), the op codes of `binary` and `unary` (OP_*) and the
+// modes of `igemm` and the batch-norm kernels are defined ahead of this file, generated
+// from exec/cuda/source.rs (SHARED).
 
 // A tensor view: element [i0, i1, ...] of `shape` is Σ ik·stride[k] elements after ptr.
 // `dense` = 1 when element i (row-major) is simply at ptr + i. Layout = exec/cuda/view.rs
