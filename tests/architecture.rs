@@ -72,6 +72,147 @@ fn no_import_cycles_between_sibling_modules() {
     }
 }
 
+/// What an op is lives in its row (docs/ARCHITECTURE.md, "Where an op's facts live"):
+/// outside `src/ir/ops`, only the files of the `op-kinds` block name `OpKind` variants, and
+/// no `match` on an op's kind has a wildcard arm.
+#[test]
+fn op_facts_live_in_op_rows() {
+    let allowed = match read_op_kinds_block(&read_repo_file("docs/ARCHITECTURE.md")) {
+        Ok(allowed) => allowed,
+        Err(problems) => fail("docs/ARCHITECTURE.md's op-kinds block is unusable", &problems),
+    };
+    let mut problems = Vec::new();
+    let mut used = BTreeSet::new();
+    let files: Vec<String> =
+        std::iter::once(load_library()).chain(load_binaries()).flat_map(|krate| krate.files).map(|file| file.path).collect();
+    for name in files {
+        if name.starts_with("src/ir/ops/") {
+            continue;
+        }
+        let tokens = rust_source::code_tokens(&read_repo_file(&name));
+        let names_a_variant = variant_lines(&tokens);
+        match allowed.iter().find(|(path, _)| name == *path || (path.ends_with('/') && name.starts_with(path.as_str()))) {
+            Some((path, _)) => {
+                used.insert(path.clone());
+            }
+            None => {
+                for line in names_a_variant {
+                    problems.push(format!("{name}:{line}: names an OpKind variant; read the fact from the op's row instead, or list the file in docs/ARCHITECTURE.md's op-kinds block with what it does"));
+                }
+            }
+        }
+        // (src/testing/ draws ops for random steps: a generator may pick among some kinds.)
+        for line in wildcard_kind_arms(&tokens).into_iter().filter(|_| !name.starts_with("src/testing/")) {
+            problems.push(format!("{name}:{line}: a `_ =>` arm in a match on an op's kind: name every kind, so that a new op must be decided here"));
+        }
+    }
+    for (path, _) in &allowed {
+        if !used.contains(path) {
+            problems.push(format!("docs/ARCHITECTURE.md's op-kinds block lists `{path}`, which is no file or directory of src/"));
+        }
+    }
+    if !problems.is_empty() {
+        fail("op facts outside the op table", &problems);
+    }
+}
+
+/// The `op-kinds` block: (path, why) per line.
+fn read_op_kinds_block(doc: &str) -> Result<Vec<(String, String)>, Vec<String>> {
+    let mut lines = Vec::new();
+    let mut blocks = 0;
+    let mut inside = false;
+    for (index, line) in doc.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            inside = !inside && trimmed.trim_start_matches('`').trim() == "op-kinds";
+            blocks += usize::from(inside);
+        } else if inside && !trimmed.is_empty() {
+            lines.push((index + 1, trimmed));
+        }
+    }
+    if blocks != 1 {
+        return Err(vec![format!("docs/ARCHITECTURE.md must hold exactly one ```op-kinds block; it holds {blocks}")]);
+    }
+    let mut allowed = Vec::new();
+    let mut problems = Vec::new();
+    for (line, text) in lines {
+        match text.split_once(':') {
+            Some((path, why)) if path.starts_with("src/") && !why.trim().is_empty() => allowed.push((path.to_string(), why.trim().to_string())),
+            _ => problems.push(format!("docs/ARCHITECTURE.md:{line}: expected `src/path: what the file does with op kinds`, found `{text}`")),
+        }
+    }
+    if problems.is_empty() { Ok(allowed) } else { Err(problems) }
+}
+
+/// Lines naming an `OpKind` variant: `OpKind::Name` (a capitalised name), or a glob
+/// import of the variants (`use …OpKind::*`).
+fn variant_lines(tokens: &[(String, usize)]) -> Vec<usize> {
+    let mut lines = Vec::new();
+    for (i, window) in tokens.windows(3).enumerate() {
+        let [(a, line), (b, _), (c, _)] = window else { continue };
+        if a == "OpKind" && b == "::" && (c == "*" || c.starts_with(|ch: char| ch.is_ascii_uppercase())) {
+            lines.push(*line);
+        }
+        let _ = i;
+    }
+    lines.dedup();
+    lines
+}
+
+/// Lines of `_ =>` arms at the top level of a `match` on an op's kind: its scrutinee names
+/// a `kind` (`match op.kind {`, `match (kind, slot) {`; not `kind()` or `kind.…`) and its
+/// arms name `OpKind` (or the file imports the variants: `use OpKind::*`).
+fn wildcard_kind_arms(tokens: &[(String, usize)]) -> Vec<usize> {
+    let globbed = tokens.windows(3).any(|w| w[0].0 == "OpKind" && w[1].0 == "::" && w[2].0 == "*");
+    let mut lines = Vec::new();
+    for start in (0..tokens.len()).filter(|&i| tokens[i].0 == "match") {
+        let Some(open) = (start + 1..tokens.len()).find(|&i| tokens[i].0 == "{") else { continue };
+        let on_kind = (start + 1..open).any(|i| tokens[i].0 == "kind" && !matches!(tokens[i + 1].0.as_str(), "." | "("));
+        if !on_kind {
+            continue;
+        }
+        let (mut depth, mut arms, mut names_op_kind) = (0usize, Vec::new(), false);
+        for i in open..tokens.len() {
+            match tokens[i].0.as_str() {
+                "{" | "(" | "[" => depth += 1,
+                "}" | ")" | "]" => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                "OpKind" => names_op_kind = true,
+                "_" if depth == 1 && tokens.get(i + 1).is_some_and(|t| t.0 == "=") && tokens.get(i + 2).is_some_and(|t| t.0 == ">") => {
+                    arms.push(tokens[i].1)
+                }
+                _ => {}
+            }
+        }
+        if names_op_kind || globbed {
+            lines.extend(arms);
+        }
+    }
+    lines
+}
+
+#[test]
+fn op_kind_uses_and_wildcard_arms_are_found() {
+    let source = "use crate::ir::ops::OpKind;\n\
+                  fn f(kind: OpKind) -> u8 {\n\
+                  match kind { OpKind::Add => 1, _ => 2 }\n\
+                  }\n\
+                  fn g(op: &Op) -> bool { op.kind.def().view.is_some() }\n\
+                  fn h(x: u8) -> u8 { match x { 0 => 1, _ => 2 } }\n\
+                  fn i(e: E, s: S) -> u8 { match e.kind() { K::A => 1, _ => 2 } + match (s.kind, 1) { (K::B, _) => 1, _ => 2 } }\n\
+                  #[cfg(test)]\nmod tests { fn t() { let _ = OpKind::Mul; } }\n";
+    let tokens = rust_source::code_tokens(source);
+    assert_eq!(variant_lines(&tokens), vec![3]);
+    // Not `kind()` (an io error's), nor a match on another kind's values (K::A).
+    assert_eq!(wildcard_kind_arms(&tokens), vec![3]);
+    let glob = rust_source::code_tokens("fn f() { use OpKind::*; match kind { Add => 1, Sub => 2 }; }\n");
+    assert_eq!((variant_lines(&glob), wildcard_kind_arms(&glob)), (vec![1], vec![]));
+}
+
 /// Prints what the checks above see: for each top-level module of the library, the
 /// top-level modules it uses, then every sibling edge at every level, with an example.
 /// A debugging aid: `cargo test --test architecture print_ -- --nocapture`.

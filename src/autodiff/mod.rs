@@ -181,7 +181,7 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
                 span: op.span.into(),
             });
         }
-        let output = rules::outputs_without_gradient(op.kind).iter().copied().find(|&k| needs[op.outputs[k]]);
+        let output = op.kind.def().outputs_without_gradient.iter().copied().find(|&k| needs[op.outputs[k]]);
         if let Some(k) = output {
             let value = op.outputs[k];
             return Err(AutodiffError::NoGradientThrough {
@@ -193,7 +193,7 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
                 span: op.span.into(),
             });
         }
-        let input = rules::inputs_without_gradient(op.kind).iter().copied().find(|&k| needs[op.inputs[k]]);
+        let input = op.kind.def().inputs_without_gradient.iter().copied().find(|&k| needs[op.inputs[k]]);
         if let Some(k) = input {
             let value = op.inputs[k];
             return Err(AutodiffError::NoGradientInto {
@@ -339,11 +339,7 @@ fn optimize(b: &mut Builder, backward: &Backward, grads: &ParamGrads) -> Result<
     };
     b.set_origin(None, span);
     // State arguments: (suffix) per param, in the optimizer's input order after p and g.
-    let suffixes: &[&str] = match kind {
-        OpKind::SgdMomentum => &["momentum"],
-        OpKind::Adam | OpKind::Adamw => &["m", "v"],
-        _ => &[],
-    };
+    let suffixes = kind.def().state;
     let mut state: Vec<Vec<ValueId>> = Vec::new();
     for &(p, _) in &grads.0 {
         let ty = b.ty(p).clone();
@@ -351,7 +347,7 @@ fn optimize(b: &mut Builder, backward: &Backward, grads: &ParamGrads) -> Result<
         state.push(suffixes.iter().map(|s| b.add_arg(&format!("{p_name}.{s}"), ty.clone(), Role::State)).collect());
     }
     let mut updates = Vec::new();
-    let step = if matches!(kind, OpKind::Adam | OpKind::Adamw) {
+    let step = if kind.def().step_count {
         let step = b.add_arg("step", TensorType::new(DType::F32, vec![]), Role::State);
         let new_name = b.fresh(&format!("{}.new", b.name(step)));
         let attrs = Builder::attrs(OpKind::AddScalar, &[("value", Attr::Float(1.0))]).map_err(&failed)?;

@@ -102,31 +102,6 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
     }
 }
 
-/// The outputs of `kind` (by position) that no gradient flows into: `attention`'s `lse`,
-/// saved for its backward op. A loss that depends on a param through one of them is an
-/// error of the expansion ([`AutodiffError::NoGradientThrough`](super::AutodiffError)),
-/// never a silently incomplete gradient. Every other output of a differentiable op takes a
-/// gradient, so the catch-all is the rule, not an omission.
-pub(crate) fn outputs_without_gradient(kind: OpKind) -> &'static [usize] {
-    match kind {
-        OpKind::Attention => &[1],
-        _ => &[],
-    }
-}
-
-/// The inputs of `kind` (by position) that take no gradient although they may be float:
-/// `bce_with_logits`'s `targets` (PyTorch differentiates them; memplan's rule does not). A
-/// loss that depends on a param through one of them is an error of the expansion
-/// ([`AutodiffError::NoGradientInto`](super::AutodiffError)), never a silently incomplete
-/// gradient. Integer and bool inputs (labels, ids, masks) never need a gradient, so they
-/// need no entry.
-pub(crate) fn inputs_without_gradient(kind: OpKind) -> &'static [usize] {
-    match kind {
-        OpKind::BceWithLogits => &[1],
-        _ => &[],
-    }
-}
-
 /// Runs `grad(b, k)` for every input `k` that wants a gradient.
 fn each(
     b: &mut Builder,
@@ -392,7 +367,7 @@ fn flatten_rows(b: &mut Builder, owner: ValueId, v: ValueId) -> Result<ValueId, 
 /// q, k, v, out, lse, causal, scale)`, FlashAttention-2's exact gradients, which recompute
 /// the probabilities p = exp(scale·q·k − lse) from the saved lse (so `out` and `lse` are
 /// activations, and no T×S value exists). dk and dv sum over the query heads that share a
-/// key/value head. `lse` takes no gradient (see [`outputs_without_gradient`]); the expansion
+/// key/value head. `lse` takes no gradient (its row's `outputs_without_gradient`); the expansion
 /// refuses a loss that depends on it, and this rule refuses to be called with one. Outputs
 /// no input wants stay unused temporaries, as for the norms. Under `transpose_out`, `dout`
 /// has `out`'s layout, rows before heads, which the backward op takes with the attribute.
@@ -724,7 +699,7 @@ fn grad_upsample_nearest2d(b: &mut Builder, call: &GradCall) -> Rule {
 /// `loss = bce_with_logits(x, t)` = mean(max(x, 0) − x·t + log(1 + e^−|x|)): per element
 /// the derivative in x is σ(x) − t (on both sides of 0), so `dlogits =
 /// bce_with_logits_backward(dloss, x, t)` = dloss·(σ(x) − t)/numel. The targets take no
-/// gradient ([`inputs_without_gradient`]): the expansion refuses a loss that depends on a
+/// gradient (its row's `inputs_without_gradient`): the expansion refuses a loss that depends on a
 /// param through them, and this rule refuses to be asked for one.
 fn grad_bce_with_logits(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;

@@ -17,6 +17,13 @@ pub fn scan_source(text: &str, module: &[String]) -> Scan {
     scan(&strip_test_code(tokenize(text)), module)
 }
 
+/// The tokens of a file's non-test code, as (text, line): identifiers, keywords and
+/// punctuation (`::` is one token, every other punctuation character one), comments
+/// dropped and literals as empty text.
+pub fn code_tokens(text: &str) -> Vec<(String, usize)> {
+    strip_test_code(tokenize(text)).into_iter().map(|t| (t.text, t.line)).collect()
+}
+
 // ------------------------------------------------------------------------------------------
 // The lexer: Rust source as identifiers and punctuation, without comments and literals
 // ------------------------------------------------------------------------------------------

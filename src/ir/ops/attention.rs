@@ -20,7 +20,9 @@ const ATTENTION_ATTRS: &[AttrSpec] = &[
 
 pub(super) const ATTENTION: OpDef = OpDef::new(OpKind::Attention, "attention", &["q", "k", "v"], &["out", "lse"], infer_attention, "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head (rows first: transpose_out), and row logsumexps")
     .attrs(ATTENTION_ATTRS)
-    .flops(flops_attention);
+    .flops(flops_attention)
+    // lse is saved for the backward op, not a result.
+    .outputs_without_gradient(&[1]);
 
 pub(super) const ATTENTION_BACKWARD: OpDef = OpDef::new(OpKind::AttentionBackward, "attention_backward", &["dout", "q", "k", "v", "out", "lse"], &["dq", "dk", "dv"], infer_attention_backward, "attention's gradients w.r.t. q, k and v, recomputing the probabilities from lse")
     .attrs(ATTENTION_ATTRS)

@@ -450,6 +450,18 @@ pub struct OpDef {
     /// The attribute naming the random stream this op draws from: two ops of a step may
     /// share a stream only if they are the same computation (a recompute).
     pub draws: Option<&'static str>,
+    /// An optimizer's state per param: the suffixes naming it (`w.m`, `w.v`; its inputs
+    /// after `p` and `g`, in order), and whether a step count, one scalar for the whole
+    /// step, follows them (adam's `t`).
+    pub state: &'static [&'static str],
+    pub step_count: bool,
+    /// The outputs no gradient flows into (attention's `lse`, saved for its backward op),
+    /// and the float inputs that take none (bce_with_logits' `targets`: PyTorch
+    /// differentiates them, memplan's rule does not). A loss depending on a param through
+    /// one of them is an error of the expansion, never a silently incomplete gradient.
+    /// Integer and bool inputs never need an entry.
+    pub outputs_without_gradient: &'static [usize],
+    pub inputs_without_gradient: &'static [usize],
     /// One line for docs/IR.md and `--help`.
     pub doc: &'static str,
 }
@@ -526,6 +538,10 @@ impl OpDef {
             indices: &[],
             init: &[],
             draws: None,
+            state: &[],
+            step_count: false,
+            outputs_without_gradient: &[],
+            inputs_without_gradient: &[],
             doc,
         }
     }
@@ -539,9 +555,10 @@ impl OpDef {
         OpDef { class: OpClass::Backward, ..self }
     }
 
-    /// An optimizer update.
-    pub(crate) const fn optimizer(self) -> OpDef {
-        OpDef { class: OpClass::Optimizer, ..self }
+    /// An optimizer update, with its state per param and whether a step count follows it
+    /// (see [`OpDef::state`]).
+    pub(crate) const fn optimizer(self, state: &'static [&'static str], step_count: bool) -> OpDef {
+        OpDef { class: OpClass::Optimizer, state, step_count, ..self }
     }
 
     pub(crate) const fn flops(self, flops: FlopsFn) -> OpDef {
@@ -570,6 +587,14 @@ impl OpDef {
 
     pub(crate) const fn draws(self, attr: &'static str) -> OpDef {
         OpDef { draws: Some(attr), ..self }
+    }
+
+    pub(crate) const fn outputs_without_gradient(self, outputs: &'static [usize]) -> OpDef {
+        OpDef { outputs_without_gradient: outputs, ..self }
+    }
+
+    pub(crate) const fn inputs_without_gradient(self, inputs: &'static [usize]) -> OpDef {
+        OpDef { inputs_without_gradient: inputs, ..self }
     }
 
     /// The input output 0 is a view of, if it is a view.

@@ -104,7 +104,8 @@ pub(super) const CROSS_ENTROPY_BACKWARD: OpDef = OpDef::new(OpKind::CrossEntropy
     .indices(&[Indices { input: 2, below: Below::Dim { input: 1, axis: 1 }, ignored: Some("ignore_index") }]);
 
 pub(super) const BCE_WITH_LOGITS: OpDef = OpDef::new(OpKind::BceWithLogits, "bce_with_logits", &["logits", "targets"], &["loss"], infer_bce_with_logits, "mean of max(x, 0) - x * t + log(1 + exp(-|x|)): binary cross-entropy of logits x, targets t")
-    .flops(per_input::<8>);
+    .flops(per_input::<8>)
+    .inputs_without_gradient(&[1]);
 
 pub(super) const BCE_WITH_LOGITS_BACKWARD: OpDef = OpDef::new(OpKind::BceWithLogitsBackward, "bce_with_logits_backward", &["dloss", "logits", "targets"], &["dlogits"], infer_bce_with_logits_backward, "dloss * (sigmoid(logits) - targets) / numel(logits)")
     .backward()

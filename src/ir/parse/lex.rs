@@ -10,7 +10,7 @@
 
 use miette::SourceSpan;
 
-use super::{ParseError, syntax};
+use super::{ParseError, syntax_error};
 use crate::ir::graph::Span;
 
 /// A byte range `[start, end)` of the source.
@@ -128,7 +128,7 @@ pub(super) fn lex(src: &str) -> (Vec<Token>, Option<ParseError>) {
                 }
                 if j == i + 1 {
                     let what = if c == b'%' { "a value name after `%`" } else { "a step name after `@`" };
-                    Err(syntax(
+                    Err(syntax_error(
                         format!("expected {what}"),
                         Sp(i, i + 1),
                         Some("names are letters, digits, `_` and `.`".into()),
@@ -151,7 +151,7 @@ pub(super) fn lex(src: &str) -> (Vec<Token>, Option<ParseError>) {
             _ => {
                 let sp = char_span(src, i);
                 let ch = src.get(sp.0..sp.1).unwrap_or("?");
-                Err(syntax(format!("unexpected character `{}`", ch.escape_debug()), sp, None))
+                Err(syntax_error(format!("unexpected character `{}`", ch.escape_debug()), sp, None))
             }
         };
         match result {
@@ -215,7 +215,7 @@ fn lex_string(src: &str, i: usize) -> Result<usize, ParseError> {
                 None | Some(b'\n') => return Err(ParseError::UnterminatedString { span: Sp(i, j + 1).into() }),
                 Some(_) => {
                     let sp = Sp(j, char_span(src, j + 1).1);
-                    return Err(syntax(
+                    return Err(syntax_error(
                         "unknown escape in string",
                         sp,
                         Some("strings know the escapes \\\", \\\\, \\n, \\t and \\u{1b} (a character by its hexadecimal code)".into()),

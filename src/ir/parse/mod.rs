@@ -318,7 +318,7 @@ pub struct ParseErrors {
 type PResult<T> = Result<T, ParseError>;
 
 /// A syntax error at `sp`.
-fn syntax(message: impl Into<String>, sp: Sp, help: Option<String>) -> ParseError {
+fn syntax_error(message: impl Into<String>, sp: Sp, help: Option<String>) -> ParseError {
     ParseError::Syntax { message: message.into(), span: sp.into(), help }
 }
 

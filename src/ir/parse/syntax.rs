@@ -11,7 +11,7 @@
 
 use super::lex::{Sp, Tok, Token, unquote};
 use super::suggest::did_you_mean;
-use super::{PResult, ParseError, syntax};
+use super::{PResult, ParseError, syntax_error};
 use crate::ir::graph::{Loc, Role};
 use crate::ir::types::{DType, Shape, TensorType};
 
@@ -150,7 +150,7 @@ impl Parser<'_> {
             Tok::Str => "a string".to_string(),
             _ => format!("`{}`", self.text(t)),
         };
-        syntax(format!("expected {expected}, found {found}"), t.sp, help)
+        syntax_error(format!("expected {expected}, found {found}"), t.sp, help)
     }
 
     fn expect(&mut self, tok: Tok, expected: &str) -> PResult<Token> {
@@ -314,7 +314,7 @@ impl Parser<'_> {
                 match t.tok {
                     Tok::Value if attrs.is_empty() => operands.push(self.value()?),
                     Tok::Value => {
-                        return Err(syntax(
+                        return Err(syntax_error(
                             "value after an attribute",
                             t.sp,
                             Some("write every input value before the attributes: `op(%a, %b, name=value)`".into()),
@@ -439,7 +439,7 @@ impl Parser<'_> {
                 match t.tok {
                     Tok::Ident => attrs.push(self.attr()?),
                     Tok::Value => {
-                        return Err(syntax(
+                        return Err(syntax_error(
                             "the optimizer of `backward` takes no values",
                             t.sp,
                             Some(
