@@ -11,7 +11,8 @@
 //! [`MAX_PAIRS`](super::MAX_PAIRS) of which are listed. Byte ends are computed in `u128`.
 //! Zero-size buffers hold no bytes and never overlap.
 
-use super::{MAX_PAIRS, Rect, Violation, Violations, any_overlap, by_start, overlapping_pairs};
+use super::sweep::{Rect, any_overlap, by_start, overlapping_pairs};
+use super::{MAX_PAIRS, Violation, Violations};
 
 /// Checks `offsets` for `buffers` (`(first, last inclusive, size)`, in list order):
 /// `Err` lists every violation, naming buffers by their index in the list.

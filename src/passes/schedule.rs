@@ -15,7 +15,7 @@
 //! or state to the op writing its new value.
 //!
 //! The optimizer ops write only new values of updates, so they allocate nothing and the
-//! search runs each as soon as its gradient is final (see `solve/order.rs`).
+//! search runs each as soon as its gradient is final (see `solve/order/`).
 //!
 //! A step whose program order already breaks the update rule (an op reads a param after
 //! its new value is written) keeps program order, so the buffer pass reports the read in
