@@ -1,26 +1,19 @@
-"""ATen graph -> memplan step: one handler per ATen op.
+"""ATen graph -> memplan step: the walk over the graph, and `extern` for what has no handler.
 
 Input: the forward graph `torch.export` captured (its training IR: high-level ATen ops such
 as `linear`, `scaled_dot_product_attention`, `rms_norm`, `cross_entropy_loss`, kept whole).
-Each node becomes memplan ops; every output is written with the type PyTorch's fake tensor
-gives it, so memplan's verifier re-checks every shape. The step ends with the loss and a
-`backward` statement: memplan's own autodiff writes the gradients and the optimizer
-update (docs/AUTODIFF.md), so the exported step is the whole training step.
+Each node becomes memplan ops, written by the handler registered for its ATen overload
+(`ops/`, one module per family of ops; `HANDLERS` is keyed by the overload object in the
+node's `target`). Every output is written with the type PyTorch's fake tensor gives it, so
+memplan's verifier re-checks every shape. The step ends with the loss and a `backward`
+statement: memplan's own autodiff writes the gradients and the optimizer update
+(docs/AUTODIFF.md), so the exported step is the whole training step.
 
-Views stay views: `view`, `reshape`, `flatten`, `unsqueeze`, `squeeze`, `transpose`,
-`permute`, `t`, `expand`, `slice`, `select`, `narrow`, `split`, `chunk` and `unbind` become
-memplan's `reshape`, `transpose`, `expand`, `slice` and `select`, which share their input's
-bytes exactly as PyTorch's storage does (memplan's `reshape` is a view where PyTorch's
-`view` is one). A `reshape` PyTorch must copy is a `contiguous` copy first, as in PyTorch.
-Identity ops (`alias`, `detach`, `contiguous` and `clone` of dense data, `dropout` with p=0
-or in eval mode) emit nothing.
-
-An ATen op without a handler (or in a form its handler cannot express, which it says by
-raising `ExportError` before writing anything) becomes an `extern` op: its name, output
-types, aliasing (from the op's schema) and FLOPs (from PyTorch's flop counter), so any
-model plans. Mixed dtypes are promoted as PyTorch does, with `cast`s. An f32 loss of
-f16/bf16 logits (CUDA autocast's cross_entropy, or the model's own cast that nothing else
-reads) is one `cross_entropy(..., f32_loss=true)`: no f32 copy of the logits.
+Handlers write ops only through `Translator.emit` and `emit_multi`, which name each output
+and give it its source location. An ATen op without a handler (or in a form its handler
+cannot express, which it says by raising `ExportError` before writing anything) becomes an
+`extern` op: its name, output types, aliasing (from the op's schema) and FLOPs (from
+PyTorch's flop counter), so any model plans.
 
 Names: an op's output is named after the module that computes it (its `nn_module_stack`
 path): a module's result is the module path itself (`blocks.3.attn.q_proj`), other values
@@ -32,46 +25,20 @@ their state-dict names. Each op carries the source line of the user's code that 
 
 from __future__ import annotations
 
-import math
 import operator
 import os
 import re
-from dataclasses import dataclass
 
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from .ops import HANDLERS
 from .step import ExportError, StepWriter, type_text
+from .value import Value, dense, shadow_after
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
-
-
-@dataclass(frozen=True)
-class Value:
-    """A memplan value and PyTorch's fake tensor for it (dtype, shape, strides)."""
-
-    name: str
-    fake: torch.Tensor
-    # The value's layout as memplan sees it, on the meta device: a dense tensor for a value
-    # that owns its bytes, the same view ops applied to it for a view. memplan's views
-    # follow PyTorch's own rules (its reshape is a view where `Tensor.view` is one), so
-    # asking this tensor answers what memplan will accept; PyTorch's own strides for the
-    # value may differ (a `clone` keeps a permuted layout, memplan's `contiguous` does not).
-    shadow: torch.Tensor | None = None
-
-    @property
-    def type(self) -> str:
-        return type_text(self.fake.dtype, self.fake.shape)
-
-    @property
-    def shape(self) -> list[int]:
-        return [int(d) for d in self.fake.shape]
-
-    @property
-    def rank(self) -> int:
-        return len(self.fake.shape)
 
 
 def source_loc(node) -> tuple[str, int, str | None] | None:
@@ -197,7 +164,7 @@ class Translator:
             return
         args = [self._resolve(a) for a in node.args]
         kwargs = {k: self._resolve(v) for k, v in node.kwargs.items()}
-        handler = HANDLERS.get(str(target))
+        handler = HANDLERS.get(target)
         if handler is not None:
             emitted = len(self.w.ops)
             try:
@@ -278,21 +245,21 @@ class Translator:
         fake = self.out_fake() if fake is None else fake
         [name] = self.w.op([self.name_for(role or op, final)], [type_text(fake.dtype, fake.shape)], op,
                            [v.name for v in inputs], attrs, source_loc(self.node))
-        return Value(name, fake, _shadow_after(op, inputs, dict(attrs), fake))
+        return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
 
     def emit_multi(self, op: str, inputs: list[Value], fakes: list[torch.Tensor], roles: list[str], attrs=()) -> list[Value]:
         """One op with several outputs, helper values of the node (named path.role)."""
         names = [self.name_for(r, False) for r in roles]
         types = [type_text(f.dtype, f.shape) for f in fakes]
         outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node))
-        return [Value(n, f, _dense(f)) for n, f in zip(outs, fakes)]
+        return [Value(n, f, dense(f)) for n, f in zip(outs, fakes)]
 
     def fake_like(self, shape, dtype) -> torch.Tensor:
         with torch._subclasses.fake_tensor.FakeTensorMode():
             return torch.empty(shape, dtype=dtype)
 
 
-# -- helpers for handlers ----------------------------------------------------------------
+# -- helpers of the extern fallback -------------------------------------------------------
 
 
 def _flatten(items):
@@ -328,578 +295,3 @@ def _aliased_input(schema, output: int, args):
         if argument.alias_info is not None and argument.alias_info.before_set & alias.before_set:
             return value
     return None
-
-
-def _dense(fake: torch.Tensor) -> torch.Tensor:
-    return torch.empty(fake.shape, dtype=fake.dtype, device="meta")
-
-
-def shadow(value: Value) -> torch.Tensor:
-    return value.shadow if value.shadow is not None else _dense(value.fake)
-
-
-def _shadow_after(op: str, inputs: list[Value], attrs: dict, fake) -> torch.Tensor:
-    """memplan's layout of `op`'s output (see `Value.shadow`)."""
-    if op == "reshape":
-        return shadow(inputs[0]).view(list(fake.shape))
-    if op == "transpose":
-        return shadow(inputs[0]).permute(list(attrs["perm"]))
-    if op == "expand":
-        return shadow(inputs[0]).expand(list(fake.shape))
-    if op == "slice":
-        index = (slice(None),) * attrs["axis"] + (slice(attrs["start"], attrs["end"], attrs.get("step", 1)),)
-        return shadow(inputs[0])[index]
-    if op == "select":
-        return shadow(inputs[0]).select(attrs["axis"], attrs["index"])
-    return _dense(fake)
-
-
-def _viewable(x: Value, shape) -> bool:
-    """Whether memplan's `reshape` of `x` to `shape` is a view (else it needs a copy)."""
-    try:
-        shadow(x).view(list(shape))
-        return True
-    except RuntimeError:
-        return False
-
-
-def _dims(t: Translator, value: Value, dims) -> list[int]:
-    return [d % value.rank if value.rank else 0 for d in ([dims] if isinstance(dims, int) else dims)]
-
-
-def _reshape(t: Translator, x: Value, final=True) -> Value:
-    """`x` under the node's output shape: a view where memplan's layout of `x` allows one (as
-    PyTorch's `view` would), else a `contiguous` copy first (as PyTorch's `reshape` makes)."""
-    out = t.out_fake()
-    if list(out.shape) == x.shape:
-        return x
-    if not _viewable(x, out.shape):
-        x = t.emit("contiguous", [x], fake=x.fake, final=False)
-    return t.emit("reshape", [x], [("shape", [int(d) for d in out.shape])], final=final)
-
-
-def _promoted(t: Translator, *values: Value) -> list[Value]:
-    """`values` cast to the dtype of the node's output: PyTorch promotes mixed dtypes (an f32
-    residual plus a bf16 branch under autocast is f32), memplan's ops take one dtype."""
-    dtype = t.out_fake().dtype
-    return [_cast_to(t, v, dtype) for v in values]
-
-
-def _scalar_or_tensor(t: Translator, a, b, tensor_op: str, scalar_fn):
-    if isinstance(a, Value) and isinstance(b, Value):
-        return t.emit(tensor_op, _promoted(t, a, b))
-    if isinstance(a, Value):
-        return scalar_fn(a, float(b))
-    raise ExportError(f"{tensor_op} with a Python number first ({a!r}) is not supported")
-
-
-# -- the handlers ------------------------------------------------------------------------
-
-
-def linear(t, x, w, b=None):
-    if b is None:
-        return t.emit("matmul", [x, w], [("transpose_b", True)])
-    mm_fake = t.out_fake()
-    mm = t.emit("matmul", [x, w], [("transpose_b", True)], fake=mm_fake, final=False, role="mm")
-    return t.emit("add", [mm, b])
-
-
-def matmul(t, a, b):
-    if a.rank < 2 or b.rank < 2:
-        raise ExportError(f"matmul of a vector ({a.type} @ {b.type}) is not supported")
-    return t.emit("matmul", [a, b])
-
-
-def add(t, a, b, alpha=1):
-    if alpha != 1:
-        b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
-    return _scalar_or_tensor(t, a, b, "add", lambda x, s: t.emit("add_scalar", [x], [("value", s)]))
-
-
-def sub(t, a, b, alpha=1):
-    if isinstance(b, Value):
-        if alpha != 1:
-            b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
-        return t.emit("sub", _promoted(t, a, b))
-    return t.emit("add_scalar", [a], [("value", -float(b) * alpha)])
-
-
-def mul(t, a, b):
-    if not isinstance(a, Value):
-        a, b = b, a
-    return _scalar_or_tensor(t, a, b, "mul", lambda x, s: t.emit("mul_scalar", [x], [("value", s)]))
-
-
-def div(t, a, b, rounding_mode=None):
-    if rounding_mode is not None:
-        raise ExportError(f"div with rounding_mode={rounding_mode!r} is not supported")
-    return _scalar_or_tensor(t, a, b, "div", lambda x, s: t.emit("mul_scalar", [x], [("value", 1.0 / s)]))
-
-
-def unary(op):
-    return lambda t, x: t.emit(op, [x])
-
-
-def gelu(t, x, approximate="none"):
-    return t.emit("gelu", [x], [] if approximate == "tanh" else [("approximate", False)])
-
-
-def pow_scalar(t, x, exponent):
-    if isinstance(exponent, Value):
-        raise ExportError("pow with a tensor exponent is not supported")
-    return t.emit("pow_scalar", [x], [("exponent", float(exponent))])
-
-
-def view(t, x, *_shape):
-    return _reshape(t, x)
-
-
-def transpose(t, x, d0, d1):
-    perm = list(range(x.rank))
-    d0, d1 = d0 % x.rank, d1 % x.rank
-    perm[d0], perm[d1] = perm[d1], perm[d0]
-    return t.emit("transpose", [x], [("perm", perm)])
-
-
-def permute(t, x, dims):
-    return t.emit("transpose", [x], [("perm", _dims(t, x, dims))])
-
-
-def t_(t, x):
-    if x.rank < 2:
-        return x
-    return t.emit("transpose", [x], [("perm", [1, 0])])
-
-
-def expand(t, x, sizes, implicit=False):
-    out = t.out_fake()
-    if list(out.shape) == x.shape:
-        return x
-    return t.emit("expand", [x], [("shape", [int(d) for d in out.shape])])
-
-
-def contiguous(t, x, memory_format=None):
-    return x if shadow(x).is_contiguous() else t.emit("contiguous", [x])
-
-
-def clone(t, x, memory_format=None):
-    """A copy in PyTorch; in a functional graph nothing writes either copy afterwards, so a
-    dense value is its own clone (as torch.compile treats it) and only a strided one needs
-    `contiguous`."""
-    return contiguous(t, x)
-
-
-def alias(t, x, *_):
-    return x
-
-
-def _bounds(size: int, start, end) -> tuple[int, int]:
-    """PyTorch's slice bounds: negative counts from the end, then clamped to 0..size."""
-    start = 0 if start is None else start
-    end = size if end is None else end
-    start = start + size if start < 0 else start
-    end = end + size if end < 0 else end
-    start = min(max(start, 0), size)
-    return start, min(max(end, start), size)
-
-
-def _slice_of(t, x, axis: int, start: int, end: int, step: int = 1, final=True, fake=None) -> Value:
-    if start == 0 and end == x.shape[axis] and step == 1:
-        return x
-    if fake is None:
-        fake = shadow(x)[(slice(None),) * axis + (slice(start, end, step),)]
-    attrs = [("axis", axis), ("start", start), ("end", end)] + ([("step", step)] if step != 1 else [])
-    return t.emit("slice", [x], attrs, fake=torch.empty(fake.shape, dtype=x.fake.dtype, device="meta"), final=final)
-
-
-def slice_(t, x, dim=0, start=None, end=None, step=1):
-    axis = dim % x.rank
-    start, end = _bounds(x.shape[axis], start, end)
-    return _slice_of(t, x, axis, start, end, step)
-
-
-def narrow(t, x, dim, start, length):
-    axis = dim % x.rank
-    start = start + x.shape[axis] if start < 0 else start
-    return _slice_of(t, x, axis, start, start + length)
-
-
-def select(t, x, dim, index):
-    axis = dim % x.rank
-    index = index + x.shape[axis] if index < 0 else index
-    return t.emit("select", [x], [("axis", axis), ("index", index)])
-
-
-def _pieces(t, x, axis: int, sizes) -> tuple:
-    out, start = [], 0
-    for size in sizes:
-        out.append(_slice_of(t, x, axis, start, start + size, final=False))
-        start += size
-    return tuple(out)
-
-
-def split(t, x, split_size, dim=0):
-    axis = dim % x.rank
-    n = x.shape[axis]
-    sizes = [min(split_size, n - s) for s in range(0, n, split_size)] if isinstance(split_size, int) else list(split_size)
-    return _pieces(t, x, axis, sizes)
-
-
-def chunk(t, x, chunks, dim=0):
-    axis = dim % x.rank
-    size = -(-x.shape[axis] // chunks)
-    return split(t, x, size, axis)
-
-
-def unbind(t, x, dim=0):
-    axis = dim % x.rank
-    return tuple(t.emit("select", [x], [("axis", axis), ("index", i)], fake=t.fake_like(
-        x.shape[:axis] + x.shape[axis + 1:], x.fake.dtype), final=False) for i in range(x.shape[axis]))
-
-
-def cat(t, tensors, dim=0):
-    tensors = [v for v in tensors if v.fake.numel() > 0 or len(tensors) == 1]
-    axis = dim % tensors[0].rank
-    return t.emit("cat", _promoted(t, *tensors), [("axis", axis)])
-
-
-def stack(t, tensors, dim=0):
-    rank = tensors[0].rank + 1
-    axis = dim % rank
-    expanded = []
-    for v in tensors:
-        shape = v.shape[:axis] + [1] + v.shape[axis:]
-        fake = t.fake_like(shape, v.fake.dtype)
-        x = v if _viewable(v, shape) else t.emit("contiguous", [v], fake=v.fake, final=False)
-        expanded.append(t.emit("reshape", [x], [("shape", shape)], fake=fake, final=False))
-    return t.emit("cat", expanded, [("axis", axis)])
-
-
-def _cast_to(t, x: Value, dtype) -> Value:
-    """`x` in `dtype` (itself if it has it): the cast an op's `dtype=` argument asks for."""
-    if dtype is None or dtype == x.fake.dtype:
-        return x
-    return t.emit("cast", [x], [("to", dtype)], fake=t.fake_like(x.shape, dtype), final=False)
-
-
-def softmax(t, x, dim, dtype=None):
-    x = _cast_to(t, x, dtype)
-    return t.emit("softmax", [x], [("axis", dim % x.rank)] if dim % x.rank != x.rank - 1 else [])
-
-
-def softmax_internal(t, x, dim, half_to_float=False):
-    return softmax(t, x, dim, torch.float32 if half_to_float else None)
-
-
-def reduce(op):
-    def handler(t, x, dims=None, keepdim=False, dtype=None):
-        x = _cast_to(t, x, dtype)
-        axes = list(range(x.rank)) if dims is None or dims == [] else _dims(t, x, dims)
-        attrs = [("axes", axes)] + ([("keepdim", True)] if keepdim else [])
-        return t.emit(op, [x], attrs)
-
-    return handler
-
-
-def embedding(t, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    if scale_grad_by_freq or sparse:
-        raise ExportError("embedding with scale_grad_by_freq or sparse gradients is not supported")
-    return t.emit("embedding", [weight, ids])
-
-
-def _constant(t, shape, dtype, value, role) -> Value:
-    fake = t.fake_like(shape, dtype)
-    attrs = [("shape", list(shape)), ("dtype", dtype), ("value", float(value))]
-    return t.emit("fill", [], attrs, fake=fake, final=False, role=role)
-
-
-def layer_norm(t, x, shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
-    if len(shape) != 1:
-        raise ExportError(f"layer_norm over {len(shape)} dimensions is not supported (only the last)")
-    d = int(shape[0])
-    weight = weight if weight is not None else _constant(t, [d], x.fake.dtype, 1.0, "gamma")
-    bias = bias if bias is not None else _constant(t, [d], x.fake.dtype, 0.0, "beta")
-    return t.emit("layer_norm", [x, weight, bias], [("eps", float(eps))])
-
-
-def rms_norm(t, x, shape, weight=None, eps=None):
-    if len(shape) != 1:
-        raise ExportError(f"rms_norm over {len(shape)} dimensions is not supported (only the last)")
-    eps = torch.finfo(x.fake.dtype).eps if eps is None else eps
-    weight = weight if weight is not None else _constant(t, [int(shape[0])], x.fake.dtype, 1.0, "gamma")
-    return t.emit("rms_norm", [x, weight], [("eps", float(eps))])
-
-
-def _bias_per_channel(t, y: Value, bias: Value | None, spatial: int) -> Value:
-    if bias is None:
-        return y
-    shaped_fake = t.fake_like([bias.shape[0]] + [1] * spatial, bias.fake.dtype)
-    shaped = t.emit("reshape", [bias], [("shape", [bias.shape[0]] + [1] * spatial)], fake=shaped_fake, final=False,
-                    role="bias")
-    return t.emit("add", [y, shaped])
-
-
-def _conv_attrs(stride, padding, dilation, groups, output_padding=None) -> list:
-    """conv attributes as memplan writes them: the defaults left out."""
-    if isinstance(padding, str):
-        raise ExportError(f"convolution with padding={padding!r} is not supported (give the numbers)")
-    pair = lambda v: list(v) * (2 // len(v)) if len(v) else [0, 0]  # noqa: E731 - [k] means [k, k]
-    attrs = [("stride", pair(stride)), ("padding", pair(padding))]
-    if output_padding is not None and pair(output_padding) != [0, 0]:
-        attrs.append(("output_padding", pair(output_padding)))
-    if pair(dilation) != [1, 1]:
-        attrs.append(("dilation", pair(dilation)))
-    if groups != 1:
-        attrs.append(("groups", int(groups)))
-    return attrs
-
-
-def conv2d(t, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    y = t.emit("conv2d", [x, w], _conv_attrs(stride, padding, dilation, groups), final=bias is None, role="conv")
-    return _bias_per_channel(t, y, bias, 2)
-
-
-def conv_transpose2d(t, x, w, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0), groups=1,
-                     dilation=(1, 1)):
-    attrs = _conv_attrs(stride, padding, dilation, groups, output_padding)
-    y = t.emit("conv_transpose2d", [x, w], attrs, final=bias is None, role="conv_transpose")
-    return _bias_per_channel(t, y, bias, 2)
-
-
-def batch_norm(t, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
-    if not training:
-        raise ExportError("batch_norm in eval mode is not supported (export the model in train mode)")
-    c = x.shape[1]
-    weight = weight if weight is not None else _constant(t, [c], x.fake.dtype, 1.0, "gamma")
-    bias = bias if bias is not None else _constant(t, [c], x.fake.dtype, 0.0, "beta")
-    return t.emit("batch_norm", [x, weight, bias], [("eps", float(eps))])
-
-
-def max_pool2d(t, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
-    if ceil_mode or list(dilation) != [1, 1]:
-        raise ExportError("max_pool2d with ceil_mode or dilation is not supported")
-    kernel = list(kernel) * (2 // len(kernel))
-    stride = list(stride) * (2 // len(stride)) if stride else kernel
-    padding = list(padding) * (2 // len(padding))
-    return t.emit("max_pool2d", [x], [("kernel", kernel), ("stride", stride), ("padding", padding)])
-
-
-def adaptive_avg_pool2d(t, x, output_size):
-    size = [int(d) for d in output_size]
-    if size == [1, 1]:
-        # Global pooling is a mean: its gradient is a broadcast view, no buffer.
-        return t.emit("mean", [x], [("axes", [x.rank - 2, x.rank - 1]), ("keepdim", True)])
-    if x.rank != 4:
-        raise ExportError(f"adaptive_avg_pool2d of a rank-{x.rank} tensor (memplan's takes [N,C,H,W])")
-    return t.emit("adaptive_avg_pool2d", [x], [("output_size", size)])
-
-
-def upsample_nearest2d(t, x, output_size=None, scale_factors=None):
-    out = t.out_fake()
-    if scale_factors is not None and any(float(f) != int(f) for f in scale_factors):
-        raise ExportError(f"nearest upsampling by scale factors {list(scale_factors)} (memplan matches PyTorch for sizes and integer factors)")
-    return t.emit("upsample_nearest2d", [x], [("output_size", [int(d) for d in out.shape[2:]])])
-
-
-def bce_with_logits(t, logits, targets, weight=None, pos_weight=None, reduction=1):
-    if weight is not None or pos_weight is not None or reduction != 1:
-        raise ExportError("binary_cross_entropy_with_logits with weights or reduction other than 'mean' is not supported")
-    # (CUDA autocast's f32 policy for this op is in the captured graph: its casts come first.)
-    return t.emit("bce_with_logits", [logits, targets], fake=t.fake_like([], logits.fake.dtype), role="bce_with_logits")
-
-
-def where(t, cond, a, b):
-    dtype = t.out_fake().dtype
-    a = a if isinstance(a, Value) else _constant(t, [], dtype, a, "scalar")
-    b = b if isinstance(b, Value) else _constant(t, [], dtype, b, "scalar")
-    return t.emit("where", [cond, *_promoted(t, a, b)])
-
-
-def masked_fill(t, x, mask, value):
-    if isinstance(value, Value):
-        raise ExportError("masked_fill with a tensor value is not supported (give a number)")
-    return t.emit("masked_fill", [x, mask], [("value", float(value))])
-
-
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def _fold_f32_cast(t, logits: Value) -> Value | None:
-    """The f16/bf16 value that `logits` (the node's first argument) is a cast to f32 of,
-    with that cast removed from the step, when nothing else reads the cast (the loss reads
-    it alone, nothing returns it): memplan's `cross_entropy(x, f32_loss=true)` reads the
-    half values as f32 itself, so the f32 copy, twice the logits' bytes, never exists."""
-    node = t.node.args[0]
-    if str(node.target) not in ("aten._to_copy.default", "aten.to.dtype") or len(node.users) != 1:
-        return None
-    source = t.env[node.args[0]]
-    if logits.fake.dtype != torch.float32 or not isinstance(source, Value) or source.fake.dtype not in _HALF:
-        return None
-    cast = next((op for op in t.w.ops if op.outputs[0][0] == logits.name), None)
-    if cast is None or cast.op != "cast" or cast.inputs != [source.name] or any(logits.name in op.inputs for op in t.w.ops):
-        return None
-    t.w.remove(cast)
-    return source
-
-
-def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
-    if weight is not None or reduction != 1:
-        raise ExportError("cross_entropy with class weights or reduction other than 'mean' is not supported")
-    if logits.rank != 2:
-        raise ExportError(f"cross_entropy of {logits.type} logits: only [N, C] is supported (flatten first)")
-    # An f32 loss of f16/bf16 logits, as one op: the logits are read as f32 inside it (exactly,
-    # every half value being an f32 value). Either the model casts them itself and nothing
-    # else reads the cast, or CUDA autocast does, inside cross_entropy (whose log_softmax and
-    # nll_loss it runs in f32): that cast is in no captured graph, so it is never written.
-    source = _fold_f32_cast(t, logits)
-    f32_loss = source is not None or (t.amp and logits.fake.dtype in _HALF)
-    logits = source or logits
-    attrs = []
-    if ignore_index != -100:
-        attrs.append(("ignore_index", int(ignore_index)))
-    if label_smoothing:
-        attrs.append(("label_smoothing", float(label_smoothing)))
-    if f32_loss:
-        attrs.append(("f32_loss", True))
-    loss = t.fake_like([], torch.float32) if f32_loss else None
-    return t.emit("cross_entropy", [logits, target], attrs, fake=loss, role="cross_entropy")
-
-
-def dropout(t, x, p, train):
-    """memplan's seeded dropout: the step's `dropout_seed` input (one i64[] scalar the
-    training loop feeds fresh each step) and a stream per dropout site, in order. Its
-    masks are memplan's, not PyTorch's: the same in distribution, not element for element."""
-    if not train or p == 0:
-        return x
-    return t.emit("dropout", [x, t.dropout_seed()], [("p", float(p)), ("stream", t.next_stream())])
-
-
-def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    if attn_mask is not None:
-        raise ExportError("scaled_dot_product_attention with attn_mask is not supported (use is_causal)")
-    if dropout_p:
-        raise ExportError("scaled_dot_product_attention with dropout_p > 0 is not supported")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    # PyTorch's flash attention writes out [..., T, H, Ev] and returns a transposed view of it,
-    # so the usual `y.transpose(1, 2).contiguous().view(B, T, C)` copies nothing: the same
-    # here with `transpose_out` (else the copy would be kept beside out until the backward).
-    out = t.out_fake()
-    perm = list(range(q.rank))
-    perm[-3], perm[-2] = perm[-2], perm[-3]
-    rows_first = t.fake_like([out.shape[d] for d in perm], out.dtype)
-    lse = t.fake_like(out.shape[:-1], torch.float32)
-    attrs = [("causal", True)] if is_causal else []
-    attrs += [("scale", scale), ("transpose_out", True)]
-    result, _lse = t.emit_multi("attention", [q, k, v], [rows_first, lse], ["attention", "attention.lse"], attrs)
-    return t.emit("transpose", [result], [("perm", perm)], fake=out)
-
-
-def to_dtype(t, x, dtype=None, *rest, **kwargs):
-    dtype = kwargs.get("dtype", dtype)
-    if dtype is None or dtype == x.fake.dtype:
-        return x
-    return t.emit("cast", [x], [("to", dtype)])
-
-
-def buffer_update(t, buffer, *_args, **_kwargs):
-    """An in-place update of a buffer (BatchNorm's `num_batches_tracked += 1`): the step
-    does not model it, as memplan's `batch_norm` keeps no running statistics either."""
-    if t.roles.get(buffer.name) != "state":
-        raise ExportError(f"in-place {t.node.target} on a value that is not a buffer ({buffer.name})")
-    return buffer
-
-
-def full(t, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
-    fake = t.out_fake()
-    return t.emit("fill", [], [("shape", [int(d) for d in size]), ("dtype", fake.dtype), ("value", float(fill_value))])
-
-
-def arange(t, *numbers, **_options):
-    """`torch.arange(end)`, `(start, end)` or `(start, end, step)` as a `fill` with a step."""
-    start, step = (0, 1) if len(numbers) == 1 else (numbers[0], numbers[2] if len(numbers) > 2 else 1)
-    fake = t.out_fake()
-    attrs = [("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype)]
-    attrs += [("value", float(start))] if start != 0 else []
-    return t.emit("fill", [], attrs + [("step", float(step))], role="arange")
-
-
-HANDLERS = {
-    "aten.linear.default": linear,
-    "aten.matmul.default": matmul,
-    "aten.mm.default": matmul,
-    "aten.bmm.default": matmul,
-    "aten.add.Tensor": add,
-    "aten.sub.Tensor": sub,
-    "aten.mul.Tensor": mul,
-    "aten.div.Tensor": div,
-    "aten.div.Tensor_mode": div,
-    "aten.relu.default": unary("relu"),
-    "aten.gelu.default": gelu,
-    "aten.silu.default": unary("silu"),
-    "aten.sigmoid.default": unary("sigmoid"),
-    "aten.tanh.default": unary("tanh"),
-    "aten.hardswish.default": unary("hardswish"),
-    "aten.exp.default": unary("exp"),
-    "aten.log.default": unary("log"),
-    "aten.neg.default": unary("neg"),
-    "aten.sqrt.default": unary("sqrt"),
-    "aten.rsqrt.default": unary("rsqrt"),
-    "aten.pow.Tensor_Scalar": pow_scalar,
-    "aten.view.default": view,
-    "aten.reshape.default": view,
-    "aten._unsafe_view.default": view,
-    "aten.flatten.using_ints": view,
-    "aten.unsqueeze.default": view,
-    "aten.squeeze.dim": view,
-    "aten.squeeze.dims": view,
-    "aten.squeeze.default": view,
-    "aten.transpose.int": transpose,
-    "aten.permute.default": permute,
-    "aten.t.default": t_,
-    "aten.expand.default": expand,
-    "aten.slice.Tensor": slice_,
-    "aten.narrow.default": narrow,
-    "aten.select.int": select,
-    "aten.split.Tensor": split,
-    "aten.split_with_sizes.default": split,
-    "aten.chunk.default": chunk,
-    "aten.unbind.int": unbind,
-    "aten.cat.default": cat,
-    "aten.stack.default": stack,
-    "aten.contiguous.default": contiguous,
-    "aten.clone.default": clone,
-    "aten.alias.default": alias,
-    "aten.detach.default": alias,
-    "aten.softmax.int": softmax,
-    "aten._softmax.default": softmax_internal,
-    "aten.mean.dim": reduce("mean"),
-    "aten.mean.default": reduce("mean"),
-    "aten.sum.dim_IntList": reduce("sum"),
-    "aten.sum.default": reduce("sum"),
-    "aten.embedding.default": embedding,
-    "aten.layer_norm.default": layer_norm,
-    "aten.rms_norm.default": rms_norm,
-    "aten.conv2d.default": conv2d,
-    "aten.batch_norm.default": batch_norm,
-    "aten.max_pool2d.default": max_pool2d,
-    "aten.adaptive_avg_pool2d.default": adaptive_avg_pool2d,
-    "aten.cross_entropy_loss.default": cross_entropy,
-    "aten.binary_cross_entropy_with_logits.default": bce_with_logits,
-    "aten.conv_transpose2d.input": conv_transpose2d,
-    "aten.upsample_nearest2d.vec": upsample_nearest2d,
-    "aten.upsample_nearest2d.default": upsample_nearest2d,
-    "aten.where.self": where,
-    "aten.where.ScalarOther": where,
-    "aten.where.ScalarSelf": where,
-    "aten.where.Scalar": where,
-    "aten.masked_fill.Scalar": masked_fill,
-    "aten.dropout.default": dropout,
-    "aten.scaled_dot_product_attention.default": attention,
-    "aten.to.dtype": to_dtype,
-    "aten._to_copy.default": to_dtype,
-    "aten.full.default": full,
-    "aten.arange.default": arange,
-    "aten.arange.start": arange,
-    "aten.arange.start_step": arange,
-    "aten.add_.Tensor": buffer_update,
-}

@@ -151,7 +151,7 @@ def autocast_reference(model, inputs):
     """PyTorch's own step under CUDA autocast, runnable on the CPU: the graph `--amp bf16`
     captures (PyTorch placed its casts; see `export.capture`), its device arguments pointed
     at the CPU, with the model's weights, and cross_entropy's logits upcast to f32 as CUDA
-    autocast does inside that op (the one policy the translator adds: `f32_loss`, `translate.py`)."""
+    autocast does inside that op (the one policy the translator adds: `f32_loss`, `ops/nn.py`)."""
     module = capture(model, inputs, amp="bf16").module()
     for node in module.graph.nodes:
         if "device" in node.kwargs:

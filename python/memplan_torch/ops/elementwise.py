@@ -1,0 +1,125 @@
+"""Elementwise handlers: arithmetic, math functions and activations, `where` and
+`masked_fill`, dtype casts, and the fills (`full`, `arange`).
+
+Arithmetic with a Python number is memplan's `add_scalar` or `mul_scalar` (`a - s` adds
+-s, `a / s` multiplies by 1/s). Mixed dtypes are cast to the output's first, as PyTorch
+promotes them (`promoted`).
+"""
+
+from __future__ import annotations
+
+from ..step import ExportError
+from ..value import Value
+from ._helpers import constant, promoted
+from .registry import aten, handles
+
+
+def _scalar_or_tensor(t, a, b, tensor_op: str, scalar_fn):
+    if isinstance(a, Value) and isinstance(b, Value):
+        return t.emit(tensor_op, promoted(t, a, b))
+    if isinstance(a, Value):
+        return scalar_fn(a, float(b))
+    raise ExportError(f"{tensor_op} with a Python number first ({a!r}) is not supported")
+
+
+@handles(aten.add.Tensor)
+def add(t, a, b, alpha=1):
+    if alpha != 1:
+        b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
+    return _scalar_or_tensor(t, a, b, "add", lambda x, s: t.emit("add_scalar", [x], [("value", s)]))
+
+
+@handles(aten.sub.Tensor)
+def sub(t, a, b, alpha=1):
+    if isinstance(b, Value):
+        if alpha != 1:
+            b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
+        return t.emit("sub", promoted(t, a, b))
+    return t.emit("add_scalar", [a], [("value", -float(b) * alpha)])
+
+
+@handles(aten.mul.Tensor)
+def mul(t, a, b):
+    if not isinstance(a, Value):
+        a, b = b, a
+    return _scalar_or_tensor(t, a, b, "mul", lambda x, s: t.emit("mul_scalar", [x], [("value", s)]))
+
+
+@handles(aten.div.Tensor, aten.div.Tensor_mode)
+def div(t, a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        raise ExportError(f"div with rounding_mode={rounding_mode!r} is not supported")
+    return _scalar_or_tensor(t, a, b, "div", lambda x, s: t.emit("mul_scalar", [x], [("value", 1.0 / s)]))
+
+
+def unary(op: str):
+    """The handler of an ATen op that is memplan's `op` of its one input."""
+
+    def handler(t, x):
+        return t.emit(op, [x])
+
+    handler.__qualname__ = f"unary({op!r})"
+    return handler
+
+
+handles(aten.relu.default)(unary("relu"))
+handles(aten.silu.default)(unary("silu"))
+handles(aten.sigmoid.default)(unary("sigmoid"))
+handles(aten.tanh.default)(unary("tanh"))
+handles(aten.hardswish.default)(unary("hardswish"))
+handles(aten.exp.default)(unary("exp"))
+handles(aten.log.default)(unary("log"))
+handles(aten.neg.default)(unary("neg"))
+handles(aten.sqrt.default)(unary("sqrt"))
+handles(aten.rsqrt.default)(unary("rsqrt"))
+
+
+@handles(aten.gelu.default)
+def gelu(t, x, approximate="none"):
+    return t.emit("gelu", [x], [] if approximate == "tanh" else [("approximate", False)])
+
+
+@handles(aten.pow.Tensor_Scalar)
+def pow_scalar(t, x, exponent):
+    if isinstance(exponent, Value):
+        raise ExportError("pow with a tensor exponent is not supported")
+    return t.emit("pow_scalar", [x], [("exponent", float(exponent))])
+
+
+@handles(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar)
+def where(t, cond, a, b):
+    dtype = t.out_fake().dtype
+    a = a if isinstance(a, Value) else constant(t, [], dtype, a, "scalar")
+    b = b if isinstance(b, Value) else constant(t, [], dtype, b, "scalar")
+    return t.emit("where", [cond, *promoted(t, a, b)])
+
+
+@handles(aten.masked_fill.Scalar)
+def masked_fill(t, x, mask, value):
+    if isinstance(value, Value):
+        raise ExportError("masked_fill with a tensor value is not supported (give a number)")
+    return t.emit("masked_fill", [x, mask], [("value", float(value))])
+
+
+@handles(aten.to.dtype, aten._to_copy.default)
+def to_dtype(t, x, dtype=None, *rest, **kwargs):
+    dtype = kwargs.get("dtype", dtype)
+    if dtype is None or dtype == x.fake.dtype:
+        return x
+    return t.emit("cast", [x], [("to", dtype)])
+
+
+@handles(aten.full.default)
+def full(t, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    fake = t.out_fake()
+    return t.emit("fill", [], [("shape", [int(d) for d in size]), ("dtype", fake.dtype), ("value", float(fill_value))])
+
+
+@handles(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def arange(t, *numbers, **_options):
+    """`torch.arange(end)`, `(start, end)` or `(start, end, step)` as a `fill` with a step."""
+    start, step = (0, 1) if len(numbers) == 1 else (numbers[0], numbers[2] if len(numbers) > 2 else 1)
+    fake = t.out_fake()
+    attrs = [("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype)]
+    attrs += [("value", float(start))] if start != 0 else []
+    return t.emit("fill", [], attrs + [("step", float(step))], role="arange")

@@ -1,0 +1,127 @@
+"""Neural-network layer handlers: softmax, embedding, the norms, max pooling and the losses.
+
+Each is one memplan op that its backward op differentiates as a whole (docs/AUTODIFF.md),
+so a layer PyTorch keeps whole in the training IR stays whole in the step. A missing
+affine weight or bias of a norm is a constant `fill`. An f32 loss of f16/bf16 logits (CUDA
+autocast's `cross_entropy`, or the model's own cast that nothing else reads) is one
+`cross_entropy(..., f32_loss=true)`: no f32 copy of the logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..step import ExportError
+from ..value import Value
+from ._helpers import cast_to, constant
+from .registry import aten, handles
+
+
+@handles(aten.softmax.int)
+def softmax(t, x, dim, dtype=None):
+    x = cast_to(t, x, dtype)
+    return t.emit("softmax", [x], [("axis", dim % x.rank)] if dim % x.rank != x.rank - 1 else [])
+
+
+@handles(aten._softmax.default)
+def softmax_internal(t, x, dim, half_to_float=False):
+    return softmax(t, x, dim, torch.float32 if half_to_float else None)
+
+
+@handles(aten.embedding.default)
+def embedding(t, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if scale_grad_by_freq or sparse:
+        raise ExportError("embedding with scale_grad_by_freq or sparse gradients is not supported")
+    return t.emit("embedding", [weight, ids])
+
+
+@handles(aten.layer_norm.default)
+def layer_norm(t, x, shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    if len(shape) != 1:
+        raise ExportError(f"layer_norm over {len(shape)} dimensions is not supported (only the last)")
+    d = int(shape[0])
+    weight = weight if weight is not None else constant(t, [d], x.fake.dtype, 1.0, "gamma")
+    bias = bias if bias is not None else constant(t, [d], x.fake.dtype, 0.0, "beta")
+    return t.emit("layer_norm", [x, weight, bias], [("eps", float(eps))])
+
+
+@handles(aten.rms_norm.default)
+def rms_norm(t, x, shape, weight=None, eps=None):
+    if len(shape) != 1:
+        raise ExportError(f"rms_norm over {len(shape)} dimensions is not supported (only the last)")
+    eps = torch.finfo(x.fake.dtype).eps if eps is None else eps
+    weight = weight if weight is not None else constant(t, [int(shape[0])], x.fake.dtype, 1.0, "gamma")
+    return t.emit("rms_norm", [x, weight], [("eps", float(eps))])
+
+
+@handles(aten.batch_norm.default)
+def batch_norm(t, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
+    if not training:
+        raise ExportError("batch_norm in eval mode is not supported (export the model in train mode)")
+    c = x.shape[1]
+    weight = weight if weight is not None else constant(t, [c], x.fake.dtype, 1.0, "gamma")
+    bias = bias if bias is not None else constant(t, [c], x.fake.dtype, 0.0, "beta")
+    return t.emit("batch_norm", [x, weight, bias], [("eps", float(eps))])
+
+
+@handles(aten.max_pool2d.default)
+def max_pool2d(t, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    if ceil_mode or list(dilation) != [1, 1]:
+        raise ExportError("max_pool2d with ceil_mode or dilation is not supported")
+    kernel = list(kernel) * (2 // len(kernel))
+    stride = list(stride) * (2 // len(stride)) if stride else kernel
+    padding = list(padding) * (2 // len(padding))
+    return t.emit("max_pool2d", [x], [("kernel", kernel), ("stride", stride), ("padding", padding)])
+
+
+@handles(aten.binary_cross_entropy_with_logits.default)
+def bce_with_logits(t, logits, targets, weight=None, pos_weight=None, reduction=1):
+    if weight is not None or pos_weight is not None or reduction != 1:
+        raise ExportError("binary_cross_entropy_with_logits with weights or reduction other than 'mean' is not supported")
+    # (CUDA autocast's f32 policy for this op is in the captured graph: its casts come first.)
+    return t.emit("bce_with_logits", [logits, targets], fake=t.fake_like([], logits.fake.dtype), role="bce_with_logits")
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _fold_f32_cast(t, logits: Value) -> Value | None:
+    """The f16/bf16 value that `logits` (the node's first argument) is a cast to f32 of,
+    with that cast removed from the step, when nothing else reads the cast (the loss reads
+    it alone, nothing returns it): memplan's `cross_entropy(x, f32_loss=true)` reads the
+    half values as f32 itself, so the f32 copy, twice the logits' bytes, never exists."""
+    node = t.node.args[0]
+    if node.target not in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) or len(node.users) != 1:
+        return None
+    source = t.env[node.args[0]]
+    if logits.fake.dtype != torch.float32 or not isinstance(source, Value) or source.fake.dtype not in _HALF:
+        return None
+    cast = next((op for op in t.w.ops if op.outputs[0][0] == logits.name), None)
+    if cast is None or cast.op != "cast" or cast.inputs != [source.name] or any(logits.name in op.inputs for op in t.w.ops):
+        return None
+    t.w.remove(cast)
+    return source
+
+
+@handles(aten.cross_entropy_loss.default)
+def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+    if weight is not None or reduction != 1:
+        raise ExportError("cross_entropy with class weights or reduction other than 'mean' is not supported")
+    if logits.rank != 2:
+        raise ExportError(f"cross_entropy of {logits.type} logits: only [N, C] is supported (flatten first)")
+    # An f32 loss of f16/bf16 logits, as one op: the logits are read as f32 inside it (exactly,
+    # every half value being an f32 value). Either the model casts them itself and nothing
+    # else reads the cast, or CUDA autocast does, inside cross_entropy (whose log_softmax and
+    # nll_loss it runs in f32): that cast is in no captured graph, so it is never written.
+    source = _fold_f32_cast(t, logits)
+    f32_loss = source is not None or (t.amp and logits.fake.dtype in _HALF)
+    logits = source or logits
+    attrs = []
+    if ignore_index != -100:
+        attrs.append(("ignore_index", int(ignore_index)))
+    if label_smoothing:
+        attrs.append(("label_smoothing", float(label_smoothing)))
+    if f32_loss:
+        attrs.append(("f32_loss", True))
+    loss = t.fake_like([], torch.float32) if f32_loss else None
+    return t.emit("cross_entropy", [logits, target], attrs, fake=loss, role="cross_entropy")

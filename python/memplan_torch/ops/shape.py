@@ -1,0 +1,193 @@
+"""Shape handlers: views, slicing and splitting, concatenation, copies and identities,
+and the reductions `sum` and `mean`.
+
+Views stay views: `view`, `reshape`, `flatten`, `unsqueeze`, `squeeze`, `transpose`,
+`permute`, `t`, `expand`, `slice`, `select`, `narrow`, `split`, `chunk` and `unbind` become
+memplan's `reshape`, `transpose`, `expand`, `slice` and `select`, which share their input's
+bytes exactly as PyTorch's storage does (memplan's `reshape` is a view where PyTorch's
+`view` is one). A `reshape` PyTorch must copy is a `contiguous` copy first, as in PyTorch;
+whether memplan can view is asked of its own layout of the value (`value.shadow`).
+Identity ops (`alias`, `detach`, `contiguous` and `clone` of dense data) emit nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..value import Value, shadow, viewable
+from ._helpers import cast_to, promoted
+from .registry import aten, handles
+
+
+def _dims(value: Value, dims) -> list[int]:
+    return [d % value.rank if value.rank else 0 for d in ([dims] if isinstance(dims, int) else dims)]
+
+
+def _reshape(t, x: Value, final=True) -> Value:
+    """`x` under the node's output shape: a view where memplan's layout of `x` allows one (as
+    PyTorch's `view` would), else a `contiguous` copy first (as PyTorch's `reshape` makes)."""
+    out = t.out_fake()
+    if list(out.shape) == x.shape:
+        return x
+    if not viewable(x, out.shape):
+        x = t.emit("contiguous", [x], fake=x.fake, final=False)
+    return t.emit("reshape", [x], [("shape", [int(d) for d in out.shape])], final=final)
+
+
+@handles(aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.flatten.using_ints,
+         aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def view(t, x, *_shape):
+    return _reshape(t, x)
+
+
+@handles(aten.transpose.int)
+def transpose(t, x, d0, d1):
+    perm = list(range(x.rank))
+    d0, d1 = d0 % x.rank, d1 % x.rank
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return t.emit("transpose", [x], [("perm", perm)])
+
+
+@handles(aten.permute.default)
+def permute(t, x, dims):
+    return t.emit("transpose", [x], [("perm", _dims(x, dims))])
+
+
+@handles(aten.t.default)
+def t_(t, x):
+    if x.rank < 2:
+        return x
+    return t.emit("transpose", [x], [("perm", [1, 0])])
+
+
+@handles(aten.expand.default)
+def expand(t, x, sizes, implicit=False):
+    out = t.out_fake()
+    if list(out.shape) == x.shape:
+        return x
+    return t.emit("expand", [x], [("shape", [int(d) for d in out.shape])])
+
+
+@handles(aten.contiguous.default)
+def contiguous(t, x, memory_format=None):
+    return x if shadow(x).is_contiguous() else t.emit("contiguous", [x])
+
+
+@handles(aten.clone.default)
+def clone(t, x, memory_format=None):
+    """A copy in PyTorch; in a functional graph nothing writes either copy afterwards, so a
+    dense value is its own clone (as torch.compile treats it) and only a strided one needs
+    `contiguous`."""
+    return contiguous(t, x)
+
+
+@handles(aten.alias.default, aten.detach.default)
+def alias(t, x, *_):
+    return x
+
+
+def _bounds(size: int, start, end) -> tuple[int, int]:
+    """PyTorch's slice bounds: negative counts from the end, then clamped to 0..size."""
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    start = min(max(start, 0), size)
+    return start, min(max(end, start), size)
+
+
+def _slice_of(t, x, axis: int, start: int, end: int, step: int = 1, final=True, fake=None) -> Value:
+    if start == 0 and end == x.shape[axis] and step == 1:
+        return x
+    if fake is None:
+        fake = shadow(x)[(slice(None),) * axis + (slice(start, end, step),)]
+    attrs = [("axis", axis), ("start", start), ("end", end)] + ([("step", step)] if step != 1 else [])
+    return t.emit("slice", [x], attrs, fake=torch.empty(fake.shape, dtype=x.fake.dtype, device="meta"), final=final)
+
+
+@handles(aten.slice.Tensor)
+def slice_(t, x, dim=0, start=None, end=None, step=1):
+    axis = dim % x.rank
+    start, end = _bounds(x.shape[axis], start, end)
+    return _slice_of(t, x, axis, start, end, step)
+
+
+@handles(aten.narrow.default)
+def narrow(t, x, dim, start, length):
+    axis = dim % x.rank
+    start = start + x.shape[axis] if start < 0 else start
+    return _slice_of(t, x, axis, start, start + length)
+
+
+@handles(aten.select.int)
+def select(t, x, dim, index):
+    axis = dim % x.rank
+    index = index + x.shape[axis] if index < 0 else index
+    return t.emit("select", [x], [("axis", axis), ("index", index)])
+
+
+def _pieces(t, x, axis: int, sizes) -> tuple:
+    out, start = [], 0
+    for size in sizes:
+        out.append(_slice_of(t, x, axis, start, start + size, final=False))
+        start += size
+    return tuple(out)
+
+
+@handles(aten.split.Tensor, aten.split_with_sizes.default)
+def split(t, x, split_size, dim=0):
+    axis = dim % x.rank
+    n = x.shape[axis]
+    sizes = [min(split_size, n - s) for s in range(0, n, split_size)] if isinstance(split_size, int) else list(split_size)
+    return _pieces(t, x, axis, sizes)
+
+
+@handles(aten.chunk.default)
+def chunk(t, x, chunks, dim=0):
+    axis = dim % x.rank
+    size = -(-x.shape[axis] // chunks)
+    return split(t, x, size, axis)
+
+
+@handles(aten.unbind.int)
+def unbind(t, x, dim=0):
+    axis = dim % x.rank
+    return tuple(t.emit("select", [x], [("axis", axis), ("index", i)], fake=t.fake_like(
+        x.shape[:axis] + x.shape[axis + 1:], x.fake.dtype), final=False) for i in range(x.shape[axis]))
+
+
+@handles(aten.cat.default)
+def cat(t, tensors, dim=0):
+    tensors = [v for v in tensors if v.fake.numel() > 0 or len(tensors) == 1]
+    axis = dim % tensors[0].rank
+    return t.emit("cat", promoted(t, *tensors), [("axis", axis)])
+
+
+@handles(aten.stack.default)
+def stack(t, tensors, dim=0):
+    rank = tensors[0].rank + 1
+    axis = dim % rank
+    expanded = []
+    for v in tensors:
+        shape = v.shape[:axis] + [1] + v.shape[axis:]
+        fake = t.fake_like(shape, v.fake.dtype)
+        x = v if viewable(v, shape) else t.emit("contiguous", [v], fake=v.fake, final=False)
+        expanded.append(t.emit("reshape", [x], [("shape", shape)], fake=fake, final=False))
+    return t.emit("cat", expanded, [("axis", axis)])
+
+
+def reduce(op: str):
+    """The handler of an ATen reduction that is memplan's `op` (`sum`, `mean`) over `axes`."""
+
+    def handler(t, x, dims=None, keepdim=False, dtype=None):
+        x = cast_to(t, x, dtype)
+        axes = list(range(x.rank)) if dims is None or dims == [] else _dims(x, dims)
+        attrs = [("axes", axes)] + ([("keepdim", True)] if keepdim else [])
+        return t.emit(op, [x], attrs)
+
+    handler.__qualname__ = f"reduce({op!r})"
+    return handler
+
+
+handles(aten.mean.dim, aten.mean.default)(reduce("mean"))
+handles(aten.sum.dim_IntList, aten.sum.default)(reduce("sum"))
