@@ -4,7 +4,7 @@
 //! `causal`).
 
 use super::rules::*;
-use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, OpKind, attr};
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, attr};
 use crate::ir::types::{DType, TensorType};
 
 use AttrKind as K;
@@ -18,13 +18,13 @@ const ATTENTION_ATTRS: &[AttrSpec] = &[
     attr("transpose_out", K::Bool, Some(AttrDefault::Bool(false))),
 ];
 
-pub(super) const ATTENTION: OpDef = OpDef::new(OpKind::Attention, "attention", &["q", "k", "v"], &["out", "lse"], infer_attention, "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head (rows first: transpose_out), and row logsumexps")
+pub(super) const ATTENTION: OpDef = OpDef::new("attention", &["q", "k", "v"], &["out", "lse"], infer_attention, "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head (rows first: transpose_out), and row logsumexps")
     .attrs(ATTENTION_ATTRS)
     .flops(flops_attention)
     // lse is saved for the backward op, not a result.
     .outputs_without_gradient(&[1]);
 
-pub(super) const ATTENTION_BACKWARD: OpDef = OpDef::new(OpKind::AttentionBackward, "attention_backward", &["dout", "q", "k", "v", "out", "lse"], &["dq", "dk", "dv"], infer_attention_backward, "attention's gradients w.r.t. q, k and v, recomputing the probabilities from lse")
+pub(super) const ATTENTION_BACKWARD: OpDef = OpDef::new("attention_backward", &["dout", "q", "k", "v", "out", "lse"], &["dq", "dk", "dv"], infer_attention_backward, "attention's gradients w.r.t. q, k and v, recomputing the probabilities from lse")
     .attrs(ATTENTION_ATTRS)
     .backward()
     .flops(flops_attention_backward);

@@ -3,7 +3,7 @@
 //! weight's gradient. FLOPs: a multiply-add per element of one side per weight tap.
 
 use super::rules::*;
-use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, OpKind, attr};
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, attr};
 use crate::ir::types::TensorType;
 
 use AttrKind as K;
@@ -26,20 +26,20 @@ const CONV_TRANSPOSE_ATTRS: &[AttrSpec] = &[
     attr("groups", K::Int, Some(AttrDefault::Int(1))),
 ];
 
-pub(super) const CONV2D: OpDef = OpDef::new(OpKind::Conv2d, "conv2d", &["x", "w"], &["y"], infer_conv2d, "2-d cross-correlation of x[N,C,H,W] with w[K,C/groups,R,S]: zero padding, dilated taps, channel groups")
+pub(super) const CONV2D: OpDef = OpDef::new("conv2d", &["x", "w"], &["y"], infer_conv2d, "2-d cross-correlation of x[N,C,H,W] with w[K,C/groups,R,S]: zero padding, dilated taps, channel groups")
     .attrs(CONV_ATTRS)
     .flops(flops_conv2d);
 
-pub(super) const CONV2D_BACKWARD: OpDef = OpDef::new(OpKind::Conv2dBackward, "conv2d_backward", &["dy", "x", "w"], &["dx", "dw"], infer_conv2d_backward, "conv2d's gradients w.r.t. x and w")
+pub(super) const CONV2D_BACKWARD: OpDef = OpDef::new("conv2d_backward", &["dy", "x", "w"], &["dx", "dw"], infer_conv2d_backward, "conv2d's gradients w.r.t. x and w")
     .attrs(CONV_ATTRS)
     .backward()
     .flops(flops_conv2d_backward);
 
-pub(super) const CONV_TRANSPOSE2D: OpDef = OpDef::new(OpKind::ConvTranspose2d, "conv_transpose2d", &["x", "w"], &["y"], infer_conv_transpose2d, "the transpose of conv2d: x[N,C,H,W] spread through w[C,K/groups,R,S] into y[N,K,P,Q]")
+pub(super) const CONV_TRANSPOSE2D: OpDef = OpDef::new("conv_transpose2d", &["x", "w"], &["y"], infer_conv_transpose2d, "the transpose of conv2d: x[N,C,H,W] spread through w[C,K/groups,R,S] into y[N,K,P,Q]")
     .attrs(CONV_TRANSPOSE_ATTRS)
     .flops(flops_conv_transpose2d);
 
-pub(super) const CONV_TRANSPOSE2D_BACKWARD: OpDef = OpDef::new(OpKind::ConvTranspose2dBackward, "conv_transpose2d_backward", &["dy", "x", "w"], &["dx", "dw"], infer_conv_transpose2d_backward, "conv_transpose2d's gradients w.r.t. x (a conv2d of dy with w) and w")
+pub(super) const CONV_TRANSPOSE2D_BACKWARD: OpDef = OpDef::new("conv_transpose2d_backward", &["dy", "x", "w"], &["dx", "dw"], infer_conv_transpose2d_backward, "conv_transpose2d's gradients w.r.t. x (a conv2d of dy with w) and w")
     .attrs(CONV_TRANSPOSE_ATTRS)
     .backward()
     .flops(flops_conv_transpose2d_backward);

@@ -4,7 +4,7 @@
 //! (the verifier), unless one is a recompute of the other.
 
 use super::rules::*;
-use super::{AttrKind, AttrSpec, Attrs, OpDef, OpKind, attr};
+use super::{AttrKind, AttrSpec, Attrs, OpDef, attr};
 use crate::ir::types::{DType, TensorType};
 
 use AttrKind as K;
@@ -13,7 +13,7 @@ use AttrKind as K;
 /// sites of one step apart (both written: a front end knows them).
 const DROPOUT_ATTRS: &[AttrSpec] = &[attr("p", K::Float, None), attr("stream", K::Int, None)];
 
-pub(super) const DROPOUT: OpDef = OpDef::new(OpKind::Dropout, "dropout", &["x", "seed"], &["y"], infer_dropout, "x_i / (1 - p) where the uniform number hashed from (seed, stream, i) is >= p, else 0; saves no mask")
+pub(super) const DROPOUT: OpDef = OpDef::new("dropout", &["x", "seed"], &["y"], infer_dropout, "x_i / (1 - p) where the uniform number hashed from (seed, stream, i) is >= p, else 0; saves no mask")
     .attrs(DROPOUT_ATTRS)
     // One multiply per element; the mask's hash is integer work, not counted.
     .flops(per_output::<1>)
@@ -21,7 +21,7 @@ pub(super) const DROPOUT: OpDef = OpDef::new(OpKind::Dropout, "dropout", &["x", 
     .inplace(&[(0, 0)])
     .draws("stream");
 
-pub(super) const DROPOUT_BACKWARD: OpDef = OpDef::new(OpKind::DropoutBackward, "dropout_backward", &["dy", "seed"], &["dx"], infer_dropout_backward, "dy_i / (1 - p) where dropout's mask kept element i, else 0: the mask regenerated from (seed, stream)")
+pub(super) const DROPOUT_BACKWARD: OpDef = OpDef::new("dropout_backward", &["dy", "seed"], &["dx"], infer_dropout_backward, "dy_i / (1 - p) where dropout's mask kept element i, else 0: the mask regenerated from (seed, stream)")
     .attrs(DROPOUT_ATTRS)
     .backward()
     .flops(per_output::<1>)

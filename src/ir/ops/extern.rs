@@ -4,7 +4,7 @@
 //! written: memplan cannot infer another framework's op.
 
 use super::rules::*;
-use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, OpKind, View, attr};
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, View, attr};
 use crate::ir::types::{TensorType, dense_strides};
 
 use AttrKind as K;
@@ -16,15 +16,15 @@ const EXTERN_ATTRS: &[AttrSpec] = &[
     attr("flops", K::Int, Some(AttrDefault::Int(0))),
 ];
 
-pub(super) const EXTERN: OpDef = OpDef::new(OpKind::Extern, "extern", &["xs..."], &["out"], infer_extern, "another framework's op (target), its output of type dtype[shape]: planned, not run")
+pub(super) const EXTERN: OpDef = OpDef::new("extern", &["xs..."], &["out"], infer_extern, "another framework's op (target), its output of type dtype[shape]: planned, not run")
     .attrs(EXTERN_ATTRS)
     .flops(attr_flops);
 
-pub(super) const EXTERN_VIEW: OpDef = OpDef::new(OpKind::ExternView, "extern_view", &["x"], &["out"], infer_extern, "another framework's op whose output aliases x (a view): planned, not run")
+pub(super) const EXTERN_VIEW: OpDef = OpDef::new("extern_view", &["x"], &["out"], infer_extern, "another framework's op whose output aliases x (a view): planned, not run")
     .attrs(&[attr("target", K::Str, None), attr("shape", K::Ints, None), attr("dtype", K::DType, None)])
     .view(View { input: 0, layout: extern_view, keeps_order: false });
 
-pub(super) const EXTERN_BACKWARD: OpDef = OpDef::new(OpKind::ExternBackward, "extern_backward", &["dy", "xs..."], &["dx"], infer_extern, "the gradient of an extern op for one input: reads dy and the op's inputs; planned, not run")
+pub(super) const EXTERN_BACKWARD: OpDef = OpDef::new("extern_backward", &["dy", "xs..."], &["dx"], infer_extern, "the gradient of an extern op for one input: reads dy and the op's inputs; planned, not run")
     .attrs(EXTERN_ATTRS)
     .backward()
     .flops(attr_flops);

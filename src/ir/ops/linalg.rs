@@ -2,12 +2,12 @@
 //! broadcast batch dimensions, its type rule and FLOPs (2 per multiply-add).
 
 use super::rules::*;
-use super::{Attr, AttrDefault, AttrKind, Attrs, OpDef, OpKind, attr};
+use super::{Attr, AttrDefault, AttrKind, Attrs, OpDef, attr};
 use crate::ir::types::{Shape, TensorType};
 
 use AttrKind as K;
 
-pub(super) const MATMUL: OpDef = OpDef::new(OpKind::Matmul, "matmul", &["a", "b"], &["out"], infer_matmul, "a @ b over the last two dims (each optionally transposed), batch dims broadcast")
+pub(super) const MATMUL: OpDef = OpDef::new("matmul", &["a", "b"], &["out"], infer_matmul, "a @ b over the last two dims (each optionally transposed), batch dims broadcast")
     .attrs(&[attr("transpose_a", K::Bool, Some(AttrDefault::Bool(false))), attr("transpose_b", K::Bool, Some(AttrDefault::Bool(false)))])
     .flops(flops_matmul);
 

@@ -14,8 +14,9 @@
 //! Rows live in family files beside their type rules, FLOPs functions and typed attribute
 //! views (`elementwise`, `shape`, `linalg`, `attention`, `nn`, `conv`, `resample`,
 //! `optim`, `dropout`, `extern`; shared helpers in `rules`), and are written with
-//! [`OpDef::new`] and builder methods naming only what differs from the defaults.
-//! `table.rs` lists them in `OpKind` order. Adding an op: docs/ARCHITECTURE.md, "A new op".
+//! `OpDef::new` and builder methods naming only what differs from the defaults.
+//! `table.rs` lists them, one `Variant = family::ROW` line per op, which makes both
+//! [`OpKind`] and [`OPS`] in one order. Adding an op: docs/ARCHITECTURE.md, "A new op".
 //!
 //! Gradient rules live with autodiff, not in this table, so that the IR depends on nothing
 //! above it: the match there names every `OpKind`, so a new op does not compile until it
@@ -28,101 +29,6 @@ use std::fmt;
 
 use crate::ir::types::{DType, TensorType};
 
-/// Every op memplan knows. The order is the table's order.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
-pub enum OpKind {
-    // Elementwise arithmetic with broadcasting.
-    Add,
-    Sub,
-    Mul,
-    Div,
-    AddScalar,
-    MulScalar,
-    // Elementwise math.
-    PowScalar,
-    Neg,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    // Activations and their gradients.
-    Relu,
-    ReluBackward,
-    Gelu,
-    GeluBackward,
-    Silu,
-    SiluBackward,
-    Sigmoid,
-    SigmoidBackward,
-    Tanh,
-    TanhBackward,
-    Hardswish,
-    HardswishBackward,
-    Softmax,
-    SoftmaxBackward,
-    CausalMask,
-    // Linear algebra.
-    Matmul,
-    // Fused attention.
-    Attention,
-    AttentionBackward,
-    // Reductions and broadcasts.
-    Sum,
-    Mean,
-    // Views and copies.
-    Reshape,
-    Transpose,
-    Expand,
-    Contiguous,
-    Cast,
-    Fill,
-    // Embeddings and normalisation.
-    Embedding,
-    EmbeddingBackward,
-    LayerNorm,
-    LayerNormBackward,
-    RmsNorm,
-    RmsNormBackward,
-    BatchNorm,
-    BatchNormBackward,
-    // Convolution and pooling.
-    Conv2d,
-    Conv2dBackward,
-    MaxPool2d,
-    MaxPool2dBackward,
-    // Losses.
-    CrossEntropy,
-    CrossEntropyBackward,
-    // Optimizer updates.
-    Sgd,
-    SgdMomentum,
-    Adam,
-    Adamw,
-    // Slicing and concatenation.
-    Slice,
-    Select,
-    SliceBackward,
-    Cat,
-    // Ops of another framework memplan plans but cannot run.
-    Extern,
-    ExternView,
-    ExternBackward,
-    // Dropout: a mask drawn from (seed, stream, element index), regenerated, never saved.
-    Dropout,
-    DropoutBackward,
-    // Transposed convolution.
-    ConvTranspose2d,
-    ConvTranspose2dBackward,
-    // Resampling of images, a binary loss, and selection by a mask.
-    AdaptiveAvgPool2d,
-    AdaptiveAvgPool2dBackward,
-    UpsampleNearest2d,
-    UpsampleNearest2dBackward,
-    BceWithLogits,
-    BceWithLogitsBackward,
-    Where,
-    MaskedFill,
-}
 
 impl OpKind {
     /// Whether this is an op memplan plans but cannot execute (`extern`, `extern_view`,
@@ -411,7 +317,7 @@ pub type InferFn = fn(&[&TensorType], &Attrs) -> Result<Vec<TensorType>, String>
 pub type FlopsFn = fn(&[&TensorType], &[&TensorType], &Attrs) -> u64;
 
 /// One row of the op table: everything about what an op is. Rows are written with
-/// [`OpDef::new`] and the builder methods below, naming only what differs from the
+/// `OpDef::new` and the builder methods below, naming only what differs from the
 /// defaults (a forward op without attributes, 0 FLOPs, no view, no in-place pairs, not
 /// pointwise, no index inputs).
 #[derive(Clone, Copy)]
@@ -483,7 +389,7 @@ pub struct View {
 /// See [`View::layout`]: `(attrs, offset, shape, strides, out_shape) -> (offset, strides)`.
 pub type ViewLayoutFn = fn(&Attrs, u64, &[u64], &[u64], &[u64]) -> Option<(u64, Vec<u64>)>;
 
-/// An input of integer indices into a dimension of size `below` (see [`OpDef::indices`]).
+/// An input of integer indices into a dimension of size `below` (a row's `indices`).
 #[derive(Clone, Copy, Debug)]
 pub struct Indices {
     /// The input holding the indices.
@@ -504,7 +410,7 @@ pub enum Below {
     Attr(&'static str),
 }
 
-/// How `memplan run` seeds a param (see [`OpDef::init`]).
+/// How `memplan run` seeds a param (a row's `init`).
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum Init {
     Zeros,
@@ -514,9 +420,9 @@ pub enum Init {
 }
 
 impl OpDef {
-    /// A row with the defaults (see [`OpDef`]).
+    /// A row with the defaults (see [`OpDef`]). Its `kind` is set by the table, which binds
+    /// each row to its `OpKind` variant (`table.rs`); a row outside the table has none.
     pub(crate) const fn new(
-        kind: OpKind,
         name: &'static str,
         inputs: &'static [&'static str],
         outputs: &'static [&'static str],
@@ -524,7 +430,7 @@ impl OpDef {
         doc: &'static str,
     ) -> OpDef {
         OpDef {
-            kind,
+            kind: OpKind::Add,
             name,
             inputs,
             outputs,
@@ -544,6 +450,11 @@ impl OpDef {
             inputs_without_gradient: &[],
             doc,
         }
+    }
+
+    /// This row as `kind`'s (the table's binding).
+    pub(crate) const fn of_kind(self, kind: OpKind) -> OpDef {
+        OpDef { kind, ..self }
     }
 
     pub(crate) const fn attrs(self, attrs: &'static [AttrSpec]) -> OpDef {
@@ -685,4 +596,4 @@ pub use nn::{CrossEntropyAttrs, PoolAttrs};
 pub use optim::AdamAttrs;
 pub use rules::broadcast;
 pub use shape::reshape_strides;
-pub use table::OPS;
+pub use table::{OPS, OpKind};

@@ -8,7 +8,7 @@
 //! small normal numbers).
 
 use super::rules::*;
-use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, Below, Indices, Init, OpDef, OpKind, attr};
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, Below, Indices, Init, OpDef, attr};
 use crate::ir::types::{DType, TensorType};
 
 use AttrKind as K;
@@ -28,86 +28,86 @@ const CROSS_ENTROPY_ATTRS: &[AttrSpec] = &[
 const POOL_ATTRS: &[AttrSpec] =
     &[attr("kernel", K::Ints, None), attr("stride", K::Ints, None), PADDING_0];
 
-pub(super) const SOFTMAX: OpDef = OpDef::new(OpKind::Softmax, "softmax", &["x"], &["y"], infer_softmax, "exp(x) / sum(exp(x)) along axis (max-subtracted)")
+pub(super) const SOFTMAX: OpDef = OpDef::new("softmax", &["x"], &["y"], infer_softmax, "exp(x) / sum(exp(x)) along axis (max-subtracted)")
     .attrs(&[attr("axis", K::Int, Some(AttrDefault::Int(-1)))])
     .flops(per_output::<5>)
     .inplace(&[(0, 0)]);
 
-pub(super) const SOFTMAX_BACKWARD: OpDef = OpDef::new(OpKind::SoftmaxBackward, "softmax_backward", &["dy", "y"], &["dx"], infer_softmax_backward, "y * (dy - sum(dy * y) along axis), y being softmax's output")
+pub(super) const SOFTMAX_BACKWARD: OpDef = OpDef::new("softmax_backward", &["dy", "y"], &["dx"], infer_softmax_backward, "y * (dy - sum(dy * y) along axis), y being softmax's output")
     .attrs(&[attr("axis", K::Int, Some(AttrDefault::Int(-1)))])
     .backward()
     .flops(per_output::<4>)
     .inplace(&[(0, 0)]);
 
-pub(super) const EMBEDDING: OpDef = OpDef::new(OpKind::Embedding, "embedding", &["table", "ids"], &["out"], infer_embedding, "rows of table[V,D] picked by ids: out[..., :] = table[ids[...], :]")
+pub(super) const EMBEDDING: OpDef = OpDef::new("embedding", &["table", "ids"], &["out"], infer_embedding, "rows of table[V,D] picked by ids: out[..., :] = table[ids[...], :]")
     .indices(&[Indices { input: 1, below: Below::Dim { input: 0, axis: 0 }, ignored: None }])
     .init(&[(0, Init::Normal(0.02))]);
 
-pub(super) const EMBEDDING_BACKWARD: OpDef = OpDef::new(OpKind::EmbeddingBackward, "embedding_backward", &["dy", "ids"], &["dtable"], infer_embedding_backward, "dtable[vocab,D]: rows of dy summed into the rows ids name")
+pub(super) const EMBEDDING_BACKWARD: OpDef = OpDef::new("embedding_backward", &["dy", "ids"], &["dtable"], infer_embedding_backward, "dtable[vocab,D]: rows of dy summed into the rows ids name")
     .attrs(&[attr("vocab", K::Int, None)])
     .backward()
     .flops(per_input::<1>)
     .indices(&[Indices { input: 1, below: Below::Attr("vocab"), ignored: None }]);
 
-pub(super) const LAYER_NORM: OpDef = OpDef::new(OpKind::LayerNorm, "layer_norm", &["x", "gamma", "beta"], &["y"], infer_layer_norm, "normalise the last dim D to mean 0, variance 1; then * gamma + beta")
+pub(super) const LAYER_NORM: OpDef = OpDef::new("layer_norm", &["x", "gamma", "beta"], &["y"], infer_layer_norm, "normalise the last dim D to mean 0, variance 1; then * gamma + beta")
     .attrs(&[EPS])
     .flops(per_input::<8>)
     .init(&[(1, Init::Ones), (2, Init::Zeros)]);
 
-pub(super) const LAYER_NORM_BACKWARD: OpDef = OpDef::new(OpKind::LayerNormBackward, "layer_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma", "dbeta"], infer_layer_norm_backward, "layer_norm's gradients w.r.t. x, gamma and beta")
+pub(super) const LAYER_NORM_BACKWARD: OpDef = OpDef::new("layer_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma", "dbeta"], infer_layer_norm_backward, "layer_norm's gradients w.r.t. x, gamma and beta")
     .attrs(&[EPS])
     .backward()
     .flops(per_input::<12>)
     .inplace(&[(0, 0)]);
 
-pub(super) const RMS_NORM: OpDef = OpDef::new(OpKind::RmsNorm, "rms_norm", &["x", "gamma"], &["y"], infer_rms_norm, "x / sqrt(mean(x^2) + eps) over the last dim D; then * gamma")
+pub(super) const RMS_NORM: OpDef = OpDef::new("rms_norm", &["x", "gamma"], &["y"], infer_rms_norm, "x / sqrt(mean(x^2) + eps) over the last dim D; then * gamma")
     .attrs(&[RMS_EPS])
     .flops(per_input::<4>)
     .init(&[(1, Init::Ones)]);
 
-pub(super) const RMS_NORM_BACKWARD: OpDef = OpDef::new(OpKind::RmsNormBackward, "rms_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma"], infer_rms_norm_backward, "rms_norm's gradients w.r.t. x and gamma")
+pub(super) const RMS_NORM_BACKWARD: OpDef = OpDef::new("rms_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma"], infer_rms_norm_backward, "rms_norm's gradients w.r.t. x and gamma")
     .attrs(&[RMS_EPS])
     .backward()
     .flops(per_input::<10>)
     .inplace(&[(0, 0)]);
 
-pub(super) const BATCH_NORM: OpDef = OpDef::new(OpKind::BatchNorm, "batch_norm", &["x", "gamma", "beta"], &["y"], infer_batch_norm, "normalise each channel (dim 1) with batch statistics; then * gamma + beta")
+pub(super) const BATCH_NORM: OpDef = OpDef::new("batch_norm", &["x", "gamma", "beta"], &["y"], infer_batch_norm, "normalise each channel (dim 1) with batch statistics; then * gamma + beta")
     .attrs(&[EPS])
     .flops(per_input::<8>)
     .init(&[(1, Init::Ones), (2, Init::Zeros)]);
 
-pub(super) const BATCH_NORM_BACKWARD: OpDef = OpDef::new(OpKind::BatchNormBackward, "batch_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma", "dbeta"], infer_batch_norm_backward, "batch_norm's gradients w.r.t. x, gamma and beta")
+pub(super) const BATCH_NORM_BACKWARD: OpDef = OpDef::new("batch_norm_backward", &["dy", "x", "gamma"], &["dx", "dgamma", "dbeta"], infer_batch_norm_backward, "batch_norm's gradients w.r.t. x, gamma and beta")
     .attrs(&[EPS])
     .backward()
     .flops(per_input::<12>)
     .inplace(&[(0, 0)]);
 
-pub(super) const MAX_POOL2D: OpDef = OpDef::new(OpKind::MaxPool2d, "max_pool2d", &["x"], &["y"], infer_max_pool2d, "maximum over kernel windows of x[N,C,H,W] (padding counts as -inf)")
+pub(super) const MAX_POOL2D: OpDef = OpDef::new("max_pool2d", &["x"], &["y"], infer_max_pool2d, "maximum over kernel windows of x[N,C,H,W] (padding counts as -inf)")
     .attrs(POOL_ATTRS)
     .flops(flops_max_pool2d);
 
-pub(super) const MAX_POOL2D_BACKWARD: OpDef = OpDef::new(OpKind::MaxPool2dBackward, "max_pool2d_backward", &["dy", "x"], &["dx"], infer_max_pool2d_backward, "dy routed to each window's (first) maximum in x; overlaps add")
+pub(super) const MAX_POOL2D_BACKWARD: OpDef = OpDef::new("max_pool2d_backward", &["dy", "x"], &["dx"], infer_max_pool2d_backward, "dy routed to each window's (first) maximum in x; overlaps add")
     .attrs(POOL_ATTRS)
     .backward()
     .flops(flops_max_pool2d_backward);
 
-pub(super) const CROSS_ENTROPY: OpDef = OpDef::new(OpKind::CrossEntropy, "cross_entropy", &["logits", "labels"], &["loss"], infer_cross_entropy, "mean over rows not ignored of -log softmax(logits[n])[labels[n]]; label smoothing, f32 loss of half logits optional")
+pub(super) const CROSS_ENTROPY: OpDef = OpDef::new("cross_entropy", &["logits", "labels"], &["loss"], infer_cross_entropy, "mean over rows not ignored of -log softmax(logits[n])[labels[n]]; label smoothing, f32 loss of half logits optional")
     .attrs(CROSS_ENTROPY_ATTRS)
     .flops(per_input::<4>)
     .indices(&[Indices { input: 1, below: Below::Dim { input: 0, axis: 1 }, ignored: Some("ignore_index") }]);
 
-pub(super) const CROSS_ENTROPY_BACKWARD: OpDef = OpDef::new(OpKind::CrossEntropyBackward, "cross_entropy_backward", &["dloss", "logits", "labels"], &["dlogits"], infer_cross_entropy_backward, "dloss * (softmax(logits) - smoothed onehot(labels)) / rows not ignored; 0 on ignored rows")
+pub(super) const CROSS_ENTROPY_BACKWARD: OpDef = OpDef::new("cross_entropy_backward", &["dloss", "logits", "labels"], &["dlogits"], infer_cross_entropy_backward, "dloss * (softmax(logits) - smoothed onehot(labels)) / rows not ignored; 0 on ignored rows")
     .attrs(CROSS_ENTROPY_ATTRS)
     .backward()
     .flops(per_output::<4>)
     .inplace(&[(0, 1)])
     .indices(&[Indices { input: 2, below: Below::Dim { input: 1, axis: 1 }, ignored: Some("ignore_index") }]);
 
-pub(super) const BCE_WITH_LOGITS: OpDef = OpDef::new(OpKind::BceWithLogits, "bce_with_logits", &["logits", "targets"], &["loss"], infer_bce_with_logits, "mean of max(x, 0) - x * t + log(1 + exp(-|x|)): binary cross-entropy of logits x, targets t")
+pub(super) const BCE_WITH_LOGITS: OpDef = OpDef::new("bce_with_logits", &["logits", "targets"], &["loss"], infer_bce_with_logits, "mean of max(x, 0) - x * t + log(1 + exp(-|x|)): binary cross-entropy of logits x, targets t")
     .flops(per_input::<8>)
     .inputs_without_gradient(&[1]);
 
-pub(super) const BCE_WITH_LOGITS_BACKWARD: OpDef = OpDef::new(OpKind::BceWithLogitsBackward, "bce_with_logits_backward", &["dloss", "logits", "targets"], &["dlogits"], infer_bce_with_logits_backward, "dloss * (sigmoid(logits) - targets) / numel(logits)")
+pub(super) const BCE_WITH_LOGITS_BACKWARD: OpDef = OpDef::new("bce_with_logits_backward", &["dloss", "logits", "targets"], &["dlogits"], infer_bce_with_logits_backward, "dloss * (sigmoid(logits) - targets) / numel(logits)")
     .backward()
     .flops(per_output::<6>)
     .inplace(&[(0, 1), (0, 2)]);

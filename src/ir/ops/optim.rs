@@ -4,7 +4,7 @@
 //! planner.
 
 use super::rules::*;
-use super::{AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, OpKind, attr};
+use super::{AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, attr};
 use crate::ir::types::TensorType;
 
 use AttrKind as K;
@@ -24,28 +24,28 @@ const ADAMW_ATTRS: &[AttrSpec] = &[
     attr("weight_decay", K::Float, Some(AttrDefault::Float(0.01))),
 ];
 
-pub(super) const SGD: OpDef = OpDef::new(OpKind::Sgd, "sgd", &["p", "g"], &["p_new"], infer_sgd, "p - lr * g")
+pub(super) const SGD: OpDef = OpDef::new("sgd", &["p", "g"], &["p_new"], infer_sgd, "p - lr * g")
     .attrs(&[LR])
     .optimizer(&[], false)
     .flops(per_output::<2>)
     .inplace(&[(0, 0)])
     .pointwise(&[0, 1]);
 
-pub(super) const SGD_MOMENTUM: OpDef = OpDef::new(OpKind::SgdMomentum, "sgd_momentum", &["p", "g", "buf"], &["p_new", "buf_new"], infer_sgd_momentum, "buf_new = momentum * buf + g; p_new = p - lr * buf_new")
+pub(super) const SGD_MOMENTUM: OpDef = OpDef::new("sgd_momentum", &["p", "g", "buf"], &["p_new", "buf_new"], infer_sgd_momentum, "buf_new = momentum * buf + g; p_new = p - lr * buf_new")
     .attrs(&[LR, attr("momentum", K::Float, Some(AttrDefault::Float(0.9)))])
     .optimizer(&["momentum"], false)
     .flops(per_output::<2>)
     .inplace(&[(0, 0), (1, 2)])
     .pointwise(&[0, 1, 2]);
 
-pub(super) const ADAM: OpDef = OpDef::new(OpKind::Adam, "adam", &["p", "g", "m", "v", "t"], &["p_new", "m_new", "v_new"], infer_adam, "Adam with bias correction by step count t")
+pub(super) const ADAM: OpDef = OpDef::new("adam", &["p", "g", "m", "v", "t"], &["p_new", "m_new", "v_new"], infer_adam, "Adam with bias correction by step count t")
     .attrs(ADAM_ATTRS)
     .optimizer(&["m", "v"], true)
     .flops(per_output::<4>)
     .inplace(&[(0, 0), (1, 2), (2, 3)])
     .pointwise(&[0, 1, 2, 3]);
 
-pub(super) const ADAMW: OpDef = OpDef::new(OpKind::Adamw, "adamw", &["p", "g", "m", "v", "t"], &["p_new", "m_new", "v_new"], infer_adam, "Adam with decoupled weight decay: p_new also loses lr * weight_decay * p")
+pub(super) const ADAMW: OpDef = OpDef::new("adamw", &["p", "g", "m", "v", "t"], &["p_new", "m_new", "v_new"], infer_adam, "Adam with decoupled weight decay: p_new also loses lr * weight_decay * p")
     .attrs(ADAMW_ATTRS)
     .optimizer(&["m", "v"], true)
     .flops(per_output::<5>)

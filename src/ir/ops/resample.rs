@@ -3,7 +3,7 @@
 //! FLOPs of the adaptive pool count each bin's elements, in closed form.
 
 use super::rules::*;
-use super::{Attr, AttrKind, AttrSpec, Attrs, OpDef, OpKind, attr};
+use super::{Attr, AttrKind, AttrSpec, Attrs, OpDef, attr};
 use crate::ir::types::TensorType;
 
 use AttrKind as K;
@@ -13,19 +13,19 @@ const OUTPUT_SIZE: AttrSpec = attr("output_size", K::Ints, None);
 /// Their backward ops: the forward input's shape, and the forward's output size.
 const RESAMPLE_BACKWARD_ATTRS: &[AttrSpec] = &[attr("shape", K::Ints, None), OUTPUT_SIZE];
 
-pub(super) const ADAPTIVE_AVG_POOL2D: OpDef = OpDef::new(OpKind::AdaptiveAvgPool2d, "adaptive_avg_pool2d", &["x"], &["y"], infer_resample, "the mean of each of output_size bins of x[N,C,H,W] (PyTorch's adaptive bins)")
+pub(super) const ADAPTIVE_AVG_POOL2D: OpDef = OpDef::new("adaptive_avg_pool2d", &["x"], &["y"], infer_resample, "the mean of each of output_size bins of x[N,C,H,W] (PyTorch's adaptive bins)")
     .attrs(&[OUTPUT_SIZE])
     .flops(flops_adaptive_avg_pool2d);
 
-pub(super) const ADAPTIVE_AVG_POOL2D_BACKWARD: OpDef = OpDef::new(OpKind::AdaptiveAvgPool2dBackward, "adaptive_avg_pool2d_backward", &["dy"], &["dx"], infer_resample_backward, "dx of shape: each dy element spread evenly over its bin; overlapping bins add")
+pub(super) const ADAPTIVE_AVG_POOL2D_BACKWARD: OpDef = OpDef::new("adaptive_avg_pool2d_backward", &["dy"], &["dx"], infer_resample_backward, "dx of shape: each dy element spread evenly over its bin; overlapping bins add")
     .attrs(RESAMPLE_BACKWARD_ATTRS)
     .backward()
     .flops(flops_adaptive_avg_pool2d);
 
-pub(super) const UPSAMPLE_NEAREST2D: OpDef = OpDef::new(OpKind::UpsampleNearest2d, "upsample_nearest2d", &["x"], &["y"], infer_resample, "x[N,C,H,W] resized to output_size, each pixel copied from its nearest source (PyTorch's nearest)")
+pub(super) const UPSAMPLE_NEAREST2D: OpDef = OpDef::new("upsample_nearest2d", &["x"], &["y"], infer_resample, "x[N,C,H,W] resized to output_size, each pixel copied from its nearest source (PyTorch's nearest)")
     .attrs(&[OUTPUT_SIZE]);
 
-pub(super) const UPSAMPLE_NEAREST2D_BACKWARD: OpDef = OpDef::new(OpKind::UpsampleNearest2dBackward, "upsample_nearest2d_backward", &["dy"], &["dx"], infer_resample_backward, "dx of shape: each dy element added into the pixel it was copied from")
+pub(super) const UPSAMPLE_NEAREST2D_BACKWARD: OpDef = OpDef::new("upsample_nearest2d_backward", &["dy"], &["dx"], infer_resample_backward, "dx of shape: each dy element added into the pixel it was copied from")
     .attrs(RESAMPLE_BACKWARD_ATTRS)
     .backward()
     .flops(per_input::<1>);

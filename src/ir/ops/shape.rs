@@ -9,7 +9,7 @@
 //! for a `contiguous` first.
 
 use super::rules::*;
-use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, OpKind, View, attr};
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, View, attr};
 use crate::ir::types::{DType, Shape, TensorType, dense_strides};
 
 use AttrKind as K;
@@ -28,39 +28,39 @@ const SLICE_BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("step", K::Int, Some(AttrDefault::Int(1))),
 ];
 
-pub(super) const SUM: OpDef = OpDef::new(OpKind::Sum, "sum", &["x"], &["out"], infer_sum, "sum over axes")
+pub(super) const SUM: OpDef = OpDef::new("sum", &["x"], &["out"], infer_sum, "sum over axes")
     .attrs(&[attr("axes", K::Ints, None), attr("keepdim", K::Bool, Some(AttrDefault::Bool(false)))])
     .flops(per_input::<1>);
 
-pub(super) const MEAN: OpDef = OpDef::new(OpKind::Mean, "mean", &["x"], &["out"], infer_mean, "mean over axes")
+pub(super) const MEAN: OpDef = OpDef::new("mean", &["x"], &["out"], infer_mean, "mean over axes")
     .attrs(&[attr("axes", K::Ints, None), attr("keepdim", K::Bool, Some(AttrDefault::Bool(false)))])
     .flops(per_input::<1>);
 
-pub(super) const RESHAPE: OpDef = OpDef::new(OpKind::Reshape, "reshape", &["x"], &["out"], infer_reshape, "x's elements in row-major order with a new shape (a view)")
+pub(super) const RESHAPE: OpDef = OpDef::new("reshape", &["x"], &["out"], infer_reshape, "x's elements in row-major order with a new shape (a view)")
     .attrs(&[attr("shape", K::Ints, None)])
     .view(View { input: 0, layout: reshape_view, keeps_order: true });
 
-pub(super) const TRANSPOSE: OpDef = OpDef::new(OpKind::Transpose, "transpose", &["x"], &["out"], infer_transpose, "x with dimensions permuted: out dim i = x dim perm[i] (a view)")
+pub(super) const TRANSPOSE: OpDef = OpDef::new("transpose", &["x"], &["out"], infer_transpose, "x with dimensions permuted: out dim i = x dim perm[i] (a view)")
     .attrs(&[attr("perm", K::Ints, None)])
     .view(View { input: 0, layout: transpose_view, keeps_order: false });
 
-pub(super) const EXPAND: OpDef = OpDef::new(OpKind::Expand, "expand", &["x"], &["out"], infer_expand, "x broadcast to shape (a view)")
+pub(super) const EXPAND: OpDef = OpDef::new("expand", &["x"], &["out"], infer_expand, "x broadcast to shape (a view)")
     .attrs(&[attr("shape", K::Ints, None)])
     .view(View { input: 0, layout: expand_view, keeps_order: false });
 
-pub(super) const SLICE: OpDef = OpDef::new(OpKind::Slice, "slice", &["x"], &["out"], infer_slice, "x[start:end:step] along axis (a view)")
+pub(super) const SLICE: OpDef = OpDef::new("slice", &["x"], &["out"], infer_slice, "x[start:end:step] along axis (a view)")
     .attrs(SLICE_ATTRS)
     .view(View { input: 0, layout: slice_view, keeps_order: false });
 
-pub(super) const SELECT: OpDef = OpDef::new(OpKind::Select, "select", &["x"], &["out"], infer_select, "x[index] along axis, the axis dropped (a view)")
+pub(super) const SELECT: OpDef = OpDef::new("select", &["x"], &["out"], infer_select, "x[index] along axis, the axis dropped (a view)")
     .attrs(&[attr("axis", K::Int, None), attr("index", K::Int, None)])
     .view(View { input: 0, layout: select_view, keeps_order: false });
 
-pub(super) const SLICE_BACKWARD: OpDef = OpDef::new(OpKind::SliceBackward, "slice_backward", &["dy"], &["dx"], infer_slice_backward, "zeros of shape with dy at the slice: slice's gradient")
+pub(super) const SLICE_BACKWARD: OpDef = OpDef::new("slice_backward", &["dy"], &["dx"], infer_slice_backward, "zeros of shape with dy at the slice: slice's gradient")
     .attrs(SLICE_BACKWARD_ATTRS)
     .backward();
 
-pub(super) const CAT: OpDef = OpDef::new(OpKind::Cat, "cat", &["xs..."], &["out"], infer_cat, "the inputs concatenated along axis")
+pub(super) const CAT: OpDef = OpDef::new("cat", &["xs..."], &["out"], infer_cat, "the inputs concatenated along axis")
     .attrs(&[attr("axis", K::Int, None)]);
 
 pub(super) fn reduce(x: &TensorType, attrs: &Attrs) -> Rule {

@@ -1,83 +1,114 @@
-//! The op table itself: every row, in `OpKind` order (so `OPS[kind as usize]` is the
-//! kind's row; a test checks it). The rows live in their family files.
+//! The op table: every op once, in order. Each line names an `OpKind` variant and its row
+//! (in the op's family file); the macro `op_table!` makes the enum and [`OPS`] from the same lines,
+//! so `OPS[kind as usize]` is the kind's row, and binds each row to its kind (`of_kind`).
+//! Adding an op is one line here and a row in its family.
 
 use super::{OpDef, attention, conv, dropout, elementwise, linalg, nn, optim, r#extern, resample, shape};
 
-/// The table. Row order = `OpKind` order.
-pub static OPS: &[OpDef] = &[
-    elementwise::ADD,
-    elementwise::SUB,
-    elementwise::MUL,
-    elementwise::DIV,
-    elementwise::ADD_SCALAR,
-    elementwise::MUL_SCALAR,
-    elementwise::POW_SCALAR,
-    elementwise::NEG,
-    elementwise::EXP,
-    elementwise::LOG,
-    elementwise::SQRT,
-    elementwise::RSQRT,
-    elementwise::RELU,
-    elementwise::RELU_BACKWARD,
-    elementwise::GELU,
-    elementwise::GELU_BACKWARD,
-    elementwise::SILU,
-    elementwise::SILU_BACKWARD,
-    elementwise::SIGMOID,
-    elementwise::SIGMOID_BACKWARD,
-    elementwise::TANH,
-    elementwise::TANH_BACKWARD,
-    elementwise::HARDSWISH,
-    elementwise::HARDSWISH_BACKWARD,
-    nn::SOFTMAX,
-    nn::SOFTMAX_BACKWARD,
-    elementwise::CAUSAL_MASK,
-    linalg::MATMUL,
-    attention::ATTENTION,
-    attention::ATTENTION_BACKWARD,
-    shape::SUM,
-    shape::MEAN,
-    shape::RESHAPE,
-    shape::TRANSPOSE,
-    shape::EXPAND,
-    elementwise::CONTIGUOUS,
-    elementwise::CAST,
-    elementwise::FILL,
-    nn::EMBEDDING,
-    nn::EMBEDDING_BACKWARD,
-    nn::LAYER_NORM,
-    nn::LAYER_NORM_BACKWARD,
-    nn::RMS_NORM,
-    nn::RMS_NORM_BACKWARD,
-    nn::BATCH_NORM,
-    nn::BATCH_NORM_BACKWARD,
-    conv::CONV2D,
-    conv::CONV2D_BACKWARD,
-    nn::MAX_POOL2D,
-    nn::MAX_POOL2D_BACKWARD,
-    nn::CROSS_ENTROPY,
-    nn::CROSS_ENTROPY_BACKWARD,
-    optim::SGD,
-    optim::SGD_MOMENTUM,
-    optim::ADAM,
-    optim::ADAMW,
-    shape::SLICE,
-    shape::SELECT,
-    shape::SLICE_BACKWARD,
-    shape::CAT,
-    r#extern::EXTERN,
-    r#extern::EXTERN_VIEW,
-    r#extern::EXTERN_BACKWARD,
-    dropout::DROPOUT,
-    dropout::DROPOUT_BACKWARD,
-    conv::CONV_TRANSPOSE2D,
-    conv::CONV_TRANSPOSE2D_BACKWARD,
-    resample::ADAPTIVE_AVG_POOL2D,
-    resample::ADAPTIVE_AVG_POOL2D_BACKWARD,
-    resample::UPSAMPLE_NEAREST2D,
-    resample::UPSAMPLE_NEAREST2D_BACKWARD,
-    nn::BCE_WITH_LOGITS,
-    nn::BCE_WITH_LOGITS_BACKWARD,
-    elementwise::WHERE,
-    elementwise::MASKED_FILL,
-];
+/// Declares [`OpKind`] and [`OPS`] from `Variant = family::ROW` lines, in one order.
+macro_rules! op_table {
+    ($($kind:ident = $family:ident::$row:ident,)*) => {
+        /// Every op memplan knows. The order is the table's order.
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+        pub enum OpKind {
+            $($kind,)*
+        }
+
+        /// The table. Row order = `OpKind` order.
+        pub static OPS: &[OpDef] = &[$($family::$row.of_kind(OpKind::$kind),)*];
+    };
+}
+
+op_table! {
+    // Elementwise arithmetic with broadcasting.
+    Add = elementwise::ADD,
+    Sub = elementwise::SUB,
+    Mul = elementwise::MUL,
+    Div = elementwise::DIV,
+    AddScalar = elementwise::ADD_SCALAR,
+    MulScalar = elementwise::MUL_SCALAR,
+    // Elementwise math.
+    PowScalar = elementwise::POW_SCALAR,
+    Neg = elementwise::NEG,
+    Exp = elementwise::EXP,
+    Log = elementwise::LOG,
+    Sqrt = elementwise::SQRT,
+    Rsqrt = elementwise::RSQRT,
+    // Activations and their gradients.
+    Relu = elementwise::RELU,
+    ReluBackward = elementwise::RELU_BACKWARD,
+    Gelu = elementwise::GELU,
+    GeluBackward = elementwise::GELU_BACKWARD,
+    Silu = elementwise::SILU,
+    SiluBackward = elementwise::SILU_BACKWARD,
+    Sigmoid = elementwise::SIGMOID,
+    SigmoidBackward = elementwise::SIGMOID_BACKWARD,
+    Tanh = elementwise::TANH,
+    TanhBackward = elementwise::TANH_BACKWARD,
+    Hardswish = elementwise::HARDSWISH,
+    HardswishBackward = elementwise::HARDSWISH_BACKWARD,
+    Softmax = nn::SOFTMAX,
+    SoftmaxBackward = nn::SOFTMAX_BACKWARD,
+    CausalMask = elementwise::CAUSAL_MASK,
+    // Linear algebra.
+    Matmul = linalg::MATMUL,
+    // Fused attention.
+    Attention = attention::ATTENTION,
+    AttentionBackward = attention::ATTENTION_BACKWARD,
+    // Reductions and broadcasts.
+    Sum = shape::SUM,
+    Mean = shape::MEAN,
+    // Views and copies.
+    Reshape = shape::RESHAPE,
+    Transpose = shape::TRANSPOSE,
+    Expand = shape::EXPAND,
+    Contiguous = elementwise::CONTIGUOUS,
+    Cast = elementwise::CAST,
+    Fill = elementwise::FILL,
+    // Embeddings and normalisation.
+    Embedding = nn::EMBEDDING,
+    EmbeddingBackward = nn::EMBEDDING_BACKWARD,
+    LayerNorm = nn::LAYER_NORM,
+    LayerNormBackward = nn::LAYER_NORM_BACKWARD,
+    RmsNorm = nn::RMS_NORM,
+    RmsNormBackward = nn::RMS_NORM_BACKWARD,
+    BatchNorm = nn::BATCH_NORM,
+    BatchNormBackward = nn::BATCH_NORM_BACKWARD,
+    // Convolution and pooling.
+    Conv2d = conv::CONV2D,
+    Conv2dBackward = conv::CONV2D_BACKWARD,
+    MaxPool2d = nn::MAX_POOL2D,
+    MaxPool2dBackward = nn::MAX_POOL2D_BACKWARD,
+    // Losses.
+    CrossEntropy = nn::CROSS_ENTROPY,
+    CrossEntropyBackward = nn::CROSS_ENTROPY_BACKWARD,
+    // Optimizer updates.
+    Sgd = optim::SGD,
+    SgdMomentum = optim::SGD_MOMENTUM,
+    Adam = optim::ADAM,
+    Adamw = optim::ADAMW,
+    // Slicing and concatenation.
+    Slice = shape::SLICE,
+    Select = shape::SELECT,
+    SliceBackward = shape::SLICE_BACKWARD,
+    Cat = shape::CAT,
+    // Ops of another framework memplan plans but cannot run.
+    Extern = r#extern::EXTERN,
+    ExternView = r#extern::EXTERN_VIEW,
+    ExternBackward = r#extern::EXTERN_BACKWARD,
+    // Dropout: a mask drawn from (seed, stream, element index), regenerated, never saved.
+    Dropout = dropout::DROPOUT,
+    DropoutBackward = dropout::DROPOUT_BACKWARD,
+    // Transposed convolution.
+    ConvTranspose2d = conv::CONV_TRANSPOSE2D,
+    ConvTranspose2dBackward = conv::CONV_TRANSPOSE2D_BACKWARD,
+    // Resampling of images, a binary loss, and selection by a mask.
+    AdaptiveAvgPool2d = resample::ADAPTIVE_AVG_POOL2D,
+    AdaptiveAvgPool2dBackward = resample::ADAPTIVE_AVG_POOL2D_BACKWARD,
+    UpsampleNearest2d = resample::UPSAMPLE_NEAREST2D,
+    UpsampleNearest2dBackward = resample::UPSAMPLE_NEAREST2D_BACKWARD,
+    BceWithLogits = nn::BCE_WITH_LOGITS,
+    BceWithLogitsBackward = nn::BCE_WITH_LOGITS_BACKWARD,
+    Where = elementwise::WHERE,
+    MaskedFill = elementwise::MASKED_FILL,
+}

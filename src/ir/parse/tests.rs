@@ -383,7 +383,7 @@ fn attribute_errors() {
 fn fake_infer(inputs: &[&TensorType], _: &Attrs) -> Result<Vec<TensorType>, String> {
     Ok(vec![inputs[0].clone()])
 }
-static FAKE: OpDef = OpDef::new(OpKind::Add, "fake", &["x"], &["out"], fake_infer, "a test row").attrs(&[
+static FAKE: OpDef = OpDef::new("fake", &["x"], &["out"], fake_infer, "a test row").attrs(&[
     AttrSpec { name: "n", kind: AttrKind::Int, default: Some(AttrDefault::Int(-1)) },
     AttrSpec { name: "lr", kind: AttrKind::Float, default: None },
     AttrSpec { name: "dims", kind: AttrKind::Ints, default: Some(AttrDefault::Ints(&[1, 1])) },
