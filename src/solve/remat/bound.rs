@@ -22,7 +22,7 @@
 //! Cost: one sweep over the plain order finds every position's forced and droppable bytes
 //! in O(nodes + values + reads); a second sweep every position's linear relaxation (a lower
 //! bound on its cover) and greedy cover (an upper bound) in O((values + reads) log)
-//! ([`fractional_covers`]). The best of the relaxations is a bound already; the exact
+//! (`fractional_covers`). The best of the relaxations is a bound already; the exact
 //! covers then run only at positions whose greedy cover could raise it, the highest first,
 //! each O(values) plus its knapsack, stopping when no greedy cover left is above the best
 //! (so the result is the most over every position's cover), within a fixed amount of work
