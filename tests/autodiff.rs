@@ -276,7 +276,7 @@ const CASES: &[Case] = &[
         },
     },
     Case {
-        family: "silu, sigmoid, tanh, hardswish, exact gelu",
+        family: "silu, sigmoid, tanh, hardswish, hardsigmoid, exact gelu",
         text: "step @s(
   %x: f32[3,4] param, %z: f32[3,4] param, %h: f32[3,4] param,
   %r: f32[3,4] input,
@@ -289,15 +289,17 @@ const CASES: &[Case] = &[
   %d = gelu(%z3, approximate=false)
   %h5 = mul_scalar(%h, value=5.0)
   %e = hardswish(%h5)
+  %f = hardsigmoid(%h5)
   %t1 = add(%a, %b)
   %t2 = add(%t1, %c)
   %t3 = add(%t2, %d)
   %t4 = add(%t3, %e)
-  %w = mul(%t4, %r)
+  %t5 = add(%t4, %f)
+  %w = mul(%t5, %r)
   %loss = sum(%w, axes=[0, 1])
 }",
         ints: &[],
-        // hardswish has kinks at ±3, where 5·h = ±3.
+        // hardswish and hardsigmoid have kinks at ±3, where 5·h = ±3.
         fix: |name, x| {
             if name == "h" {
                 for v in &mut x.data {

@@ -207,6 +207,47 @@ def test_handled_ops_become_memplan_ops_and_compute_pytorchs_loss(memplan, tmp_p
     assert loss == pytest.approx(model(*mixed_inputs()).item(), rel=1e-5)
 
 
+class HardGates(nn.Module):
+    """MobileNetV3's gates: hardswish activations and a hardsigmoid squeeze-excitation."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.gate, self.b = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x, y):
+        h = F.hardswish(self.a(x))
+        h = h * F.hardsigmoid(self.gate(h))
+        return F.cross_entropy(self.b(h), y)
+
+
+def hard_inputs():
+    torch.manual_seed(3)
+    # 4·N(0, 1) inputs put many pre-activations beyond the kinks at ±3.
+    return torch.randn(32, 8) * 4, torch.randint(0, 4, (32,))
+
+
+def test_hardsigmoid_trains_as_in_pytorch(memplan, tmp_path):
+    """Three SGD steps of hardswish and hardsigmoid in memplan against PyTorch's (the
+    tolerances of test_zoo.py: losses to 1e-5, parameters within 5% of SGD's largest move)."""
+    from memplan_torch import safetensors, step_arguments
+    from test_zoo import memplan_steps, torch_steps
+
+    torch.manual_seed(0)
+    model = HardGates()
+    text = memplan_torch.export_step(model, hard_inputs(), optimizer="sgd")
+    assert lines(text, "hardsigmoid") and lines(text, "hardswish") and "extern" not in text, text
+    step, weights = tmp_path / "hard.step", tmp_path / "w.safetensors"
+    step.write_text(text)
+    safetensors.write_new(weights, step_arguments(model, hard_inputs()))
+    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
+    expected, largest_grad = torch_steps(model, hard_inputs(), torch.optim.SGD(model.parameters(), lr=1e-3))
+    assert losses == pytest.approx(expected, rel=1e-5), f"memplan {losses}, PyTorch {expected}"
+    assert set(after) == {name for name, _ in model.named_parameters()} == set(largest_grad)
+    for name, param in model.named_parameters():
+        difference = (after[name].double() - param.detach().double()).abs()
+        assert float(difference.max()) <= 0.05 * 3 * 1e-3 * largest_grad[name], name
+
+
 class Dropping(nn.Module):
     def __init__(self):
         super().__init__()

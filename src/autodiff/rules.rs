@@ -48,6 +48,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::TanhBackward => None,
         OpKind::Hardswish => Some(grad_hardswish),
         OpKind::HardswishBackward => None,
+        OpKind::Hardsigmoid => Some(grad_hardsigmoid),
+        OpKind::HardsigmoidBackward => None,
         OpKind::Softmax => Some(grad_softmax),
         OpKind::SoftmaxBackward => None,
         OpKind::CausalMask => Some(grad_causal_mask),
@@ -285,6 +287,13 @@ fn grad_tanh(b: &mut Builder, call: &GradCall) -> Rule {
 fn grad_hardswish(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::HardswishBackward, vec![dy, call.inputs[0]], &[]))
+}
+
+/// `hardsigmoid(x)`: `dx = hardsigmoid_backward(dy, x)`, PyTorch's derivative: 1/6 strictly
+/// between −3 and 3, 0 elsewhere (the kinks ±3 included, as PyTorch picks).
+fn grad_hardsigmoid(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::HardsigmoidBackward, vec![dy, call.inputs[0]], &[]))
 }
 
 /// `y = softmax(x, axis)`: `dx = softmax_backward(dy, y, axis)` = y · (dy - Σ_axis dy·y),

@@ -100,6 +100,7 @@ pub fn lower_op(
         SigmoidBackward => binary(OP_SIGMOID_BACKWARD, y(0), x(0), x(1), 0.0),
         TanhBackward => binary(OP_TANH_BACKWARD, y(0), x(0), x(1), 0.0),
         HardswishBackward => binary(OP_HARDSWISH_BACKWARD, y(0), x(0), x(1), 0.0),
+        HardsigmoidBackward => binary(OP_HARDSIGMOID_BACKWARD, y(0), x(0), x(1), 0.0),
         Sgd => binary(OP_SGD, y(0), x(0), x(1), attrs.float("lr")),
         AddScalar => unary(OP_ADD_SCALAR, y(0), x(0), attrs.float("value")),
         MulScalar => unary(OP_MUL_SCALAR, y(0), x(0), attrs.float("value")),
@@ -116,6 +117,7 @@ pub fn lower_op(
         Sigmoid => unary(OP_SIGMOID, y(0), x(0), 0.0),
         Tanh => unary(OP_TANH, y(0), x(0), 0.0),
         Hardswish => unary(OP_HARDSWISH, y(0), x(0), 0.0),
+        Hardsigmoid => unary(OP_HARDSIGMOID, y(0), x(0), 0.0),
         Contiguous | Cast => unary(OP_COPY, y(0), x(0), 0.0),
         Fill => elementwise(FILL, y(0).numel(), vec![t(y(0)), Arg::F64(attrs.float("value")), Arg::F64(attrs.float("step"))]),
         CausalMask => {

@@ -177,6 +177,7 @@ shared! {
     OP_SIGMOID_BACKWARD: i32 = 22;
     OP_TANH_BACKWARD: i32 = 23;
     OP_HARDSWISH_BACKWARD: i32 = 24;
+    OP_HARDSIGMOID_BACKWARD: i32 = 25;
     OP_GELU_EXACT: i32 = 30;
     OP_SILU: i32 = 31;
     OP_SIGMOID: i32 = 32;
@@ -188,6 +189,7 @@ shared! {
     OP_LOG: i32 = 38;
     OP_SQRT: i32 = 39;
     OP_RSQRT: i32 = 40;
+    OP_HARDSIGMOID: i32 = 41;
     // Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
     MODE_CONV_FWD: i32 = 0;
     MODE_CONV_BWD_DATA: i32 = 1;
@@ -242,9 +244,11 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
     use OpKind::*;
     match kind {
         Add | Sub | Mul | Div | Sgd => &[BINARY],
-        ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward | HardswishBackward => &[BINARY],
+        ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward | HardswishBackward | HardsigmoidBackward => {
+            &[BINARY]
+        }
         AddScalar | MulScalar | PowScalar | Neg | Exp | Log | Sqrt | Rsqrt | Contiguous | Cast => &[UNARY],
-        Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish => &[UNARY],
+        Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid => &[UNARY],
         Fill => &[FILL],
         CausalMask => &[CAUSAL_MASK],
         Softmax => &[SOFTMAX],

@@ -103,6 +103,17 @@ pub(super) fn tanh_backward(dy: &Dense, y: &Dense) -> Dense {
     zip(dy, y, |g, y| g * (1.0 - y * y))
 }
 
+/// min(max(x + 3, 0), 6) / 6.
+pub(super) fn hardsigmoid(x: f64) -> f64 {
+    (x + 3.0).clamp(0.0, 6.0) / 6.0
+}
+
+/// dx = dy · hardsigmoid′(x) as PyTorch takes it: dy / 6 for −3 < x < 3, 0 elsewhere (the
+/// kinks ±3 included).
+pub(super) fn hardsigmoid_backward(dy: &Dense, x: &Dense) -> Dense {
+    zip(dy, x, |g, x| if x > -3.0 && x < 3.0 { g / 6.0 } else { 0.0 })
+}
+
 /// x · min(max(x + 3, 0), 6) / 6.
 pub(super) fn hardswish(x: f64) -> f64 {
     x * (x + 3.0).clamp(0.0, 6.0) / 6.0
@@ -258,6 +269,19 @@ mod tests {
         // dx = dy·(1 − y²): 3·0.75.
         let dx = run(OpKind::TanhBackward, &[], &[t(&[2], &[3.0, 1.0]), t(&[2], &[0.5, -1.0])]).remove(0);
         assert_eq!(dx.data, [2.25, 0.0]);
+    }
+
+    #[test]
+    fn hardsigmoid_and_its_boundaries() {
+        let x = t(&[8], &[-4.0, -3.0, -1.5, 0.0, 1.5, 3.0, 3.5, f64::NAN]);
+        let y = run(OpKind::Hardsigmoid, &[], std::slice::from_ref(&x)).remove(0);
+        assert_eq!(y.data[..7], [0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0]);
+        assert!(y.data[7].is_nan());
+        // PyTorch's derivative: dy/6 strictly inside (−3, 3), 0 at the kinks and outside
+        // (and for NaN).
+        let dy = t(&[8], &[6.0; 8]);
+        let dx = run(OpKind::HardsigmoidBackward, &[], &[dy, x]).remove(0);
+        assert_eq!(dx.data, [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
     }
 
     #[test]

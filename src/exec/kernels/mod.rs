@@ -85,6 +85,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::TanhBackward => vec![elementwise::tanh_backward(&x[0], &x[1])],
         OpKind::Hardswish => vec![elementwise::unary(&x[0], elementwise::hardswish)],
         OpKind::HardswishBackward => vec![elementwise::hardswish_backward(&x[0], &x[1])],
+        OpKind::Hardsigmoid => vec![elementwise::unary(&x[0], elementwise::hardsigmoid)],
+        OpKind::HardsigmoidBackward => vec![elementwise::hardsigmoid_backward(&x[0], &x[1])],
         OpKind::Softmax => vec![nn::softmax(&x[0], attrs.int("axis"))],
         OpKind::SoftmaxBackward => vec![nn::softmax_backward(&x[0], &x[1], attrs.int("axis"))],
         OpKind::CausalMask => vec![elementwise::causal_mask(&x[0], attrs.float("value"))],
@@ -437,6 +439,7 @@ mod tests {
             (OpKind::Relu, vec![], vec![z(&[0])]),
             (OpKind::Rsqrt, vec![], vec![z(&[0, 2])]),
             (OpKind::HardswishBackward, vec![], vec![z(&[0]), z(&[0])]),
+            (OpKind::HardsigmoidBackward, vec![], vec![z(&[0]), z(&[0])]),
             (OpKind::Softmax, vec![("axis", Attr::Int(0))], vec![z(&[0, 4])]),
             (OpKind::Softmax, vec![], vec![z(&[4, 0])]),
             (OpKind::CausalMask, vec![], vec![z(&[0, 0])]),
@@ -632,18 +635,19 @@ mod tests {
         });
     }
 
-    /// silu, sigmoid, tanh (their backward ops reading x or the output y) and hardswish
-    /// (away from its kinks at ±3), on x in [−5, 5).
+    /// silu, sigmoid, tanh (their backward ops reading x or the output y), hardswish and
+    /// hardsigmoid (away from their kinks at ±3), on x in [−5, 5).
     #[test]
-    fn grad_silu_sigmoid_tanh_hardswish() {
+    fn grad_silu_sigmoid_tanh_hardswish_hardsigmoid() {
         let x = Dense::new(vec![3, 6], rand(&[3, 6], 5).data.iter().map(|v| v * 5.0).collect());
         for (kind, backward, reads_output) in [
             (OpKind::Silu, OpKind::SiluBackward, false),
             (OpKind::Sigmoid, OpKind::SigmoidBackward, true),
             (OpKind::Tanh, OpKind::TanhBackward, true),
             (OpKind::Hardswish, OpKind::HardswishBackward, false),
+            (OpKind::Hardsigmoid, OpKind::HardsigmoidBackward, false),
         ] {
-            let x = if kind == OpKind::Hardswish {
+            let x = if matches!(kind, OpKind::Hardswish | OpKind::Hardsigmoid) {
                 let data = x.data.iter().map(|&v| if (v.abs() - 3.0).abs() < 0.05 { v * 0.9 } else { v }).collect();
                 Dense::new(x.shape.clone(), data)
             } else {

@@ -149,6 +149,17 @@ pub(super) const HARDSWISH_BACKWARD: OpDef = OpDef::new("hardswish_backward", &[
     .inplace(&[(0, 0), (0, 1)])
     .pointwise(&[0, 1]);
 
+pub(super) const HARDSIGMOID: OpDef = OpDef::new("hardsigmoid", &["x"], &["out"], infer_unary_float, "min(max(x + 3, 0), 6) / 6")
+    .flops(per_output::<4>)
+    .inplace(&[(0, 0)])
+    .pointwise(&[0]);
+
+pub(super) const HARDSIGMOID_BACKWARD: OpDef = OpDef::new("hardsigmoid_backward", &["dy", "x"], &["dx"], infer_unary_backward_x, "dy * hardsigmoid'(x): dy / 6 strictly between -3 and 3, else 0")
+    .backward()
+    .flops(per_output::<3>)
+    .inplace(&[(0, 0), (0, 1)])
+    .pointwise(&[0, 1]);
+
 pub(super) const CAUSAL_MASK: OpDef = OpDef::new("causal_mask", &["x"], &["out"], infer_causal_mask, "x with entries [..., i, j] for j > i set to value")
     .attrs(&[attr("value", K::Float, Some(AttrDefault::Float(f64::NEG_INFINITY)))])
     .flops(per_output::<1>)

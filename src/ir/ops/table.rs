@@ -47,6 +47,8 @@ op_table! {
     TanhBackward = elementwise::TANH_BACKWARD,
     Hardswish = elementwise::HARDSWISH,
     HardswishBackward = elementwise::HARDSWISH_BACKWARD,
+    Hardsigmoid = elementwise::HARDSIGMOID,
+    HardsigmoidBackward = elementwise::HARDSIGMOID_BACKWARD,
     Softmax = nn::SOFTMAX,
     SoftmaxBackward = nn::SOFTMAX_BACKWARD,
     CausalMask = elementwise::CAUSAL_MASK,

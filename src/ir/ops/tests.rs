@@ -157,7 +157,7 @@ fn scalar_ops() {
 
 #[test]
 fn activations_and_their_gradients() {
-    let forward = [OpKind::Relu, OpKind::Gelu, OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish];
+    let forward = [OpKind::Relu, OpKind::Gelu, OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish, OpKind::Hardsigmoid];
     let math = [OpKind::Neg, OpKind::Exp, OpKind::Log, OpKind::Sqrt, OpKind::Rsqrt];
     for kind in forward.into_iter().chain(math) {
         assert_eq!(ok(kind, &["f32[4,5]"], &[]), ["f32[4,5]"]);
@@ -173,6 +173,7 @@ fn activations_and_their_gradients() {
         (OpKind::SigmoidBackward, "y"),
         (OpKind::TanhBackward, "y"),
         (OpKind::HardswishBackward, "x"),
+        (OpKind::HardsigmoidBackward, "x"),
     ];
     for (kind, saved) in backward {
         assert_eq!(ok(kind, &["f32[4,5]", "f32[4,5]"], &[]), ["f32[4,5]"]);

@@ -67,9 +67,10 @@ impl Gen {
     }
 
     /// An activation of `x`, recorded for its backward op: relu, gelu (either form), silu,
-    /// sigmoid, tanh or hardswish.
+    /// sigmoid, tanh, hardswish or hardsigmoid.
     pub(super) fn activation(&mut self, x: usize) -> Option<usize> {
-        let kind = self.choose(&[OpKind::Relu, OpKind::Gelu, OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish]);
+        let kinds = [OpKind::Relu, OpKind::Gelu, OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish, OpKind::Hardsigmoid];
+        let kind = self.choose(&kinds);
         let given = if kind == OpKind::Gelu && self.chance(0.5) { vec![("approximate", Attr::Bool(false))] } else { vec![] };
         self.emit_recorded(kind, &[x], &given)
     }
@@ -111,7 +112,7 @@ impl Gen {
                 1 => self.emit(OpKind::Gelu, &[x], &[]),
                 2 => self.emit(OpKind::Mul, &[x, x], &[]),
                 6 => {
-                    let kind = self.choose(&[OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish]);
+                    let kind = self.choose(&[OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish, OpKind::Hardsigmoid]);
                     self.emit(kind, &[x], &[])
                 }
                 7 => self.emit(OpKind::Neg, &[x], &[]),

@@ -42,8 +42,8 @@
 //! Every op of the table: add/sub/mul/div with broadcasting (a bias param, keepdim
 //! reductions, scalars, operands read twice), add_scalar/mul_scalar, elementwise chains
 //! (in-place candidates), the activations relu, gelu (tanh and exact), silu, sigmoid,
-//! tanh, hardswish and softmax with their backward ops, the math functions neg, exp, log,
-//! sqrt, rsqrt and pow_scalar (on values where they are finite), causal_mask in attention
+//! tanh, hardswish, hardsigmoid and softmax with their backward ops, the math functions
+//! neg, exp, log, sqrt, rsqrt and pow_scalar (on values where they are finite), causal_mask in attention
 //! blocks (batched matmuls with `transpose_b`), fused attention (q, k, v new inputs or
 //! projections split into heads by a reshape and a transposing view; causal or not,
 //! grouped-query heads, T ≠ S, E ≠ Ev, `out` rows before heads or not) and its backward op, matmul with transposes and

@@ -91,7 +91,7 @@ impl Gen {
         let r = &self.records[i];
         let needed: Vec<usize> = match r.kind {
             OpKind::Relu | OpKind::Sigmoid | OpKind::Tanh | OpKind::Softmax => vec![r.output],
-            OpKind::Gelu | OpKind::Silu | OpKind::Hardswish | OpKind::MaxPool2d => vec![r.inputs[0]],
+            OpKind::Gelu | OpKind::Silu | OpKind::Hardswish | OpKind::Hardsigmoid | OpKind::MaxPool2d => vec![r.inputs[0]],
             OpKind::LayerNorm | OpKind::RmsNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
             OpKind::Conv2d | OpKind::ConvTranspose2d | OpKind::CrossEntropy | OpKind::BceWithLogits => {
                 vec![r.inputs[0], r.inputs[1]]
@@ -117,8 +117,12 @@ impl Gen {
                 let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
                 self.emit(OpKind::GeluBackward, &[dy, r.inputs[0]], &given);
             }
-            OpKind::Silu | OpKind::Hardswish => {
-                let kind = if r.kind == OpKind::Silu { OpKind::SiluBackward } else { OpKind::HardswishBackward };
+            OpKind::Silu | OpKind::Hardswish | OpKind::Hardsigmoid => {
+                let kind = match r.kind {
+                    OpKind::Silu => OpKind::SiluBackward,
+                    OpKind::Hardswish => OpKind::HardswishBackward,
+                    _ => OpKind::HardsigmoidBackward,
+                };
                 let dy = self.derive(&out_ty, None);
                 self.emit(kind, &[dy, r.inputs[0]], &[]);
             }

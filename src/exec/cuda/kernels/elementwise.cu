@@ -43,6 +43,11 @@ __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf
 
 __device__ __forceinline__ float hardswish_f(float x) { return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
 
+__device__ __forceinline__ float hardsigmoid_f(float x) { return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
+
+// PyTorch's hardsigmoid′: 1/6 strictly between −3 and 3, 0 elsewhere.
+__device__ __forceinline__ float hardsigmoid_grad(float dy, float x) { return x > -3.0f && x < 3.0f ? dy / 6.0f : 0.0f; }
+
 // PyTorch's hardswish′: 0 below −3, x/3 + 1/2 on [−3, 3], 1 above.
 __device__ __forceinline__ float hardswish_grad(float dy, float x) {
     if (x < -3.0f) return 0.0f;
@@ -53,7 +58,7 @@ __device__ __forceinline__ float hardswish_grad(float dy, float x) {
 // out = a op b. OP_ADD/SUB/MUL/DIV on any numeric dtype; the activations' gradients with
 // a = dy and b = the forward's output y (OP_RELU_BACKWARD, OP_SIGMOID_BACKWARD,
 // OP_TANH_BACKWARD) or input x (OP_GELU_BACKWARD, OP_GELU_EXACT_BACKWARD, OP_SILU_BACKWARD,
-// OP_HARDSWISH_BACKWARD); OP_SGD (a = p, b = g, s = lr).
+// OP_HARDSWISH_BACKWARD, OP_HARDSIGMOID_BACKWARD); OP_SGD (a = p, b = g, s = lr).
 extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double s) {
     GRID_STRIDE(i, out.numel) {
         switch (op) {
@@ -76,6 +81,7 @@ extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double
                 break;
             }
             case OP_HARDSWISH_BACKWARD: store_f(out, i, hardswish_grad(load_f(a, i), load_f(b, i))); break;
+            case OP_HARDSIGMOID_BACKWARD: store_f(out, i, hardsigmoid_grad(load_f(a, i), load_f(b, i))); break;
             case OP_SGD: store_d(out, i, load_d(a, i) - s * load_d(b, i)); break;
             case OP_ADD: store_d(out, i, load_d(a, i) + load_d(b, i)); break;
             case OP_SUB: store_d(out, i, load_d(a, i) - load_d(b, i)); break;
@@ -87,8 +93,8 @@ extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double
 
 // out = f(x). OP_ADD_SCALAR / OP_MUL_SCALAR (s = value), OP_POW_SCALAR (s = exponent),
 // OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, the activations OP_RELU, OP_GELU,
-// OP_GELU_EXACT, OP_SILU, OP_SIGMOID, OP_TANH, OP_HARDSWISH, and OP_COPY (contiguous, and
-// cast: out's dtype differs, converted like the CPU reference).
+// OP_GELU_EXACT, OP_SILU, OP_SIGMOID, OP_TANH, OP_HARDSWISH, OP_HARDSIGMOID, and OP_COPY
+// (contiguous, and cast: out's dtype differs, converted like the CPU reference).
 extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
     GRID_STRIDE(i, out.numel) {
         switch (op) {
@@ -109,6 +115,7 @@ extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
             case OP_SIGMOID: store_f(out, i, sigmoid_f(load_f(x, i))); break;
             case OP_TANH: store_f(out, i, tanhf(load_f(x, i))); break;
             case OP_HARDSWISH: store_f(out, i, hardswish_f(load_f(x, i))); break;
+            case OP_HARDSIGMOID: store_f(out, i, hardsigmoid_f(load_f(x, i))); break;
             case OP_RELU: {
                 const float v = load_f(x, i);
                 store_f(out, i, v < 0.0f ? 0.0f : v);
