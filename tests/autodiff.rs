@@ -767,3 +767,46 @@ fn expand_prints_a_full_step_unchanged() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cycle.step"));
 }
+
+/// `detach` stops the gradient: a param that reaches the loss only through one (`%v`)
+/// gets no gradient, no state and no update, and a value read both directly and through
+/// a detach (`%a`) takes the gradient of the direct path only. So the expansion trains
+/// `%w` exactly as the same step does with the detached values fed in as inputs.
+#[test]
+fn detach_stops_the_gradient_as_a_constant_input_would() {
+    let body = "  %h = matmul(%x, %w)
+  %a = tanh(%h)
+  %m = mul(%a, %ad)
+  %d = sub(%m, %td)
+  %sq = mul(%d, %d)
+  %loss = sum(%sq, axes=[0, 1])
+  backward %loss with adam(lr=0.1)
+  return %loss";
+    let detached = format!(
+        "step @d(%w: f32[3,4] param, %v: f32[3,4] param, %x: f32[2,3] input) {{
+  %t = matmul(%x, %v)
+  %td = detach(%t)
+  %ha = matmul(%x, %w)
+  %aa = tanh(%ha)
+  %ad = detach(%aa)
+{body}, %aa, %t\n}}"
+    );
+    let constant = format!("step @c(%w: f32[3,4] param, %x: f32[2,3] input, %ad: f32[2,4] input, %td: f32[2,4] input) {{\n{body}\n}}");
+    let (detached, plan_d) = expand_and_plan(&parse(&detached).unwrap());
+    let (constant, plan_c) = expand_and_plan(&parse(&constant).unwrap());
+    // %v: no gradient, no Adam moments, no update; %w: all three.
+    let names: Vec<&str> = detached.args.iter().map(|&a| detached.values[a].name.as_str()).collect();
+    assert_eq!(names, ["w", "v", "x", "w.m", "w.v", "step"], "{}", memplan::print(&detached));
+    let args = init_args(&detached, 5).unwrap();
+    let d = run_step(&detached, Placement::Planned(&plan_d), &args).unwrap();
+    assert_eq!(d.updated.keys().collect::<Vec<_>>(), ["w", "w.m", "w.v", "step"]);
+    let mut inputs = args.clone();
+    inputs.shift_remove("v");
+    inputs.insert("ad".into(), d.returns["aa"].clone());
+    inputs.insert("td".into(), d.returns["t"].clone());
+    let c = run_step(&constant, Placement::Planned(&plan_c), &inputs).unwrap();
+    assert_eq!(d.returns["loss"], c.returns["loss"]);
+    for name in ["w", "w.m", "w.v", "step"] {
+        assert_eq!(d.updated[name], c.updated[name], "%{name}");
+    }
+}

@@ -149,12 +149,13 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
         .map(|(id, v)| (v.def == ValueDef::Arg(Role::Param) && float(id)).then_some(id))
         .collect();
     for op in &graph.ops {
-        let from = op.inputs.iter().find_map(|&i| origin[i]);
+        // Through `detach` (a row that stops the gradient) nothing depends on a param.
+        let from = if op.kind.def().stops_gradient { None } else { op.inputs.iter().find_map(|&i| origin[i]) };
         for &out in op.outputs.iter().filter(|&&out| float(out)) {
             origin[out] = from;
         }
     }
-    let to_loss = reaches_loss(graph, backward.loss);
+    let to_loss = reaches_loss(graph, backward.loss, true);
     let needs: IndexVec<ValueId, bool> = graph.values.indices().map(|v| origin[v].is_some() && to_loss[v]).collect();
     let params: Vec<ValueId> = graph.args.iter().copied().filter(|&a| needs[a] && origin[a] == Some(a)).collect();
     if params.is_empty() {
@@ -213,12 +214,17 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
 }
 
 /// Which values the loss depends on through float values (integer and bool values carry no
-/// gradient): a float param outside this set gets no gradient.
-fn reaches_loss(graph: &Graph, loss: ValueId) -> IndexVec<ValueId, bool> {
+/// gradient): a float param outside this set gets no gradient. With `gradients`, only
+/// through ops a gradient flows back through (not `detach`); without, every dependence (the
+/// warnings' question: does the loss read this param at all?).
+fn reaches_loss(graph: &Graph, loss: ValueId, gradients: bool) -> IndexVec<ValueId, bool> {
     let float = |v: ValueId| graph.values[v].ty.dtype.is_float();
     let mut to_loss = IndexVec::from_elem(false, graph.values.len());
     to_loss[loss] = true;
     for op in graph.ops.iter().rev() {
+        if gradients && op.kind.def().stops_gradient {
+            continue;
+        }
         if op.outputs.iter().any(|&v| to_loss[v]) {
             for &input in op.inputs.iter().filter(|&&i| float(i)) {
                 to_loss[input] = true;

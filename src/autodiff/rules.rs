@@ -59,6 +59,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Sum => Some(grad_sum),
         OpKind::Mean => Some(grad_mean),
         OpKind::Reshape => Some(grad_reshape),
+        // No gradient flows through it: its output never needs one (the expansion's analysis).
+        OpKind::Detach => None,
         OpKind::Transpose => Some(grad_transpose),
         OpKind::Expand => Some(grad_expand),
         OpKind::Contiguous => Some(grad_contiguous),

@@ -43,7 +43,7 @@ pub fn warnings(graph: &Graph) -> Vec<StepWarning> {
         }
         return Vec::new();
     };
-    let to_loss = super::reaches_loss(graph, backward.loss);
+    let to_loss = super::reaches_loss(graph, backward.loss, false);
     graph
         .args
         .iter()

@@ -142,7 +142,7 @@ pub fn lower_op(
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
-        Reshape | Transpose | Expand | Slice | Select => Vec::new(),
+        Reshape | Detach | Transpose | Expand | Slice | Select => Vec::new(),
         SliceBackward => {
             // Zeros, then dy copied into the slice of them.
             let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));

@@ -262,7 +262,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
             ATTENTION_BACKWARD_DKV_TC,
         ],
         Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
-        Reshape | Transpose | Expand | Slice | Select => &[],
+        Reshape | Detach | Transpose | Expand | Slice | Select => &[],
         SliceBackward => &[FILL, UNARY],
         Cat => &[UNARY],
         // Never lowered: a program with extern ops is refused before any launch.

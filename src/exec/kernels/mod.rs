@@ -101,6 +101,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Sum => vec![shape::sum(&x[0], attrs.ints("axes"), &shapes[0])],
         OpKind::Mean => vec![shape::mean(&x[0], attrs.ints("axes"), &shapes[0])],
         OpKind::Reshape => vec![Dense::new(shapes[0].clone(), x[0].data.clone())],
+        OpKind::Detach => vec![x[0].clone()],
         OpKind::Transpose => vec![shape::transpose(&x[0], attrs.ints("perm"))],
         OpKind::Expand => vec![shape::expand(&x[0], &shapes[0])],
         OpKind::Contiguous => vec![x[0].clone()],

@@ -368,6 +368,10 @@ pub struct OpDef {
     /// Integer and bool inputs never need an entry.
     pub outputs_without_gradient: &'static [usize],
     pub inputs_without_gradient: &'static [usize],
+    /// No gradient flows through it at all (`detach`): its outputs depend on no param, so
+    /// a param reaching the loss only through it gets no gradient and no update (as a
+    /// PyTorch param whose `.grad` stays `None`), and that is no error.
+    pub stops_gradient: bool,
     /// One line for docs/IR.md and `--help`.
     pub doc: &'static str,
 }
@@ -448,6 +452,7 @@ impl OpDef {
             step_count: false,
             outputs_without_gradient: &[],
             inputs_without_gradient: &[],
+            stops_gradient: false,
             doc,
         }
     }
@@ -506,6 +511,10 @@ impl OpDef {
 
     pub(crate) const fn inputs_without_gradient(self, inputs: &'static [usize]) -> OpDef {
         OpDef { inputs_without_gradient: inputs, ..self }
+    }
+
+    pub(crate) const fn stops_gradient(self) -> OpDef {
+        OpDef { stops_gradient: true, ..self }
     }
 
     /// The input output 0 is a view of, if it is a view.

@@ -40,6 +40,10 @@ pub(super) const RESHAPE: OpDef = OpDef::new("reshape", &["x"], &["out"], infer_
     .attrs(&[attr("shape", K::Ints, None)])
     .view(View { input: 0, layout: reshape_view, keeps_order: true });
 
+pub(super) const DETACH: OpDef = OpDef::new("detach", &["x"], &["out"], infer_detach, "x itself, through which no gradient flows (a view; PyTorch's `.detach()`)")
+    .view(View { input: 0, layout: identity_view, keeps_order: true })
+    .stops_gradient();
+
 pub(super) const TRANSPOSE: OpDef = OpDef::new("transpose", &["x"], &["out"], infer_transpose, "x with dimensions permuted: out dim i = x dim perm[i] (a view)")
     .attrs(&[attr("perm", K::Ints, None)])
     .view(View { input: 0, layout: transpose_view, keeps_order: false });
@@ -111,6 +115,11 @@ pub(super) fn infer_reshape(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
         (Some(a), Some(b)) => Err(format!("cannot reshape {x} ({a} elements) to {} ({b} elements)", out.shape)),
         _ => Err(format!("cannot reshape {x} to {}: more than 2^64 elements", out.shape)),
     }
+}
+
+/// `detach(x)`: any tensor; the output is `x` itself.
+fn infer_detach(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    done(vec![inputs[0].clone()])
 }
 
 pub(super) fn infer_transpose(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
@@ -226,6 +235,11 @@ fn resolved(attrs: &Attrs, name: &str, rank: usize) -> usize {
 /// exactly when PyTorch's `view` needs none ([`reshape_strides`]).
 fn reshape_view(_: &Attrs, offset: u64, shape: &[u64], strides: &[u64], out_shape: &[u64]) -> Option<(u64, Vec<u64>)> {
     Some((offset, reshape_strides(shape, strides, out_shape)?))
+}
+
+/// `detach` reads its input's elements where they are.
+fn identity_view(_: &Attrs, offset: u64, _: &[u64], strides: &[u64], _: &[u64]) -> Option<(u64, Vec<u64>)> {
+    Some((offset, strides.to_vec()))
 }
 
 /// `transpose` permutes the strides as the shape.

@@ -62,6 +62,7 @@ op_table! {
     Mean = shape::MEAN,
     // Views and copies.
     Reshape = shape::RESHAPE,
+    Detach = shape::DETACH,
     Transpose = shape::TRANSPOSE,
     Expand = shape::EXPAND,
     Contiguous = elementwise::CONTIGUOUS,

@@ -342,7 +342,7 @@ impl Gen {
     }
 
     pub(super) fn view(&mut self) {
-        match self.below(5) {
+        match self.below(6) {
             0 | 1 => {
                 // reshape; of a non-contiguous view only through contiguous.
                 let Some(x) = self.pick(|g, v| numel(g.ty(v)) <= MAX_OUT) else { return };
@@ -378,6 +378,11 @@ impl Gen {
                     shape.insert(0, 1 + self.below(3) as u64);
                 }
                 self.emit(OpKind::Expand, &[x], &[("shape", ints(&shape))]);
+            }
+            4 => {
+                // A detach: the values computed from it carry no gradient.
+                let Some(x) = self.pick(|_, _| true) else { return };
+                self.emit(OpKind::Detach, &[x], &[]);
             }
             _ => {
                 let x = match self.pick(|g, v| !g.dense[v]) {
