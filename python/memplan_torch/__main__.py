@@ -24,11 +24,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from . import safetensors
 from .export import OPTIMIZERS, export_step, step_arguments, virtual
-from .step import ExportError
+from .step import ExportError, ExportWarning
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
@@ -229,6 +230,16 @@ def main(argv=None) -> int:
     optimizer_flags(fit)
 
     args = parser.parse_args(argv)
+    # The exporter's warnings as one line each, `warning: ...` (not Python's file:line form).
+    show = warnings.showwarning
+
+    def showwarning(message, category, *rest, **kwargs):
+        if issubclass(category, ExportWarning):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, *rest, **kwargs)
+
+    warnings.showwarning = showwarning
     try:
         (cmd_export if args.command == "export" else cmd_fit)(args)
     except BrokenPipeError:

@@ -12,19 +12,31 @@ memory at all, which is how a 7B-parameter configuration exports on a laptop; a 
 with real weights exports the same way (and `step_arguments()` can then save them).
 Under `amp`, the capture is PyTorch's CUDA autocast on fake CUDA tensors (see
 `_cuda_autocast` below): the casts it inserts are in the graph.
+
+The step is the user's, or an error, never a silently different one (`_regions`,
+`_watching_functions` below): `torch.no_grad()`/`enable_grad()`/`set_grad_enabled()` and
+`torch.autocast(...)` blocks inside forward are inlined with their meaning (what a
+grad-disabled block computes is detached; the casts of an autocast block are inserted, on
+fake CUDA tensors for a CUDA block); a custom `torch.autograd.Function` and reentrant
+`torch.utils.checkpoint` are refused (memplan would differentiate their forward, not run
+their backward); non-reentrant checkpointing is planned without its recomputation, with a
+warning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import operator
+import os
+import traceback
 import warnings
 from unittest import mock
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .step import ExportError, StepWriter
+from .step import ExportError, ExportWarning, StepWriter
 from .translate import Translator
 
 # Optimizers as `--optimizer` names them: memplan's op and PyTorch's defaults
@@ -84,11 +96,115 @@ def capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None = Non
         raise ExportError(f"--amp {amp}: expected one of {', '.join(AMP)}")
     model.train()
     if amp is None:
-        return _export(model, example_inputs)
-    with _fake_cuda(model, example_inputs) as fake_inputs, _cuda_autocast(AMP[amp]), warnings.catch_warnings():
-        # torch's retrace warns about its own use of a deprecated pytree API: not the user's.
+        seen: list = []
+        program = _export(model, example_inputs, seen)
+        if not any(what == "cuda autocast" for what, _ in seen):
+            return _regions(program)
+        # A CUDA autocast block inside forward: its casts exist only for CUDA tensors (on a
+        # machine without a GPU, torch.autocast("cuda") would even switch itself off).
+        with _fake_cuda(model, example_inputs) as fake_inputs, _cuda_stubs(), _quiet_retrace():
+            return _regions(_export(model, fake_inputs))
+    with _fake_cuda(model, example_inputs) as fake_inputs, _cuda_autocast(AMP[amp]), _quiet_retrace():
+        return _regions(_export(model, fake_inputs), retrace=True)
+
+
+@contextlib.contextmanager
+def _quiet_retrace():
+    """torch's retrace (`run_decompositions`) warns about its own use of a deprecated pytree
+    API: not the user's."""
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
-        return _export(model, fake_inputs).run_decompositions({})
+        yield
+
+
+_SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
+_AUTOCAST = torch.ops.higher_order.wrap_with_autocast
+
+
+def _region_nodes(program: torch.export.ExportedProgram, target):
+    """The nodes calling `target` (a higher-order op torch.export leaves for a block of
+    forward: `wrap_with_set_grad_enabled`, `wrap_with_autocast`), in the graph and in the
+    blocks' own graphs."""
+    return [n for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes
+            if n.op == "call_function" and n.target is target]
+
+
+def _regions(program: torch.export.ExportedProgram, retrace: bool = False) -> torch.export.ExportedProgram:
+    """`program` with its grad-mode and autocast blocks inlined, each with its meaning: the
+    results of a grad-disabled block (`torch.no_grad()`, `set_grad_enabled(False)`) are
+    detached, as PyTorch's carry no gradient; the retrace (`run_decompositions({})`, which
+    decomposes nothing) runs each autocast block under autocast, so its casts are in the
+    graph. A grad-mode block without blocks inside is inlined here, its ops keeping their
+    source lines (a retrace would name its own generated code instead). `retrace`: retrace
+    even without blocks (the `--amp` capture)."""
+    for node in _region_nodes(program, _SET_GRAD):
+        inner = getattr(node.graph.owning_module, node.args[1].target, None)
+        if not isinstance(inner, torch.fx.GraphModule):
+            continue
+        if node.args[0] is False and any(n.op == "call_function" and n.target is _SET_GRAD and n.args[0] is True for n in inner.graph.nodes):
+            raise ExportError(f"{_where(node)}: torch.enable_grad() inside torch.no_grad(): memplan cannot express "
+                              "gradients that start inside a block without them (move the enable_grad block out)")
+        if any(n.op == "get_attr" for n in inner.graph.nodes):
+            # Blocks inside: the retrace inlines them all; detach what this one gives.
+            results = [user for user in node.users if user.target is operator.getitem]
+        else:
+            results = _inline(node, inner)
+        if node.args[0] is False:
+            for result in results:
+                _detach(result)
+    if not (retrace or _region_nodes(program, _SET_GRAD) or _region_nodes(program, _AUTOCAST)):
+        program.graph_module.recompile()
+        return program
+    for module in program.graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            module.recompile()
+    with _quiet_retrace():
+        return program.run_decompositions({})
+
+
+def _inline(node, inner: torch.fx.GraphModule) -> list:
+    """Replaces the block `node` calls (`inner`, with no blocks of its own) by copies of its
+    ops, their metadata (source lines, modules) kept; returns the nodes of its tensor
+    results."""
+    graph = node.graph
+    placeholders = [n for n in inner.graph.nodes if n.op == "placeholder"]
+    env = dict(zip(placeholders, node.args[2:]))
+    outputs = ()
+    with graph.inserting_before(node):
+        for op in inner.graph.nodes:
+            if op.op == "output":
+                outputs = op.args[0]
+            elif op.op != "placeholder":
+                env[op] = graph.node_copy(op, lambda a: env[a])
+    results = []
+    for user in list(node.users):
+        value = outputs[user.args[1]]
+        value = env[value] if isinstance(value, torch.fx.Node) else value
+        user.replace_all_uses_with(value)
+        graph.erase_node(user)
+        if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
+            results.append(value)
+    graph.erase_node(node)
+    return results
+
+
+def _detach(result) -> None:
+    """Every use of `result` reads `aten.detach(result)` instead."""
+    if not isinstance(result.meta.get("val"), torch.Tensor):
+        return
+    graph = result.graph
+    with graph.inserting_after(result):
+        detached = graph.call_function(torch.ops.aten.detach.default, (result,))
+    detached.meta = dict(result.meta)
+    result.replace_all_uses_with(detached, delete_user_cb=lambda use: use is not detached)
+
+
+def _where(node) -> str:
+    """`file:line` of the user's code that made `node`, or its name."""
+    from .translate import source_loc
+
+    loc = source_loc(node)
+    return f"{loc[0]}:{loc[1]}" if loc else node.name
 
 
 
@@ -137,11 +253,90 @@ def step_arguments(model: torch.nn.Module, example_inputs: tuple, amp: str | Non
     return out
 
 
-def _export(model, example_inputs) -> torch.export.ExportedProgram:
-    try:
-        return torch.export.export(model, example_inputs, strict=False)
-    except torch._dynamo.exc.Unsupported as e:  # noqa: SLF001 - the only place it is raised
-        raise ExportError(f"torch.export cannot capture the model: {e}") from None
+def _export(model, example_inputs, seen: list | None = None) -> torch.export.ExportedProgram:
+    """`torch.export` of `model`, refusing what it would silently change (see
+    `_watching_functions`); `seen` collects what was watched."""
+    seen = [] if seen is None else seen
+    with _watching_functions(seen), warnings.catch_warnings():
+        # Reentrant checkpointing warns that the fake inputs need no gradient: the tracing's
+        # concern, not the user's (the step is refused below anyway).
+        warnings.filterwarnings("ignore", message="None of the inputs have requires_grad")
+        try:
+            program = torch.export.export(model, example_inputs, strict=False)
+        except torch._dynamo.exc.Unsupported as e:  # noqa: SLF001 - the only place it is raised
+            raise ExportError(f"torch.export cannot capture the model: {e}") from None
+    for what, where in seen:
+        if what == "cuda autocast":
+            continue
+        if what == "checkpoint":
+            warnings.warn(f"{where}: torch.utils.checkpoint is not honoured: memplan plans the step without its "
+                          "recomputation (what PyTorch needs without checkpointing); `memplan plan --budget` chooses "
+                          "what to recompute instead", ExportWarning, stacklevel=2)
+        elif what == "CheckpointFunction":
+            raise ExportError(f"{where}: torch.utils.checkpoint(..., use_reentrant=True) cannot be exported: its forward "
+                              "runs without gradients and its backward recomputes it, which torch.export does not capture; "
+                              "use use_reentrant=False, or no checkpoint and `memplan plan --budget`")
+        else:
+            raise ExportError(f"{where}: {what} is a custom torch.autograd.Function: memplan would differentiate its "
+                              "forward instead of running its own backward (what it saves and computes would differ); "
+                              "not supported yet")
+    return program
+
+
+# Autograd Functions and checkpointing, which torch.export inlines: the forward of a custom
+# `torch.autograd.Function` is traced and its backward dropped (memplan would write the
+# derivative of the forward instead), reentrant checkpointing (`CheckpointFunction`)
+# comes out as blocks without gradients, and non-reentrant checkpointing as the plain
+# forward. So every `Function.apply` and every non-reentrant checkpoint is recorded while
+# torch.export traces, with the user's line.
+
+_MEMPLAN_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _user_frame() -> str:
+    """`file:line` of the innermost frame of the running stack outside torch and memplan."""
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        if not (path.startswith(_TORCH_DIR + os.sep) or path.startswith(_MEMPLAN_DIR + os.sep) or frame.filename.startswith("<")):
+            return f"{os.path.basename(frame.filename)}:{frame.lineno}"
+    return "the model"
+
+
+@contextlib.contextmanager
+def _watching_functions(seen: list):
+    """Records in `seen` (what, where) for each custom autograd Function applied (its class
+    name; `CheckpointFunction` for reentrant checkpointing), each non-reentrant checkpoint
+    (`checkpoint`) and each `torch.autocast("cuda")` block entered (`cuda autocast`) while
+    torch.export traces. torch's own Functions are not recorded (their backward is the
+    forward's derivative), except checkpointing's."""
+    apply = torch.autograd.Function.apply.__func__
+    autocast_init = torch.amp.autocast_mode.autocast.__init__
+    generator = torch.utils.checkpoint._checkpoint_without_reentrant_generator  # noqa: SLF001 - watched, unchanged
+
+    def watched_apply(cls, *args, **kwargs):
+        if not cls.__module__.startswith("torch.") or cls.__name__ == "CheckpointFunction":
+            seen.append((cls.__name__ if cls.__module__.startswith("torch.") else cls.__qualname__, _user_frame()))
+        return apply(cls, *args, **kwargs)
+
+    def watched_generator(*args, **kwargs):
+        seen.append(("checkpoint", _user_frame()))
+        return generator(*args, **kwargs)
+
+    def watched_autocast(self, device_type, *args, **kwargs):
+        if device_type == "cuda" and kwargs.get("enabled", args[1] if len(args) > 1 else True):
+            seen.append(("cuda autocast", _user_frame()))
+            # Without a GPU it switches itself off, saying so: the capture is redone on fake
+            # CUDA tensors (`capture`), so that is not the user's concern.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*CUDA is not available.*")
+                return autocast_init(self, device_type, *args, **kwargs)
+        return autocast_init(self, device_type, *args, **kwargs)
+
+    with mock.patch.object(torch.autograd.Function, "apply", classmethod(watched_apply)), \
+            mock.patch.object(torch.utils.checkpoint, "_checkpoint_without_reentrant_generator", watched_generator), \
+            mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", watched_autocast):
+        yield seen
 
 
 # Autocast under `--amp`. PyTorch decides per op which dtype it runs in (matmuls and
@@ -188,18 +383,26 @@ def _fake_cuda(model: torch.nn.Module, example_inputs: tuple):
 
 
 @contextlib.contextmanager
-def _cuda_autocast(dtype: torch.dtype):
-    """CUDA autocast to `dtype` switched on for the dispatcher, on any machine."""
+def _cuda_stubs():
+    """The few CUDA calls autocast makes that would touch a driver, stubbed (a fake CUDA
+    capture runs on any machine)."""
     stubs = [
         mock.patch("torch.cuda.is_available", return_value=True),
         mock.patch("torch.cuda.is_bf16_supported", return_value=True),
         mock.patch("torch.cuda.get_rng_state", return_value=torch.empty(0, dtype=torch.uint8)),
         mock.patch("torch.cuda.set_rng_state"),
     ]
-    was = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
     with contextlib.ExitStack() as stack:
         for stub in stubs:
             stack.enter_context(stub)
+        yield
+
+
+@contextlib.contextmanager
+def _cuda_autocast(dtype: torch.dtype):
+    """CUDA autocast to `dtype` switched on for the dispatcher, on any machine."""
+    was = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+    with _cuda_stubs():
         torch.set_autocast_enabled("cuda", True)
         torch.set_autocast_dtype("cuda", dtype)
         try:

@@ -32,6 +32,11 @@ class ExportError(Exception):
     """A model or an op memplan cannot express; the message says which and why."""
 
 
+class ExportWarning(UserWarning):
+    """Something of the model the step does not reproduce exactly (the message says what,
+    where, and what the step does instead)."""
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     try:
         return DTYPES[dtype]

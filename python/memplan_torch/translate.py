@@ -46,7 +46,10 @@ def source_loc(node) -> tuple[str, int, str | None] | None:
     path of the module computing it (`None` where torch.export recorded none)."""
     trace = node.meta.get("stack_trace") or ""
     frames = [(f, int(line)) for f, line in _FRAME.findall(trace)]
-    user = [(f, line) for f, line in frames if not os.path.abspath(f).startswith(_TORCH_DIR)]
+    # Outside torch itself: torchvision, timm, transformers code is the user's (a prefix
+    # test without the separator took site-packages/torchvision for torch), and generated
+    # code (`<eval_with_key>`) is nobody's.
+    user = [(f, line) for f, line in frames if not f.startswith("<") and not os.path.abspath(f).startswith(_TORCH_DIR + os.sep)]
     if not user:
         return None
     file, line = user[-1]
@@ -119,7 +122,8 @@ class Translator:
 
     def arguments(self):
         """The step's arguments: parameters, buffers and constants (by their state-dict
-        names), and the user's inputs (by the forward's parameter names)."""
+        names), and the user's inputs (by the forward's parameter names). A parameter with
+        `requires_grad=False` (frozen) is `state`: read, kept, never trained."""
         graph = self.program.graph
         sig = self.program.graph_signature
         kinds = {spec.arg.name: spec for spec in sig.input_specs}
@@ -142,7 +146,12 @@ class Translator:
             tied = spec.target in tensors and names[id(tensors[spec.target])] > 1
             if tied and not node.users:
                 continue
-            if spec.kind == InputKind.PARAMETER:
+            frozen = spec.kind == InputKind.PARAMETER and not tensors[spec.target].requires_grad
+            if spec.kind == InputKind.PARAMETER and frozen:
+                # requires_grad=False: read every step, never trained (no gradient, no
+                # optimizer state, no update), as PyTorch treats it: memplan's `state`.
+                role, source = "state", first_name[id(tensors[spec.target])] if tied else spec.target
+            elif spec.kind == InputKind.PARAMETER:
                 role, source = "param", first_name[id(tensors[spec.target])] if tied else spec.target
                 if not fake.dtype.is_floating_point:
                     raise ExportError(f"parameter {spec.target} is {fake.dtype}: memplan trains float params only")
@@ -161,6 +170,10 @@ class Translator:
         target = node.target
         if target is operator.getitem:
             self.env[node] = self.env[node.args[0]][node.args[1]]
+            return
+        if not node.users and not any(isinstance(a, torch.fx.Node) for a in _flatten(list(node.args) + list(node.kwargs.values()))):
+            # A tensor made of nothing and read by nothing (the `empty([0])` placeholders
+            # non-reentrant checkpointing leaves in the graph): no step of the user's.
             return
         args = [self._resolve(a) for a in node.args]
         kwargs = {k: self._resolve(v) for k, v in node.kwargs.items()}
@@ -195,7 +208,7 @@ class Translator:
                 results.append(fake)
                 continue
             attrs = [("target", target), ("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype)]
-            aliased = _aliased_input(schema, i, node.args)
+            aliased = _aliased_input(schema, i, args)
             final = i == 0
             if aliased is not None and isinstance(aliased, Value):
                 results.append(self.emit("extern_view", [aliased], attrs, fake=fake, final=final, role=schema.name.split("::")[-1]))
@@ -247,6 +260,10 @@ class Translator:
                            [v.name for v in inputs], attrs, source_loc(self.node))
         return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
 
+    def writes(self, value: Value) -> str | None:
+        """The memplan op that wrote `value`, `None` for an argument."""
+        return next((op.op for op in reversed(self.w.ops) if any(out[0] == value.name for out in op.outputs)), None)
+
     def emit_multi(self, op: str, inputs: list[Value], fakes: list[torch.Tensor], roles: list[str], attrs=()) -> list[Value]:
         """One op with several outputs, helper values of the node (named path.role)."""
         names = [self.name_for(r, False) for r in roles]
@@ -287,7 +304,8 @@ def _flops(node) -> int:
 
 
 def _aliased_input(schema, output: int, args):
-    """The input that output `output` of `schema` aliases (`Tensor(a)` on both), if any."""
+    """The input that output `output` of `schema` aliases (`Tensor(a)` on both), if any
+    (`args`: the node's arguments as translated, so a tensor is a `Value`)."""
     alias = schema.returns[output].alias_info if output < len(schema.returns) else None
     if alias is None or alias.is_write:
         return None

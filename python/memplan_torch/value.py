@@ -67,6 +67,8 @@ def shadow_after(op: str, inputs: list[Value], attrs: dict, fake) -> torch.Tenso
         return shadow(inputs[0])[index]
     if op == "select":
         return shadow(inputs[0]).select(attrs["axis"], attrs["index"])
+    if op == "detach":
+        return shadow(inputs[0])
     return dense(fake)
 
 

@@ -7,7 +7,8 @@ memplan's `reshape`, `transpose`, `expand`, `slice` and `select`, which share th
 bytes exactly as PyTorch's storage does (memplan's `reshape` is a view where PyTorch's
 `view` is one). A `reshape` PyTorch must copy is a `contiguous` copy first, as in PyTorch;
 whether memplan can view is asked of its own layout of the value (`value.shadow`).
-Identity ops (`alias`, `detach`, `contiguous` and `clone` of dense data) emit nothing.
+Identity ops (`alias`, `contiguous` and `clone` of dense data) emit nothing; `detach` is
+memplan's `detach`, a view through which no gradient flows (as in PyTorch).
 """
 
 from __future__ import annotations
@@ -81,9 +82,17 @@ def clone(t, x, memory_format=None):
     return contiguous(t, x)
 
 
-@handles(aten.alias.default, aten.detach.default)
+@handles(aten.alias.default)
 def alias(t, x, *_):
     return x
+
+
+@handles(aten.detach.default)
+def detach(t, x):
+    # A detach of a detach (the user's `.detach()` of a `no_grad` block's result) is that.
+    if t.writes(x) == "detach":
+        return x
+    return t.emit("detach", [x])
 
 
 def _bounds(size: int, start, end) -> tuple[int, int]:
