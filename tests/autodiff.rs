@@ -157,9 +157,9 @@ fn no_fix(_: &str, _: &mut Dense) {}
 
 const CASES: &[Case] = &[
     Case {
-        family: "slice, select, cat (views and their gradients)",
+        family: "slice, select, cat (views and their gradients), slice_scatter",
         text: "step @s(
-  %a: f32[4,6] param, %b: f32[4,2] param, %c: f32[3,4,6] param,
+  %a: f32[4,6] param, %b: f32[4,2] param, %c: f32[3,4,6] param, %d: f32[4,2] param,
   %r: f32[4,4] input, %r2: f32[3,3] input,
 ) {
   %s1 = slice(%a, axis=1, start=1, end=6, step=2)
@@ -168,7 +168,8 @@ const CASES: &[Case] = &[
   %t = transpose(%c, perm=[0, 2, 1])
   %u = select(%t, axis=1, index=3)
   %v = slice(%u, axis=1, start=1, end=4)
-  %w1 = mul(%j, %j)
+  %z = slice_scatter(%j, %d, axis=-1, start=2, end=6, step=2)
+  %w1 = mul(%z, %z)
   %m = slice(%w1, axis=1, start=0, end=7, step=2)
   %x = mul(%m, %r)
   %y = mul(%v, %r2)

@@ -74,6 +74,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::RmsNormBackward => None,
         OpKind::BatchNorm => Some(grad_batch_norm),
         OpKind::BatchNormBackward => None,
+        // No gradient flows through it: its outputs never need one (the expansion's analysis).
+        OpKind::BatchNormStats => None,
         OpKind::Conv2d => Some(grad_conv2d),
         OpKind::Conv2dBackward => None,
         OpKind::MaxPool2d => Some(grad_max_pool2d),
@@ -87,6 +89,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Slice => Some(grad_slice),
         OpKind::Select => Some(grad_select),
         OpKind::SliceBackward => None,
+        OpKind::SliceScatter => Some(grad_slice_scatter),
         OpKind::Cat => Some(grad_cat),
         OpKind::Extern => Some(grad_extern),
         OpKind::ExternView => Some(grad_extern),
@@ -604,6 +607,24 @@ fn grad_select(b: &mut Builder, call: &GradCall) -> Rule {
         let g = b.reshapable(x, dy, &kept)?;
         let g = b.op1(x, OpKind::Reshape, vec![g], &[("shape", shape_attr(&kept)?)])?;
         slice_backward(b, x, g, axis, index, index + 1, 1)
+    })
+}
+
+/// `out = slice_scatter(x, src, axis, start, end, step)`: the slice of out is src and the
+/// rest is x, so `dsrc = slice(dy, ...)` (a view of dy, no copy) and `dx = slice_scatter(dy,
+/// zeros, ...)`: dy with the slice zeroed, the zeros one `fill` scalar expanded (a view).
+fn grad_slice_scatter(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let (x, src) = (call.inputs[0], call.inputs[1]);
+    let slice_attrs = ["axis", "start", "end", "step"].map(|name| (name, Attr::Int(call.attrs.int(name))));
+    each(b, call, |b, k| {
+        if k == 1 {
+            return b.op1(src, OpKind::Slice, vec![dy], &slice_attrs);
+        }
+        let ty = b.ty(src).clone();
+        let zero = b.op1(x, OpKind::Fill, vec![], &[("shape", Attr::Ints(vec![])), ("dtype", Attr::DType(ty.dtype))])?;
+        let zeros = b.op1(x, OpKind::Expand, vec![zero], &[("shape", shape_attr(ty.dims())?)])?;
+        b.op1(x, OpKind::SliceScatter, vec![dy, zeros], &slice_attrs)
     })
 }
 

@@ -240,11 +240,12 @@ pub enum VerifyError {
         span: Option<SourceSpan>,
     },
 
-    /// An `update` line in a step with `backward`: autodiff writes the update of every
-    /// param it trains and of the optimizer state itself.
-    #[error("update %{name} in a step with `backward`")]
+    /// An `update` of a `param` in a step with `backward`: autodiff writes the update of
+    /// every param it trains (with the optimizer). A `state` argument the forward computes
+    /// anew (a running mean, a counter) may be updated.
+    #[error("update of param %{name} in a step with `backward`")]
     #[diagnostic(help(
-        "remove the `update` lines: `backward` updates every param the loss depends on, and the optimizer state"
+        "remove this `update` line: `backward` updates every param the loss depends on with the optimizer (a value kept across steps that the forward itself rewrites is a `state` argument)"
     ))]
     UpdateWithBackward {
         target: ValueId,
@@ -639,7 +640,8 @@ fn check_backward(graph: &Graph, errors: &mut Vec<VerifyError>) {
             errors.push(VerifyError::BadOptimizerAttr { kind: bw.optimizer, message, span });
         }
     }
-    for update in &graph.updates {
+    let param = |v: ValueId| graph.values.get(v).is_some_and(|v| v.def == ValueDef::Arg(Role::Param));
+    for update in graph.updates.iter().filter(|u| param(u.target)) {
         errors.push(VerifyError::UpdateWithBackward {
             target: update.target,
             name: graph.values.get(update.target).map_or_else(|| update.target.to_string(), |v| v.name.clone()),
@@ -778,17 +780,19 @@ mod tests {
     }
 
     #[test]
-    fn no_update_lines_with_backward() {
+    fn no_update_of_a_param_with_backward() {
         let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2\n  backward %loss with adam()\n  %w2 = relu(%w)\n  update %w <- %w2");
         let errs = errors_of(&src);
         let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
-        assert_eq!(msgs, ["update %t in a step with `backward`", "update %w in a step with `backward`"]);
+        assert_eq!(msgs, ["update of param %w in a step with `backward`"]);
         let VerifyError::UpdateWithBackward { span, backward, .. } = &errs[0] else { panic!("{errs:?}") };
-        assert_eq!(text(&src, *span), "update %t <- %t2");
+        assert_eq!(text(&src, *span), "update %w <- %w2");
         assert_eq!(text(&src, *backward), "backward %loss with adam()");
-        assert!(errs[0].help().unwrap().to_string().starts_with("remove the `update` lines"));
-        // The same updates without backward are fine.
-        let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2");
+        assert!(errs[0].help().unwrap().to_string().starts_with("remove this `update` line"));
+        // The update of the state %t is fine, and so are both without backward.
+        let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2\n  backward %loss with adam()");
+        assert_eq!(errors_of(&src), vec![]);
+        let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2\n  %w2 = relu(%w)\n  update %w <- %w2");
         assert_eq!(errors_of(&src), vec![]);
     }
 

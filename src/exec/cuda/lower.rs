@@ -151,6 +151,15 @@ pub fn lower_op(
             commands.extend(unary(OP_COPY, &slice, x(0), 0.0));
             commands
         }
+        SliceScatter => {
+            // x copied (element i onto element i: harmless when written in place over x),
+            // then src copied into the slice.
+            let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
+            let slice = strided_part(out, axis, attrs.int("start") as u64, x(1).shape[axis], attrs.int("step") as u64);
+            let mut commands = unary(OP_COPY, out, x(0), 0.0);
+            commands.extend(unary(OP_COPY, &slice, x(1), 0.0));
+            commands
+        }
         Extern | ExternView | ExternBackward => {
             return Err(CudaError::Unsupported(format!("`{}` is another framework's op ({})", op.kind, attrs.str("target"))));
         }
@@ -180,6 +189,7 @@ pub fn lower_op(
         }
         BatchNorm => batch_norm(y(0), x(0), x(1), x(2), attrs.float("eps"), scratch),
         BatchNormBackward => batch_norm_backward([y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch),
+        BatchNormStats => batch_norm_stats([y(0), y(1)], x(0), attrs.int("correction"), scratch),
         // conv2d: y from x and w; its backward: dx (backward data) and dw (backward weight).
         Conv2d => {
             let g = conv_geom(x(0), x(1), y(0), &ConvAttrs::of(attrs))?;
@@ -551,15 +561,13 @@ fn channels_of(x: &View) -> (u64, u64, u64) {
 /// Per-channel mean and rstd of `x` into a fresh stats region (2 doubles per channel):
 /// partial sums and a finish pass for the mean, then again for the variance.
 fn channel_stats(x: &View, eps: f64, scratch: &mut Scratch) -> (Arg, Vec<Command>) {
-    let (c, inner, m) = channels_of(x);
+    let (c, _, m) = channels_of(x);
     let (groups, chunk) = row_groups(c, m, 1024, c * 16);
     let stats = Arg::Ptr(scratch.alloc(c * 16));
     let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
     let mut commands = Vec::new();
     for mode in [BN_MEAN, BN_VAR] {
-        let args =
-            vec![Arg::I32(mode), partials.clone(), t(x), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
-        commands.push(launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args));
+        commands.push(channel_partials(mode, &partials, x, &stats, groups, chunk));
         let args = vec![
             Arg::I32(mode),
             stats.clone(),
@@ -574,6 +582,33 @@ fn channel_stats(x: &View, eps: f64, scratch: &mut Scratch) -> (Arg, Vec<Command
         commands.extend(elementwise(BN_FINISH, c, args));
     }
     (stats, commands)
+}
+
+/// The partial sums of `mode` (BN_MEAN, BN_VAR: see `bn_partial`) per (channel, chunk of
+/// `chunk` elements) of `x`.
+fn channel_partials(mode: i32, partials: &Arg, x: &View, stats: &Arg, groups: u64, chunk: u64) -> Command {
+    let (c, inner, m) = channels_of(x);
+    let args = vec![Arg::I32(mode), partials.clone(), t(x), t(x), stats.clone(), int(c), int(inner), int(m), int(chunk)];
+    launch(BN_PARTIAL, [c as u32, groups as u32, 1], [256, 1, 1], args)
+}
+
+/// batch_norm_stats: the mean's partials and finish pass (as `channel_stats`), the
+/// variance's partials, then `bn_stats` adds them and writes both, in f32.
+fn batch_norm_stats([mean, var]: [&View; 2], x: &View, correction: i64, scratch: &mut Scratch) -> Vec<Command> {
+    let (c, _, m) = channels_of(x);
+    if c == 0 {
+        return Vec::new();
+    }
+    let (groups, chunk) = row_groups(c, m, 1024, c * 16);
+    let stats = Arg::Ptr(scratch.alloc(c * 16));
+    let partials = Arg::Ptr(scratch.alloc(c * groups * 16));
+    let mut commands = vec![channel_partials(BN_MEAN, &partials, x, &stats, groups, chunk)];
+    let args = vec![Arg::I32(BN_MEAN), stats.clone(), partials.clone(), t(x), t(x), int(c), int(groups), int(m), Arg::F64(0.0)];
+    commands.extend(elementwise(BN_FINISH, c, args));
+    commands.push(channel_partials(BN_VAR, &partials, x, &stats, groups, chunk));
+    let args = vec![t(mean), t(var), stats, partials, int(c), int(groups), int(m), int(correction as u64)];
+    commands.extend(elementwise(BN_STATS, c, args));
+    commands
 }
 
 fn batch_norm(y: &View, x: &View, gamma: &View, beta: &View, eps: f64, scratch: &mut Scratch) -> Vec<Command> {

@@ -66,6 +66,7 @@ pub const BN_PARTIAL: &str = "bn_partial";
 pub const BN_FINISH: &str = "bn_finish";
 pub const BN_APPLY: &str = "bn_apply";
 pub const BN_BACKWARD_DX: &str = "bn_backward_dx";
+pub const BN_STATS: &str = "bn_stats";
 pub const IGEMM: &str = "igemm";
 pub const IGEMM_F32: &str = "igemm_f32";
 pub const IGEMM_FINISH: &str = "igemm_finish";
@@ -94,7 +95,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 50] = [
+pub const KERNELS: [&str; 51] = [
     BINARY,
     UNARY,
     FILL,
@@ -124,6 +125,7 @@ pub const KERNELS: [&str; 50] = [
     BN_FINISH,
     BN_APPLY,
     BN_BACKWARD_DX,
+    BN_STATS,
     IGEMM,
     IGEMM_F32,
     IGEMM_FINISH,
@@ -264,6 +266,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
         Reshape | Detach | Transpose | Expand | Slice | Select => &[],
         SliceBackward => &[FILL, UNARY],
+        SliceScatter => &[UNARY],
         Cat => &[UNARY],
         // Never lowered: a program with extern ops is refused before any launch.
         Extern | ExternView | ExternBackward => &[],
@@ -275,6 +278,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         RmsNormBackward => &[RMS_STATS, LN_GRAD_PARAMS, RMS_GRAD_GAMMA_FINISH, RMS_NORM_BACKWARD_DX],
         BatchNorm => &[BN_PARTIAL, BN_FINISH, BN_APPLY],
         BatchNormBackward => &[BN_PARTIAL, BN_FINISH, BN_BACKWARD_DX],
+        BatchNormStats => &[BN_PARTIAL, BN_FINISH, BN_STATS],
         Conv2d | Conv2dBackward | ConvTranspose2d | ConvTranspose2dBackward => &[IGEMM, IGEMM_F32, IGEMM_FINISH],
         MaxPool2d => &[MAX_POOL2D],
         MaxPool2dBackward => &[MAX_POOL2D_BACKWARD],

@@ -116,6 +116,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::RmsNormBackward => nn::rms_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
         OpKind::BatchNorm => vec![nn::batch_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::BatchNormBackward => nn::batch_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
+        OpKind::BatchNormStats => nn::batch_norm_stats(&x[0], attrs.int("correction") as usize),
         OpKind::Conv2d => vec![conv::conv2d(&x[0], &x[1], &ConvAttrs::of(attrs), &shapes[0])],
         OpKind::Conv2dBackward => conv::conv2d_backward(&x[0], &x[1], &x[2], &ConvAttrs::of(attrs)),
         OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &PoolAttrs::of(attrs), &shapes[0])],
@@ -139,6 +140,10 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::SliceBackward => {
             let axis = resolve_axis(attrs.int("axis"), shapes[0].len());
             vec![shape::slice_backward(&x[0], &shapes[0], axis, attrs.int("start") as usize, attrs.int("step") as usize)]
+        }
+        OpKind::SliceScatter => {
+            let axis = resolve_axis(attrs.int("axis"), x[0].shape.len());
+            vec![shape::slice_scatter(&x[0], &x[1], axis, attrs.int("start") as usize, attrs.int("step") as usize)]
         }
         OpKind::Cat => vec![shape::cat(x, resolve_axis(attrs.int("axis"), shapes[0].len()), &shapes[0])],
         OpKind::Extern | OpKind::ExternView | OpKind::ExternBackward => {
@@ -470,6 +475,7 @@ mod tests {
             (OpKind::RmsNormBackward, vec![], vec![z(&[0, 2]), z(&[0, 2]), z(&[2])]),
             (OpKind::BatchNorm, vec![], vec![z(&[0, 2]), z(&[2]), z(&[2])]),
             (OpKind::BatchNormBackward, vec![], vec![z(&[0, 2, 3]), z(&[0, 2, 3]), z(&[2])]),
+            (OpKind::BatchNormStats, vec![], vec![z(&[2, 0, 3])]),
             (OpKind::Conv2d, vec![], vec![z(&[0, 1, 3, 3]), z(&[2, 1, 2, 2])]),
             (OpKind::Conv2d, vec![], vec![z(&[1, 0, 3, 3]), z(&[2, 0, 2, 2])]),
             (OpKind::Conv2dBackward, vec![], vec![z(&[1, 0, 2, 2]), z(&[1, 1, 3, 3]), z(&[0, 1, 2, 2])]),

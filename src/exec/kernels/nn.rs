@@ -190,6 +190,20 @@ pub(super) fn batch_norm(x: &Dense, gamma: &Dense, beta: &Dense, eps: f64) -> De
     y
 }
 
+/// Each channel's mean and variance (divided by M − correction) over its M elements.
+pub(super) fn batch_norm_stats(x: &Dense, correction: usize) -> Vec<Dense> {
+    let (n, c, inner) = nc_inner(x);
+    let m = n * inner;
+    let (mut mean, mut var) = (Dense::zeros(vec![c]), Dense::zeros(vec![c]));
+    for ch in 0..c {
+        let mu = channel(n, c, inner, ch).map(|i| x.data[i]).sum::<f64>() / m as f64;
+        let squares: f64 = channel(n, c, inner, ch).map(|i| (x.data[i] - mu) * (x.data[i] - mu)).sum();
+        mean.data[ch] = mu;
+        var.data[ch] = squares / (m - correction) as f64;
+    }
+    vec![mean, var]
+}
+
 /// (dx, dgamma, dbeta) of batch_norm. Per channel, with x̂ = (x − mean)·rstd and M elements:
 /// dbeta = Σ dy; dgamma = Σ dy·x̂; dx = gamma · rstd · (dy − dbeta/M − x̂ · dgamma/M).
 pub(super) fn batch_norm_backward(dy: &Dense, x: &Dense, gamma: &Dense, eps: f64) -> Vec<Dense> {
@@ -520,6 +534,19 @@ mod tests {
             &[t(&[2, 1], &[1.0, 3.0]), t(&[1], &[1.0]), t(&[1], &[0.0])],
         );
         assert_close(&y[0], &[-1.0, 1.0], 1e-12);
+    }
+
+    #[test]
+    fn batch_norm_stats_are_each_channels_moments() {
+        // x [2, 2, 2]: channel 0 holds 1, 2, 5, 6 (mean 3.5, Σ(x − mean)² = 17), channel 1
+        // holds 3, 4, 7, 8 (mean 5.5, the same squares).
+        let x = t(&[2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let biased = run(OpKind::BatchNormStats, &[], std::slice::from_ref(&x));
+        assert_close(&biased[0], &[3.5, 5.5], 1e-12);
+        assert_close(&biased[1], &[17.0 / 4.0, 17.0 / 4.0], 1e-12);
+        // PyTorch's running_var is the unbiased variance: Σ(x − mean)² / (M − 1).
+        let unbiased = run(OpKind::BatchNormStats, &[("correction", Attr::Int(1))], &[x]);
+        assert_close(&unbiased[1], &[17.0 / 3.0, 17.0 / 3.0], 1e-12);
     }
 
     #[test]

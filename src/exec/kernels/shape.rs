@@ -1,5 +1,6 @@
 //! Shape kernels: transpose, expand, slice and select as dense row-major copies (the IR
-//! treats them as views; kernels materialise them), slice's gradient, concatenation, and
+//! treats them as views; kernels materialise them), slice's gradient, writes into a slice
+//! (`slice_scatter`), concatenation, and
 //! the reductions sum and mean. `reshape` is a copy of the data under the new shape, done
 //! in `eval`.
 
@@ -49,14 +50,23 @@ pub(super) fn select(x: &Dense, axis: usize, index: usize) -> Dense {
 
 /// Zeros of `shape` with `dy` written at `[start:end:step]` along `axis` (resolved).
 pub(super) fn slice_backward(dy: &Dense, shape: &[usize], axis: usize, start: usize, step: usize) -> Dense {
-    let mut out = Dense::zeros(shape.to_vec());
-    let own = strides(shape);
+    write_slice(Dense::zeros(shape.to_vec()), dy, axis, start, step)
+}
+
+/// `x` with `src` written at `[start:end:step]` along `axis` (resolved).
+pub(super) fn slice_scatter(x: &Dense, src: &Dense, axis: usize, start: usize, step: usize) -> Dense {
+    write_slice(x.clone(), src, axis, start, step)
+}
+
+/// `out` with `src` written over its elements `[start:end:step]` along `axis`.
+fn write_slice(mut out: Dense, src: &Dense, axis: usize, start: usize, step: usize) -> Dense {
+    let own = strides(&out.shape);
     let mut write = own.clone();
     write[axis] *= step;
     let base = start * own[axis];
     let mut k = 0;
-    walk(&dy.shape, [&write], |[o]| {
-        out.data[base + o] = dy.data[k];
+    walk(&src.shape, [&write], |[o]| {
+        out.data[base + o] = src.data[k];
         k += 1;
     });
     out

@@ -1,4 +1,5 @@
-//! Neural-network ops: softmax, embedding, the norms (layer, RMS and batch norm), max
+//! Neural-network ops: softmax, embedding, the norms (layer, RMS and batch norm, and
+//! the batch statistics BatchNorm's running averages are made of), max
 //! pooling, and the losses (cross-entropy, binary cross-entropy with logits), each with
 //! its backward op.
 //!
@@ -81,6 +82,11 @@ pub(super) const BATCH_NORM_BACKWARD: OpDef = OpDef::new("batch_norm_backward", 
     .backward()
     .flops(per_input::<12>)
     .inplace(&[(0, 0)]);
+
+pub(super) const BATCH_NORM_STATS: OpDef = OpDef::new("batch_norm_stats", &["x"], &["mean", "var"], infer_batch_norm_stats, "each channel's (dim 1) mean and variance over the batch, in f32, with no gradient: BatchNorm's running statistics")
+    .attrs(&[attr("correction", K::Int, Some(AttrDefault::Int(0)))])
+    .flops(per_input::<3>)
+    .stops_gradient();
 
 pub(super) const MAX_POOL2D: OpDef = OpDef::new("max_pool2d", &["x"], &["y"], infer_max_pool2d, "maximum over kernel windows of x[N,C,H,W] (padding counts as -inf)")
     .attrs(POOL_ATTRS)
@@ -223,6 +229,22 @@ pub(super) fn infer_batch_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -
     same_type(dy, "dy", x, "x")?;
     let p = norm_params(x, batch_channels(x), "[N,C,...]", &[(inputs[2], "gamma")], attrs)?;
     done(vec![x.clone(), p.clone(), p])
+}
+
+/// `batch_norm_stats(x, correction)`: a float `x [N,C,...]` with more than `correction`
+/// elements per channel (the variance divides by their number minus `correction`); `mean`
+/// and `var` are `f32[C]`.
+fn infer_batch_norm_stats(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    float_input(x, "x")?;
+    let Some(c) = batch_channels(x) else { return Err(format!("x must be [N,C,...], found {x}")) };
+    let correction = attrs.int("correction");
+    let per_channel = x.dims().iter().enumerate().filter(|&(i, _)| i != 1).try_fold(1u64, |n, (_, &d)| n.checked_mul(d));
+    match (u64::try_from(correction), per_channel) {
+        (Err(_), _) => Err(format!("correction={correction} must be >= 0")),
+        (Ok(k), Some(m)) if m > k => done(vec![TensorType::new(DType::F32, vec![c]); 2]),
+        _ => Err(format!("x {x} has too few elements per channel for correction={correction} (PyTorch: expected more than 1 value per channel when training)")),
+    }
 }
 
 pub(super) fn infer_max_pool2d(inputs: &[&TensorType], attrs: &Attrs) -> Rule {

@@ -1,7 +1,7 @@
 //! Shape ops: the reductions `sum` and `mean`, the views (`reshape`, `transpose`,
 //! `expand`, `slice`, `select`) with the rules that derive a view's layout from its
 //! input's (`View` in their rows; `ir::layout` applies them), and the copies
-//! `slice_backward` and `cat`.
+//! `slice_backward`, `slice_scatter` (a write into a slice, functionalized) and `cat`.
 //!
 //! A view's layout rule assumes attributes and types that passed the type rule (axes in
 //! range, slices inside their dimension). `reshape` is a view exactly where PyTorch's
@@ -63,6 +63,11 @@ pub(super) const SELECT: OpDef = OpDef::new("select", &["x"], &["out"], infer_se
 pub(super) const SLICE_BACKWARD: OpDef = OpDef::new("slice_backward", &["dy"], &["dx"], infer_slice_backward, "zeros of shape with dy at the slice: slice's gradient")
     .attrs(SLICE_BACKWARD_ATTRS)
     .backward();
+
+pub(super) const SLICE_SCATTER: OpDef =
+    OpDef::new("slice_scatter", &["x", "src"], &["out"], infer_slice_scatter, "x with src written over x[start:end:step] along axis (PyTorch's `x[..., a:b] = src`, functionalized)")
+        .attrs(SLICE_ATTRS)
+        .inplace(&[(0, 0)]);
 
 pub(super) const CAT: OpDef = OpDef::new("cat", &["xs..."], &["out"], infer_cat, "the inputs concatenated along axis")
     .attrs(&[attr("axis", K::Int, None)]);
@@ -204,6 +209,17 @@ pub(super) fn infer_slice_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rul
         return Err(format!("dy is {dy}, but this slice of {full} is {expected}"));
     }
     done(vec![full])
+}
+
+/// `slice_scatter(x, src, axis, start, end, step)`: `src` must be exactly the slice of `x`
+/// (its dtype and shape); the output has `x`'s type.
+fn infer_slice_scatter(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, src) = (inputs[0], inputs[1]);
+    let expected = sliced(x, attrs)?;
+    if *src != expected {
+        return Err(format!("src is {src}, but this slice of {x} is {expected}"));
+    }
+    done(vec![x.clone()])
 }
 
 /// `cat(xs..., axis)`: one or more tensors of one dtype and rank, equal but along `axis`.

@@ -77,6 +77,7 @@ op_table! {
     RmsNormBackward = nn::RMS_NORM_BACKWARD,
     BatchNorm = nn::BATCH_NORM,
     BatchNormBackward = nn::BATCH_NORM_BACKWARD,
+    BatchNormStats = nn::BATCH_NORM_STATS,
     // Convolution and pooling.
     Conv2d = conv::CONV2D,
     Conv2dBackward = conv::CONV2D_BACKWARD,
@@ -94,6 +95,7 @@ op_table! {
     Slice = shape::SLICE,
     Select = shape::SELECT,
     SliceBackward = shape::SLICE_BACKWARD,
+    SliceScatter = shape::SLICE_SCATTER,
     Cat = shape::CAT,
     // Ops of another framework memplan plans but cannot run.
     Extern = r#extern::EXTERN,

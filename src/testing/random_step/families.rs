@@ -397,14 +397,15 @@ impl Gen {
         }
     }
 
-    /// A slice (recorded, for its backward op), a select, or a concatenation of values that
-    /// agree but along one axis (a value with a slice of itself or with another).
+    /// A slice (recorded, for its backward op), a select, a concatenation of values that
+    /// agree but along one axis (a value with a slice of itself or with another), or a write
+    /// into a slice (`slice_scatter`).
     pub(super) fn slices(&mut self) {
         let Some(x) = self.pick(|g, v| g.ty(v).rank() >= 1 && g.ty(v).dims().iter().all(|&d| d >= 1)) else { return };
         let dims = self.ty(x).dims().to_vec();
         let axis = self.below(dims.len());
         let spelled = if self.chance(0.3) { axis as i64 - dims.len() as i64 } else { axis as i64 };
-        match self.below(3) {
+        match self.below(4) {
             0 => {
                 let start = self.below(dims[axis] as usize) as i64;
                 let end = start + 1 + self.below(dims[axis] as usize - start as usize) as i64;
@@ -415,6 +416,17 @@ impl Gen {
             1 => {
                 let index = self.below(dims[axis] as usize) as i64;
                 self.emit(OpKind::Select, &[x], &[("axis", Attr::Int(spelled)), ("index", Attr::Int(index))]);
+            }
+            3 => {
+                let start = self.below(dims[axis] as usize) as i64;
+                let end = start + 1 + self.below(dims[axis] as usize - start as usize) as i64;
+                let step = 1 + self.below(2) as i64;
+                let mut part = dims.clone();
+                part[axis] = ((end - start + step - 1) / step) as u64;
+                let ty = TensorType::new(self.ty(x).dtype, part);
+                let src = self.derive(&ty, None);
+                let attrs = [("axis", Attr::Int(spelled)), ("start", Attr::Int(start)), ("end", Attr::Int(end)), ("step", Attr::Int(step))];
+                self.emit(OpKind::SliceScatter, &[x, src], &attrs);
             }
             _ => {
                 let n = 1 + self.below(dims[axis] as usize) as i64;

@@ -559,6 +559,11 @@ impl Gen {
             Family::BatchNorm => {
                 let x = self.float_value(2, 4);
                 self.batch_norm(x);
+                if self.chance(0.5) {
+                    // Its running statistics, as an exported BatchNorm updates them.
+                    let correction = self.below(2) as i64;
+                    self.emit(OpKind::BatchNormStats, &[x], &[("correction", Attr::Int(correction))]);
+                }
             }
             Family::Conv => self.conv_block(),
             Family::Pool => {

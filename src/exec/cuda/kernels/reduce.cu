@@ -114,6 +114,20 @@ extern "C" __global__ void bn_finish(int mode, u64 stats, u64 partials, Tensor o
     }
 }
 
+// batch_norm_stats: mean[c] from BN_MEAN's finish pass, var[c] = Σ (x − mean)² / (M − correction)
+// from BN_VAR's partials, added in chunk order (doubles throughout).
+extern "C" __global__ void bn_stats(Tensor mean, Tensor var, u64 stats, u64 partials, i64 channels, i64 groups, i64 m,
+                                    i64 correction) {
+    const double* p = (const double*)partials;
+    const double* st = (const double*)stats;
+    GRID_STRIDE(c, channels) {
+        double s0 = 0.0;
+        for (i64 g = 0; g < groups; ++g) s0 += p[(c * groups + g) * 2];
+        store_d(mean, c, st[2 * c]);
+        store_d(var, c, s0 / (double)(m - correction));
+    }
+}
+
 // y = (x − mean)·rstd·gamma + beta, per channel.
 extern "C" __global__ void bn_apply(Tensor y, Tensor x, Tensor gamma, Tensor beta, u64 stats, i64 channels, i64 inner) {
     const double* st = (const double*)stats;
