@@ -156,7 +156,11 @@ def plan_arena(memplan: str, step_text: str, budget: str | None) -> int:
         with open(path, "w") as f:
             f.write(step_text)
         command = [memplan, "plan", path, "--format", "json"] + (["--budget", budget] if budget else [])
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True)
+        except OSError as e:
+            raise Failure(f"cannot run memplan ({memplan}): {e.strerror}; build it with `cargo build --release` "
+                          "or name it with --memplan") from None
     if done.returncode == 2:
         return -1  # the budget cannot be met at this batch
     if done.returncode != 0:

@@ -14,13 +14,15 @@ Under `amp`, the capture is PyTorch's CUDA autocast on fake CUDA tensors (see
 `_cuda_autocast` below): the casts it inserts are in the graph.
 
 The step is the user's, or an error, never a silently different one (`_regions`,
-`_watching_functions` below): `torch.no_grad()`/`enable_grad()`/`set_grad_enabled()` and
-`torch.autocast(...)` blocks inside forward are inlined with their meaning (what a
-grad-disabled block computes is detached; the casts of an autocast block are inserted, on
-fake CUDA tensors for a CUDA block); a custom `torch.autograd.Function` and reentrant
-`torch.utils.checkpoint` are refused (memplan would differentiate their forward, not run
-their backward); non-reentrant checkpointing is planned without its recomputation, with a
-warning.
+`_writes`, `_watching_functions` below): in-place writes are functionalized with
+PyTorch's own machinery (a write into a slice becomes `slice_scatter`, a buffer's update
+an `update` of its state argument; memplan's in-place pass finds the reuse again);
+`torch.no_grad()`/`enable_grad()`/`set_grad_enabled()` and `torch.autocast(...)` blocks
+inside forward are inlined with their meaning (what a grad-disabled block computes is
+detached; the casts of an autocast block are inserted, on fake CUDA tensors for a CUDA
+block); a custom `torch.autograd.Function` and reentrant `torch.utils.checkpoint` are
+refused (memplan would differentiate their forward, not run their backward);
+non-reentrant checkpointing is planned without its recomputation, with a warning.
 """
 
 from __future__ import annotations
@@ -89,12 +91,33 @@ def optimizer_attrs(optimizer: str, lr=None, weight_decay=None, momentum=None) -
 
 def capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None = None) -> torch.export.ExportedProgram:
     """The forward graph of `model(*example_inputs)` in training mode, in ATen ops; under
-    `amp`, with the casts CUDA autocast performs (see `_cuda_autocast`)."""
+    `amp`, with the casts CUDA autocast performs (see `_cuda_autocast`). A model in
+    training mode is captured as it is, so a submodule the user put in eval mode (a frozen
+    BatchNorm) stays so; a model in eval mode is captured in training mode throughout.
+    The modules' modes are restored afterwards."""
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     if amp is not None and amp not in AMP:
         raise ExportError(f"--amp {amp}: expected one of {', '.join(AMP)}")
-    model.train()
+    with _training(model):
+        return _capture(model, example_inputs, amp)
+
+
+@contextlib.contextmanager
+def _training(model: torch.nn.Module):
+    """`model` in training mode for the duration (see `capture`), each module's mode
+    restored after."""
+    modes = [(module, module.training) for module in model.modules()]
+    if not model.training:
+        model.train()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None) -> torch.export.ExportedProgram:
     if amp is None:
         seen: list = []
         program = _export(model, example_inputs, seen)
@@ -152,14 +175,37 @@ def _regions(program: torch.export.ExportedProgram, retrace: bool = False) -> to
         if node.args[0] is False:
             for result in results:
                 _detach(result)
-    if not (retrace or _region_nodes(program, _SET_GRAD) or _region_nodes(program, _AUTOCAST)):
+    if not (retrace or _region_nodes(program, _SET_GRAD) or _region_nodes(program, _AUTOCAST) or _writes(program)):
         program.graph_module.recompile()
         return program
     for module in program.graph_module.modules():
         if isinstance(module, torch.fx.GraphModule):
             module.recompile()
     with _quiet_retrace():
-        return program.run_decompositions({})
+        program = program.run_decompositions({})
+    # Functionalization leaves the views it read the old values through (`x[:, :8]` before
+    # `x[:, :8] = h`) unread: nothing of the user's step.
+    program.graph_module.graph.eliminate_dead_code()
+    program.graph_module.recompile()
+    return program
+
+
+def _writes(program: torch.export.ExportedProgram) -> bool:
+    """Whether the graph writes in place: an op whose schema mutates an argument (`relu_`,
+    `add_`, `copy_` into a slice, `index_put_`, an `out=` variant), or a training BatchNorm
+    that updates its running statistics. The retrace (`run_decompositions({})`)
+    functionalizes them: each write becomes a value (`relu`, `slice_scatter`, ...), and a
+    buffer's new value an output of the graph."""
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+            if schema is not None and schema.is_mutable:
+                return True
+            if node.target is torch.ops.aten.batch_norm.default and node.args[5] and node.args[3] is not None:
+                return True
+    return False
 
 
 def _inline(node, inner: torch.fx.GraphModule) -> list:

@@ -1,7 +1,8 @@
 """Writing a memplan step (the `.step` text of docs/IR.md) from Python.
 
 `StepWriter` collects arguments, ops (each output with its type, so memplan checks every
-shape the exporter claims), a `backward` statement and the returned values, and prints
+shape the exporter claims), the updates of state (buffers the forward rewrites), a
+`backward` statement and the returned values, and prints
 them in memplan's canonical layout: two-space indent, one argument per line with a
 trailing comma, every output typed, attributes as `name=value`. Names are made unique
 here: a name already taken gets `.1`, `.2`, ... appended.
@@ -100,6 +101,7 @@ class StepWriter:
     args: list[tuple[str, str, str]] = field(default_factory=list)  # (name, type, role)
     ops: list[Op] = field(default_factory=list)
     backward: tuple[str, str, list[tuple[str, object]]] | None = None
+    updates: list[tuple[str, str]] = field(default_factory=list)  # (state argument, new value)
     returns: list[str] = field(default_factory=list)
     _taken: set[str] = field(default_factory=set)
 
@@ -142,6 +144,7 @@ class StepWriter:
                 file, line, module = op.loc
                 loc = f' loc("{file}":{line}' + (f', "{module}")' if module is not None else ")")
             lines.append(f"  {outs} = {op.op}({', '.join(operands)}){loc}")
+        lines += [f"  update %{target} <- %{value}" for target, value in self.updates]
         if self.backward:
             loss, optimizer, attrs = self.backward
             rendered = ", ".join(f"{k}={attr_text(v)}" for k, v in attrs)

@@ -28,13 +28,14 @@ from __future__ import annotations
 import operator
 import os
 import re
+import warnings
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 from .ops import HANDLERS
-from .step import ExportError, StepWriter, type_text
+from .step import ExportError, ExportWarning, StepWriter, type_text
 from .value import Value, dense, shadow_after
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -94,22 +95,75 @@ class Translator:
             if node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
-                outs = node.args[0]
-                loss = self.env.get(outs[0]) if len(outs) >= 1 else None
+                loss = self._outputs(node)
         if not isinstance(loss, Value):
             raise ExportError("the model must return its loss (a scalar tensor) first")
         if loss.rank != 0 or not loss.fake.dtype.is_floating_point:
             raise ExportError(f"the model returned {loss.type}, not a float scalar loss")
+        self._drop_unread_views(loss)
         return loss
+
+    def _drop_unread_views(self, loss: Value) -> None:
+        """Removes views nothing reads: a functionalized write still reads the old value
+        through its view (`copy(x[:, :8], h)`), where the step needs only `h`."""
+        read = {loss.name} | {value for _, value in self.w.updates}
+        for op in reversed(list(self.w.ops)):
+            if op.op in _VIEWS and not any(name in read for name, _ in op.outputs):
+                self.w.remove(op)
+            else:
+                read.update(op.inputs)
+
+    def _outputs(self, node):
+        """The loss (the first output of the user's forward) and the `update` of each buffer
+        the forward rewrote (a functionalized graph returns their new values first)."""
+        specs = self.program.graph_signature.output_specs
+        loss = None
+        state_of = {source: name for name, source in self.arg_sources.items() if self.roles[name] == "state"}
+        for spec, out in zip(specs, node.args[0]):
+            if spec.kind == OutputKind.USER_OUTPUT:
+                if loss is None:
+                    loss = self.env.get(out)
+            elif spec.kind == OutputKind.BUFFER_MUTATION:
+                self._update(state_of[spec.target], self.env[out])
+            elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                warnings.warn(f"{self._where(out)}: forward writes into its input {spec.target} in place; the step does not "
+                              "write inputs back (the batch is fed anew each step)", ExportWarning, stacklevel=2)
+            elif spec.kind == OutputKind.PARAMETER_MUTATION:
+                raise ExportError(f"{self._where(out)}: forward writes into the parameter {spec.target} in place: memplan's "
+                                  "params change only by the optimizer (write into a buffer, or outside forward)")
+            else:
+                raise ExportError(f"output {spec.arg.name} of kind {spec.kind.name} is not supported")
+        return loss
+
+    def _update(self, target: str, value) -> None:
+        """`update %target <- %value`, `value` in the target's dtype and shape (PyTorch's
+        in-place write keeps the buffer's)."""
+        if not isinstance(value, Value):
+            raise ExportError(f"the new value of buffer {self.arg_sources[target]} is not a tensor")
+        ty = next(t for name, t, _ in self.w.args if name == target)
+        if value.name == target:
+            return
+        if value.type != ty:
+            raise ExportError(f"buffer {self.arg_sources[target]} is {ty} but its new value is {value.type}")
+        self.w.updates.append((target, value.name))
+
+    def _where(self, node) -> str:
+        loc = source_loc(node) if isinstance(node, torch.fx.Node) else None
+        return f"{loc[0]}:{loc[1]}" if loc else "the model"
 
     def _plan_names(self, graph):
         """Which nodes are a module's result (named after the module itself), and the loss
         (named `loss`)."""
         self.result_of_module: set[torch.fx.Node] = set()
         outputs = [n for n in graph.nodes if n.op == "output"]
-        self.loss_node = outputs[0].args[0][0] if outputs and outputs[0].args[0] else None
+        specs = list(zip(self.program.graph_signature.output_specs, outputs[0].args[0] if outputs else []))
+        user = [out for spec, out in specs if spec.kind == OutputKind.USER_OUTPUT]
+        self.loss_node = user[0] if user else None
+        # A buffer's new value (a BatchNorm's counter) leaves the graph, but is not what
+        # its module computes.
+        written_back = {out for spec, out in specs if spec.kind != OutputKind.USER_OUTPUT}
         for node in graph.nodes:
-            if node.op != "call_function":
+            if node.op != "call_function" or node in written_back:
                 continue
             path = module_path(node)
             if not path:
@@ -117,7 +171,9 @@ class Translator:
             for user in node.users:
                 user_path = module_path(user) if user.op == "call_function" else ""
                 if user.op == "output" or not (user_path == path or user_path.startswith(path + ".")):
-                    self.result_of_module.add(node)
+                    # A multi-output op's first output (a functional BatchNorm's) names it.
+                    escaping = node.args[0] if node.target is operator.getitem and node.args[1] == 0 else node
+                    self.result_of_module.add(escaping)
                     break
 
     def arguments(self):
@@ -262,7 +318,12 @@ class Translator:
 
     def writes(self, value: Value) -> str | None:
         """The memplan op that wrote `value`, `None` for an argument."""
-        return next((op.op for op in reversed(self.w.ops) if any(out[0] == value.name for out in op.outputs)), None)
+        op = self.written_by(value.name)
+        return op.op if op else None
+
+    def written_by(self, name: str):
+        """The op (`step.Op`) that wrote the value `name`, `None` for an argument."""
+        return next((op for op in reversed(self.w.ops) if any(out[0] == name for out in op.outputs)), None)
 
     def emit_multi(self, op: str, inputs: list[Value], fakes: list[torch.Tensor], roles: list[str], attrs=()) -> list[Value]:
         """One op with several outputs, helper values of the node (named path.role)."""
@@ -274,6 +335,10 @@ class Translator:
     def fake_like(self, shape, dtype) -> torch.Tensor:
         with torch._subclasses.fake_tensor.FakeTensorMode():
             return torch.empty(shape, dtype=dtype)
+
+
+# memplan's views: free, so one nothing reads is no part of the step.
+_VIEWS = {"reshape", "transpose", "expand", "slice", "select"}
 
 
 # -- helpers of the extern fallback -------------------------------------------------------

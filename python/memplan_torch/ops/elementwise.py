@@ -1,5 +1,6 @@
 """Elementwise handlers: arithmetic, math functions and activations, `where` and
-`masked_fill`, dtype casts, and the fills (`full`, `arange`).
+`masked_fill`, dtype casts, and the fills (`full`, `zeros`, `ones`, `empty`, their `_like`
+and `new_` forms, `arange`).
 
 Arithmetic with a Python number is memplan's `add_scalar` or `mul_scalar` (`a - s` adds
 -s, `a / s` multiplies by 1/s). Mixed dtypes are cast to the output's first, as PyTorch
@@ -8,15 +9,21 @@ promotes them (`promoted`).
 
 from __future__ import annotations
 
+import torch
+
 from ..step import ExportError
 from ..value import Value
-from ._helpers import constant, promoted
+from ._helpers import cast_to, constant, promoted
 from .registry import aten, handles
 
 
 def _scalar_or_tensor(t, a, b, tensor_op: str, scalar_fn):
     if isinstance(a, Value) and isinstance(b, Value):
         return t.emit(tensor_op, promoted(t, a, b))
+    if isinstance(a, Value) and not t.out_fake().dtype.is_floating_point:
+        # memplan's scalar ops are float; an integer counter (`num_batches_tracked + 1`)
+        # adds a scalar of its dtype.
+        return t.emit(tensor_op, promoted(t, a, constant(t, [], t.out_fake().dtype, b, "scalar")))
     if isinstance(a, Value):
         return scalar_fn(a, float(b))
     raise ExportError(f"{tensor_op} with a Python number first ({a!r}) is not supported")
@@ -102,6 +109,29 @@ def masked_fill(t, x, mask, value):
     return t.emit("masked_fill", [x, mask], [("value", float(value))])
 
 
+@handles(aten.index_put.default)
+def index_put(t, x, indices, values, accumulate=False):
+    """`x[mask] = values` with a bool mask over x's leading dimensions, functionalized:
+    `where(mask, values, x)` (values broadcast over the masked elements, as PyTorch
+    requires of them). Integer indices and `accumulate` are not this form."""
+    if accumulate or len(indices) != 1 or not isinstance(indices[0], Value) or indices[0].fake.dtype != torch.bool:
+        raise ExportError("index_put with integer indices or accumulate=True has no memplan op")
+    mask, part = indices[0], x.shape[indices[0].rank:]
+    if mask.shape != x.shape[:mask.rank] or not isinstance(values, Value) or not _broadcasts(values.shape, part):
+        raise ExportError("index_put: values must broadcast over the masked elements")
+    if mask.rank < x.rank:
+        column = mask.shape + [1] * (x.rank - mask.rank)
+        mask = t.emit("reshape", [mask], [("shape", column)], fake=t.fake_like(column, torch.bool), final=False)
+    return t.emit("where", [mask, cast_to(t, values, x.fake.dtype), x])
+
+
+def _broadcasts(shape, to) -> bool:
+    try:
+        return list(torch.broadcast_shapes(tuple(shape), tuple(to))) == list(to)
+    except RuntimeError:
+        return False
+
+
 @handles(aten.to.dtype, aten._to_copy.default)
 def to_dtype(t, x, dtype=None, *rest, **kwargs):
     dtype = kwargs.get("dtype", dtype)
@@ -114,6 +144,38 @@ def to_dtype(t, x, dtype=None, *rest, **kwargs):
 def full(t, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
     fake = t.out_fake()
     return t.emit("fill", [], [("shape", [int(d) for d in size]), ("dtype", fake.dtype), ("value", float(fill_value))])
+
+
+def _fill(t, value, role):
+    fake = t.out_fake()
+    return t.emit("fill", [], [("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype), ("value", float(value))], role=role)
+
+
+@handles(aten.zeros.default, aten.empty.memory_format, aten.zeros_like.default, aten.empty_like.default,
+         aten.new_zeros.default, aten.new_empty.default)
+def zeros(t, *_args, **_kwargs):
+    """A new tensor of zeros, or an uninitialized one (`empty`: zeros are one of its values)."""
+    return _fill(t, 0.0, "zeros")
+
+
+@handles(aten.ones.default, aten.ones_like.default, aten.new_ones.default)
+def ones(t, *_args, **_kwargs):
+    return _fill(t, 1.0, "ones")
+
+
+@handles(aten.full_like.default)
+def full_like(t, x, fill_value, **_kwargs):
+    return _fill(t, fill_value, "full")
+
+
+@handles(aten.new_full.default)
+def new_full(t, x, size, fill_value, **_kwargs):
+    return _fill(t, fill_value, "full")
+
+
+@handles(aten.scalar_tensor.default)
+def scalar_tensor(t, value, **_kwargs):
+    return _fill(t, value, "scalar")
 
 
 @handles(aten.arange.default, aten.arange.start, aten.arange.start_step)

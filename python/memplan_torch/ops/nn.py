@@ -56,12 +56,86 @@ def rms_norm(t, x, shape, weight=None, eps=None):
 
 @handles(aten.batch_norm.default)
 def batch_norm(t, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
+    """BatchNorm without running statistics to update (`track_running_stats=False`): with
+    them, the capture functionalizes it first (`_native_batch_norm_legit_functional`)."""
     if not training:
-        raise ExportError("batch_norm in eval mode is not supported (export the model in train mode)")
+        return _batch_norm_eval(t, x, weight, bias, running_mean, running_var, eps)
+    if running_mean is not None:
+        raise ExportError("batch_norm with running statistics must be functionalized first (a memplan bug)")
+    return _batch_norm(t, x, weight, bias, eps)
+
+
+def _batch_norm(t, x, weight, bias, eps, fake=None) -> Value:
     c = x.shape[1]
     weight = weight if weight is not None else constant(t, [c], x.fake.dtype, 1.0, "gamma")
     bias = bias if bias is not None else constant(t, [c], x.fake.dtype, 0.0, "beta")
-    return t.emit("batch_norm", [x, weight, bias], [("eps", float(eps))])
+    return t.emit("batch_norm", [x, weight, bias], [("eps", float(eps))], fake=fake)
+
+
+@handles(aten._native_batch_norm_legit_functional.default)
+def batch_norm_functional(t, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Training BatchNorm and its running statistics: `batch_norm` for the output, and each
+    running average mixed as PyTorch mixes it, `(1 − momentum)·running + momentum·batch`,
+    with the batch's statistics from `batch_norm_stats` (the variance unbiased, as
+    PyTorch's running_var); the capture writes them back with `update` (translate.py).
+    The batch mean and inverse std PyTorch saves for its backward are not values of the
+    step (memplan's `batch_norm_backward` recomputes them)."""
+    if not training:
+        out = _batch_norm_eval(t, x, weight, bias, running_mean, running_var, eps, fake=t.out_fake(0))
+        return (out, None, None, running_mean, running_var)
+    if any(user.args[1] in (1, 2) for user in t.node.users):
+        raise ExportError("the batch statistics of _native_batch_norm_legit_functional are read: memplan's "
+                          "batch_norm does not give them")
+    out = _batch_norm(t, x, weight, bias, eps, fake=t.out_fake(0))
+    f32 = t.fake_like([x.shape[1]], torch.float32)
+    mean, var = t.emit_multi("batch_norm_stats", [x], [f32, f32], ["batch_mean", "batch_var"], [("correction", 1)])
+    momentum = float(momentum)
+
+    def mixed(running: Value, batch: Value, role: str) -> Value:
+        kept = t.emit("mul_scalar", [running], [("value", 1.0 - momentum)], fake=running.fake, final=False, role=f"{role}.kept")
+        batch = cast_to(t, batch, running.fake.dtype)
+        added = t.emit("mul_scalar", [batch], [("value", momentum)], fake=running.fake, final=False, role=f"{role}.batch")
+        return t.emit("add", [kept, added], fake=running.fake, final=False, role=f"{role}.new")
+
+    return (out, None, None, mixed(running_mean, mean, "running_mean"), mixed(running_var, var, "running_var"))
+
+
+@handles(aten._native_batch_norm_legit.no_stats)
+def batch_norm_no_stats(t, x, weight, bias, training, momentum, eps):
+    """BatchNorm without running statistics (`track_running_stats=False`), functionalized."""
+    if any(user.args[1] in (1, 2) for user in t.node.users):
+        raise ExportError("the batch statistics of _native_batch_norm_legit are read: memplan's batch_norm does not give them")
+    return (_batch_norm(t, x, weight, bias, eps, fake=t.out_fake(0)), None, None)
+
+
+@handles(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_no_training(t, x, weight, bias, running_mean, running_var, momentum, eps):
+    """A BatchNorm in eval mode inside a training step (a frozen norm)."""
+    if any(user.args[1] in (1, 2) for user in t.node.users):
+        raise ExportError("the statistics of _native_batch_norm_legit_no_training are read")
+    return (_batch_norm_eval(t, x, weight, bias, running_mean, running_var, eps, fake=t.out_fake(0)), None, None)
+
+
+def _batch_norm_eval(t, x, weight, bias, running_mean, running_var, eps, fake=None) -> Value:
+    """BatchNorm in eval mode: `x·scale + shift` per channel with the running statistics,
+    `scale = weight / √(running_var + eps)` and `shift = bias − running_mean·scale` (what
+    PyTorch computes; gradients reach weight, bias and x through these ops)."""
+    c, dtype = x.shape[1], x.fake.dtype
+    vector = t.fake_like([c], dtype)
+    stats = [cast_to(t, v, dtype) for v in (running_mean, running_var)]
+    shifted = t.emit("add_scalar", [stats[1]], [("value", float(eps))], fake=vector, final=False, role="var_eps")
+    scale = t.emit("rsqrt", [shifted], fake=vector, final=False, role="rstd")
+    if weight is not None:
+        scale = t.emit("mul", [cast_to(t, weight, dtype), scale], fake=vector, final=False, role="scale")
+    shift = t.emit("mul", [stats[0], scale], fake=vector, final=False, role="mean_scaled")
+    shift = t.emit("neg", [shift], fake=vector, final=False, role="shift")
+    if bias is not None:
+        shift = t.emit("add", [cast_to(t, bias, dtype), shift], fake=vector, final=False, role="shift")
+    column = [c] + [1] * (x.rank - 2)
+    scale, shift = (t.emit("reshape", [v], [("shape", column)], fake=t.fake_like(column, dtype), final=False, role=f"{r}.column")
+                    for v, r in ((scale, "scale"), (shift, "shift")))
+    scaled = t.emit("mul", [x, scale], fake=x.fake, final=False, role="scaled")
+    return t.emit("add", [scaled, shift], fake=fake)
 
 
 @handles(aten.max_pool2d.default)

@@ -121,6 +121,65 @@ def slice_(t, x, dim=0, start=None, end=None, step=1):
     return _slice_of(t, x, axis, start, end, step)
 
 
+@handles(aten.slice_scatter.default)
+def slice_scatter(t, x, src, dim=0, start=None, end=None, step=1):
+    """`x` with `src` written over `x[start:end:step]` along `dim`: a write into a slice
+    (`out[:, :d] = h`), functionalized."""
+    axis = dim % x.rank
+    start, end = _bounds(x.shape[axis], start, end)
+    return _scatter(t, x, src, axis, start, end, step)
+
+
+@handles(aten.select_scatter.default)
+def select_scatter(t, x, src, dim, index):
+    """`x` with `src` written over `x[index]` along `dim` (`h[:, 0] += 1`, functionalized):
+    a `slice_scatter` of the one-element slice, `src` given the axis back (a view)."""
+    axis = dim % x.rank
+    index = index + x.shape[axis] if index < 0 else index
+    shape = src.shape[:axis] + [1] + src.shape[axis:]
+    src = src if viewable(src, shape) else t.emit("contiguous", [src], fake=src.fake, final=False)
+    src = t.emit("reshape", [src], [("shape", shape)], fake=t.fake_like(shape, src.fake.dtype), final=False)
+    return _scatter(t, x, src, axis, index, index + 1, 1)
+
+
+def _scatter(t, x, src, axis: int, start: int, end: int, step: int) -> Value:
+    # PyTorch casts src to x's dtype and broadcasts it to the slice's shape.
+    src = cast_to(t, src, x.fake.dtype)
+    part = list(shadow(x)[(slice(None),) * axis + (slice(start, end, step),)].shape)
+    if src.shape != part:
+        src = t.emit("expand", [src], [("shape", part)], fake=t.fake_like(part, src.fake.dtype), final=False)
+    if start == 0 and end == x.shape[axis] and step == 1:
+        return src
+    attrs = [("axis", axis), ("start", start), ("end", end)] + ([("step", step)] if step != 1 else [])
+    if _is_view_at(t, src.name, x.name, dict(attrs)):
+        # Writing a slice's own values back (functionalization's copy of `h[:, 0] += 1`
+        # into the view it already wrote through): x itself.
+        return x
+    return t.emit("slice_scatter", [x, src], attrs)
+
+
+def _is_view_at(t, name: str, base: str, attrs: dict) -> bool:
+    """Whether the value `name` is `base`'s slice `attrs` (a `slice` with those bounds, or a
+    `select` of a one-element slice with its axis given back by a `reshape`)."""
+    op = t.written_by(name)
+    if op is not None and op.op == "reshape":
+        op = t.written_by(op.inputs[0])
+        step_one = attrs.get("step", 1) == 1 and attrs["end"] == attrs["start"] + 1
+        return (op is not None and op.op == "select" and op.inputs == [base] and step_one
+                and dict(op.attrs) == {"axis": attrs["axis"], "index": attrs["start"]})
+    return op is not None and op.op == "slice" and op.inputs == [base] and dict(op.attrs) == attrs
+
+
+@handles(aten.copy.default)
+def copy(t, x, src, non_blocking=False):
+    """`x.copy_(src)` functionalized: `src` in `x`'s dtype, broadcast to `x`'s shape (no
+    copy: in a functional graph nothing writes either afterwards)."""
+    src = cast_to(t, src, x.fake.dtype)
+    if src.shape != x.shape:
+        src = t.emit("expand", [src], [("shape", x.shape)], fake=t.fake_like(x.shape, src.fake.dtype), final=False)
+    return src
+
+
 @handles(aten.narrow.default)
 def narrow(t, x, dim, start, length):
     axis = dim % x.rank
