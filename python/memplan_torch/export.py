@@ -28,6 +28,7 @@ non-reentrant checkpointing is planned without its recomputation, with a warning
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import operator
 import os
@@ -356,14 +357,20 @@ def _watching_functions(seen: list):
     (`checkpoint`) and each `torch.autocast("cuda")` block entered (`cuda autocast`) while
     torch.export traces. torch's own Functions are not recorded (their backward is the
     forward's derivative), except checkpointing's."""
-    apply = torch.autograd.Function.apply.__func__
+    # A classmethod in Python in some torch releases, a C class method in others: either is
+    # bound to the class applied through its descriptor.
+    apply = inspect.getattr_static(torch.autograd.Function, "apply")
     autocast_init = torch.amp.autocast_mode.autocast.__init__
-    generator = torch.utils.checkpoint._checkpoint_without_reentrant_generator  # noqa: SLF001 - watched, unchanged
+    # Non-reentrant checkpointing runs this generator (named `..._impl` in newer torch,
+    # whose `checkpoint` calls it directly).
+    generator_name = next(name for name in ("_checkpoint_without_reentrant_generator_impl",
+                                            "_checkpoint_without_reentrant_generator") if hasattr(torch.utils.checkpoint, name))
+    generator = getattr(torch.utils.checkpoint, generator_name)
 
     def watched_apply(cls, *args, **kwargs):
         if not cls.__module__.startswith("torch.") or cls.__name__ == "CheckpointFunction":
             seen.append((cls.__name__ if cls.__module__.startswith("torch.") else cls.__qualname__, _user_frame()))
-        return apply(cls, *args, **kwargs)
+        return apply.__get__(None, cls)(*args, **kwargs)
 
     def watched_generator(*args, **kwargs):
         seen.append(("checkpoint", _user_frame()))
@@ -380,7 +387,7 @@ def _watching_functions(seen: list):
         return autocast_init(self, device_type, *args, **kwargs)
 
     with mock.patch.object(torch.autograd.Function, "apply", classmethod(watched_apply)), \
-            mock.patch.object(torch.utils.checkpoint, "_checkpoint_without_reentrant_generator", watched_generator), \
+            mock.patch.object(torch.utils.checkpoint, generator_name, watched_generator), \
             mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", watched_autocast):
         yield seen
 

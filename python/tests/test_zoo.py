@@ -69,6 +69,7 @@ def load(file, func):
 # Exported under `--amp bf16`: the casts CUDA autocast performs.
 AMP = [
     ("gpt2.py", "make_small_bf16", "gpt2_small_bf16"),
+    ("resnet.py", "make_small_bf16", "resnet_small_bf16"),
 ]
 
 # Every committed export, with the flags it was exported with.
@@ -151,9 +152,16 @@ def autocast_reference(model, inputs):
     """PyTorch's own step under CUDA autocast, runnable on the CPU: the graph `--amp bf16`
     captures (PyTorch placed its casts; see `export.capture`), its device arguments pointed
     at the CPU, with the model's weights, and cross_entropy's logits upcast to f32 as CUDA
-    autocast does inside that op (the one policy the translator adds: `f32_loss`, `ops/nn.py`)."""
+    autocast does inside that op (the one policy the translator adds: `f32_loss`, `ops/nn.py`).
+    The buffers' write-backs (`copy_` into BatchNorm's running statistics, after the
+    forward) are left out: autograd saved those buffers for the functional BatchNorm's
+    backward, and training-mode losses do not read them."""
     module = capture(model, inputs, amp="bf16").module()
-    for node in module.graph.nodes:
+    for node in list(module.graph.nodes):
+        if node.target is torch.ops.aten.copy_.default and node.args[0].op == "get_attr":
+            node.replace_all_uses_with(node.args[0])
+            module.graph.erase_node(node)
+            continue
         if "device" in node.kwargs:
             node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
         if node.target is torch.ops.aten.cross_entropy_loss.default:
@@ -165,20 +173,28 @@ def autocast_reference(model, inputs):
     return module
 
 
+# (steps compared, relative tolerance) per autocast model, see below.
+AMP_AGREEMENT = {"gpt2_small_bf16": (3, 1e-4), "resnet_small_bf16": (1, 1e-2)}
+
+
 @pytest.mark.parametrize("file,func,name", AMP)
 def test_autocast_steps_in_memplan_are_pytorchs(memplan, tmp_path, file, func, name):
-    """Three AdamW steps of the bf16 export in memplan against PyTorch running the same
-    autocast graph. Both round every op's output to its dtype once; they differ in how they
+    """AdamW steps of the bf16 export in memplan against PyTorch running the same autocast
+    graph. Both round every op's output to its dtype once; they differ in how they
     accumulate inside an op (memplan in f64, PyTorch in f32), which flips the rounding of a
     few bf16 elements (one bf16 ulp is 2^-8 relative) that average out in the loss: measured,
-    the losses agree to a relative 1.5e-5 on gpt2_small_bf16; the bound is 1e-4."""
+    the losses agree to a relative 1.5e-5 on gpt2_small_bf16 over three steps; the bound is
+    1e-4. resnet_small's last BatchNorms normalise 4 values per channel ([4,64,1,1]), which
+    magnifies those flips (its f32 export agrees to 1e-5): its first loss agrees to 3.6e-3
+    (under one bf16 ulp), the bound 1e-2, and AdamW's sign-driven steps then part the runs."""
+    steps, rel = AMP_AGREEMENT[name]
     weights = tmp_path / "w.safetensors"
     step = export(tmp_path, file, func, name, "--weights", str(weights), "--amp", "bf16")
     text = step.read_text()
     assert "= matmul(" in text and all(" bf16[" in line for line in text.splitlines() if "= matmul(" in line)
     assert all(" f32[" in line for line in text.splitlines() if "= layer_norm(" in line or "= cross_entropy(" in line)
-    losses, _ = memplan_steps(memplan, tmp_path, step, weights, 3)
+    losses, _ = memplan_steps(memplan, tmp_path, step, weights, steps)
     model, inputs = load(file, func)
     reference = autocast_reference(model, inputs)
-    expected, _ = torch_steps(reference, inputs, torch.optim.AdamW(reference.parameters(), lr=1e-3))
-    assert losses == pytest.approx(expected, rel=1e-4), f"{name}: memplan {losses}, PyTorch {expected}"
+    expected, _ = torch_steps(reference, inputs, torch.optim.AdamW(reference.parameters(), lr=1e-3), steps=steps)
+    assert losses == pytest.approx(expected, rel=rel), f"{name}: memplan {losses}, PyTorch {expected}"

@@ -62,3 +62,8 @@ def make_small(batch=4):
     torch.manual_seed(0)
     model = ResNet(blocks=(1, 1, 1, 1), widths=(4, 8, 8, 16), stem=8, classes=10)
     return model, (torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,)))
+
+
+def make_small_bf16(batch=4):
+    """make_small, exported under `--amp bf16` (BatchNorm with bf16 inputs and f32 params)."""
+    return make_small(batch)

@@ -220,15 +220,32 @@ pub(super) fn batch_channels(x: &TensorType) -> Option<u64> {
 
 pub(super) fn infer_batch_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let x = inputs[0];
-    norm_params(x, batch_channels(x), "[N,C,...]", &[(inputs[1], "gamma"), (inputs[2], "beta")], attrs)?;
+    let in_x_dtype = as_x_dtype(x, &inputs[1..]);
+    norm_params(x, batch_channels(x), "[N,C,...]", &[(&in_x_dtype[0], "gamma"), (&in_x_dtype[1], "beta")], attrs)?;
+    if inputs[1].dtype != inputs[2].dtype {
+        return Err(format!("gamma {} and beta {} must have one dtype", inputs[1], inputs[2]));
+    }
     done(vec![x.clone()])
+}
+
+/// batch_norm's params as the type rule checks them: a BatchNorm keeps its gamma and beta
+/// in f32 when x is f16 or bf16 (PyTorch's autocast runs it so, its kernels reading f32
+/// params), so f32 params of a half x are checked as if in x's dtype.
+fn as_x_dtype(x: &TensorType, params: &[&TensorType]) -> Vec<TensorType> {
+    let half = matches!(x.dtype, DType::F16 | DType::Bf16);
+    params
+        .iter()
+        .map(|&p| if half && p.dtype == DType::F32 { TensorType { dtype: x.dtype, shape: p.shape.clone() } } else { p.clone() })
+        .collect()
 }
 
 pub(super) fn infer_batch_norm_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (dy, x) = (inputs[0], inputs[1]);
     same_type(dy, "dy", x, "x")?;
-    let p = norm_params(x, batch_channels(x), "[N,C,...]", &[(inputs[2], "gamma")], attrs)?;
-    done(vec![x.clone(), p.clone(), p])
+    let in_x_dtype = as_x_dtype(x, &inputs[2..]);
+    norm_params(x, batch_channels(x), "[N,C,...]", &[(&in_x_dtype[0], "gamma")], attrs)?;
+    // dgamma and dbeta have gamma's type (f32 for a half x's f32 params).
+    done(vec![x.clone(), inputs[2].clone(), inputs[2].clone()])
 }
 
 /// `batch_norm_stats(x, correction)`: a float `x [N,C,...]` with more than `correction`

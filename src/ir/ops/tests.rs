@@ -450,6 +450,22 @@ fn norms() {
         ["f32[4,3,5,5]", "f32[3]", "f32[3]"]
     );
     err(OpKind::BatchNormBackward, &["f32[4,3,5,5]", "f32[4,3,5,5]", "f32[4]"], &[], "gamma");
+    // A half x with f32 params (a BatchNorm under autocast): dgamma and dbeta are f32.
+    assert_eq!(ok(OpKind::BatchNorm, &["bf16[4,3,5,5]", "f32[3]", "f32[3]"], &[]), ["bf16[4,3,5,5]"]);
+    assert_eq!(ok(OpKind::BatchNorm, &["f16[4,3]", "f16[3]", "f16[3]"], &[]), ["f16[4,3]"]);
+    err(OpKind::BatchNorm, &["bf16[4,3]", "f32[3]", "bf16[3]"], &[], "one dtype");
+    err(OpKind::BatchNorm, &["f32[4,3]", "bf16[3]", "bf16[3]"], &[], "gamma must be f32[3]");
+    assert_eq!(
+        ok(OpKind::BatchNormBackward, &["bf16[4,3,5,5]", "bf16[4,3,5,5]", "f32[3]"], &[]),
+        ["bf16[4,3,5,5]", "f32[3]", "f32[3]"]
+    );
+    assert_eq!(
+        ok(OpKind::BatchNormStats, &["bf16[4,3,5,5]"], &[("correction", Attr::Int(1))]),
+        ["f32[3]", "f32[3]"]
+    );
+    err(OpKind::BatchNormStats, &["f32[1,3]"], &[("correction", Attr::Int(1))], "too few elements per channel");
+    err(OpKind::BatchNormStats, &["f32[4,3]"], &[("correction", Attr::Int(-1))], "correction=-1");
+    err(OpKind::BatchNormStats, &["i64[4,3]"], &[], "float");
 }
 
 #[test]
