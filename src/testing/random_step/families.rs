@@ -504,7 +504,10 @@ impl Gen {
 
     pub(super) fn batch_norm(&mut self, x: usize) -> Option<usize> {
         let t = self.ty(x).clone();
-        let p = TensorType::new(t.dtype, vec![*t.dims().get(1)?]);
+        // A half x's params are f32 sometimes, as under autocast.
+        let half = matches!(t.dtype, DType::F16 | DType::Bf16);
+        let dtype = if half && self.chance(0.5) { DType::F32 } else { t.dtype };
+        let p = TensorType::new(dtype, vec![*t.dims().get(1)?]);
         let gamma = self.param(p.clone());
         let beta = self.param(p);
         let eps = self.eps();
