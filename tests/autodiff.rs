@@ -15,7 +15,7 @@ use memplan::exec::data::init_args;
 use memplan::exec::dense::eval_dense;
 use memplan::ir::graph::{Backward, Graph, Return, Span};
 use memplan::ir::ops::{Attr, OpKind};
-use memplan::passes::PlanOptions;
+use memplan::passes::{PlanOptions, ScheduleKind};
 use memplan::{ValueId, check, expand, parse, plan, verify};
 
 fn root() -> &'static Path {
@@ -810,4 +810,39 @@ fn detach_stops_the_gradient_as_a_constant_input_would() {
     for name in ["w", "w.m", "w.v", "step"] {
         assert_eq!(d.updated[name], c.updated[name], "%{name}");
     }
+}
+
+/// A recurrence reading one weight at each of `n` steps, `h[t+1] = tanh(h[t] @ w)`, as
+/// Hugging Face Mamba's slow path and RNNs do.
+fn recurrence(n: usize) -> String {
+    let mut text = String::from("step @rnn(%w: f32[64,64] param, %h0: f32[4,64] input) {\n");
+    for t in 0..n {
+        text += &format!("  %p{t} = matmul(%h{t}, %w)\n  %h{} = tanh(%p{t})\n", t + 1);
+    }
+    text + &format!("  %loss = sum(%h{n}, axes=[0, 1])\n  backward %loss with sgd(lr=0.1)\n  return %loss\n}}")
+}
+
+#[test]
+fn a_weight_read_at_every_step_holds_one_gradient() {
+    // PyTorch adds each contribution to w's gradient into one buffer as it arrives; so does
+    // the expansion, so the backward of 64 steps holds one or two gradients of w, not 64.
+    let n = 64;
+    let e = expand(&parse(&recurrence(n)).unwrap()).unwrap();
+    let text = memplan::print(&e);
+    assert_eq!(text.matches("= add(%w.grad").count(), n - 1, "{text}");
+    let w_bytes = 64 * 64 * 4;
+    let activations = 2 * n as u64 * 4 * 64 * 4;
+    for schedule in [ScheduleKind::Program, ScheduleKind::Memory] {
+        let options = PlanOptions { schedule, ..PlanOptions::default() };
+        let p = plan(&e, &options).unwrap();
+        check(&e, &p).unwrap_or_else(|v| panic!("{v}"));
+        // The forward's values, w and at most three gradients of w (running sum, the new
+        // contribution, the update's input) and a few of h.
+        assert!(p.arena_bytes <= activations + 4 * w_bytes + 8 * 1024, "{schedule:?}: {} B", p.arena_bytes);
+    }
+    // The running sum is the gradient: the same values as summing at the end.
+    let args = init_args(&e, 3).unwrap();
+    let planned = run_step(&e, Placement::Planned(&plan(&e, &PlanOptions::default()).unwrap()), &args).unwrap();
+    let unplanned = run_step(&e, Placement::Unplanned, &args).unwrap();
+    assert_eq!(planned.updated["w"], unplanned.updated["w"]);
 }

@@ -8,10 +8,14 @@
 //!    has that carries no gradient (`attention`'s `lse`), nor an input that takes none
 //!    (`bce_with_logits`'s `targets`), may lie on one.
 //! 2. **Seed.** `%loss.grad = fill(shape=[], dtype=<loss dtype>, value=1.0)`.
-//! 3. **Reverse sweep.** Ops on a path, in reverse program order: the gradient of each
-//!    output is final once every later reader has contributed (program order is
-//!    topological), so it is summed then (`add`, in order of creation) and handed to the
-//!    op's rule, which returns one contribution per input.
+//! 3. **Reverse sweep.** Ops on a path, in reverse program order: each op's rule returns
+//!    one contribution per input, and a contribution is added to the value's running sum
+//!    as soon as it arrives (`add`, in order of creation: `((c1 + c2) + c3) ...`), as
+//!    PyTorch accumulates into one gradient buffer; so a value read by many ops (a weight
+//!    shared by every step of a recurrence) holds one gradient, not one per reader, and the
+//!    in-place pass can keep the sum in one buffer. The gradient of each output is final
+//!    once every later reader has contributed (program order is topological), and is then
+//!    handed to the op's rule.
 //! 4. **Optimizer.** One optimizer op per param, in argument order, after all gradient
 //!    ops; new state arguments (`%p.m`, `%p.v`, `%p.momentum`, one `%step`) are appended
 //!    after the existing arguments, and every param and state gets its `update`.
@@ -240,8 +244,8 @@ struct ParamGrads(Vec<(ValueId, ValueId)>);
 /// Stages 2 and 3: the seed and the reverse sweep.
 fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> Result<ParamGrads, AutodiffError> {
     let n = graph.values.len();
-    // Contributions received so far, in order of creation.
-    let mut parts: IndexVec<ValueId, Vec<ValueId>> = IndexVec::from_elem(Vec::new(), n);
+    // Each value's running sum of the contributions received so far.
+    let mut sums = IndexVec::from_elem(Sum::default(), n);
     let loss = backward.loss;
     b.set_origin(None, backward.span);
     let seed_name = b.fresh(&format!("{}.grad", graph.values[loss].name));
@@ -252,7 +256,7 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
     )
     .expect("fill's attributes");
     let seed = b.emit(OpKind::Fill, vec![], attrs, vec![seed_name]).expect("a scalar fill")[0];
-    parts[loss].push(seed);
+    sums[loss] = Sum { value: Some(seed), received: 1 };
     let mut renamed = crate::hashing::FastSet::default();
     for (op_id, op) in graph.ops.iter_enumerated().rev() {
         if !needs.active(graph, op_id) {
@@ -267,7 +271,7 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
         let dy = op
             .outputs
             .iter()
-            .map(|&v| if needs.needs[v] { total(b, v, &parts[v]).map(Some) } else { Ok(None) })
+            .map(|&v| if needs.needs[v] { total(b, v, &sums[v]).map(Some) } else { Ok(None) })
             .collect::<Result<Vec<_>, _>>()
             .map_err(&failed)?;
         let call = GradCall {
@@ -293,21 +297,29 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
             if b.ty(g) != &graph.values[x].ty {
                 return Err(failed(format!("the gradient of %{x_name} is {}, not {}", b.ty(g), graph.values[x].ty)));
             }
-            parts[x].push(g);
+            let received = sums[x].received + 1;
             if g.0 as usize >= first_new && renamed.insert(g) {
-                let base = if needs.count[x] == 1 {
-                    format!("{x_name}.grad")
-                } else {
-                    format!("{x_name}.grad.{}", parts[x].len())
-                };
+                let base =
+                    if needs.count[x] == 1 { format!("{x_name}.grad") } else { format!("{x_name}.grad.{received}") };
                 b.rename(g, &base);
             }
+            let value = match sums[x].value {
+                None => g,
+                Some(sum) => {
+                    let sum = b.op1(x, OpKind::Add, vec![sum, g], &[]).map_err(&failed)?;
+                    if received == needs.count[x] {
+                        b.rename(sum, &format!("{x_name}.grad"));
+                    }
+                    sum
+                }
+            };
+            sums[x] = Sum { value: Some(value), received };
         }
     }
     b.set_origin(None, backward.span);
     let mut grads = Vec::with_capacity(needs.params.len());
     for &p in &needs.params {
-        let g = total(b, p, &parts[p]).map_err(|message| AutodiffError::RuleFailed {
+        let g = total(b, p, &sums[p]).map_err(|message| AutodiffError::RuleFailed {
             op_text: format!("the sum of the gradients of %{}", graph.values[p].name),
             message,
             span: backward.span.into(),
@@ -317,20 +329,19 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
     Ok(ParamGrads(grads))
 }
 
-/// The gradient of `v` from its contributions: the single one, or their sum in order of
-/// creation, `((c1 + c2) + c3) ...`, named `%v.grad`.
-fn total(b: &mut Builder, v: ValueId, parts: &[ValueId]) -> Result<ValueId, String> {
-    let (&first, rest) = parts.split_first().ok_or_else(|| format!("%{} received no gradient", b.name(v)))?;
-    if rest.is_empty() {
-        return Ok(first);
-    }
-    let mut sum = first;
-    for &part in rest {
-        sum = b.op1(v, OpKind::Add, vec![sum, part], &[])?;
-    }
-    let base = format!("{}.grad", b.name(v));
-    b.rename(sum, &base);
-    Ok(sum)
+/// The contributions a value has received, summed as they arrived.
+#[derive(Clone, Copy, Default)]
+struct Sum {
+    /// The single contribution, or the sum of all so far; `None` before the first.
+    value: Option<ValueId>,
+    /// How many contributions it holds.
+    received: u32,
+}
+
+/// The gradient of `v`: the sum of all its contributions (the sweep added each as it
+/// arrived), an error if it received none.
+fn total(b: &Builder, v: ValueId, sum: &Sum) -> Result<ValueId, String> {
+    sum.value.ok_or_else(|| format!("%{} received no gradient", b.name(v)))
 }
 
 /// Stage 4: state arguments, the step count, one optimizer op per param, the updates.

@@ -437,9 +437,9 @@ fn math_rules_write_pytorchs_formulas_with_existing_ops() {
         "%e.grad.t2: f32[3] = pow_scalar(%e, exponent=1.5)",
         "%e.grad.t3: f32[3] = mul_scalar(%e.grad.t2, value=2.5)",
         "%e.grad.2: f32[3] = mul(%p2.grad, %e.grad.t3)",
-        // exponent 0: zeros; exponent 1: the gradient itself (%p1.grad, summed as is).
+        // exponent 0: zeros; exponent 1: the gradient itself (%p1.grad, added as it arrives).
         "%e.grad.4: f32[3] = fill(shape=[3], dtype=f32)",
-        "%e.grad.t7: f32[3] = add(%e.grad.t6, %p1.grad)",
+        "%e.grad.t6: f32[3] = add(%e.grad.t5, %p1.grad)",
         // exp: from its output.
         "%w.grad: f32[3] = mul(%e.grad, %e)",
     ] {
