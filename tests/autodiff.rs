@@ -846,3 +846,43 @@ fn a_weight_read_at_every_step_holds_one_gradient() {
     let unplanned = run_step(&e, Placement::Unplanned, &args).unwrap();
     assert_eq!(planned.updated["w"], unplanned.updated["w"]);
 }
+
+#[test]
+fn checkpointed_regions_are_recomputed_with_the_same_results() {
+    // ir/features/checkpoint.step, and the same step with its checkpoint(N) marks removed.
+    let text = std::fs::read_to_string(root().join("ir/features/checkpoint.step")).unwrap();
+    let plain_text: String = text
+        .lines()
+        .map(|line| match line.find(" checkpoint(") {
+            Some(at) => format!("{}{}\n", &line[..at], &line[at + " checkpoint(0)".len()..]),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert!(!plain_text.contains("checkpoint(") || plain_text.contains("// The user"), "{plain_text}");
+    let (checkpointed, plan_c) = expand_and_plan(&parse(&text).unwrap());
+    let (plain, plan_p) = expand_and_plan(&parse(&plain_text).unwrap());
+    let printed = memplan::print(&checkpointed);
+    // Each region runs again up to the last value its gradients read (the gelu), reading
+    // the region's input as kept: PyTorch's non-reentrant checkpoint.
+    for line in [
+        "%a2.recompute: f32[512,256] = matmul(%h1, %w3, transpose_b=true) recompute(1)",
+        "%g2.recompute: f32[512,256] = gelu(%a2.recompute) recompute(1)",
+        "%w4.grad: f32[64,256] = matmul(%h2.grad, %g2.recompute, transpose_a=true)",
+        "%a1.grad: f32[512,256] = gelu_backward(%g1.grad, %a1.recompute)",
+    ] {
+        assert!(printed.contains(line), "{line} not in\n{printed}");
+    }
+    assert_eq!(printed.matches(" recompute(").count(), 4, "{printed}");
+    // Same numbers: the recomputes compute the same bits.
+    let args = init_args(&plain, 11).unwrap();
+    let c = run_step(&checkpointed, Placement::Planned(&plan_c), &args).unwrap();
+    let p = run_step(&plain, Placement::Planned(&plan_p), &args).unwrap();
+    assert_eq!(c.returns["loss"], p.returns["loss"]);
+    assert_eq!(c.updated, p.updated);
+    // Less memory in program order: no region's a and g are kept for the backward.
+    let program = PlanOptions { schedule: ScheduleKind::Program, ..PlanOptions::default() };
+    let (c_prog, p_prog) = (plan(&checkpointed, &program).unwrap(), plan(&plain, &program).unwrap());
+    check(&checkpointed, &c_prog).unwrap_or_else(|v| panic!("{v}"));
+    check(&plain, &p_prog).unwrap_or_else(|v| panic!("{v}"));
+    assert!(c_prog.arena_bytes < p_prog.arena_bytes, "{} vs {}", c_prog.arena_bytes, p_prog.arena_bytes);
+}

@@ -34,8 +34,9 @@ mod tests;
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
-use crate::index::{IndexVec, OpId, ValueId};
-use crate::ir::graph::{Backward, Graph, Role, Update, ValueDef};
+use crate::index::{Idx, IndexVec, OpId, ValueId};
+use crate::ir::graph::{Backward, Checkpoint, Graph, Role, Update, ValueDef};
+use indexmap::IndexMap;
 use crate::ir::verify::{VerifyErrors, verify};
 use crate::ir::ops::{Attr, OpKind};
 use crate::ir::types::{DType, TensorType};
@@ -125,7 +126,7 @@ pub fn expand(graph: &Graph) -> Result<Graph, AutodiffError> {
     let mut b = Builder::new(forward);
     let grads = sweep(&mut b, graph, backward, &needs)?;
     optimize(&mut b, backward, &grads)?;
-    Ok(b.into_graph().into_canonical_ids())
+    Ok(drop_unread_recomputes(b.into_graph()).into_canonical_ids())
 }
 
 /// Which values need a gradient, and how many contributions each will receive.
@@ -246,6 +247,7 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
     let n = graph.values.len();
     // Each value's running sum of the contributions received so far.
     let mut sums = IndexVec::from_elem(Sum::default(), n);
+    let mut checkpoints = Recomputes::new(graph);
     let loss = backward.loss;
     b.set_origin(None, backward.span);
     let seed_name = b.fresh(&format!("{}.grad", graph.values[loss].name));
@@ -267,6 +269,13 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
             message,
             span: op.span.into(),
         };
+        let region = match op.checkpoint {
+            Some(Checkpoint::Region(region)) => {
+                checkpoints.recompute(b, graph, region).map_err(&failed)?;
+                Some(region)
+            }
+            _ => None,
+        };
         b.set_origin(op.loc.clone(), op.span);
         let dy = op
             .outputs
@@ -276,8 +285,8 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
             .map_err(&failed)?;
         let call = GradCall {
             kind: op.kind,
-            inputs: op.inputs.clone(),
-            outputs: op.outputs.clone(),
+            inputs: op.inputs.iter().map(|&v| checkpoints.read(graph, region, v)).collect(),
+            outputs: op.outputs.iter().map(|&v| checkpoints.read(graph, region, v)).collect(),
             attrs: op.attrs.clone(),
             wants: op.inputs.iter().map(|&i| needs.needs[i]).collect(),
             dy,
@@ -327,6 +336,86 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
         grads.push((p, g));
     }
     Ok(ParamGrads(grads))
+}
+
+/// The user's checkpointed regions (`checkpoint(N)` ops, PyTorch's
+/// `torch.utils.checkpoint`) and their recomputation. When the sweep reaches a region's
+/// last op, every op of the region runs again (`recompute(N)` clones, in forward order,
+/// reading the region's inputs as they were kept), as PyTorch's checkpoint re-runs its
+/// function when the backward first needs a value it saved; the gradient rules of the
+/// region's ops then read the clones, so nothing computed inside a region is kept for the
+/// backward but what ops outside it read. Clones no rule reads are dropped at the end.
+struct Recomputes {
+    /// The ops of each region, in forward order.
+    regions: IndexMap<u32, Vec<OpId>>,
+    /// Each value's clone, once its region is recomputed.
+    clone: IndexVec<ValueId, Option<ValueId>>,
+}
+
+impl Recomputes {
+    fn new(graph: &Graph) -> Recomputes {
+        let mut regions: IndexMap<u32, Vec<OpId>> = IndexMap::new();
+        for (id, op) in graph.ops.iter_enumerated() {
+            if let Some(Checkpoint::Region(region)) = op.checkpoint {
+                regions.entry(region).or_default().push(id);
+            }
+        }
+        Recomputes { regions, clone: IndexVec::from_elem(None, graph.values.len()) }
+    }
+
+    /// Runs `region`'s ops again, once.
+    fn recompute(&mut self, b: &mut Builder, graph: &Graph, region: u32) -> Result<(), String> {
+        let Some(ops) = self.regions.swap_remove(&region) else { return Ok(()) };
+        for id in ops {
+            let op = &graph.ops[id];
+            let inputs = op.inputs.iter().map(|&v| self.read(graph, Some(region), v)).collect();
+            let names = op.outputs.iter().map(|&v| b.fresh(&format!("{}.recompute", graph.values[v].name))).collect();
+            b.set_origin(op.loc.clone(), op.span);
+            let outputs = b.emit(op.kind, inputs, op.attrs.clone(), names)?;
+            b.mark_recompute(outputs[0], region);
+            for (&v, c) in op.outputs.iter().zip(outputs) {
+                self.clone[v] = Some(c);
+            }
+        }
+        Ok(())
+    }
+
+    /// What a gradient rule of an op in `region` reads for `v`: the clone of a value
+    /// computed in the same region, else `v` itself (kept from the forward).
+    fn read(&self, graph: &Graph, region: Option<u32>, v: ValueId) -> ValueId {
+        let same = region.is_some()
+            && graph.def_op(v).is_some_and(|op| graph.ops[op].checkpoint == region.map(Checkpoint::Region));
+        if same { self.clone[v].unwrap_or(v) } else { v }
+    }
+}
+
+/// `graph` without the `recompute` clones whose outputs nothing reads (a region op whose
+/// gradient rule reads none of its values, or one the backward never needed).
+fn drop_unread_recomputes(mut graph: Graph) -> Graph {
+    let mut readers = IndexVec::from_elem(0u32, graph.values.len());
+    for op in &graph.ops {
+        op.inputs.iter().for_each(|&v| readers[v] += 1);
+    }
+    graph.updates.iter().for_each(|u| readers[u.value] += 1);
+    graph.returns.iter().for_each(|r| readers[r.value] += 1);
+    let mut keep = vec![true; graph.ops.len()];
+    for (id, op) in graph.ops.iter_enumerated().rev() {
+        if matches!(op.checkpoint, Some(Checkpoint::Recompute(_))) && op.outputs.iter().all(|&v| readers[v] == 0) {
+            keep[id.index()] = false;
+            op.inputs.iter().for_each(|&v| readers[v] -= 1);
+        }
+    }
+    if keep.iter().all(|&k| k) {
+        return graph;
+    }
+    let ops = std::mem::take(&mut graph.ops);
+    for (op, _) in ops.into_raw().into_iter().zip(&keep).filter(|(_, k)| **k) {
+        let id = graph.ops.push(op);
+        for (output, &v) in graph.ops[id].outputs.iter().enumerate() {
+            graph.values[v].def = ValueDef::Op { op: id, output };
+        }
+    }
+    graph
 }
 
 /// The contributions a value has received, summed as they arrived.

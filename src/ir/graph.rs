@@ -137,7 +137,30 @@ pub struct Op {
     /// Every attribute of the op's row, in row order, defaults filled in.
     pub attrs: Attrs,
     pub loc: Option<Loc>,
+    /// The user's activation checkpointing, when the op ran inside a checkpointed region.
+    pub checkpoint: Option<Checkpoint>,
     pub span: Span,
+}
+
+/// An op's part in the user's activation checkpointing (PyTorch's
+/// `torch.utils.checkpoint`): autodiff recomputes a region in the backward instead of
+/// keeping what its ops' gradients read (docs/AUTODIFF.md).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Checkpoint {
+    /// `checkpoint(N)`: the op ran inside checkpointed region N of the forward.
+    Region(u32),
+    /// `recompute(N)`: autodiff's run of a region-N op again in the backward.
+    Recompute(u32),
+}
+
+impl fmt::Display for Checkpoint {
+    /// The IR spelling: `checkpoint(N)` or `recompute(N)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Checkpoint::Region(n) => write!(f, "checkpoint({n})"),
+            Checkpoint::Recompute(n) => write!(f, "recompute({n})"),
+        }
+    }
 }
 
 /// `update %target <- %value`: at the end of the step `%value` is in `%target`'s memory.
@@ -213,7 +236,7 @@ impl Graph {
                 self.values.push(Value { name, ty, def: ValueDef::Op { op, output }, span: Span::NONE })
             })
             .collect();
-        self.ops.push(Op { kind, inputs, outputs, attrs, loc: None, span: Span::NONE })
+        self.ops.push(Op { kind, inputs, outputs, attrs, loc: None, checkpoint: None, span: Span::NONE })
     }
 
     /// The same graph with values renumbered in canonical order: the arguments in order,

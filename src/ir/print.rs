@@ -77,6 +77,9 @@ pub fn print_annotated(graph: &Graph, order: &[OpId], note: &dyn Fn(Line) -> Opt
         let outs: Vec<String> =
             op.outputs.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect();
         let _ = write!(out, "  {} = {}", outs.join(", "), graph.call_text(id));
+        if let Some(checkpoint) = op.checkpoint {
+            let _ = write!(out, " {checkpoint}");
+        }
         if let Some(loc) = &op.loc {
             let _ = write!(out, " loc({}:{}", quote(&loc.file), loc.line);
             if let Some(module) = &loc.module {

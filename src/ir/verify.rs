@@ -26,7 +26,7 @@ use thiserror::Error;
 
 use crate::hashing::FastSet;
 use crate::index::{Idx, IndexVec, OpId, ValueId};
-use crate::ir::graph::{Graph, Role, ValueDef};
+use crate::ir::graph::{Checkpoint, Graph, Role, ValueDef};
 use crate::ir::layout::{Layout, view_layout};
 use crate::ir::ops::{Attr, Attrs, OPS, OpClass, OpKind};
 use crate::ir::types::{DType, TensorType};
@@ -254,6 +254,21 @@ pub enum VerifyError {
         span: Option<SourceSpan>,
         #[label("autodiff writes the updates")]
         backward: Option<SourceSpan>,
+    },
+
+    /// A `recompute(N)` op in a step with `backward`: recomputes are what autodiff writes
+    /// for the user's checkpointed regions, in the expanded step; a forward-only step marks
+    /// the region's ops `checkpoint(N)` instead.
+    #[error("`{op_text}` is marked recompute({region}) in a step with `backward`")]
+    #[diagnostic(help(
+        "mark the ops of a checkpointed region `checkpoint({region})`: autodiff writes their recomputes in the backward"
+    ))]
+    RecomputeWithBackward {
+        op: OpId,
+        region: u32,
+        op_text: String,
+        #[label("written recompute")]
+        span: Option<SourceSpan>,
     },
 
     /// Two forward `dropout` ops draw from one `stream`: their masks would be correlated
@@ -640,6 +655,16 @@ fn check_backward(graph: &Graph, errors: &mut Vec<VerifyError>) {
             errors.push(VerifyError::BadOptimizerAttr { kind: bw.optimizer, message, span });
         }
     }
+    for (id, op) in graph.ops.iter_enumerated() {
+        if let Some(Checkpoint::Recompute(region)) = op.checkpoint {
+            errors.push(VerifyError::RecomputeWithBackward {
+                op: id,
+                region,
+                op_text: graph.describe_op(id),
+                span: op.span.into(),
+            });
+        }
+    }
     let param = |v: ValueId| graph.values.get(v).is_some_and(|v| v.def == ValueDef::Arg(Role::Param));
     for update in graph.updates.iter().filter(|u| param(u.target)) {
         errors.push(VerifyError::UpdateWithBackward {
@@ -793,6 +818,16 @@ mod tests {
         let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2\n  backward %loss with adam()");
         assert_eq!(errors_of(&src), vec![]);
         let src = step("  %t2 = add_scalar(%t, value=1)\n  update %t <- %t2\n  %w2 = relu(%w)\n  update %w <- %w2");
+        assert_eq!(errors_of(&src), vec![]);
+    }
+
+    #[test]
+    fn recomputes_are_autodiffs_to_write() {
+        let src = step("  %t2 = relu(%t) checkpoint(0)\n  %t3 = relu(%t) recompute(0)\n  backward %loss with adam()");
+        let msgs: Vec<String> = errors_of(&src).iter().map(ToString::to_string).collect();
+        assert_eq!(msgs, ["`%t3 = relu(%t)` is marked recompute(0) in a step with `backward`"]);
+        // Without backward (an expanded step), both marks are labels.
+        let src = step("  %t2 = relu(%t) checkpoint(0)\n  %t3 = relu(%t) recompute(0)");
         assert_eq!(errors_of(&src), vec![]);
     }
 

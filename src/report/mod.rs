@@ -23,7 +23,7 @@ use crate::analysis::liveness::{Lifetimes, lifetimes};
 use indexmap::IndexMap;
 
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
-use crate::ir::graph::Graph;
+use crate::ir::graph::{Checkpoint, Graph};
 use crate::ir::ops::OpClass;
 use crate::plan::{Plan, Savings, align_up};
 use locs::Locs;
@@ -64,6 +64,9 @@ pub struct Report {
     pub remat: Option<RematReport>,
     /// When the optimizer's updates run; `None` for a step without optimizer ops.
     pub updates: Option<UpdateTiming>,
+    /// The user's checkpointed regions and what autodiff recomputes for them; `None` for a
+    /// step without `checkpoint(N)` marks.
+    pub user_checkpoints: Option<UserCheckpoints>,
     pub peak: Peak,
     /// Bytes per class, in `Class::ALL` order.
     pub classes: Vec<ClassBytes>,
@@ -110,6 +113,19 @@ pub struct UpdateTiming {
     /// How many of them the step as written (program order) runs before it: when none,
     /// `--schedule program` plans `loss.backward(); opt.step()`.
     pub inside_backward_as_written: usize,
+}
+
+/// The user's activation checkpointing (`checkpoint(N)` / `recompute(N)` ops, from
+/// PyTorch's `torch.utils.checkpoint`), kept as the user wrote it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+pub struct UserCheckpoints {
+    /// Checkpointed regions in the forward.
+    pub regions: usize,
+    /// Ops autodiff runs again in the backward.
+    pub recomputed_ops: usize,
+    /// Their FLOPs, and the other ops' (both saturate at 2^64 - 1).
+    pub extra_flops: u64,
+    pub base_flops: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -241,6 +257,7 @@ impl Report {
                 overhead_percent: r.overhead_percent(),
             }),
             updates: update_timing(graph, &classes, &life),
+            user_checkpoints: user_checkpoints(graph),
             peak,
             classes: class_bytes,
             buffers,
@@ -251,6 +268,28 @@ impl Report {
 }
 
 /// When the optimizer ops of `graph` run, in its schedule (`life.position`) and as written.
+fn user_checkpoints(graph: &Graph) -> Option<UserCheckpoints> {
+    let mut regions = indexmap::IndexSet::new();
+    let (mut recomputed_ops, mut extra_flops, mut base_flops) = (0, 0u64, 0u64);
+    for op in &graph.ops {
+        let types = |values: &[ValueId]| -> Vec<_> { values.iter().map(|&v| &graph.values[v].ty).collect() };
+        let flops = (op.kind.def().flops)(&types(&op.inputs), &types(&op.outputs), &op.attrs);
+        match op.checkpoint {
+            Some(Checkpoint::Recompute(region)) => {
+                regions.insert(region);
+                recomputed_ops += 1;
+                extra_flops = extra_flops.saturating_add(flops);
+            }
+            Some(Checkpoint::Region(region)) => {
+                regions.insert(region);
+                base_flops = base_flops.saturating_add(flops);
+            }
+            None => base_flops = base_flops.saturating_add(flops),
+        }
+    }
+    (!regions.is_empty()).then_some(UserCheckpoints { regions: regions.len(), recomputed_ops, extra_flops, base_flops })
+}
+
 fn update_timing(graph: &Graph, classes: &IndexVec<ValueId, Class>, life: &Lifetimes) -> Option<UpdateTiming> {
     let optimizer: Vec<OpId> = graph.ops.indices().filter(|&op| graph.ops[op].kind.def().class == OpClass::Optimizer).collect();
     if optimizer.is_empty() {

@@ -12,7 +12,7 @@ use std::fmt::Write;
 
 use crate::bytes::format_bytes;
 use crate::plan::Savings;
-use crate::report::{RematReport, Report, UpdateTiming};
+use crate::report::{RematReport, Report, UpdateTiming, UserCheckpoints};
 
 /// Renders `report` as text; `top` limits the live values listed at the peak.
 pub fn render(report: &Report, top: usize) -> String {
@@ -33,6 +33,9 @@ pub fn render(report: &Report, top: usize) -> String {
     let _ = writeln!(w, "ratio        {:.4} (arena / lower bound; 1 is the best any offsets can do)", report.ratio);
     if let Some(updates) = &report.updates {
         update_timing(w, updates);
+    }
+    if let Some(user) = &report.user_checkpoints {
+        user_checkpoints(w, user);
     }
     let _ = writeln!(w);
     savings(w, &report.savings, report.remat.as_ref().map(|_| report.lower_bound));
@@ -139,6 +142,17 @@ fn update_timing(w: &mut String, u: &UpdateTiming) {
     for (i, line) in lines.iter().enumerate() {
         let _ = writeln!(w, "{:13}{line}", if i == 0 { "optimizer" } else { "" });
     }
+}
+
+/// The "checkpoint" line: the user's checkpointed regions, kept as written.
+fn user_checkpoints(w: &mut String, u: &UserCheckpoints) {
+    let regions = if u.regions == 1 { "1 region".to_string() } else { format!("{} regions", u.regions) };
+    let ops = if u.recomputed_ops == 1 { "1 op".to_string() } else { format!("{} ops", u.recomputed_ops) };
+    let cost = match u.extra_flops.checked_mul(100).map(|x| x.checked_div(u.base_flops)) {
+        Some(Some(percent)) if u.base_flops < u64::MAX && u.extra_flops < u64::MAX => format!(" (+{percent}% FLOPs)"),
+        _ => String::new(),
+    };
+    let _ = writeln!(w, "checkpoint   the user's, kept: {regions}, {ops} recomputed in backward{cost}");
 }
 
 /// The "recomputation" section: the budget and whether it is met, the cost, the ops

@@ -181,6 +181,7 @@ pub(super) fn resolve<'a>(ast: &'a Ast, errors: &mut Vec<ParseError>) -> Graph {
             outputs: out_ids,
             attrs: attrs.unwrap_or_default(),
             loc: def.loc.clone(),
+            checkpoint: def.checkpoint,
             span: def.sp.into(),
         });
     }

@@ -12,7 +12,7 @@
 use super::lex::{Sp, Tok, Token, unquote};
 use super::suggest::did_you_mean;
 use super::{PResult, ParseError, syntax_error};
-use crate::ir::graph::{Loc, Role};
+use crate::ir::graph::{Checkpoint, Loc, Role};
 use crate::ir::types::{DType, Shape, TensorType};
 
 // ---------------------------------------------------------------------------------------
@@ -52,6 +52,8 @@ pub(super) struct DefAst {
     pub(super) sp: Sp,
     pub(super) operands: Vec<(String, Sp)>,
     pub(super) attrs: Vec<AttrAst>,
+    /// `checkpoint(N)` or `recompute(N)` after the call.
+    pub(super) checkpoint: Option<Checkpoint>,
     pub(super) loc: Option<Loc>,
 }
 
@@ -334,8 +336,13 @@ impl Parser<'_> {
         }
         let close = self.bump();
         let sp = op_tok.sp.to(close.sp);
+        let checkpoint = if self.is_keyword("checkpoint") || self.is_keyword("recompute") {
+            self.checkpoint()?
+        } else {
+            None
+        };
         let loc = if self.is_keyword("loc") { self.loc()? } else { None };
-        Ok(DefAst { outs, op, op_sp: op_tok.sp, sp, operands, attrs, loc })
+        Ok(DefAst { outs, op, op_sp: op_tok.sp, sp, operands, attrs, checkpoint, loc })
     }
 
     /// `name=value`
@@ -378,6 +385,29 @@ impl Parser<'_> {
         };
         self.bump();
         Ok(AttrAst { name, name_sp: name_tok.sp, value, value_sp: t.sp })
+    }
+
+    /// `checkpoint(N)` or `recompute(N)`; `None` if N is out of range (reported).
+    fn checkpoint(&mut self) -> PResult<Option<Checkpoint>> {
+        let kw = self.bump();
+        let recompute = self.text(kw) == "recompute";
+        self.expect(Tok::LParen, "`(` and a region number")?;
+        let n_tok = self.expect(Tok::Int, "a region number")?;
+        let text = self.text(n_tok).to_string();
+        self.expect(Tok::RParen, "`)` after the region number")?;
+        match text.parse::<u32>() {
+            Ok(n) if recompute => Ok(Some(Checkpoint::Recompute(n))),
+            Ok(n) => Ok(Some(Checkpoint::Region(n))),
+            Err(_) => {
+                self.errors.push(ParseError::NumberTooLarge {
+                    literal: text,
+                    what: "a checkpoint region number (u32)",
+                    span: n_tok.sp.into(),
+                    help: format!("region numbers are integers from 0 to {}", u32::MAX),
+                });
+                Ok(None)
+            }
+        }
     }
 
     /// `loc("model.py":14)` or `loc("model.py":14, "blocks.3.attn")` (with the module
