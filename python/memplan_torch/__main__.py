@@ -2,6 +2,7 @@
 
     python -m memplan_torch export FILE.py:FUNC -o OUT.step [--optimizer sgd|momentum|adam|adamw]
         [--lr F] [--weight-decay F] [--momentum F] [--amp bf16|f16] [--weights OUT.safetensors]
+        [--user-checkpoint keep|drop]
     python -m memplan_torch fit FILE.py:FUNC --memory 80GiB [--budget B] [--memplan PATH]
 
 `FUNC()` returns `(model, example_inputs)`; `model(*example_inputs)` returns the scalar
@@ -115,9 +116,15 @@ def cmd_export(args) -> None:
         with virtual():
             model, inputs = _model_and_inputs(func(), args.function)
     text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
-                       momentum=args.momentum, amp=args.amp, name=args.name or Path(args.output).stem)
+                       momentum=args.momentum, amp=args.amp, name=args.name or Path(args.output).stem,
+                       user_checkpoint=args.user_checkpoint)
     _write_new(args.output, text)
     print(f"wrote {args.output}")
+    regions = len(set(re.findall(r"\) checkpoint\((\d+)\)", text)))
+    if regions:
+        calls = "1 torch.utils.checkpoint call" if regions == 1 else f"{regions} torch.utils.checkpoint calls"
+        print(f"note: {calls} kept: memplan recomputes them in the backward as PyTorch does "
+              "(--user-checkpoint drop lets memplan decide)", file=sys.stderr)
     externs = extern_ops(text)
     if externs:
         listed = ", ".join(f"{target} ({n}x)" for target, n in externs.items())
@@ -179,7 +186,7 @@ def cmd_fit(args) -> None:
             with virtual():
                 model, inputs = _model_and_inputs(func(batch=batch), args.function)
             text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
-                               amp=args.amp, name="fit")
+                               amp=args.amp, name="fit", user_checkpoint=args.user_checkpoint)
             arenas[batch] = plan_arena(memplan, text, args.budget)
         return arenas[batch]
 
@@ -216,6 +223,9 @@ def main(argv=None) -> int:
         p.add_argument("--lr", type=float, help="learning rate (default: PyTorch's, 0.001)")
         p.add_argument("--weight-decay", type=float, help="weight decay (adamw; default 0.01)")
         p.add_argument("--amp", choices=["bf16", "f16"], help="export the forward under autocast to this dtype")
+        p.add_argument("--user-checkpoint", choices=["keep", "drop"], default="keep",
+                       help="torch.utils.checkpoint calls: keep (default; memplan recomputes what PyTorch recomputes) "
+                            "or drop (planned without them; --budget chooses what to recompute)")
 
     export = commands.add_parser("export", help="write the training step of FUNC()'s model as a .step file")
     export.add_argument("function", metavar="FILE.py:FUNC")

@@ -22,7 +22,9 @@ inside forward are inlined with their meaning (what a grad-disabled block comput
 detached; the casts of an autocast block are inserted, on fake CUDA tensors for a CUDA
 block); a custom `torch.autograd.Function` and reentrant `torch.utils.checkpoint` are
 refused (memplan would differentiate their forward, not run their backward);
-non-reentrant checkpointing is planned without its recomputation, with a warning.
+non-reentrant checkpointing is kept: the ops each `checkpoint(...)` call runs are marked
+`checkpoint(N)`, and memplan's autodiff recomputes them in the backward as PyTorch does
+(`user_checkpoint="drop"` leaves the marks out, so memplan decides, with `--budget`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import warnings
 from unittest import mock
 
 import torch
+import torch.fx.traceback as fx_traceback
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .step import ExportError, ExportWarning, StepWriter
@@ -90,18 +93,31 @@ def optimizer_attrs(optimizer: str, lr=None, weight_decay=None, momentum=None) -
     return op, [(k, v) for k, v in values.items() if defaults.get(k) != v]
 
 
-def capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None = None) -> torch.export.ExportedProgram:
+# How `torch.utils.checkpoint` calls are exported: marked, so memplan recomputes what
+# PyTorch recomputes, or left out, so memplan decides (`memplan plan --budget`).
+USER_CHECKPOINT = ("keep", "drop")
+
+# The key of a node's `meta["custom"]` that says which checkpoint call ran it (0, 1, ...).
+CHECKPOINT_KEY = "memplan_checkpoint"
+
+
+def capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None = None,
+            user_checkpoint: str = "keep") -> torch.export.ExportedProgram:
     """The forward graph of `model(*example_inputs)` in training mode, in ATen ops; under
     `amp`, with the casts CUDA autocast performs (see `_cuda_autocast`). A model in
     training mode is captured as it is, so a submodule the user put in eval mode (a frozen
     BatchNorm) stays so; a model in eval mode is captured in training mode throughout.
-    The modules' modes are restored afterwards."""
+    The modules' modes are restored afterwards. With `user_checkpoint="keep"`, each node a
+    `torch.utils.checkpoint` call ran has `meta["custom"][CHECKPOINT_KEY]`, the call's
+    number."""
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     if amp is not None and amp not in AMP:
         raise ExportError(f"--amp {amp}: expected one of {', '.join(AMP)}")
+    if user_checkpoint not in USER_CHECKPOINT:
+        raise ExportError(f"--user-checkpoint {user_checkpoint}: expected one of {', '.join(USER_CHECKPOINT)}")
     with _training(model):
-        return _capture(model, example_inputs, amp)
+        return _capture(model, example_inputs, amp, user_checkpoint == "keep")
 
 
 @contextlib.contextmanager
@@ -118,18 +134,18 @@ def _training(model: torch.nn.Module):
             module.training = training
 
 
-def _capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None) -> torch.export.ExportedProgram:
+def _capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None, keep: bool) -> torch.export.ExportedProgram:
     if amp is None:
         seen: list = []
-        program = _export(model, example_inputs, seen)
+        program = _export(model, example_inputs, keep, seen)
         if not any(what == "cuda autocast" for what, _ in seen):
             return _regions(program)
         # A CUDA autocast block inside forward: its casts exist only for CUDA tensors (on a
         # machine without a GPU, torch.autocast("cuda") would even switch itself off).
         with _fake_cuda(model, example_inputs) as fake_inputs, _cuda_stubs(), _quiet_retrace():
-            return _regions(_export(model, fake_inputs))
+            return _regions(_export(model, fake_inputs, keep))
     with _fake_cuda(model, example_inputs) as fake_inputs, _cuda_autocast(AMP[amp]), _quiet_retrace():
-        return _regions(_export(model, fake_inputs), retrace=True)
+        return _regions(_export(model, fake_inputs, keep), retrace=True)
 
 
 @contextlib.contextmanager
@@ -265,10 +281,11 @@ def export_step(
     momentum: float | None = None,
     amp: str | None = None,
     name: str | None = None,
+    user_checkpoint: str = "keep",
 ) -> str:
     """The training step of `model` on `example_inputs` as memplan IR text (a `.step`)."""
     op, attrs = optimizer_attrs(optimizer, lr, weight_decay, momentum)
-    program = capture(model, example_inputs, amp)
+    program = capture(model, example_inputs, amp, user_checkpoint)
     writer = StepWriter(name or type(model).__name__.lower())
     loss = Translator(program, writer, amp=amp is not None).run()
     writer.backward = (loss.name, op, attrs)
@@ -300,11 +317,13 @@ def step_arguments(model: torch.nn.Module, example_inputs: tuple, amp: str | Non
     return out
 
 
-def _export(model, example_inputs, seen: list | None = None) -> torch.export.ExportedProgram:
+def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torch.export.ExportedProgram:
     """`torch.export` of `model`, refusing what it would silently change (see
-    `_watching_functions`); `seen` collects what was watched."""
+    `_watching_functions`); `seen` collects what was watched. `keep`: mark what each
+    non-reentrant checkpoint call runs (node metadata survives only under
+    `preserve_node_meta`)."""
     seen = [] if seen is None else seen
-    with _watching_functions(seen), warnings.catch_warnings():
+    with _watching_functions(seen, keep), fx_traceback.preserve_node_meta(), warnings.catch_warnings():
         # Reentrant checkpointing warns that the fake inputs need no gradient: the tracing's
         # concern, not the user's (the step is refused below anyway).
         warnings.filterwarnings("ignore", message="None of the inputs have requires_grad")
@@ -316,9 +335,14 @@ def _export(model, example_inputs, seen: list | None = None) -> torch.export.Exp
         if what == "cuda autocast":
             continue
         if what == "checkpoint":
-            warnings.warn(f"{where}: torch.utils.checkpoint is not honoured: memplan plans the step without its "
-                          "recomputation (what PyTorch needs without checkpointing); `memplan plan --budget` chooses "
-                          "what to recompute instead", ExportWarning, stacklevel=2)
+            if not keep:
+                warnings.warn(f"{where}: torch.utils.checkpoint dropped (--user-checkpoint drop): memplan plans the "
+                              "step without its recomputation; `memplan plan --budget` chooses what to recompute",
+                              ExportWarning, stacklevel=2)
+        elif what == "selective checkpoint":
+            raise ExportError(f"{where}: torch.utils.checkpoint with a context_fn (a selective checkpoint policy) "
+                              "cannot be exported yet: memplan would recompute what the policy saves; export with "
+                              "--user-checkpoint drop and let `memplan plan --budget` choose")
         elif what == "CheckpointFunction":
             raise ExportError(f"{where}: torch.utils.checkpoint(..., use_reentrant=True) cannot be exported: its forward "
                               "runs without gradients and its backward recomputes it, which torch.export does not capture; "
@@ -351,12 +375,13 @@ def _user_frame() -> str:
 
 
 @contextlib.contextmanager
-def _watching_functions(seen: list):
+def _watching_functions(seen: list, keep: bool = True):
     """Records in `seen` (what, where) for each custom autograd Function applied (its class
     name; `CheckpointFunction` for reentrant checkpointing), each non-reentrant checkpoint
     (`checkpoint`) and each `torch.autocast("cuda")` block entered (`cuda autocast`) while
     torch.export traces. torch's own Functions are not recorded (their backward is the
-    forward's derivative), except checkpointing's."""
+    forward's derivative), except checkpointing's. With `keep`, what each non-reentrant
+    checkpoint call runs is annotated with the call's number (`CHECKPOINT_KEY`)."""
     # A classmethod in Python in some torch releases, a C class method in others: either is
     # bound to the class applied through its descriptor.
     apply = inspect.getattr_static(torch.autograd.Function, "apply")
@@ -372,9 +397,22 @@ def _watching_functions(seen: list):
             seen.append((cls.__name__ if cls.__module__.startswith("torch.") else cls.__qualname__, _user_frame()))
         return apply.__get__(None, cls)(*args, **kwargs)
 
+    regions = iter(range(1 << 62))
+    context_fn = inspect.signature(generator).parameters.get("context_fn")
+
     def watched_generator(*args, **kwargs):
-        seen.append(("checkpoint", _user_frame()))
-        return generator(*args, **kwargs)
+        where = _user_frame()
+        seen.append(("checkpoint", where))
+        bound = inspect.signature(generator).bind(*args, **kwargs) if context_fn is not None else None
+        if bound is not None and bound.arguments.get("context_fn", context_fn.default) is not torch.utils.checkpoint.noop_context_fn:
+            seen.append(("selective checkpoint", where))
+        if not keep:
+            yield from generator(*args, **kwargs)
+            return
+        # The generator is suspended while the checkpointed function runs: every op traced
+        # then is the call's.
+        with fx_traceback.annotate({CHECKPOINT_KEY: next(regions)}):
+            yield from generator(*args, **kwargs)
 
     def watched_autocast(self, device_type, *args, **kwargs):
         if device_type == "cuda" and kwargs.get("enabled", args[1] if len(args) > 1 else True):

@@ -93,6 +93,7 @@ class Op:
     inputs: list[str]
     attrs: list[tuple[str, object]]
     loc: tuple[str, int, str | None] | None  # (file, line, module path)
+    checkpoint: int | None = None  # the torch.utils.checkpoint call that ran it
 
 
 @dataclass
@@ -120,10 +121,12 @@ class StepWriter:
         self.args.append((name, ty, role))
         return name
 
-    def op(self, names: list[str], types: list[str], op: str, inputs: list[str], attrs=(), loc=None) -> list[str]:
-        """Appends `names... = op(inputs..., attrs...)`; returns the (unique) output names."""
+    def op(self, names: list[str], types: list[str], op: str, inputs: list[str], attrs=(), loc=None,
+           checkpoint=None) -> list[str]:
+        """Appends `names... = op(inputs..., attrs...)` (marked `checkpoint(N)` when the
+        user's checkpoint call N ran it); returns the (unique) output names."""
         outs = [self.unique(n) for n in names]
-        self.ops.append(Op(list(zip(outs, types)), op, list(inputs), list(attrs), loc))
+        self.ops.append(Op(list(zip(outs, types)), op, list(inputs), list(attrs), loc, checkpoint))
         return outs
 
     def remove(self, op: Op):
@@ -143,7 +146,8 @@ class StepWriter:
             if op.loc:
                 file, line, module = op.loc
                 loc = f' loc("{file}":{line}' + (f', "{module}")' if module is not None else ")")
-            lines.append(f"  {outs} = {op.op}({', '.join(operands)}){loc}")
+            mark = f" checkpoint({op.checkpoint})" if op.checkpoint is not None else ""
+            lines.append(f"  {outs} = {op.op}({', '.join(operands)}){mark}{loc}")
         lines += [f"  update %{target} <- %{value}" for target, value in self.updates]
         if self.backward:
             loss, optimizer, attrs = self.backward

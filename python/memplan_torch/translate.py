@@ -42,6 +42,14 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
 
 
+def checkpoint_of(node) -> int | None:
+    """The number of the user's `torch.utils.checkpoint` call that ran `node` (export.py
+    marks them), `None` outside one."""
+    custom = node.meta.get("custom") if isinstance(node, torch.fx.Node) else None
+    region = custom.get("memplan_checkpoint") if isinstance(custom, dict) else None
+    return region if isinstance(region, int) else None
+
+
 def source_loc(node) -> tuple[str, int, str | None] | None:
     """The innermost frame of `node`'s stack trace outside torch (file name, line), and the
     path of the module computing it (`None` where torch.export recorded none)."""
@@ -313,7 +321,7 @@ class Translator:
         default); `final`: it is the node's result (not a helper value)."""
         fake = self.out_fake() if fake is None else fake
         [name] = self.w.op([self.name_for(role or op, final)], [type_text(fake.dtype, fake.shape)], op,
-                           [v.name for v in inputs], attrs, source_loc(self.node))
+                           [v.name for v in inputs], attrs, source_loc(self.node), checkpoint_of(self.node))
         return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
 
     def writes(self, value: Value) -> str | None:
@@ -329,7 +337,7 @@ class Translator:
         """One op with several outputs, helper values of the node (named path.role)."""
         names = [self.name_for(r, False) for r in roles]
         types = [type_text(f.dtype, f.shape) for f in fakes]
-        outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node))
+        outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node), checkpoint_of(self.node))
         return [Value(n, f, dense(f)) for n, f in zip(outs, fakes)]
 
     def fake_like(self, shape, dtype) -> torch.Tensor:

@@ -207,20 +207,76 @@ def test_what_torch_export_would_change_is_refused_at_the_users_line(how, says):
 
 
 class Checkpointed(nn.Module):
-    def __init__(self, use_checkpoint: bool):
+    """Three MLP blocks, each checkpointed (non-reentrant, as PyTorch recommends) or not."""
+
+    def __init__(self, use_checkpoint: bool, width: int = 8, context_fn=None):
         super().__init__()
-        self.a, self.b, self.use_checkpoint = nn.Linear(8, 8), nn.Linear(8, 4), use_checkpoint
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+                                    for _ in range(3))
+        self.stem, self.head = nn.Linear(8, width), nn.Linear(width, 4)
+        self.use_checkpoint, self.context_fn = use_checkpoint, context_fn
 
     def forward(self, x, y):
-        h = checkpoint(self.a, x, use_reentrant=False) if self.use_checkpoint else self.a(x)
-        return F.cross_entropy(self.b(F.relu(h)), y)
+        h = self.stem(x)
+        for block in self.blocks:
+            if self.context_fn is not None:
+                h = h + checkpoint(block, h, use_reentrant=False, context_fn=self.context_fn)
+            elif self.use_checkpoint:
+                h = h + checkpoint(block, h, use_reentrant=False)
+            else:
+                h = h + block(h)
+        return F.cross_entropy(self.head(h), y)
 
 
-def test_non_reentrant_checkpointing_is_planned_without_recomputation_and_says_so():
+def test_checkpointed_blocks_train_as_in_pytorch(memplan, tmp_path):
+    torch.manual_seed(0)
+    text, with_grad = compare_three_steps(memplan, tmp_path, Checkpointed(True), batch())
+    assert len(with_grad) == 16
+    # Each checkpoint call's ops are marked with the call's number, nothing else is.
+    marked = re.findall(r"^  %([\w.]+): .* checkpoint\((\d+)\)", text, re.M)
+    assert {region for _, region in marked} == {"0", "1", "2"}
+    assert all(name.startswith(f"blocks.{region}.") for name, region in marked), marked
+    step = tmp_path / "model.step"
+    assert "recompute(" in memplan("expand", step).stdout
+
+
+def test_checkpointing_plans_the_memory_pytorch_saves_by_it(memplan, tmp_path):
+    """What PyTorch's checkpoint saves: the blocks' inner activations are recomputed, not
+    kept, so the step plans smaller than the same model without checkpointing, and the
+    report says the user's checkpoints were kept. `--user-checkpoint drop` exports the
+    model without them (planned as the unchekpointed model), saying so."""
+    with torch.device("meta"):
+        inputs = (torch.randn(512, 8), torch.randint(0, 4, (512,)))
+    arenas, texts = {}, {}
+    for use in (True, False):
+        with torch.device("meta"):
+            model = Checkpointed(use, width=64)
+        texts[use] = memplan_torch.export_step(model, inputs)
+        step = tmp_path / f"checkpointed{use}.step"
+        step.write_text(texts[use])
+        for schedule in ("program", "memory"):
+            report = memplan("plan", step, "--schedule", schedule).stdout
+            arenas[use, schedule] = int(re.search(r"^arena +(\d+) B", report, re.M).group(1))
+            assert ("checkpoint   the user's, kept: 3 regions" in report) == use, report
+    for schedule in ("program", "memory"):
+        assert arenas[True, schedule] < arenas[False, schedule], arenas
+    with torch.device("meta"):
+        model = Checkpointed(True, width=64)
+    with pytest.warns(ExportWarning, match=r"test_semantics\.py:\d+: torch.utils.checkpoint dropped"):
+        dropped = memplan_torch.export_step(model, inputs, user_checkpoint="drop")
     ops = lambda text: [re.sub(r" loc\(.*\)$", "", line) for line in text.splitlines()]  # noqa: E731
-    with pytest.warns(ExportWarning, match=r"test_semantics\.py:\d+: torch.utils.checkpoint is not honoured"):
-        with_checkpoint = memplan_torch.export_step(Checkpointed(True), batch())
-    assert ops(with_checkpoint) == ops(memplan_torch.export_step(Checkpointed(False), batch()))
+    assert ops(dropped) == ops(texts[False])
+
+
+def test_a_selective_checkpoint_policy_is_refused_at_the_users_line():
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.mm.default else CheckpointPolicy.PREFER_RECOMPUTE
+
+    model = Checkpointed(True, context_fn=lambda: create_selective_checkpoint_contexts(policy))
+    with pytest.raises(ExportError, match=r"^test_semantics\.py:\d+: torch.utils.checkpoint with a context_fn"):
+        memplan_torch.export_step(model, batch())
 
 
 class Unflatten(nn.Module):
