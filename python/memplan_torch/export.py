@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
+import logging
 import math
 import operator
 import os
+import sys
 import traceback
 import warnings
 from unittest import mock
@@ -42,6 +45,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from . import datadep
 from .step import ExportError, ExportWarning, StepWriter
 from .translate import Translator
 
@@ -323,14 +327,16 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
     non-reentrant checkpoint call runs (node metadata survives only under
     `preserve_node_meta`)."""
     seen = [] if seen is None else seen
-    with _watching_functions(seen, keep), fx_traceback.preserve_node_meta(), warnings.catch_warnings():
+    with _watching_functions(seen, keep), fx_traceback.preserve_node_meta(), _quiet_torch_logs(), warnings.catch_warnings():
         # Reentrant checkpointing warns that the fake inputs need no gradient: the tracing's
         # concern, not the user's (the step is refused below anyway).
         warnings.filterwarnings("ignore", message="None of the inputs have requires_grad")
         try:
             program = torch.export.export(model, example_inputs, strict=False)
-        except torch._dynamo.exc.Unsupported as e:  # noqa: SLF001 - the only place it is raised
-            raise ExportError(f"torch.export cannot capture the model: {e}") from None
+        except ExportError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever torch.export raises is the user's model's: said at their line
+            raise datadep.export_failure(e) from None
     for what, where in seen:
         if what == "cuda autocast":
             continue
@@ -352,6 +358,24 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
                               "forward instead of running its own backward (what it saves and computes would differ); "
                               "not supported yet")
     return program
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """torch.export logs what it failed on as it raises (symbolic-shape warnings, and the
+    graph so far printed on stderr): the error memplan gives names the user's line
+    instead. So torch's log records up to ERROR are held back for the duration, and what
+    it prints on stderr is shown only if the export succeeds (the previous settings
+    restored)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield
+    finally:
+        logging.disable(previous)
+    sys.stderr.write(printed.getvalue())
 
 
 # Autograd Functions and checkpointing, which torch.export inlines: the forward of a custom

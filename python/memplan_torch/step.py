@@ -47,7 +47,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def type_text(dtype: torch.dtype, shape) -> str:
     """`f32[64,256]` for a float32 tensor of shape (64, 256)."""
-    return f"{dtype_name(dtype)}[{','.join(str(int(d)) for d in shape)}]"
+    from .datadep import static_size
+
+    return f"{dtype_name(dtype)}[{','.join(str(static_size(d)) for d in shape)}]"
 
 
 def float_text(x: float) -> str:

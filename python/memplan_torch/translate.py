@@ -32,14 +32,36 @@ import warnings
 
 import torch
 from torch.export import ExportedProgram
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.export.graph_signature import InputKind, OutputKind
 
+from . import datadep
 from .ops import HANDLERS
 from .step import ExportError, ExportWarning, StepWriter, type_text
 from .value import Value, dense, shadow_after
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
+
+
+# A data-dependent value where the translator needs a number (a scalar from `.item()`, a
+# size from `nonzero`): see datadep.py.
+_GUARD = GuardOnDataDependentSymNode
+
+
+# torch's runtime checks of sizes and scalars (torch._check, the bounds of an unbacked
+# size): nothing a step computes.
+_CHECKS = {
+    getattr(torch.ops.aten, name).default
+    for name in ("_assert_scalar", "sym_constrain_range", "sym_constrain_range_for_size", "_assert_async")
+    if hasattr(torch.ops.aten, name)
+}
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+def _schema_returns_tensor(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(str(r.type).startswith("Tensor") for r in schema.returns)
 
 
 def checkpoint_of(node) -> int | None:
@@ -239,6 +261,24 @@ class Translator:
             # A tensor made of nothing and read by nothing (the `empty([0])` placeholders
             # non-reentrant checkpointing leaves in the graph): no step of the user's.
             return
+        try:
+            self._translate(node)
+            sizes = datadep.bounded()
+            if sizes:
+                datadep.warn_bounded(self.program, node, sizes, source_loc)
+        except _GUARD as e:
+            raise datadep.translation_failure(self.program, node, e, source_loc) from None
+        except datadep.UnboundedSize as e:
+            raise datadep.translation_failure(self.program, node, e, source_loc) from None
+
+    def _translate(self, node):
+        target = node.target
+        if target in _CHECKS or (isinstance(node.meta.get("val"), _SYMBOLIC) and not _schema_returns_tensor(target)):
+            # Arithmetic on sizes and scalars (`sym_size`, `u0 >= 0`) and torch's runtime
+            # checks of them (`_assert_scalar`, `torch._check`): no op of memplan's; the
+            # value is kept for an op that reads it (a data-dependent one is an error there).
+            self.env[node] = node.meta.get("val")
+            return
         args = [self._resolve(a) for a in node.args]
         kwargs = {k: self._resolve(v) for k, v in node.kwargs.items()}
         handler = HANDLERS.get(target)
@@ -271,13 +311,16 @@ class Translator:
             if not isinstance(fake, torch.Tensor):
                 results.append(fake)
                 continue
-            attrs = [("target", target), ("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype)]
+            attrs = [("target", target), ("shape", [datadep.static_size(d) for d in fake.shape]), ("dtype", fake.dtype)]
+            bound = datadep.bound_text(fake.shape)
             aliased = _aliased_input(schema, i, args)
             final = i == 0
             if aliased is not None and isinstance(aliased, Value):
                 results.append(self.emit("extern_view", [aliased], attrs, fake=fake, final=final, role=schema.name.split("::")[-1]))
             else:
                 attrs.append(("flops", flops if i == 0 else 0))
+                if bound:
+                    attrs.append(("bound", bound))
                 results.append(self.emit("extern", inputs, attrs, fake=fake, final=final, role=schema.name.split("::")[-1]))
         return tuple(results) if isinstance(val, (list, tuple)) else results[0]
 

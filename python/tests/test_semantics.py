@@ -424,3 +424,60 @@ def test_export_leaves_the_models_modes_as_they_were():
     text = memplan_torch.export_step(model, (torch.randn(4, 3, 6, 6), torch.randint(0, 4, (4,))))
     assert text.count("= batch_norm_stats(") == 2, text
     assert not any(module.training for module in model.modules())
+
+
+class DataDependent(nn.Module):
+    """Python that decides on a tensor's values, each way people write it."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.a, self.how = nn.Linear(8, 4), how
+
+    def forward(self, x, y):
+        h = self.a(x)
+        if self.how == "branch":
+            if h.sum() > 0:  # the branch
+                h = h * 2
+        elif self.how == "item":
+            scale = h.mean().item()  # the item
+            h = h * scale
+        elif self.how == "mask":
+            return F.cross_entropy(h, y) + h[h > 0].sum()  # the mask
+        elif self.how == "nonzero":
+            rows = torch.nonzero(y)  # the nonzero
+            return F.cross_entropy(h, y) + h[rows[:, 0]].sum()
+        return F.cross_entropy(h, y)
+
+
+def _line_of(marker: str) -> int:
+    import inspect
+
+    source, start = inspect.getsourcelines(DataDependent)
+    return start + next(i for i, line in enumerate(source) if marker in line)
+
+
+@pytest.mark.parametrize("how,code,says", [
+    ("branch", "if h.sum() > 0:  # the branch", "depends on a tensor's values"),
+    ("item", "h = h * scale", "uses `.item()`"),
+])
+def test_data_dependent_python_is_one_error_at_the_users_line(how, code, says):
+    with pytest.raises(ExportError) as error:
+        memplan_torch.export_step(DataDependent(how), batch())
+    message = str(error.value)
+    first = message.splitlines()[0]
+    assert first.startswith(f"test_semantics.py:{_line_of(code)}: `{code}`"), message
+    assert says in first and "hint: " in message and len(message.splitlines()) <= 3, message
+    if how == "item":
+        # It names where the value was read too.
+        assert f"test_semantics.py:{_line_of('# the item')}: `scale = h.mean().item()  # the item`" in first, message
+
+
+@pytest.mark.parametrize("how,bound", [("mask", "u0 <= 64"), ("nonzero", "u0 <= 16")])
+def test_a_data_dependent_size_is_planned_at_its_upper_bound(memplan, tmp_path, how, bound):
+    with pytest.warns(ExportWarning, match=rf"test_semantics\.py:{_line_of('# the ' + how)}: .*planned with its upper bound"):
+        text = memplan_torch.export_step(DataDependent(how), batch())
+    assert f'bound="{bound}"' in text
+    step = tmp_path / f"{how}.step"
+    step.write_text(text)
+    report = memplan("plan", step).stdout
+    assert re.search(rf"^bounded +{re.escape(bound)} at test_semantics\.py:{_line_of('# the ' + how)}: ", report, re.M), report

@@ -24,7 +24,7 @@ use indexmap::IndexMap;
 
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Checkpoint, Graph};
-use crate::ir::ops::OpClass;
+use crate::ir::ops::{Attr, OpClass};
 use crate::plan::{Plan, Savings, align_up};
 use locs::Locs;
 
@@ -67,6 +67,9 @@ pub struct Report {
     /// The user's checkpointed regions and what autodiff recomputes for them; `None` for a
     /// step without `checkpoint(N)` marks.
     pub user_checkpoints: Option<UserCheckpoints>,
+    /// Every op whose output size depends on the data, planned at its upper bound (an
+    /// `extern` with a `bound`), in program order.
+    pub bounded_sizes: Vec<BoundedSize>,
     pub peak: Peak,
     /// Bytes per class, in `Class::ALL` order.
     pub classes: Vec<ClassBytes>,
@@ -126,6 +129,18 @@ pub struct UserCheckpoints {
     /// Their FLOPs, and the other ops' (both saturate at 2^64 - 1).
     pub extra_flops: u64,
     pub base_flops: u64,
+}
+
+/// An op whose output size depends on the data (`nonzero`, `x[mask]`), planned with the
+/// upper bound its `bound` attribute states.
+#[derive(Clone, Debug, Serialize)]
+pub struct BoundedSize {
+    /// The op as IR text.
+    pub op: String,
+    /// `u0 <= 64`: the symbols of its shape and their bounds.
+    pub bound: String,
+    /// The op's `loc`, as `model.py:25`.
+    pub loc: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -258,6 +273,19 @@ impl Report {
             }),
             updates: update_timing(graph, &classes, &life),
             user_checkpoints: user_checkpoints(graph),
+            bounded_sizes: graph
+                .ops
+                .iter_enumerated()
+                .filter_map(|(id, op)| match op.attrs.get("bound") {
+                    Some(Attr::Str(bound)) if !bound.is_empty() => Some((id, op, bound)),
+                    _ => None,
+                })
+                .map(|(id, op, bound)| BoundedSize {
+                    op: graph.describe_op(id),
+                    bound: bound.clone(),
+                    loc: op.loc.as_ref().map(ToString::to_string),
+                })
+                .collect(),
             peak,
             classes: class_bytes,
             buffers,

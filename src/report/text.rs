@@ -37,6 +37,12 @@ pub fn render(report: &Report, top: usize) -> String {
     if let Some(user) = &report.user_checkpoints {
         user_checkpoints(w, user);
     }
+    for (i, bounded) in report.bounded_sizes.iter().enumerate() {
+        let label = if i == 0 { "bounded" } else { "" };
+        let at = bounded.loc.as_ref().map(|l| format!(" at {l}")).unwrap_or_default();
+        let _ = writeln!(w, "{label:13}{}{at}: a data-dependent size planned at its upper bound", bounded.bound);
+        let _ = writeln!(w, "{:13}`{}`", "", bounded.op);
+    }
     let _ = writeln!(w);
     savings(w, &report.savings, report.remat.as_ref().map(|_| report.lower_bound));
     let _ = writeln!(w);

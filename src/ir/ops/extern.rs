@@ -16,8 +16,20 @@ const EXTERN_ATTRS: &[AttrSpec] = &[
     attr("flops", K::Int, Some(AttrDefault::Int(0))),
 ];
 
-pub(super) const EXTERN: OpDef = OpDef::new("extern", &["xs..."], &["out"], infer_extern, "another framework's op (target), its output of type dtype[shape]: planned, not run")
-    .attrs(EXTERN_ATTRS)
+/// `extern`'s, and `bound`: for an output whose size depends on the data (PyTorch's
+/// `nonzero`, `x[mask]`), the symbols of its shape and their upper bounds the shape was
+/// written with (`"u0 <= 64"`): the plan holds the most memory the op can take, and the
+/// report lists it. Empty for a static shape.
+const EXTERN_BOUNDED_ATTRS: &[AttrSpec] = &[
+    attr("target", K::Str, None),
+    attr("shape", K::Ints, None),
+    attr("dtype", K::DType, None),
+    attr("flops", K::Int, Some(AttrDefault::Int(0))),
+    attr("bound", K::Str, Some(AttrDefault::Str(""))),
+];
+
+pub(super) const EXTERN: OpDef = OpDef::new("extern", &["xs..."], &["out"], infer_extern, "another framework's op (target), its output of type dtype[shape] (a data-dependent size at its upper bound, bound naming it): planned, not run")
+    .attrs(EXTERN_BOUNDED_ATTRS)
     .flops(attr_flops);
 
 pub(super) const EXTERN_VIEW: OpDef = OpDef::new("extern_view", &["x"], &["out"], infer_extern, "another framework's op whose output aliases x (a view): planned, not run")

@@ -194,6 +194,7 @@ pub enum AttrDefault {
     Float(f64),
     Bool(bool),
     Ints(&'static [i64]),
+    Str(&'static str),
 }
 
 impl AttrDefault {
@@ -203,6 +204,7 @@ impl AttrDefault {
             AttrDefault::Float(x) => Attr::Float(x),
             AttrDefault::Bool(b) => Attr::Bool(b),
             AttrDefault::Ints(v) => Attr::Ints(v.to_vec()),
+            AttrDefault::Str(text) => Attr::Str(text.to_string()),
         }
     }
 }
