@@ -481,3 +481,29 @@ def test_a_data_dependent_size_is_planned_at_its_upper_bound(memplan, tmp_path, 
     step.write_text(text)
     report = memplan("plan", step).stdout
     assert re.search(rf"^bounded +{re.escape(bound)} at test_semantics\.py:{_line_of('# the ' + how)}: ", report, re.M), report
+
+
+class Masks(nn.Module):
+    """Masks made by comparisons, as attention masks and clamps are: with a number, with a
+    broadcast tensor, and on integer labels."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        h = self.a(x)
+        h = h.masked_fill(h < -0.5, 0.0)
+        h = torch.where(h >= h.mean(0, keepdim=True), h, h * 0.5)
+        keep = (y != 0).unsqueeze(1)
+        h = h * keep.to(h.dtype) + h * (y.unsqueeze(1) == 0)
+        return F.cross_entropy(self.b(h), y)
+
+
+def test_comparisons_make_masks_as_pytorch_does(memplan, tmp_path):
+    torch.manual_seed(3)
+    text, with_grad = compare_three_steps(memplan, tmp_path, Masks(), batch())
+    assert "extern" not in text
+    for line in ('compare_scalar(%a, value=-0.5, op="lt")', 'op="ge"', 'op="ne"', 'op="eq"'):
+        assert line in text, text
+    assert with_grad == {"a.weight", "a.bias", "b.weight", "b.bias"}

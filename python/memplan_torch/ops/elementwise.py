@@ -1,5 +1,5 @@
-"""Elementwise handlers: arithmetic, math functions and activations, `where` and
-`masked_fill`, dtype casts, and the fills (`full`, `zeros`, `ones`, `empty`, their `_like`
+"""Elementwise handlers: arithmetic, math functions and activations, comparisons, `where`
+and `masked_fill`, dtype casts, and the fills (`full`, `zeros`, `ones`, `empty`, their `_like`
 and `new_` forms, `arange`).
 
 Arithmetic with a Python number is memplan's `add_scalar` or `mul_scalar` (`a - s` adds
@@ -100,6 +100,31 @@ def where(t, cond, a, b):
     a = a if isinstance(a, Value) else constant(t, [], dtype, a, "scalar")
     b = b if isinstance(b, Value) else constant(t, [], dtype, b, "scalar")
     return t.emit("where", [cond, *promoted(t, a, b)])
+
+
+def comparison(relation: str):
+    """The handler of PyTorch's `relation` (`lt`, `le`, `gt`, `ge`, `eq`, `ne`): memplan's
+    `compare` of two tensors, or `compare_scalar` with a number, on the dtype PyTorch
+    compares in (`torch.result_type`: an integer tensor against a float number compares as
+    floats), the number rounded to that dtype as PyTorch rounds it."""
+
+    def handler(t, a, b):
+        if not isinstance(a, Value):
+            raise ExportError(f"{relation} with a Python number first ({a!r}) is not supported")
+        if isinstance(b, Value):
+            dtype = torch.result_type(a.fake, b.fake)
+            return t.emit("compare", [cast_to(t, a, dtype), cast_to(t, b, dtype)], [("op", relation)])
+        dtype = torch.result_type(a.fake, b)
+        value = float(torch.tensor(b, dtype=dtype).item()) if isinstance(b, (int, float, bool)) else None
+        if value is None or value != value:
+            raise ExportError(f"{relation} with {b!r} is not supported (a number, not NaN)")
+        return t.emit("compare_scalar", [cast_to(t, a, dtype)], [("value", value), ("op", relation)])
+
+    return handler
+
+
+for _relation in ("lt", "le", "gt", "ge", "eq", "ne"):
+    handles(getattr(aten, _relation).Tensor, getattr(aten, _relation).Scalar)(comparison(_relation))
 
 
 @handles(aten.masked_fill.Scalar)

@@ -22,7 +22,7 @@ use crate::exec::cuda::view::{
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
-use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::DType;
 
 /// Choices the lowering leaves to its caller.
@@ -93,6 +93,8 @@ pub fn lower_op(
         Sub => binary(OP_SUB, y(0), x(0), x(1), 0.0),
         Mul => binary(OP_MUL, y(0), x(0), x(1), 0.0),
         Div => binary(OP_DIV, y(0), x(0), x(1), 0.0),
+        Compare => binary(OP_COMPARE, y(0), x(0), x(1), f64::from(Comparison::of(attrs).code())),
+        CompareScalar => unary(OP_COMPARE_SCALAR + Comparison::of(attrs).code(), y(0), x(0), attrs.float("value")),
         ReluBackward => binary(OP_RELU_BACKWARD, y(0), x(0), x(1), 0.0),
         GeluBackward if attrs.bool("approximate") => binary(OP_GELU_BACKWARD, y(0), x(0), x(1), 0.0),
         GeluBackward => binary(OP_GELU_EXACT_BACKWARD, y(0), x(0), x(1), 0.0),

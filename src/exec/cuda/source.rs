@@ -180,6 +180,8 @@ shared! {
     OP_TANH_BACKWARD: i32 = 23;
     OP_HARDSWISH_BACKWARD: i32 = 24;
     OP_HARDSIGMOID_BACKWARD: i32 = 25;
+    /// `compare`: s is the relation's code (`Comparison::code`, 0 lt to 5 ne).
+    OP_COMPARE: i32 = 26;
     OP_GELU_EXACT: i32 = 30;
     OP_SILU: i32 = 31;
     OP_SIGMOID: i32 = 32;
@@ -192,6 +194,8 @@ shared! {
     OP_SQRT: i32 = 39;
     OP_RSQRT: i32 = 40;
     OP_HARDSIGMOID: i32 = 41;
+    /// `compare_scalar`: OP_COMPARE_SCALAR + the relation's code (50 lt to 55 ne), s the value.
+    OP_COMPARE_SCALAR: i32 = 50;
     // Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
     MODE_CONV_FWD: i32 = 0;
     MODE_CONV_BWD_DATA: i32 = 1;
@@ -245,11 +249,13 @@ pub fn constants() -> String {
 pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
     use OpKind::*;
     match kind {
-        Add | Sub | Mul | Div | Sgd => &[BINARY],
+        Add | Sub | Mul | Div | Sgd | Compare => &[BINARY],
         ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward | HardswishBackward | HardsigmoidBackward => {
             &[BINARY]
         }
-        AddScalar | MulScalar | PowScalar | Neg | Exp | Log | Sqrt | Rsqrt | Contiguous | Cast => &[UNARY],
+        AddScalar | MulScalar | PowScalar | Neg | Exp | Log | Sqrt | Rsqrt | Contiguous | Cast | CompareScalar => {
+            &[UNARY]
+        }
         Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid => &[UNARY],
         Fill => &[FILL],
         CausalMask => &[CAUSAL_MASK],

@@ -272,6 +272,31 @@ mod tests {
     }
 
     #[test]
+    fn comparisons_hold_as_ieee_and_pytorch_say() {
+        let attrs = |op: &str, value: Option<f64>| {
+            let mut given = vec![("op", Attr::Str(op.to_string()))];
+            given.extend(value.map(|v| ("value", Attr::Float(v))));
+            let kind = if value.is_some() { OpKind::CompareScalar } else { OpKind::Compare };
+            crate::autodiff::Builder::attrs(kind, &given).unwrap()
+        };
+        let x = t(&[4], &[-1.0, 0.0, 2.5, f64::NAN]);
+        let bools = |n: u64| vec![TensorType::new(DType::Bool, vec![n])];
+        let scalar = |op| eval(OpKind::CompareScalar, &attrs(op, Some(0.0)), std::slice::from_ref(&x), &bools(4)).unwrap()[0].data.clone();
+        assert_eq!(scalar("lt"), [1.0, 0.0, 0.0, 0.0]);
+        assert_eq!(scalar("le"), [1.0, 1.0, 0.0, 0.0]);
+        assert_eq!(scalar("gt"), [0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(scalar("ge"), [0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(scalar("eq"), [0.0, 1.0, 0.0, 0.0]);
+        // NaN is unequal to everything.
+        assert_eq!(scalar("ne"), [1.0, 0.0, 1.0, 1.0]);
+        // Broadcast integers: positions [[0], [1], [2]] >= ids [2, 3] (exact in f64).
+        let (positions, ids) = (t(&[3, 1], &[0.0, 1.0, 2.0]), t(&[2], &[2.0, 3.0]));
+        let out = TensorType::new(DType::Bool, vec![3, 2]);
+        let got = eval(OpKind::Compare, &attrs("ge", None), &[positions, ids], &[out]).unwrap().remove(0);
+        assert_eq!(got.data, [0.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+    }
+
+    #[test]
     fn hardsigmoid_and_its_boundaries() {
         let x = t(&[8], &[-4.0, -3.0, -1.5, 0.0, 1.5, 3.0, 3.5, f64::NAN]);
         let y = run(OpKind::Hardsigmoid, &[], std::slice::from_ref(&x)).remove(0);

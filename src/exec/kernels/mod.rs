@@ -39,7 +39,7 @@ mod shape;
 pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
@@ -162,6 +162,14 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::BceWithLogitsBackward => vec![nn::bce_with_logits_backward(&x[0], &x[1], &x[2])],
         OpKind::Where => vec![elementwise::where_select(&x[0], &x[1], &x[2], &shapes[0])],
         OpKind::MaskedFill => vec![elementwise::masked_fill(&x[0], &x[1], attrs.float("value"))],
+        OpKind::Compare => {
+            let relation = Comparison::of(attrs);
+            vec![elementwise::binary(&x[0], &x[1], &shapes[0], |a, b| f64::from(u8::from(relation.holds(a, b))))]
+        }
+        OpKind::CompareScalar => {
+            let (relation, value) = (Comparison::of(attrs), attrs.float("value"));
+            vec![elementwise::unary(&x[0], |a| f64::from(u8::from(relation.holds(a, value))))]
+        }
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.

@@ -180,11 +180,90 @@ pub(super) const WHERE: OpDef = OpDef::new("where", &["cond", "a", "b"], &["out"
     .inplace(&[(0, 1), (0, 2)])
     .pointwise(&[0, 1, 2]);
 
+pub(super) const COMPARE: OpDef = OpDef::new("compare", &["a", "b"], &["out"], infer_compare, "a op b (op: lt, le, gt, ge, eq or ne) as a bool tensor, numpy broadcasting; a and b of one dtype")
+    .attrs(&[attr("op", K::Str, None)])
+    .flops(per_output::<1>)
+    // A bool result: no gradient flows through a comparison.
+    .stops_gradient();
+
+pub(super) const COMPARE_SCALAR: OpDef = OpDef::new("compare_scalar", &["x"], &["out"], infer_compare_scalar, "x op value (op: lt, le, gt, ge, eq or ne) as a bool tensor of x's shape")
+    .attrs(&[attr("value", K::Float, None), attr("op", K::Str, None)])
+    .flops(per_output::<1>)
+    .stops_gradient();
+
 pub(super) const MASKED_FILL: OpDef = OpDef::new("masked_fill", &["x", "mask"], &["out"], infer_masked_fill, "x with value where mask (broadcast to x's shape) is true")
     .attrs(&[attr("value", K::Float, None)])
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
     .pointwise(&[0, 1]);
+
+/// The relation `compare` and `compare_scalar` test, their `op` attribute (`op="lt"`),
+/// decoded once for every layer that reads it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Comparison {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl Comparison {
+    /// Every relation and its IR spelling, in the order of its code (`code`).
+    pub const ALL: [(Comparison, &'static str); 6] = [
+        (Comparison::Lt, "lt"),
+        (Comparison::Le, "le"),
+        (Comparison::Gt, "gt"),
+        (Comparison::Ge, "ge"),
+        (Comparison::Eq, "eq"),
+        (Comparison::Ne, "ne"),
+    ];
+
+    pub fn parse(text: &str) -> Option<Comparison> {
+        Comparison::ALL.iter().find(|(_, name)| *name == text).map(|&(c, _)| c)
+    }
+
+    /// The relation of an op of the compare rows (their type rule checked it).
+    pub fn of(attrs: &Attrs) -> Comparison {
+        Comparison::parse(attrs.str("op")).expect("the type rule accepts only the six relations")
+    }
+
+    /// 0 for lt through 5 for ne: how the CUDA kernels are told.
+    pub fn code(self) -> i32 {
+        Comparison::ALL.iter().position(|&(c, _)| c == self).expect("every relation is listed") as i32
+    }
+
+    /// Whether `a op b` holds, as IEEE and PyTorch compare: NaN is unequal to everything,
+    /// so only `ne` holds with a NaN.
+    pub fn holds(self, a: f64, b: f64) -> bool {
+        match self {
+            Comparison::Lt => a < b,
+            Comparison::Le => a <= b,
+            Comparison::Gt => a > b,
+            Comparison::Ge => a >= b,
+            Comparison::Eq => a == b,
+            Comparison::Ne => a != b,
+        }
+    }
+}
+
+fn relation(attrs: &Attrs) -> Result<Comparison, String> {
+    let text = attrs.str("op");
+    Comparison::parse(text).ok_or_else(|| format!("op={text:?} is not a comparison (lt, le, gt, ge, eq or ne)"))
+}
+
+pub(super) fn infer_compare(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    same_dtype(inputs)?;
+    relation(attrs)?;
+    done(vec![TensorType { dtype: DType::Bool, shape: broadcast(&inputs[0].shape, &inputs[1].shape)? }])
+}
+
+pub(super) fn infer_compare_scalar(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    not_nan(attrs, "value")?;
+    relation(attrs)?;
+    done(vec![TensorType { dtype: DType::Bool, shape: inputs[0].shape.clone() }])
+}
 
 pub(super) fn infer_binary(inputs: &[&TensorType], _: &Attrs) -> Rule {
     let dtype = same_dtype(inputs)?;

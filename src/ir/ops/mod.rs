@@ -602,6 +602,7 @@ mod tests;
 
 pub use attention::AttentionAttrs;
 pub use conv::ConvAttrs;
+pub use elementwise::Comparison;
 pub use linalg::MatmulAttrs;
 pub use nn::{CrossEntropyAttrs, PoolAttrs};
 pub use optim::AdamAttrs;

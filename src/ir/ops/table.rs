@@ -116,4 +116,6 @@ op_table! {
     BceWithLogitsBackward = nn::BCE_WITH_LOGITS_BACKWARD,
     Where = elementwise::WHERE,
     MaskedFill = elementwise::MASKED_FILL,
+    Compare = elementwise::COMPARE,
+    CompareScalar = elementwise::COMPARE_SCALAR,
 }

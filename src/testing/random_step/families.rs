@@ -633,10 +633,26 @@ impl Gen {
         }
     }
 
-    /// A bool value that broadcasts to `ty`'s shape: from the pool sometimes, else a new
-    /// input of that shape with leading dimensions dropped and others set to 1 at random
-    /// (a padding mask over attention scores is `[T]` against `[B, H, T, T]`).
+    /// A bool value that broadcasts to `ty`'s shape: from the pool sometimes, or a
+    /// comparison of a value of that shape (with a number, or an operand as binary ops pick
+    /// one), else a new input of that shape with leading dimensions dropped and others set
+    /// to 1 at random (a padding mask over attention scores is `[T]` against `[B, H, T, T]`).
     fn mask_for(&mut self, ty: &TensorType) -> usize {
+        if self.chance(0.4)
+            && let Some(v) = self.pick(|g, v| g.ty(v).shape == ty.shape && g.ty(v).dtype != DType::Bool)
+        {
+            let op = Attr::Str(self.choose(&["lt", "le", "gt", "ge", "eq", "ne"]).to_string());
+            let mask = if self.chance(0.5) {
+                let value = self.choose(&[-1.0, 0.0, 0.5]);
+                self.emit(OpKind::CompareScalar, &[v], &[("value", Attr::Float(value)), ("op", op)])
+            } else {
+                let other = self.operand_for(v);
+                self.emit(OpKind::Compare, &[v, other], &[("op", op)])
+            };
+            if let Some(mask) = mask {
+                return mask;
+            }
+        }
         if self.chance(0.4)
             && let Some(m) = self.pick(|g, v| {
                 g.ty(v).dtype == DType::Bool && broadcast(&g.ty(v).shape, &ty.shape).is_ok_and(|s| s == ty.shape)

@@ -55,7 +55,8 @@
 //! groups, depthwise), conv_transpose2d (the same, and output_padding), max_pool2d and their
 //! backward ops, adaptive_avg_pool2d and upsample_nearest2d (to sizes that divide the
 //! input's, and to sizes that do not, up and down) and their backward ops, where and
-//! masked_fill with bool masks that broadcast (new `input`s: fair coins), cross_entropy
+//! masked_fill with bool masks that broadcast (new `input`s: fair coins, or compare /
+//! compare_scalar of a value), cross_entropy
 //! with i32 or i64 labels (sometimes an ignore_index that is a class, sometimes label
 //! smoothing; of f16/bf16 logits, sometimes an f32 loss) and bce_with_logits, and their backward ops, and the optimizers sgd,
 //! sgd_momentum (state `buf`), adam/adamw (states `m`, `v` and a shared step count `t`

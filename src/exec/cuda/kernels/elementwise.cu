@@ -45,6 +45,19 @@ __device__ __forceinline__ float hardswish_f(float x) { return x * fminf(fmaxf(x
 
 __device__ __forceinline__ float hardsigmoid_f(float x) { return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
 
+// Whether a op b holds for the relation `how` (Comparison::code: 0 lt, 1 le, 2 gt, 3 ge,
+// 4 eq, 5 ne); NaN is unequal to everything, as in IEEE and PyTorch.
+__device__ __forceinline__ bool compare_d(int how, double a, double b) {
+    switch (how) {
+        case 0: return a < b;
+        case 1: return a <= b;
+        case 2: return a > b;
+        case 3: return a >= b;
+        case 4: return a == b;
+        default: return a != b;
+    }
+}
+
 // PyTorch's hardsigmoid′: 1/6 strictly between −3 and 3, 0 elsewhere.
 __device__ __forceinline__ float hardsigmoid_grad(float dy, float x) { return x > -3.0f && x < 3.0f ? dy / 6.0f : 0.0f; }
 
@@ -82,6 +95,7 @@ extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double
             }
             case OP_HARDSWISH_BACKWARD: store_f(out, i, hardswish_grad(load_f(a, i), load_f(b, i))); break;
             case OP_HARDSIGMOID_BACKWARD: store_f(out, i, hardsigmoid_grad(load_f(a, i), load_f(b, i))); break;
+            case OP_COMPARE: store_d(out, i, compare_d((int)s, load_d(a, i), load_d(b, i)) ? 1.0 : 0.0); break;
             case OP_SGD: store_d(out, i, load_d(a, i) - s * load_d(b, i)); break;
             case OP_ADD: store_d(out, i, load_d(a, i) + load_d(b, i)); break;
             case OP_SUB: store_d(out, i, load_d(a, i) - load_d(b, i)); break;
@@ -99,6 +113,14 @@ extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
     GRID_STRIDE(i, out.numel) {
         switch (op) {
             case OP_ADD_SCALAR: store_d(out, i, load_d(x, i) + s); break;
+            case OP_COMPARE_SCALAR + 0:
+            case OP_COMPARE_SCALAR + 1:
+            case OP_COMPARE_SCALAR + 2:
+            case OP_COMPARE_SCALAR + 3:
+            case OP_COMPARE_SCALAR + 4:
+            case OP_COMPARE_SCALAR + 5:
+                store_d(out, i, compare_d(op - OP_COMPARE_SCALAR, load_d(x, i), s) ? 1.0 : 0.0);
+                break;
             case OP_MUL_SCALAR: store_d(out, i, load_d(x, i) * s); break;
             case OP_POW_SCALAR: store_d(out, i, pow(load_d(x, i), s)); break;
             case OP_NEG: store_d(out, i, -load_d(x, i)); break;
