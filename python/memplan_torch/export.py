@@ -20,9 +20,9 @@ an `update` of its state argument; memplan's in-place pass finds the reuse again
 `torch.no_grad()`/`enable_grad()`/`set_grad_enabled()` and `torch.autocast(...)` blocks
 inside forward are inlined with their meaning (what a grad-disabled block computes is
 detached; the casts of an autocast block are inserted, on fake CUDA tensors for a CUDA
-block); a custom `torch.autograd.Function` and reentrant `torch.utils.checkpoint` are
-refused (memplan would differentiate their forward, not run their backward);
-non-reentrant checkpointing is kept: the ops each `checkpoint(...)` call runs are marked
+block); a custom `torch.autograd.Function` is refused (memplan would differentiate its forward,
+not run its backward); checkpointing is kept (reentrant as the non-reentrant
+checkpoint it computes the same values and gradients as): the ops each call runs are marked
 `checkpoint(N)`, and memplan's autodiff recomputes them in the backward as PyTorch does
 (`user_checkpoint="drop"` leaves the marks out, so memplan decides, with `--budget`).
 """
@@ -328,8 +328,8 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
     `preserve_node_meta`)."""
     seen = [] if seen is None else seen
     with _watching_functions(seen, keep), fx_traceback.preserve_node_meta(), _quiet_torch_logs(), warnings.catch_warnings():
-        # Reentrant checkpointing warns that the fake inputs need no gradient: the tracing's
-        # concern, not the user's (the step is refused below anyway).
+        # Reentrant checkpointing of inputs that need no gradient warns; memplan's own
+        # warning below names the user's line instead.
         warnings.filterwarnings("ignore", message="None of the inputs have requires_grad")
         try:
             program = torch.export.export(model, example_inputs, strict=False)
@@ -349,10 +349,10 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
             raise ExportError(f"{where}: torch.utils.checkpoint with a context_fn (a selective checkpoint policy) "
                               "cannot be exported yet: memplan would recompute what the policy saves; export with "
                               "--user-checkpoint drop and let `memplan plan --budget` choose")
-        elif what == "CheckpointFunction":
-            raise ExportError(f"{where}: torch.utils.checkpoint(..., use_reentrant=True) cannot be exported: its forward "
-                              "runs without gradients and its backward recomputes it, which torch.export does not capture; "
-                              "use use_reentrant=False, or no checkpoint and `memplan plan --budget`")
+        elif what == "reentrant checkpoint without gradients":
+            warnings.warn(f"{where}: torch.utils.checkpoint(..., use_reentrant=True) of inputs that need no gradient: "
+                          "PyTorch computes no gradient through it, so the parameters it uses are not trained by it "
+                          "(use_reentrant=False trains them)", ExportWarning, stacklevel=2)
         else:
             raise ExportError(f"{where}: {what} is a custom torch.autograd.Function: memplan would differentiate its "
                               "forward instead of running its own backward (what it saves and computes would differ); "
@@ -381,9 +381,10 @@ def _quiet_torch_logs():
 # Autograd Functions and checkpointing, which torch.export inlines: the forward of a custom
 # `torch.autograd.Function` is traced and its backward dropped (memplan would write the
 # derivative of the forward instead), reentrant checkpointing (`CheckpointFunction`)
-# comes out as blocks without gradients, and non-reentrant checkpointing as the plain
-# forward. So every `Function.apply` and every non-reentrant checkpoint is recorded while
-# torch.export traces, with the user's line.
+# would come out as blocks without gradients (it is traced as the non-reentrant one
+# instead), and non-reentrant checkpointing as the plain forward. So every
+# `Function.apply` and every checkpoint is recorded while torch.export traces, with the
+# user's line.
 
 _MEMPLAN_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -417,9 +418,24 @@ def _watching_functions(seen: list, keep: bool = True):
     generator = getattr(torch.utils.checkpoint, generator_name)
 
     def watched_apply(cls, *args, **kwargs):
+        if cls is torch.utils.checkpoint.CheckpointFunction:
+            return reentrant_checkpoint(*args)
         if not cls.__module__.startswith("torch.") or cls.__name__ == "CheckpointFunction":
             seen.append((cls.__name__ if cls.__module__.startswith("torch.") else cls.__qualname__, _user_frame()))
         return apply.__get__(None, cls)(*args, **kwargs)
+
+    def reentrant_checkpoint(function, preserve_rng_state, *inputs):
+        # PyTorch's reentrant checkpoint runs `function` without gradients and again with
+        # them in the backward: the values and gradients of the non-reentrant one, which
+        # torch.export can trace (and `checkpoint(N)` then marks). Unless no input needs a
+        # gradient: then PyTorch's output needs none either, and the params inside get no
+        # gradient (PyTorch warns): a no_grad block, whose results are detached.
+        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs):
+            return torch.utils.checkpoint.checkpoint(function, *inputs, use_reentrant=False,
+                                                     preserve_rng_state=preserve_rng_state)
+        seen.append(("reentrant checkpoint without gradients", _user_frame()))
+        with torch.no_grad():
+            return function(*inputs)
 
     regions = iter(range(1 << 62))
     context_fn = inspect.signature(generator).parameters.get("context_fn")

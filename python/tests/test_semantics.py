@@ -198,7 +198,6 @@ class Refused(nn.Module):
 
 @pytest.mark.parametrize("how,says", [
     ("function", "Custom is a custom torch.autograd.Function"),
-    ("reentrant", "use_reentrant=True) cannot be exported"),
 ])
 def test_what_torch_export_would_change_is_refused_at_the_users_line(how, says):
     with pytest.raises(ExportError, match=r"^test_semantics\.py:\d+: ") as error:
@@ -207,14 +206,15 @@ def test_what_torch_export_would_change_is_refused_at_the_users_line(how, says):
 
 
 class Checkpointed(nn.Module):
-    """Three MLP blocks, each checkpointed (non-reentrant, as PyTorch recommends) or not."""
+    """Three MLP blocks, each checkpointed (non-reentrant, as PyTorch recommends, or
+    reentrant) or not."""
 
-    def __init__(self, use_checkpoint: bool, width: int = 8, context_fn=None):
+    def __init__(self, use_checkpoint: bool, width: int = 8, context_fn=None, reentrant: bool = False):
         super().__init__()
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
                                     for _ in range(3))
         self.stem, self.head = nn.Linear(8, width), nn.Linear(width, 4)
-        self.use_checkpoint, self.context_fn = use_checkpoint, context_fn
+        self.use_checkpoint, self.context_fn, self.reentrant = use_checkpoint, context_fn, reentrant
 
     def forward(self, x, y):
         h = self.stem(x)
@@ -222,15 +222,16 @@ class Checkpointed(nn.Module):
             if self.context_fn is not None:
                 h = h + checkpoint(block, h, use_reentrant=False, context_fn=self.context_fn)
             elif self.use_checkpoint:
-                h = h + checkpoint(block, h, use_reentrant=False)
+                h = h + checkpoint(block, h, use_reentrant=self.reentrant)
             else:
                 h = h + block(h)
         return F.cross_entropy(self.head(h), y)
 
 
-def test_checkpointed_blocks_train_as_in_pytorch(memplan, tmp_path):
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointed_blocks_train_as_in_pytorch(memplan, tmp_path, reentrant):
     torch.manual_seed(0)
-    text, with_grad = compare_three_steps(memplan, tmp_path, Checkpointed(True), batch())
+    text, with_grad = compare_three_steps(memplan, tmp_path, Checkpointed(True, reentrant=reentrant), batch())
     assert len(with_grad) == 16
     # Each checkpoint call's ops are marked with the call's number, nothing else is.
     marked = re.findall(r"^  %([\w.]+): .* checkpoint\((\d+)\)", text, re.M)
@@ -277,6 +278,25 @@ def test_a_selective_checkpoint_policy_is_refused_at_the_users_line():
     model = Checkpointed(True, context_fn=lambda: create_selective_checkpoint_contexts(policy))
     with pytest.raises(ExportError, match=r"^test_semantics\.py:\d+: torch.utils.checkpoint with a context_fn"):
         memplan_torch.export_step(model, batch())
+
+
+class ReentrantOnData(nn.Module):
+    """PyTorch's pitfall: a reentrant checkpoint whose inputs need no gradient (the data)
+    passes none, so the block's params get no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.block, self.head = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(checkpoint(self.block, x, use_reentrant=True)), y)
+
+
+def test_a_reentrant_checkpoint_of_data_trains_nothing_inside_as_in_pytorch(memplan, tmp_path):
+    torch.manual_seed(0)
+    with pytest.warns(ExportWarning, match=r"test_semantics\.py:\d+: .*use_reentrant=True\) of inputs that need no gradient"):
+        _, with_grad = compare_three_steps(memplan, tmp_path, ReentrantOnData(), batch())
+    assert with_grad == {"head.weight", "head.bias"}
 
 
 class Unflatten(nn.Module):
