@@ -527,3 +527,33 @@ def test_comparisons_make_masks_as_pytorch_does(memplan, tmp_path):
     for line in ('compare_scalar(%a, value=-0.5, op="lt")', 'op="ge"', 'op="ne"', 'op="eq"'):
         assert line in text, text
     assert with_grad == {"a.weight", "a.bias", "b.weight", "b.bias"}
+
+
+class Recurrence(nn.Module):
+    """One weight read at every step of a 32-step recurrence (an RNN, Mamba's slow path)."""
+
+    def __init__(self, width: int = 64, steps: int = 32):
+        super().__init__()
+        self.cell, self.head, self.steps = nn.Linear(width, width), nn.Linear(width, 4), steps
+        self.inp = nn.Linear(8, width)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.inp(x))
+        for _ in range(self.steps):
+            h = torch.tanh(self.cell(h))
+        return F.cross_entropy(self.head(h), y)
+
+
+def test_a_recurrence_sums_its_weight_gradient_as_pytorch_does(memplan, tmp_path):
+    """PyTorch adds each step's contribution to the shared weight's .grad as it arrives;
+    so does the step: in program order the backward holds a few weight-sized gradients,
+    not one per step, and training matches PyTorch's."""
+    torch.manual_seed(1)
+    text, with_grad = compare_three_steps(memplan, tmp_path, Recurrence(), batch())
+    assert "cell.weight" in with_grad
+    step = tmp_path / "model.step"
+    report = memplan("plan", step, "--schedule", "program").stdout
+    arena = int(re.search(r"^arena +(\d+) B", report, re.M).group(1))
+    weight = 64 * 64 * 4
+    activations = 2 * 33 * 16 * 64 * 4  # each step's pre-activation and tanh output, at batch 16
+    assert arena < activations + 8 * weight, report
