@@ -15,7 +15,9 @@
 //!    shared by every step of a recurrence) holds one gradient, not one per reader, and the
 //!    in-place pass can keep the sum in one buffer. The gradient of each output is final
 //!    once every later reader has contributed (program order is topological), and is then
-//!    handed to the op's rule.
+//!    handed to the op's rule. The ops of a checkpointed region (`checkpoint(N)`, the
+//!    user's `torch.utils.checkpoint`) run again when the sweep reaches the region, and
+//!    their rules read those recomputes (`Recomputes`).
 //! 4. **Optimizer.** One optimizer op per param, in argument order, after all gradient
 //!    ops; new state arguments (`%p.m`, `%p.v`, `%p.momentum`, one `%step`) are appended
 //!    after the existing arguments, and every param and state gets its `update`.
@@ -31,12 +33,12 @@ pub mod warnings;
 #[cfg(test)]
 mod tests;
 
+use indexmap::IndexMap;
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
 use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Backward, Checkpoint, Graph, Role, Update, ValueDef};
-use indexmap::IndexMap;
 use crate::ir::verify::{VerifyErrors, verify};
 use crate::ir::ops::{Attr, OpKind};
 use crate::ir::types::{DType, TensorType};
