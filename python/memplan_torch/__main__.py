@@ -25,11 +25,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 import warnings
 from pathlib import Path
 
 from . import safetensors
-from .export import OPTIMIZERS, export_step, step_arguments, virtual
+from .export import OPTIMIZERS, TORCH_DETAILS, export_step, step_arguments, virtual
 from .step import ExportError, ExportWarning
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -263,6 +264,9 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.status
     except ExportError as e:
+        if os.environ.get(TORCH_DETAILS) and e.__cause__ is not None:
+            # What torch raised, as it raised it, before memplan's one screen.
+            traceback.print_exception(e.__cause__)
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

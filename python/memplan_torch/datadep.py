@@ -84,7 +84,8 @@ def export_failure(exc: Exception) -> ExportError:
                            f"  hint: {_BRANCH_HINT}")
     first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
     return ExportError(f"{at}torch.export cannot capture the model: {first}\n"
-                       "  hint: torch.export.draft_export(model, inputs) lists every problem it meets")
+                       "  hint: MEMPLAN_TORCH_DETAILS=1 shows torch's own report; torch.export.draft_export(model, "
+                       "inputs) lists every problem it meets")
 
 
 def _symbols(exc: BaseException) -> set[str]:

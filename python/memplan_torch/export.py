@@ -101,6 +101,10 @@ def optimizer_attrs(optimizer: str, lr=None, weight_decay=None, momentum=None) -
 # PyTorch recomputes, or left out, so memplan decides (`memplan plan --budget`).
 USER_CHECKPOINT = ("keep", "drop")
 
+# The environment variable that shows torch.export's own log and exception along with
+# memplan's one-screen error (for a bug report, or to see what torch saw).
+TORCH_DETAILS = "MEMPLAN_TORCH_DETAILS"
+
 # The key of a node's `meta["custom"]` that says which checkpoint call ran it (0, 1, ...).
 CHECKPOINT_KEY = "memplan_checkpoint"
 
@@ -336,6 +340,8 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
         except ExportError:
             raise
         except Exception as e:  # noqa: BLE001 - whatever torch.export raises is the user's model's: said at their line
+            if os.environ.get(TORCH_DETAILS):
+                raise datadep.export_failure(e) from e
             raise datadep.export_failure(e) from None
     for what, where in seen:
         if what == "cuda autocast":
@@ -366,7 +372,11 @@ def _quiet_torch_logs():
     graph so far printed on stderr): the error memplan gives names the user's line
     instead. So torch's log records up to ERROR are held back for the duration, and what
     it prints on stderr is shown only if the export succeeds (the previous settings
-    restored)."""
+    restored). With `MEMPLAN_TORCH_DETAILS=1` in the environment nothing is held back, and
+    torch's exception follows memplan's error."""
+    if os.environ.get(TORCH_DETAILS):
+        yield
+        return
     previous = logging.root.manager.disable
     logging.disable(logging.ERROR)
     printed = io.StringIO()

@@ -156,6 +156,36 @@ def test_export_never_overwrites_and_says_what_is_wrong(tmp_path):
     assert done.returncode == 0 and "note: written as extern" in done.stderr and "aten::cumsum.default (1x)" in done.stderr
 
 
+def test_data_dependent_python_is_one_screen_from_the_command_line(tmp_path):
+    model = tmp_path / "branchy.py"
+    model.write_text(textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(4, 4)
+            def forward(self, x):
+                h = self.a(x)
+                if h.sum() > 0:
+                    h = h * 2
+                return h.sum()
+        def make():
+            return M(), (torch.randn(3, 4),)
+    """))
+    done = run_cli("export", f"{model}:make", "-o", tmp_path / "b.step", cwd=tmp_path)
+    lines = [line for line in done.stderr.splitlines() if "NumPy" not in line and "_conversion_method" not in line]
+    assert done.returncode == 1 and not (tmp_path / "b.step").exists()
+    assert lines[0] == "error: branchy.py:9: `if h.sum() > 0:` depends on a tensor's values (data-dependent Python), " \
+        "which a planned training step cannot: its ops and shapes are fixed before it runs", done.stderr
+    assert len(lines) == 2 and lines[1].startswith("  hint: compute both sides"), done.stderr
+    # MEMPLAN_TORCH_DETAILS=1 shows what torch raised too, then the same error.
+    import os
+
+    details = subprocess.run([sys.executable, "-m", "memplan_torch", "export", f"{model}:make", "-o", tmp_path / "b.step"],
+                             capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "MEMPLAN_TORCH_DETAILS": "1"})
+    assert details.returncode == 1 and "Traceback" in details.stderr and lines[0] in details.stderr
+
+
 def test_fit_finds_the_largest_batch_that_fits(tmp_path):
     done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "8MiB", "--memplan", memplan_binary(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
