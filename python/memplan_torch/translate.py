@@ -130,15 +130,16 @@ class Translator:
             raise ExportError("the model must return its loss (a scalar tensor) first")
         if loss.rank != 0 or not loss.fake.dtype.is_floating_point:
             raise ExportError(f"the model returned {loss.type}, not a float scalar loss")
-        self._drop_unread_views(loss)
+        self._drop_unread(loss)
         return loss
 
-    def _drop_unread_views(self, loss: Value) -> None:
-        """Removes views nothing reads: a functionalized write still reads the old value
-        through its view (`copy(x[:, :8], h)`), where the step needs only `h`."""
+    def _drop_unread(self, loss: Value) -> None:
+        """Removes views and fills nothing reads: a functionalized write still reads the old
+        value through its view (`copy(x[:, :8], h)`), where the step needs only `h`; the
+        tensor `bernoulli_` overwrites (`new_empty(shape)`) is never read."""
         read = {loss.name} | {value for _, value in self.w.updates}
         for op in reversed(list(self.w.ops)):
-            if op.op in _VIEWS and not any(name in read for name, _ in op.outputs):
+            if op.op in _UNREAD_DROPPED and not any(name in read for name, _ in op.outputs):
                 self.w.remove(op)
             else:
                 read.update(op.inputs)
@@ -388,8 +389,9 @@ class Translator:
             return torch.empty(shape, dtype=dtype)
 
 
-# memplan's views: free, so one nothing reads is no part of the step.
-_VIEWS = {"reshape", "transpose", "expand", "slice", "select"}
+# memplan's views (free) and fills (a value made of nothing): one nothing reads is no part
+# of the step.
+_UNREAD_DROPPED = {"reshape", "transpose", "expand", "slice", "select", "fill"}
 
 
 # -- helpers of the extern fallback -------------------------------------------------------

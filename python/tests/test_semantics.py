@@ -557,3 +557,34 @@ def test_a_recurrence_sums_its_weight_gradient_as_pytorch_does(memplan, tmp_path
     weight = 64 * 64 * 4
     activations = 2 * 33 * 16 * 64 * 4  # each step's pre-activation and tanh output, at batch 16
     assert arena < activations + 8 * weight, report
+
+
+class DropPath(nn.Module):
+    """Stochastic depth as timm and torchvision write it: a per-sample mask from
+    `new_empty(...).bernoulli_(keep)`, scaled by 1/keep, on a residual branch."""
+
+    def __init__(self, keep: float):
+        super().__init__()
+        self.a, self.b, self.keep = nn.Linear(8, 8), nn.Linear(8, 4), keep
+
+    def forward(self, x, y):
+        h = self.a(x)
+        mask = h.new_empty((h.shape[0], 1)).bernoulli_(self.keep)
+        h = x + F.relu(h) * mask / self.keep
+        return F.cross_entropy(self.b(h), y)
+
+
+def test_stochastic_depth_masks_are_memplans_draw(memplan, tmp_path):
+    """bernoulli_ is a mask drawn with memplan's dropout (the same distribution as PyTorch's,
+    not the same bits): with keep = 1 every sample is kept, so training matches PyTorch's
+    exactly; with keep = 0.75 the step runs (no extern) with dropout p = 0.25."""
+    torch.manual_seed(2)
+    text, with_grad = compare_three_steps(memplan, tmp_path, DropPath(1.0), batch())
+    assert "extern" not in text and "bernoulli" not in text
+    assert with_grad == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    text = memplan_torch.export_step(DropPath(0.75), batch())
+    assert "extern" not in text and "%zeros" not in text, text
+    assert re.search(r"= dropout\(%ones, %dropout_seed, p=0\.25, stream=0\)", text), text
+    step = tmp_path / "droppath.step"
+    step.write_text(text)
+    assert "loss" in memplan("run", step).stdout
