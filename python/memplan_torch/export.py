@@ -454,7 +454,9 @@ def _watching_functions(seen: list, keep: bool = True):
         where = _user_frame()
         seen.append(("checkpoint", where))
         bound = inspect.signature(generator).bind(*args, **kwargs) if context_fn is not None else None
-        if bound is not None and bound.arguments.get("context_fn", context_fn.default) is not torch.utils.checkpoint.noop_context_fn:
+        given = bound.arguments.get("context_fn", context_fn.default) if bound is not None else None
+        selective = given is not None and given is not torch.utils.checkpoint.noop_context_fn
+        if selective and keep:
             seen.append(("selective checkpoint", where))
         if not keep:
             yield from generator(*args, **kwargs)

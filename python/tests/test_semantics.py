@@ -278,6 +278,10 @@ def test_a_selective_checkpoint_policy_is_refused_at_the_users_line():
     model = Checkpointed(True, context_fn=lambda: create_selective_checkpoint_contexts(policy))
     with pytest.raises(ExportError, match=r"^test_semantics\.py:\d+: torch.utils.checkpoint with a context_fn"):
         memplan_torch.export_step(model, batch())
+    # What the error suggests works: the step without the user's checkpoints.
+    with pytest.warns(ExportWarning, match="torch.utils.checkpoint dropped"):
+        dropped = memplan_torch.export_step(model, batch(), user_checkpoint="drop")
+    assert "checkpoint(" not in dropped
 
 
 class ReentrantOnData(nn.Module):
