@@ -32,16 +32,15 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 # words, and what to write instead.
 _ITEM = ("`.item()` (or `.tolist()`, `float(t)`, `int(t)`), which reads a tensor's value into Python",
          "keep the value a tensor (`t` rather than `t.item()`), or compute it outside forward and pass it in")
-_SIZE = ("a size that depends on a tensor's values",
-         "give it a static shape: torch.where(mask, x, 0) or masked_fill instead of x[mask], or state a bound "
-         "with torch._check(n <= N)")
+_SIZE_HINT = ("give it a static shape: torch.where(mask, x, 0) or masked_fill instead of x[mask], or state a bound "
+              "with torch._check(n <= N)")
 _ORIGINS = {
     "_local_scalar_dense": _ITEM,
     "item": _ITEM,
-    "index": ("indexing with a boolean mask (`x[mask]`), whose size depends on a tensor's values", _SIZE[1]),
-    "nonzero": ("`nonzero` (or `x[mask]` with a boolean mask), whose size depends on a tensor's values", _SIZE[1]),
-    "masked_select": ("`masked_select` (or `x[mask]`), whose size depends on a tensor's values", _SIZE[1]),
-    "unique": ("`unique`, whose size depends on a tensor's values", _SIZE[1]),
+    "index": ("indexing with a boolean mask (`x[mask]`), whose size depends on a tensor's values", _SIZE_HINT),
+    "nonzero": ("`nonzero` (or `x[mask]` with a boolean mask), whose size depends on a tensor's values", _SIZE_HINT),
+    "masked_select": ("`masked_select` (or `x[mask]`), whose size depends on a tensor's values", _SIZE_HINT),
+    "unique": ("`unique`, whose size depends on a tensor's values", _SIZE_HINT),
 }
 _BRANCH_HINT = ("compute both sides and choose with torch.where(cond, a, b), state what you know with "
                 "torch._check(...), or move the decision out of forward")
@@ -103,7 +102,7 @@ def origin_of(program, symbols: set[str]):
 
 def _what(node) -> tuple[str, str]:
     name = getattr(getattr(node.target, "_schema", None), "name", str(node.target)).split("::")[-1]
-    return _ORIGINS.get(name, (f"`{name}`, whose result depends on a tensor's values", _SIZE[1]))
+    return _ORIGINS.get(name, (f"`{name}`, whose result depends on a tensor's values", _SIZE_HINT))
 
 
 def translation_failure(program, node, exc: BaseException, loc_of) -> ExportError:
