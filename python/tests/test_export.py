@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import memplan_torch
 from memplan_torch.step import float_text
 
-from conftest import ZOO, memplan_binary
+from conftest import ZOO, memplan_binary, read_safetensors
 
 
 class Heads(nn.Module):
@@ -370,3 +370,27 @@ def test_attention_writes_rows_before_heads_so_merging_the_heads_copies_nothing(
     step = tmp_path / "attention.step"
     step.write_text(text)
     assert memplan("check", step).stdout.startswith("ok: ")
+
+
+def test_weights_are_written_byte_for_byte(tmp_path):
+    """Every dtype, a transposed (non-contiguous) view, a scalar and an empty tensor come
+    back from the file equal, in row-major order."""
+    from memplan_torch import safetensors
+
+    torch.manual_seed(0)
+    tensors = {
+        "w": torch.randn(3, 4).t(),
+        "h": torch.randn(5, dtype=torch.float16),
+        "b": torch.randn(2, 3, dtype=torch.bfloat16),
+        "i": torch.arange(-3, 3, dtype=torch.int32),
+        "l": torch.tensor([1 << 40, -5]),
+        "m": torch.tensor([True, False, True]),
+        "s": torch.tensor(2.5),
+        "e": torch.zeros(0, 3),
+    }
+    path = tmp_path / "w.safetensors"
+    safetensors.write_new(path, tensors)
+    back = read_safetensors(path)
+    assert list(back) == list(tensors)
+    for name, tensor in tensors.items():
+        assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor), name
