@@ -151,7 +151,7 @@ fn a_hand_made_recompute_in_the_mlp() {
 }
 
 fn plain_flops(graph: &Graph) -> u64 {
-    graph.ops.indices().map(|op| memplan::passes::remat::problem::op_flops(graph, op)).sum()
+    graph.ops.indices().map(|op| graph.op_flops(op)).sum()
 }
 
 #[test]

@@ -25,8 +25,18 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from .step import ExportError, ExportWarning
 
+# A frame of a node's stack trace as torch.export records it.
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
 _MEMPLAN_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def is_users_file(filename: str) -> bool:
+    """Whether a frame in `filename` is the user's: not torch's, not memplan's, not
+    generated code (`<eval_with_key>`). torchvision, timm and transformers code counts as
+    the user's."""
+    path = os.path.abspath(filename)
+    return not (filename.startswith("<") or path.startswith(_TORCH_DIR + os.sep) or path.startswith(_MEMPLAN_DIR + os.sep))
 
 # What the ops that read data into Python or make data-dependent sizes are, in the user's
 # words, and what to write instead.
@@ -64,8 +74,7 @@ def _user_frame(exc: BaseException) -> tuple[str, int, str] | None:
     those it was raised from): file name, line, the line's source text."""
     for e in _chain(exc):
         for frame in reversed(traceback.extract_tb(e.__traceback__)):
-            path = os.path.abspath(frame.filename)
-            if frame.filename.startswith("<") or path.startswith(_TORCH_DIR + os.sep) or path.startswith(_MEMPLAN_DIR + os.sep):
+            if not is_users_file(frame.filename):
                 continue
             text = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
             return os.path.basename(frame.filename), frame.lineno, text
@@ -111,7 +120,8 @@ def translation_failure(program, node, exc: BaseException, loc_of) -> ExportErro
     origin = origin_of(program, _symbols(exc))
     here = loc_of(node)
     at = f"{here[0]}:{here[1]}: " if here else ""
-    code = f"`{code_of(node)}` " if code_of(node) else ""
+    code = code_of(node)
+    code = f"`{code}` " if code else ""
     if origin is None:
         return ExportError(f"{at}{code}uses a value that depends on a tensor's data, which a planned training step "
                            f"cannot: its ops and shapes are fixed before it runs\n  hint: {_BRANCH_HINT}")
@@ -122,15 +132,16 @@ def translation_failure(program, node, exc: BaseException, loc_of) -> ExportErro
                        f"scalars\n  hint: {hint}")
 
 
+def node_frame(node) -> tuple[str, int] | None:
+    """The innermost frame of `node`'s stack trace that is the user's: (path, line)."""
+    frames = [(file, int(line)) for file, line in _FRAME.findall(node.meta.get("stack_trace") or "") if is_users_file(file)]
+    return frames[-1] if frames else None
+
+
 def code_of(node) -> str:
-    """The source text of the innermost frame of `node`'s stack trace outside torch and
-    memplan, if its file can be read."""
-    frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
-    for file, line in reversed(frames):
-        path = os.path.abspath(file)
-        if not (file.startswith("<") or path.startswith(_TORCH_DIR + os.sep) or path.startswith(_MEMPLAN_DIR + os.sep)):
-            return linecache.getline(file, int(line)).strip()
-    return ""
+    """The source text of `node`'s user's frame, if its file can be read."""
+    frame = node_frame(node)
+    return linecache.getline(*frame).strip() if frame else ""
 
 
 # The unbacked sizes planned with their upper bounds since `bounded()` was last read:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import itertools
 import logging
 import math
 import operator
@@ -396,15 +397,10 @@ def _quiet_torch_logs():
 # `Function.apply` and every checkpoint is recorded while torch.export traces, with the
 # user's line.
 
-_MEMPLAN_DIR = os.path.dirname(os.path.abspath(__file__))
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
-
-
 def _user_frame() -> str:
-    """`file:line` of the innermost frame of the running stack outside torch and memplan."""
+    """`file:line` of the innermost frame of the running stack that is the user's."""
     for frame in reversed(traceback.extract_stack()):
-        path = os.path.abspath(frame.filename)
-        if not (path.startswith(_TORCH_DIR + os.sep) or path.startswith(_MEMPLAN_DIR + os.sep) or frame.filename.startswith("<")):
+        if datadep.is_users_file(frame.filename):
             return f"{os.path.basename(frame.filename)}:{frame.lineno}"
     return "the model"
 
@@ -412,11 +408,12 @@ def _user_frame() -> str:
 @contextlib.contextmanager
 def _watching_functions(seen: list, keep: bool = True):
     """Records in `seen` (what, where) for each custom autograd Function applied (its class
-    name; `CheckpointFunction` for reentrant checkpointing), each non-reentrant checkpoint
-    (`checkpoint`) and each `torch.autocast("cuda")` block entered (`cuda autocast`) while
-    torch.export traces. torch's own Functions are not recorded (their backward is the
-    forward's derivative), except checkpointing's. With `keep`, what each non-reentrant
-    checkpoint call runs is annotated with the call's number (`CHECKPOINT_KEY`)."""
+    name), each checkpoint (`checkpoint`; also `selective checkpoint`, and `reentrant
+    checkpoint without gradients`) and each `torch.autocast("cuda")` block entered (`cuda
+    autocast`) while torch.export traces. torch's own Functions are not recorded (their
+    backward is the forward's derivative); reentrant checkpointing's is run as the
+    non-reentrant checkpoint. With `keep`, what each checkpoint call runs is annotated with
+    the call's number (`CHECKPOINT_KEY`)."""
     # A classmethod in Python in some torch releases, a C class method in others: either is
     # bound to the class applied through its descriptor.
     apply = inspect.getattr_static(torch.autograd.Function, "apply")
@@ -430,8 +427,8 @@ def _watching_functions(seen: list, keep: bool = True):
     def watched_apply(cls, *args, **kwargs):
         if cls is torch.utils.checkpoint.CheckpointFunction:
             return reentrant_checkpoint(*args)
-        if not cls.__module__.startswith("torch.") or cls.__name__ == "CheckpointFunction":
-            seen.append((cls.__name__ if cls.__module__.startswith("torch.") else cls.__qualname__, _user_frame()))
+        if not cls.__module__.startswith("torch."):
+            seen.append((cls.__qualname__, _user_frame()))
         return apply.__get__(None, cls)(*args, **kwargs)
 
     def reentrant_checkpoint(function, preserve_rng_state, *inputs):
@@ -447,20 +444,23 @@ def _watching_functions(seen: list, keep: bool = True):
         with torch.no_grad():
             return function(*inputs)
 
-    regions = iter(range(1 << 62))
+    regions = itertools.count()
     context_fn = inspect.signature(generator).parameters.get("context_fn")
+
+    def selective(args, kwargs) -> bool:
+        if context_fn is None:
+            return False
+        given = inspect.signature(generator).bind(*args, **kwargs).arguments.get("context_fn", context_fn.default)
+        return given is not torch.utils.checkpoint.noop_context_fn
 
     def watched_generator(*args, **kwargs):
         where = _user_frame()
         seen.append(("checkpoint", where))
-        bound = inspect.signature(generator).bind(*args, **kwargs) if context_fn is not None else None
-        given = bound.arguments.get("context_fn", context_fn.default) if bound is not None else None
-        selective = given is not None and given is not torch.utils.checkpoint.noop_context_fn
-        if selective and keep:
-            seen.append(("selective checkpoint", where))
         if not keep:
             yield from generator(*args, **kwargs)
             return
+        if selective(args, kwargs):
+            seen.append(("selective checkpoint", where))
         # The generator is suspended while the checkpointed function runs: every op traced
         # then is the call's.
         with fx_traceback.annotate({CHECKPOINT_KEY: next(regions)}):

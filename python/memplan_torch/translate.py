@@ -40,8 +40,6 @@ from .ops import HANDLERS
 from .step import ExportError, ExportWarning, StepWriter, type_text
 from .value import Value, dense, shadow_after
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
 
 
 # A data-dependent value where the translator needs a number (a scalar from `.item()`, a
@@ -75,15 +73,13 @@ def checkpoint_of(node) -> int | None:
 def source_loc(node) -> tuple[str, int, str | None] | None:
     """The innermost frame of `node`'s stack trace outside torch (file name, line), and the
     path of the module computing it (`None` where torch.export recorded none)."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = [(f, int(line)) for f, line in _FRAME.findall(trace)]
     # Outside torch itself: torchvision, timm, transformers code is the user's (a prefix
     # test without the separator took site-packages/torchvision for torch), and generated
-    # code (`<eval_with_key>`) is nobody's.
-    user = [(f, line) for f, line in frames if not f.startswith("<") and not os.path.abspath(f).startswith(_TORCH_DIR + os.sep)]
-    if not user:
+    # code (`<eval_with_key>`) is nobody's (`datadep.is_users_file`).
+    frame = datadep.node_frame(node)
+    if frame is None:
         return None
-    file, line = user[-1]
+    file, line = frame
     module = module_path(node) if node.meta.get("nn_module_stack") else None
     return os.path.basename(file), line, module
 

@@ -36,17 +36,30 @@ def trained_in_memplan(memplan, tmp_path, text) -> set[str]:
     return set(re.findall(r"update %([\w.]+) <-", expanded))
 
 
+def arena_of(memplan, step, *flags) -> int:
+    """The arena `memplan plan` gives `step` with `flags`."""
+    return int(re.search(r'"arena_bytes": (\d+)', memplan("plan", step, *flags, "--format", "json").stdout).group(1))
+
+
+def train_both(memplan, tmp_path, model, inputs, text, name="model"):
+    """Trains `model` three SGD steps in memplan (its export `text`, written to
+    `name.step`) and in PyTorch from the same weights and batch: memplan's losses and
+    arguments after, PyTorch's losses and each parameter's largest gradient."""
+    step, weights = tmp_path / f"{name}.step", tmp_path / "w.safetensors"
+    step.write_text(text)
+    safetensors.write_new(weights, step_arguments(model, inputs))
+    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
+    expected, largest_grad = torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=LR))
+    return losses, after, expected, largest_grad
+
+
 def compare_three_steps(memplan, tmp_path, model, inputs):
     """Exports `model` (SGD), trains it three steps in memplan and in PyTorch from the same
     weights and batch, and checks they agree; returns the export and the parameters
     PyTorch gave a gradient."""
     text = memplan_torch.export_step(model, inputs, optimizer="sgd")
-    step, weights = tmp_path / "model.step", tmp_path / "w.safetensors"
-    step.write_text(text)
     start = {name: p.detach().clone() for name, p in model.named_parameters()}
-    safetensors.write_new(weights, step_arguments(model, inputs))
-    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
-    expected, largest_grad = torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=LR))
+    losses, after, expected, largest_grad = train_both(memplan, tmp_path, model, inputs, text)
     assert losses == pytest.approx(expected, rel=1e-5), f"memplan {losses}, PyTorch {expected}"
     with_grad = {name for name, p in model.named_parameters() if p.grad is not None}
     assert trained_in_memplan(memplan, tmp_path, text) == with_grad
@@ -88,7 +101,7 @@ def test_a_frozen_backbone_plans_without_its_gradients_and_adam_moments(memplan,
             model, inputs = Backbone(frozen, width=256), (torch.randn(16, 8), torch.randint(0, 4, (16,)))
         step = tmp_path / f"frozen{frozen}.step"
         step.write_text(memplan_torch.export_step(model, inputs))
-        arenas[frozen] = int(re.search(r'"arena_bytes": (\d+)', memplan("plan", step, "--format", "json").stdout).group(1))
+        arenas[frozen] = arena_of(memplan, step)
     frozen_bytes = 4 * (8 * 256 + 256 + 256 * 256 + 256)
     assert arenas[True] + 2 * frozen_bytes <= arenas[False], arenas
 
@@ -154,11 +167,7 @@ def test_an_autocast_block_inside_forward_is_cast_as_pytorch_casts_it(memplan, t
     model, inputs = Autocast("cpu"), batch()
     text = memplan_torch.export_step(model, inputs, optimizer="sgd")
     assert re.search(r"bf16\[16,16\] = matmul\(", text), text
-    step, weights = tmp_path / "autocast.step", tmp_path / "w.safetensors"
-    step.write_text(text)
-    safetensors.write_new(weights, step_arguments(model, inputs))
-    losses, _ = memplan_steps(memplan, tmp_path, step, weights, 3)
-    expected, _ = torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=LR))
+    losses, _, expected, _ = train_both(memplan, tmp_path, model, inputs, text, "autocast")
     # bf16 matmuls: PyTorch's CPU kernel accumulates in f32, memplan's reference in f64,
     # both rounding the result to bf16 (8 bits of mantissa): a few parts in a thousand.
     assert losses == pytest.approx(expected, rel=1e-2), f"memplan {losses}, PyTorch {expected}"
@@ -320,7 +329,8 @@ def test_a_view_without_a_handler_is_an_extern_view():
 
 def test_library_code_counts_as_the_users():
     """A frame in torchvision (beside torch in site-packages) is the location, not torch's."""
-    from memplan_torch.translate import _TORCH_DIR, source_loc
+    from memplan_torch.datadep import _TORCH_DIR
+    from memplan_torch.translate import source_loc
 
     class Node:
         meta = {"stack_trace": (
@@ -388,7 +398,7 @@ def test_an_in_place_relu_plans_no_larger_than_a_relu(memplan, tmp_path):
         step = tmp_path / f"vgg{inplace}.step"
         texts[inplace] = memplan_torch.export_step(Vgg(inplace), inputs)
         step.write_text(texts[inplace])
-        arenas[inplace] = int(re.search(r'"arena_bytes": (\d+)', memplan("plan", step, "--format", "json").stdout).group(1))
+        arenas[inplace] = arena_of(memplan, step)
     assert arenas[True] <= arenas[False], arenas
     assert texts[True] == texts[False]
 
@@ -424,11 +434,7 @@ def test_buffers_the_forward_writes_are_updated_as_in_pytorch(memplan, tmp_path)
     text = memplan_torch.export_step(model, inputs, optimizer="sgd")
     assert "extern" not in text
     assert model.training and not model.frozen.training, "the modes the user set are kept"
-    step, weights = tmp_path / "norms.step", tmp_path / "w.safetensors"
-    step.write_text(text)
-    safetensors.write_new(weights, step_arguments(model, inputs))
-    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
-    expected, _ = torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=LR))
+    losses, after, expected, _ = train_both(memplan, tmp_path, model, inputs, text, "norms")
     assert losses == pytest.approx(expected, rel=1e-5), f"memplan {losses}, PyTorch {expected}"
     buffers = dict(model.named_buffers())
     assert set(buffers) <= set(after), set(buffers) - set(after)
@@ -555,12 +561,10 @@ def test_a_recurrence_sums_its_weight_gradient_as_pytorch_does(memplan, tmp_path
     torch.manual_seed(1)
     text, with_grad = compare_three_steps(memplan, tmp_path, Recurrence(), batch())
     assert "cell.weight" in with_grad
-    step = tmp_path / "model.step"
-    report = memplan("plan", step, "--schedule", "program").stdout
-    arena = int(re.search(r"^arena +(\d+) B", report, re.M).group(1))
+    arena = arena_of(memplan, tmp_path / "model.step", "--schedule", "program")
     weight = 64 * 64 * 4
     activations = 2 * 33 * 16 * 64 * 4  # each step's pre-activation and tanh output, at batch 16
-    assert arena < activations + 8 * weight, report
+    assert arena < activations + 8 * weight, arena
 
 
 class DropPath(nn.Module):

@@ -332,6 +332,13 @@ impl Graph {
         Some(format!("backward {loss} with {}({})", bw.optimizer.name(), attrs.join(", ")))
     }
 
+    /// The op table's FLOPs of one run of `op`.
+    pub fn op_flops(&self, op: OpId) -> u64 {
+        let op = &self.ops[op];
+        let types = |values: &[ValueId]| -> Vec<&TensorType> { values.iter().map(|&v| &self.values[v].ty).collect() };
+        (op.kind.def().flops)(&types(&op.inputs), &types(&op.outputs), &op.attrs)
+    }
+
     /// A one-line description of an op for diagnostics: `%h = matmul(%x, %w1)`.
     pub fn describe_op(&self, op: OpId) -> String {
         let outs: Vec<String> = self.ops[op].outputs.iter().map(|&v| self.value_name(v)).collect();

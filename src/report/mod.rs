@@ -299,9 +299,8 @@ impl Report {
 fn user_checkpoints(graph: &Graph) -> Option<UserCheckpoints> {
     let mut regions = indexmap::IndexSet::new();
     let (mut recomputed_ops, mut extra_flops, mut base_flops) = (0, 0u64, 0u64);
-    for op in &graph.ops {
-        let types = |values: &[ValueId]| -> Vec<_> { values.iter().map(|&v| &graph.values[v].ty).collect() };
-        let flops = (op.kind.def().flops)(&types(&op.inputs), &types(&op.outputs), &op.attrs);
+    for (id, op) in graph.ops.iter_enumerated() {
+        let flops = graph.op_flops(id);
         match op.checkpoint {
             Some(Checkpoint::Recompute(region)) => {
                 regions.insert(region);

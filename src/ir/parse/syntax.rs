@@ -393,21 +393,25 @@ impl Parser<'_> {
         let recompute = self.text(kw) == "recompute";
         self.expect(Tok::LParen, "`(` and a region number")?;
         let n_tok = self.expect(Tok::Int, "a region number")?;
-        let text = self.text(n_tok).to_string();
         self.expect(Tok::RParen, "`)` after the region number")?;
-        match text.parse::<u32>() {
-            Ok(n) if recompute => Ok(Some(Checkpoint::Recompute(n))),
-            Ok(n) => Ok(Some(Checkpoint::Region(n))),
-            Err(_) => {
-                self.errors.push(ParseError::NumberTooLarge {
-                    literal: text,
-                    what: "a checkpoint region number (u32)",
-                    span: n_tok.sp.into(),
-                    help: format!("region numbers are integers from 0 to {}", u32::MAX),
-                });
-                Ok(None)
-            }
+        let n = self.u32_of(n_tok, "a checkpoint region number (u32)", "region numbers");
+        Ok(n.map(|n| if recompute { Checkpoint::Recompute(n) } else { Checkpoint::Region(n) }))
+    }
+
+    /// The value of the integer token `tok` as a u32; `None` if it is out of range
+    /// (reported as `what`, with `plural` in the hint).
+    fn u32_of(&mut self, tok: Token, what: &'static str, plural: &str) -> Option<u32> {
+        let text = self.text(tok).to_string();
+        let parsed = text.parse::<u32>().ok();
+        if parsed.is_none() {
+            self.errors.push(ParseError::NumberTooLarge {
+                literal: text,
+                what,
+                span: tok.sp.into(),
+                help: format!("{plural} are integers from 0 to {}", u32::MAX),
+            });
         }
+        parsed
     }
 
     /// `loc("model.py":14)` or `loc("model.py":14, "blocks.3.attn")` (with the module
@@ -419,7 +423,6 @@ impl Parser<'_> {
         let file = unquote(self.text(file_tok));
         self.expect(Tok::Colon, "`:` and a line number")?;
         let line_tok = self.expect(Tok::Int, "a line number")?;
-        let text = self.text(line_tok).to_string();
         let module = if self.peek().tok == Tok::Comma {
             self.bump();
             let module_tok = self.expect(Tok::Str, "a module path in quotes")?;
@@ -428,18 +431,7 @@ impl Parser<'_> {
             None
         };
         self.expect(Tok::RParen, "`)` (or `,` and a module path in quotes)")?;
-        match text.parse::<u32>() {
-            Ok(line) => Ok(Some(Loc { file, line, module })),
-            Err(_) => {
-                self.errors.push(ParseError::NumberTooLarge {
-                    literal: text,
-                    what: "a line number (u32)",
-                    span: line_tok.sp.into(),
-                    help: format!("line numbers are integers from 0 to {}", u32::MAX),
-                });
-                Ok(None)
-            }
-        }
+        Ok(self.u32_of(line_tok, "a line number (u32)", "line numbers").map(|line| Loc { file, line, module }))
     }
 
     /// `update %w <- %w_new`

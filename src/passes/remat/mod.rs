@@ -131,7 +131,7 @@ pub fn pass(
     let g = rewritten.as_ref().map_or(graph, |r| &r.graph);
     let recomputes = rewritten.as_ref().map_or(Vec::new(), |r| r.recomputes.clone());
     let clones: HashSet<OpId> = recomputes.iter().map(|r| r.clone).collect();
-    let flops = |op: OpId| problem::op_flops(g, op);
+    let flops = |op: OpId| g.op_flops(op);
     // Saturating: u64::MAX stands for "2^64 - 1 or more", too large to count (as the op
     // table's own counts saturate; `RematRecord::extra_flops` says so, never a number).
     let record = RematRecord {

@@ -31,7 +31,6 @@ use crate::analysis::classes::gradients;
 use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::Graph;
 use crate::ir::ops::OpClass;
-use crate::ir::types::TensorType;
 use crate::passes::inplace::dense_root;
 use crate::passes::lower::lower;
 use crate::solve::remat::{NodeInfo, Problem, Share};
@@ -43,13 +42,6 @@ pub struct StepProblem {
     pub problem: Problem,
     /// `ops[node]`: the op of each node (the schedule).
     pub ops: Vec<OpId>,
-}
-
-/// The op table's FLOPs of one run of `op`.
-pub fn op_flops(graph: &Graph, op: OpId) -> u64 {
-    let op = &graph.ops[op];
-    let types = |values: &[ValueId]| -> Vec<&TensorType> { values.iter().map(|&v| &graph.values[v].ty).collect() };
-    (op.kind.def().flops)(&types(&op.inputs), &types(&op.outputs), &op.attrs)
 }
 
 /// The problem of a verified `graph` run in `schedule` (a topological order of every op);
@@ -76,7 +68,7 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
             // value and its attributes, which a recompute reads again.
             let recomputable =
                 forward && row.view_of().is_none() && !op.kind.is_extern() && op.outputs.iter().all(|&o| !survives[o]);
-            NodeInfo { cost: op_flops(graph, op_id).max(1), recomputable, forward }
+            NodeInfo { cost: graph.op_flops(op_id).max(1), recomputable, forward }
         })
         .collect();
     // In-place reuse: the pairs the in-place pass could take, whatever the sequence (its
