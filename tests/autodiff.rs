@@ -886,3 +886,82 @@ fn checkpointed_regions_are_recomputed_with_the_same_results() {
     check(&plain, &p_prog).unwrap_or_else(|v| panic!("{v}"));
     assert!(c_prog.arena_bytes < p_prog.arena_bytes, "{} vs {}", c_prog.arena_bytes, p_prog.arena_bytes);
 }
+
+/// ir/features/custom_backward.step without its custom regions: the `custom(N)` marks and
+/// the `custom_backward` blocks removed, so memplan differentiates the ops itself.
+fn without_custom_regions(text: &str) -> String {
+    let mut out = String::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("custom_backward(") {
+            in_block = true;
+        } else if in_block {
+            in_block = line.trim() != "}";
+        } else {
+            let line = match line.find(" custom(") {
+                Some(at) => format!("{}{}", &line[..at], &line[at + " custom(0)".len()..]),
+                None => line.to_string(),
+            };
+            out += &line;
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn a_custom_backward_is_the_users_not_a_derivative_of_its_forward() {
+    let text = std::fs::read_to_string(root().join("ir/features/custom_backward.step")).unwrap();
+    let plain_text = without_custom_regions(&text);
+    let plain = parse(&plain_text).unwrap();
+    assert!(plain.custom_backwards.is_empty() && plain.ops.iter().all(|op| op.region.is_none()), "{plain_text}");
+    let (custom, plan_c) = expand_and_plan(&parse(&text).unwrap());
+    let (plain, plan_p) = expand_and_plan(&plain);
+    let printed = memplan::print(&custom);
+    // Region 0: the user's ops, reading what the block binds (h and tanh(h)), not tanh's
+    // and mul's gradient rules; region 1 (a straight-through estimator): the gradient of
+    // the ReLU's input is its output's, unchanged, where ReLU's own rule would mask it.
+    for line in [
+        "%tt: f32[128,64] = mul(%t, %t) loc(\"model.py\":19)",
+        "%h.grad: f32[128,64] = mul(%a.grad, %d) loc(\"model.py\":20)",
+        "%a.grad: f32[128,64] = matmul(%r.grad, %w1)",
+    ] {
+        assert!(printed.contains(line), "{line} not in\n{printed}");
+    }
+    assert!(!printed.contains("relu_backward") && !printed.contains("tanh_backward"), "{printed}");
+    assert!(memplan::print(&plain).contains("relu_backward"));
+    assert!(custom.custom_backwards.is_empty() && verify(&custom).is_ok());
+    let args = init_args(&plain, 7).unwrap();
+    let c = run_step(&custom, Placement::Planned(&plan_c), &args).unwrap();
+    let unplanned = run_step(&custom, Placement::Unplanned, &args).unwrap();
+    assert_eq!(c.updated, unplanned.updated, "planned and unplanned differ");
+    let p = run_step(&plain, Placement::Planned(&plan_p), &args).unwrap();
+    assert_eq!(c.returns["loss"], p.returns["loss"], "the forward is the same");
+    // w2's gradient is read before any custom backward: the same bits. w1 and w0 see the
+    // straight-through gradient: they differ from ReLU's derivative.
+    assert_eq!(c.updated["w2"], p.updated["w2"]);
+    assert_ne!(c.updated["w1"], p.updated["w1"]);
+}
+
+/// Region 0's backward is the exact derivative of x * tanh(x): with region 1 a plain ReLU
+/// (its block removed, its op differentiated by memplan), the user's backward and
+/// memplan's own rules train w0 alike (to rounding: the formulas differ).
+#[test]
+fn a_custom_backward_that_is_the_derivative_trains_as_the_derivative_does() {
+    let text = std::fs::read_to_string(root().join("ir/features/custom_backward.step")).unwrap();
+    let one_region: String = {
+        let cut = text.find("  custom_backward(1)").unwrap();
+        let end = cut + text[cut..].find("  }\n").unwrap() + 4;
+        format!("{}{}", &text[..cut], &text[end..]).replace(" custom(1)", "")
+    };
+    let (custom, plan_c) = expand_and_plan(&parse(&one_region).unwrap());
+    let (plain, plan_p) = expand_and_plan(&parse(&without_custom_regions(&text)).unwrap());
+    let args = init_args(&plain, 9).unwrap();
+    let c = run_step(&custom, Placement::Planned(&plan_c), &args).unwrap();
+    let p = run_step(&plain, Placement::Planned(&plan_p), &args).unwrap();
+    let (cw, pw, w) = (&c.updated["w0"], &p.updated["w0"], &args["w0"]);
+    let delta = |a: &memplan::exec::data::HostTensor| a.to_f64().iter().zip(w.to_f64()).map(|(x, y)| x - y).collect::<Vec<f64>>();
+    let (dc, dp) = (delta(cw), delta(pw));
+    let diff = norm(dc.iter().zip(&dp).map(|(a, b)| a - b));
+    assert!(norm(dp.iter().copied()) > 0.0 && diff <= 1e-4 * norm(dp.iter().copied()), "{diff}");
+}

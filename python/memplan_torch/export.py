@@ -20,8 +20,10 @@ an `update` of its state argument; memplan's in-place pass finds the reuse again
 `torch.no_grad()`/`enable_grad()`/`set_grad_enabled()` and `torch.autocast(...)` blocks
 inside forward are inlined with their meaning (what a grad-disabled block computes is
 detached; the casts of an autocast block are inserted, on fake CUDA tensors for a CUDA
-block); a custom `torch.autograd.Function` is refused (memplan would differentiate its forward,
-not run its backward); checkpointing is kept (reentrant as the non-reentrant
+block); a custom `torch.autograd.Function` keeps its own backward (its forward's ops are
+marked `custom(N)`, and its backward, traced on the values it saved, is the step's
+`custom_backward(N)` block: memplan runs what the user wrote, keeping what it saved);
+checkpointing is kept (reentrant as the non-reentrant
 checkpoint it computes the same values and gradients as): the ops each call runs are marked
 `checkpoint(N)`, and memplan's autodiff recomputes them in the backward as PyTorch does
 (`user_checkpoint="drop"` leaves the marks out, so memplan decides, with `--budget`).
@@ -30,6 +32,7 @@ checkpoint it computes the same values and gradients as): the ops each call runs
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import io
 import itertools
@@ -39,6 +42,7 @@ import operator
 import os
 import sys
 import traceback
+import types
 import warnings
 from unittest import mock
 
@@ -48,7 +52,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import datadep
 from .step import ExportError, ExportWarning, StepWriter
-from .translate import Translator
+from .translate import (CHECKPOINT_KEY, CUSTOM_BACKWARD_KEY, CUSTOM_KEY, GRAD_FOR_KEY, GRAD_IN_KEY, GRAD_OF_KEY,
+                        Translator)
 
 # Optimizers as `--optimizer` names them: memplan's op and PyTorch's defaults
 # (torch.optim's) for the attributes memplan's op takes.
@@ -106,8 +111,6 @@ USER_CHECKPOINT = ("keep", "drop")
 # memplan's one-screen error (for a bug report, or to see what torch saw).
 TORCH_DETAILS = "MEMPLAN_TORCH_DETAILS"
 
-# The key of a node's `meta["custom"]` that says which checkpoint call ran it (0, 1, ...).
-CHECKPOINT_KEY = "memplan_checkpoint"
 
 
 def capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None = None,
@@ -332,7 +335,9 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
     non-reentrant checkpoint call runs (node metadata survives only under
     `preserve_node_meta`)."""
     seen = [] if seen is None else seen
-    with _watching_functions(seen, keep), fx_traceback.preserve_node_meta(), _quiet_torch_logs(), warnings.catch_warnings():
+    markers: list = []
+    with _watching_functions(seen, keep, markers), _returning_markers(model, markers), \
+            fx_traceback.preserve_node_meta(), _quiet_torch_logs(), warnings.catch_warnings():
         # Reentrant checkpointing of inputs that need no gradient warns; memplan's own
         # warning below names the user's line instead.
         warnings.filterwarnings("ignore", message="None of the inputs have requires_grad")
@@ -360,10 +365,10 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
             warnings.warn(f"{where}: torch.utils.checkpoint(..., use_reentrant=True) of inputs that need no gradient: "
                           "PyTorch computes no gradient through it, so the parameters it uses are not trained by it "
                           "(use_reentrant=False trains them)", ExportWarning, stacklevel=2)
-        else:
-            raise ExportError(f"{where}: {what} is a custom torch.autograd.Function: memplan would differentiate its "
-                              "forward instead of running its own backward (what it saves and computes would differ); "
-                              "not supported yet")
+        elif what.startswith("custom function in checkpoint"):
+            raise ExportError(f"{where}: the custom torch.autograd.Function {what.split(': ')[1]} runs inside "
+                              "torch.utils.checkpoint: memplan cannot yet recompute a Function with its own backward; "
+                              "export with --user-checkpoint drop (memplan then chooses what to recompute)")
     return program
 
 
@@ -394,8 +399,28 @@ def _quiet_torch_logs():
 # derivative of the forward instead), reentrant checkpointing (`CheckpointFunction`)
 # would come out as blocks without gradients (it is traced as the non-reentrant one
 # instead), and non-reentrant checkpointing as the plain forward. So every
-# `Function.apply` and every checkpoint is recorded while torch.export traces, with the
-# user's line.
+# `Function.apply` and every checkpoint is watched while torch.export traces: a custom
+# Function's forward ops are annotated with its call's number, and its backward is traced
+# right after it (on the tensors autograd saved, and a placeholder per output gradient),
+# annotated too; a checkpoint's ops are annotated with its call's number.
+
+
+@contextlib.contextmanager
+def _returning_markers(model, markers: list):
+    """`model.forward` returning, after what it returns, the `markers` the traced forward
+    collected (a custom Function's returned gradients, which nothing in the forward reads):
+    as outputs, they survive torch.export's dead-code elimination. The translator reads the
+    loss (the first output) and the markers; the model is restored on exit."""
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        markers.clear()
+        out = original(*args, **kwargs)
+        return (out, *markers) if markers else out
+
+    with mock.patch.object(model, "forward", forward):
+        yield
 
 def _user_frame() -> str:
     """`file:line` of the innermost frame of the running stack that is the user's."""
@@ -406,14 +431,16 @@ def _user_frame() -> str:
 
 
 @contextlib.contextmanager
-def _watching_functions(seen: list, keep: bool = True):
-    """Records in `seen` (what, where) for each custom autograd Function applied (its class
-    name), each checkpoint (`checkpoint`; also `selective checkpoint`, and `reentrant
-    checkpoint without gradients`) and each `torch.autocast("cuda")` block entered (`cuda
-    autocast`) while torch.export traces. torch's own Functions are not recorded (their
-    backward is the forward's derivative); reentrant checkpointing's is run as the
-    non-reentrant checkpoint. With `keep`, what each checkpoint call runs is annotated with
-    the call's number (`CHECKPOINT_KEY`)."""
+def _watching_functions(seen: list, keep: bool = True, markers: list | None = None):
+    """Records in `seen` (what, where) each checkpoint (`checkpoint`; also `selective
+    checkpoint`, and `reentrant checkpoint without gradients`), each `torch.autocast("cuda")`
+    block entered (`cuda autocast`) and each custom Function inside a kept checkpoint
+    while torch.export traces. A custom autograd Function's call is traced with its own
+    backward (`_custom_function`; its markers appended to `markers`); torch's own Functions
+    are not (their backward is the forward's derivative); reentrant checkpointing's is run
+    as the non-reentrant checkpoint. With `keep`, what each checkpoint call runs is
+    annotated with the call's number (`CHECKPOINT_KEY`)."""
+    markers = [] if markers is None else markers
     # A classmethod in Python in some torch releases, a C class method in others: either is
     # bound to the class applied through its descriptor.
     apply = inspect.getattr_static(torch.autograd.Function, "apply")
@@ -424,12 +451,26 @@ def _watching_functions(seen: list, keep: bool = True):
                                             "_checkpoint_without_reentrant_generator") if hasattr(torch.utils.checkpoint, name))
     generator = getattr(torch.utils.checkpoint, generator_name)
 
+    calls = itertools.count()
+    depth = {"checkpoint": 0, "custom": 0}
+
     def watched_apply(cls, *args, **kwargs):
         if cls is torch.utils.checkpoint.CheckpointFunction:
             return reentrant_checkpoint(*args)
-        if not cls.__module__.startswith("torch."):
-            seen.append((cls.__qualname__, _user_frame()))
-        return apply.__get__(None, cls)(*args, **kwargs)
+        run = apply.__get__(None, cls)
+        if cls.__module__.startswith("torch.") or depth["custom"]:
+            # torch's own, or one inside a custom Function's forward (whose backward is the
+            # outer Function's): its forward is part of the step.
+            return run(*args, **kwargs)
+        if keep and depth["checkpoint"]:
+            # Refused after the capture (`_export`).
+            seen.append((f"custom function in checkpoint: {cls.__qualname__}", _user_frame()))
+            return run(*args, **kwargs)
+        depth["custom"] += 1
+        try:
+            return _custom_function(cls, run, next(calls), args, kwargs, markers)
+        finally:
+            depth["custom"] -= 1
 
     def reentrant_checkpoint(function, preserve_rng_state, *inputs):
         # PyTorch's reentrant checkpoint runs `function` without gradients and again with
@@ -457,14 +498,20 @@ def _watching_functions(seen: list, keep: bool = True):
         where = _user_frame()
         seen.append(("checkpoint", where))
         if not keep:
-            yield from generator(*args, **kwargs)
+            # Dropped: the function runs as plain forward code (no saved-tensor hooks: a
+            # custom Function inside then traces its backward as anywhere else).
+            yield
             return
         if selective(args, kwargs):
             seen.append(("selective checkpoint", where))
         # The generator is suspended while the checkpointed function runs: every op traced
         # then is the call's.
-        with fx_traceback.annotate({CHECKPOINT_KEY: next(regions)}):
-            yield from generator(*args, **kwargs)
+        depth["checkpoint"] += 1
+        try:
+            with fx_traceback.annotate({CHECKPOINT_KEY: next(regions)}):
+                yield from generator(*args, **kwargs)
+        finally:
+            depth["checkpoint"] -= 1
 
     def watched_autocast(self, device_type, *args, **kwargs):
         if device_type == "cuda" and kwargs.get("enabled", args[1] if len(args) > 1 else True):
@@ -480,6 +527,59 @@ def _watching_functions(seen: list, keep: bool = True):
             mock.patch.object(torch.utils.checkpoint, generator_name, watched_generator), \
             mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", watched_autocast):
         yield seen
+
+
+def _custom_function(cls, run, call: int, args, kwargs, markers: list):
+    """Applies the custom autograd Function `cls` (`run`), its forward's ops annotated
+    `CUSTOM_KEY: call`, then traces its backward as autograd would call it: on the context
+    autograd keeps (what `save_for_backward` saved, the attributes set on `ctx`,
+    `needs_input_grad`), with one placeholder per output gradient (`empty_like`, annotated
+    `GRAD_OF_KEY: [call, k]`), its ops annotated `CUSTOM_BACKWARD_KEY: call`. Each gradient
+    it returns for an input that requires one is paired with the input by two markers
+    (`GRAD_FOR_KEY`, `GRAD_IN_KEY`) appended to `markers`. Returns what `run` returns."""
+    with fx_traceback.annotate({CUSTOM_KEY: call}):
+        out = run(*args, **kwargs)
+    outputs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))]
+    ctx = next((t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
+    if ctx is None:
+        # No gradient flows through it (no input needs one, or gradients are off): its
+        # forward, and a block that returns nothing.
+        return out
+    grads_out = []
+    for k, t in enumerate(outputs):
+        if not isinstance(t, torch.Tensor):
+            grads_out.append(None)
+        elif not t.requires_grad:
+            # `ctx.mark_non_differentiable`: autograd passes zeros.
+            with fx_traceback.annotate({CUSTOM_BACKWARD_KEY: call}):
+                grads_out.append(torch.zeros_like(t))
+        else:
+            with fx_traceback.annotate({GRAD_OF_KEY: [call, k]}):
+                grads_out.append(torch.empty_like(t))
+    with fx_traceback.annotate({CUSTOM_BACKWARD_KEY: call}):
+        grads_in = _named_forward(cls.backward)(ctx, *grads_out)
+    grads_in = grads_in if isinstance(grads_in, tuple) else (grads_in,)
+    for i, (x, g) in enumerate(zip(args, grads_in)):
+        if isinstance(x, torch.Tensor) and x.requires_grad and isinstance(g, torch.Tensor):
+            with fx_traceback.annotate({GRAD_FOR_KEY: [call, i]}):
+                markers.append(torch.ops.aten.clone(x))
+            with fx_traceback.annotate({GRAD_IN_KEY: [call, i]}):
+                markers.append(torch.ops.aten.clone(g))
+    return out
+
+
+def _named_forward(function):
+    """`function` (a Function's backward; the one `once_differentiable` wraps) with its
+    frames named `forward`: torch.export keeps only frames of functions named `forward` in
+    a node's stack trace, so the backward's ops then carry the user's lines."""
+    function = getattr(function, "__wrapped__", function)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return function
+    renamed = types.FunctionType(code.replace(co_name="forward"), function.__globals__, "forward",
+                                 function.__defaults__, function.__closure__)
+    renamed.__kwdefaults__ = function.__kwdefaults__
+    return renamed
 
 
 # Autocast under `--amp`. PyTorch decides per op which dtype it runs in (matmuls and

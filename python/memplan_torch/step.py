@@ -95,7 +95,16 @@ class Op:
     inputs: list[str]
     attrs: list[tuple[str, object]]
     loc: tuple[str, int, str | None] | None  # (file, line, module path)
-    checkpoint: int | None = None  # the torch.utils.checkpoint call that ran it
+    region: str | None = None  # `checkpoint(N)` or `custom(N)`: the user's region that ran it
+
+
+@dataclass
+class Block:
+    """The backward the user wrote for custom region N (a `torch.autograd.Function`):
+    memplan's `custom_backward(N)` block (docs/IR.md)."""
+    grads_of: list[tuple[str, str, str]] = field(default_factory=list)  # (name, type, region output)
+    ops: list[Op] = field(default_factory=list)
+    returns: list[tuple[str, str]] = field(default_factory=list)  # (value, its gradient)
 
 
 @dataclass
@@ -106,6 +115,10 @@ class StepWriter:
     backward: tuple[str, str, list[tuple[str, object]]] | None = None
     updates: list[tuple[str, str]] = field(default_factory=list)  # (state argument, new value)
     returns: list[str] = field(default_factory=list)
+    # Custom regions' backward blocks, by region number; `block`: the one `op` writes into
+    # (None: the forward).
+    blocks: dict[int, Block] = field(default_factory=dict)
+    block: int | None = None
     _taken: set[str] = field(default_factory=set)
 
     def unique(self, name: str) -> str:
@@ -124,12 +137,19 @@ class StepWriter:
         return name
 
     def op(self, names: list[str], types: list[str], op: str, inputs: list[str], attrs=(), loc=None,
-           checkpoint=None) -> list[str]:
-        """Appends `names... = op(inputs..., attrs...)` (marked `checkpoint(N)` when the
-        user's checkpoint call N ran it); returns the (unique) output names."""
+           region=None) -> list[str]:
+        """Appends `names... = op(inputs..., attrs...)` (marked `region`, `checkpoint(N)`
+        or `custom(N)`, when the user's region N ran it) to the forward, or to the backward
+        block being written (`block`); returns the (unique) output names."""
         outs = [self.unique(n) for n in names]
-        self.ops.append(Op(list(zip(outs, types)), op, list(inputs), list(attrs), loc, checkpoint))
+        new = Op(list(zip(outs, types)), op, list(inputs), list(attrs), loc, region if self.block is None else None)
+        (self.ops if self.block is None else self.blocks[self.block].ops).append(new)
         return outs
+
+    def block_reads(self) -> set[str]:
+        """Every name the backward blocks read (forward values they keep)."""
+        return {name for b in self.blocks.values() for op in b.ops for name in op.inputs} | \
+            {g for b in self.blocks.values() for _, g in b.returns}
 
     def remove(self, op: Op):
         """Removes `op` (which nothing reads) and frees its output names."""
@@ -141,15 +161,11 @@ class StepWriter:
         if self.args:
             lines += [f"  %{n}: {t} {r}," for n, t, r in self.args]
             lines.append(") {")
-        for op in self.ops:
-            outs = ", ".join(f"%{n}: {t}" for n, t in op.outputs)
-            operands = [f"%{v}" for v in op.inputs] + [f"{k}={attr_text(v)}" for k, v in op.attrs]
-            loc = ""
-            if op.loc:
-                file, line, module = op.loc
-                loc = f' loc("{file}":{line}' + (f', "{module}")' if module is not None else ")")
-            mark = f" checkpoint({op.checkpoint})" if op.checkpoint is not None else ""
-            lines.append(f"  {outs} = {op.op}({', '.join(operands)}){mark}{loc}")
+        lines += [self._op_line(op, "  ") for op in self.ops]
+        types = {n: t for n, t, _ in self.args} | {n: t for op in self.ops for n, t in op.outputs}
+        regions = sorted({int(op.region[7:-1]) for op in self.ops if op.region and op.region.startswith("custom(")})
+        for n in sorted(set(regions) | set(self.blocks)):
+            lines += self._block_lines(n, self.blocks.get(n, Block()), types)
         lines += [f"  update %{target} <- %{value}" for target, value in self.updates]
         if self.backward:
             loss, optimizer, attrs = self.backward
@@ -159,3 +175,32 @@ class StepWriter:
             lines.append("  return " + ", ".join(f"%{v}" for v in self.returns))
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _op_line(op: Op, indent: str) -> str:
+        outs = ", ".join(f"%{n}: {t}" for n, t in op.outputs)
+        operands = [f"%{v}" for v in op.inputs] + [f"{k}={attr_text(v)}" for k, v in op.attrs]
+        loc = ""
+        if op.loc:
+            file, line, module = op.loc
+            loc = f' loc("{file}":{line}' + (f', "{module}")' if module is not None else ")")
+        mark = f" {op.region}" if op.region is not None else ""
+        return f"{indent}{outs} = {op.op}({', '.join(operands)}){mark}{loc}"
+
+    @staticmethod
+    def _block_lines(n: int, block: Block, types: dict[str, str]) -> list[str]:
+        """`custom_backward(n)(...) -> (...) { ... }`: each forward value the block reads is
+        an argument of its own name bound to it, each output gradient one bound to `grad`."""
+        defined = {name for name, _, _ in block.grads_of} | {name for op in block.ops for name, _ in op.outputs}
+        kept: list[str] = []
+        for name in [v for op in block.ops for v in op.inputs] + [g for _, g in block.returns]:
+            if name not in defined and name not in kept:
+                kept.append(name)
+        binds = [f"%{v}: {types[v]} = %{v}" for v in kept] + [f"%{g}: {t} = grad %{y}" for g, t, y in block.grads_of]
+        grads = ", ".join(f"%{x}" for x, _ in block.returns)
+        lines = [f"  custom_backward({n})({', '.join(binds)}) -> ({grads}) {{"]
+        lines += [StepWriter._op_line(op, "    ") for op in block.ops]
+        if block.returns:
+            lines.append("    return " + ", ".join(f"%{g}" for _, g in block.returns))
+        lines.append("  }")
+        return lines

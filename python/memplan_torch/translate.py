@@ -37,7 +37,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from . import datadep
 from .ops import HANDLERS
-from .step import ExportError, ExportWarning, StepWriter, type_text
+from .step import Block, ExportError, ExportWarning, StepWriter, type_text
 from .value import Value, dense, shadow_after
 
 
@@ -62,12 +62,34 @@ def _schema_returns_tensor(target) -> bool:
     return schema is not None and any(str(r.type).startswith("Tensor") for r in schema.returns)
 
 
-def checkpoint_of(node) -> int | None:
-    """The number of the user's `torch.utils.checkpoint` call that ran `node` (export.py
-    marks them), `None` outside one."""
+# The keys of a node's `meta["custom"]` that export.py sets (see `_watching_functions`
+# there): the checkpoint call that ran the node; the custom autograd Function call whose
+# forward ran it; whose (user-written) backward ran it; the gradient of output K of call N
+# the backward reads (`[N, K]`, on a placeholder `empty_like(output)`); and the markers
+# pairing input I of call N with the gradient its backward returns for it (`[N, I]`, on a
+# `clone` of each, which the step never computes).
+CHECKPOINT_KEY = "memplan_checkpoint"
+CUSTOM_KEY = "memplan_custom"
+CUSTOM_BACKWARD_KEY = "memplan_custom_backward"
+GRAD_OF_KEY = "memplan_grad_of"
+GRAD_FOR_KEY = "memplan_grad_for"
+GRAD_IN_KEY = "memplan_grad_in"
+
+
+def _annotation(node, key):
     custom = node.meta.get("custom") if isinstance(node, torch.fx.Node) else None
-    region = custom.get("memplan_checkpoint") if isinstance(custom, dict) else None
-    return region if isinstance(region, int) else None
+    return custom.get(key) if isinstance(custom, dict) else None
+
+
+def region_of(node) -> str | None:
+    """`checkpoint(N)` when the user's `torch.utils.checkpoint` call N ran `node`,
+    `custom(N)` when the forward of custom autograd Function call N did (export.py marks
+    them), `None` outside both."""
+    custom = _annotation(node, CUSTOM_KEY)
+    if isinstance(custom, int):
+        return f"custom({custom})"
+    region = _annotation(node, CHECKPOINT_KEY)
+    return f"checkpoint({region})" if isinstance(region, int) else None
 
 
 def source_loc(node) -> tuple[str, int, str | None] | None:
@@ -107,6 +129,7 @@ class Translator:
         self.env: dict[torch.fx.Node, object] = {}
         self.node: torch.fx.Node | None = None
         self.roles: dict[str, str] = {}  # memplan argument name -> role
+        self._grad_for: dict[tuple[int, int], Value] = {}  # (call, input) -> the input
         self.arg_sources: dict[str, str] = {}  # memplan argument name -> state-dict or input name
 
     # -- the walk ------------------------------------------------------------------------
@@ -133,7 +156,7 @@ class Translator:
         """Removes views and fills nothing reads: a functionalized write still reads the old
         value through its view (`copy(x[:, :8], h)`), where the step needs only `h`; the
         tensor `bernoulli_` overwrites (`new_empty(shape)`) is never read."""
-        read = {loss.name} | {value for _, value in self.w.updates}
+        read = {loss.name} | {value for _, value in self.w.updates} | self.w.block_reads()
         for op in reversed(list(self.w.ops)):
             if op.op in _UNREAD_DROPPED and not any(name in read for name, _ in op.outputs):
                 self.w.remove(op)
@@ -250,6 +273,10 @@ class Translator:
             self.arg_sources[name] = source
 
     def _call(self, node):
+        if not self._custom_function_part(node):
+            self._call_plain(node)
+
+    def _call_plain(self, node):
         target = node.target
         if target is operator.getitem:
             self.env[node] = self.env[node.args[0]][node.args[1]]
@@ -267,6 +294,45 @@ class Translator:
             raise datadep.translation_failure(self.program, node, e, source_loc) from None
         except datadep.UnboundedSize as e:
             raise datadep.translation_failure(self.program, node, e, source_loc) from None
+
+    def _custom_function_part(self, node) -> bool:
+        """Writes what `node` is of a custom autograd Function's backward (export.py's
+        annotations): an op of the backward into the call's block, the gradient of an
+        output as the block's argument, a returned gradient as its result. False for any
+        other node."""
+        grad_of, backward = _annotation(node, GRAD_OF_KEY), _annotation(node, CUSTOM_BACKWARD_KEY)
+        grad_for, grad_in = _annotation(node, GRAD_FOR_KEY), _annotation(node, GRAD_IN_KEY)
+        if grad_of is not None:
+            call, _ = grad_of
+            output = self.env[node.args[0]]
+            op = self.written_by(output.name)
+            if op is None or op.region != f"custom({call})":
+                raise ExportError(f"{self._where(node)}: a custom autograd Function returns a tensor its forward did not "
+                                  "compute (one of its inputs): memplan cannot tell its gradient from the input's "
+                                  "(return a computed tensor, e.g. `x.clone()`)")
+            name = self.w.unique(f"{output.name}.grad_out")
+            self.w.blocks.setdefault(call, Block()).grads_of.append((name, output.type, output.name))
+            self.env[node] = Value(name, output.fake)
+            return True
+        if grad_for is not None:
+            self._grad_for[tuple(grad_for)] = self.env[node.args[0]]
+            return True
+        if grad_in is not None:
+            x, g = self._grad_for[tuple(grad_in)], self.env[node.args[0]]
+            if not isinstance(g, Value) or not isinstance(x, Value):
+                raise ExportError(f"{self._where(node)}: a custom autograd Function's backward returns a gradient memplan "
+                                  "cannot write")
+            self.w.blocks.setdefault(grad_in[0], Block()).returns.append((x.name, g.name))
+            return True
+        if backward is not None:
+            self.w.blocks.setdefault(backward, Block())
+            self.w.block = backward
+            try:
+                self._call_plain(node)
+            finally:
+                self.w.block = None
+            return True
+        return False
 
     def _translate(self, node):
         target = node.target
@@ -361,7 +427,7 @@ class Translator:
         default); `final`: it is the node's result (not a helper value)."""
         fake = self.out_fake() if fake is None else fake
         [name] = self.w.op([self.name_for(role or op, final)], [type_text(fake.dtype, fake.shape)], op,
-                           [v.name for v in inputs], attrs, source_loc(self.node), checkpoint_of(self.node))
+                           [v.name for v in inputs], attrs, source_loc(self.node), region_of(self.node))
         return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
 
     def writes(self, value: Value) -> str | None:
@@ -377,7 +443,7 @@ class Translator:
         """One op with several outputs, helper values of the node (named path.role)."""
         names = [self.name_for(r, False) for r in roles]
         types = [type_text(f.dtype, f.shape) for f in fakes]
-        outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node), checkpoint_of(self.node))
+        outs = self.w.op(names, types, op, [v.name for v in inputs], attrs, source_loc(self.node), region_of(self.node))
         return [Value(n, f, dense(f)) for n, f in zip(outs, fakes)]
 
     def fake_like(self, shape, dtype) -> torch.Tensor:

@@ -6,6 +6,7 @@ frozen parameters exactly unchanged. What cannot be expressed is refused with th
 line, or warned about, never silently changed.
 """
 
+import inspect
 import re
 import warnings
 
@@ -182,36 +183,151 @@ def test_a_cuda_autocast_block_is_captured_as_on_a_gpu():
     assert re.search(r"bf16\[16,16\] = matmul\(", text), text
 
 
-class Custom(torch.autograd.Function):
+class XTanh(torch.autograd.Function):
+    """x * tanh(x), keeping x and tanh(x) for its backward."""
+
     @staticmethod
     def forward(ctx, x):
-        return x * 2
+        t = torch.tanh(x)
+        ctx.save_for_backward(x, t)
+        return x * t
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * 3
+        x, t = ctx.saved_tensors
+        return grad * (t + x * (1 - t * t))
 
 
-class Refused(nn.Module):
-    def __init__(self, how: str):
+class StraightThrough(torch.autograd.Function):
+    """A ReLU whose gradient passes through unchanged, scaled (a quantizer's estimator):
+    not the derivative of its forward. A Python number on `ctx`, `None` for it."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.scale = scale
+        return torch.relu(x) * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.scale, None
+
+
+class Gate(torch.autograd.Function):
+    """x * g for a parameter g, in the `setup_context` style, `once_differentiable`; the
+    gradient of g only where `needs_input_grad` says, none for `frozen_bias`."""
+
+    @staticmethod
+    def forward(x, g, frozen_bias):
+        return x * g + frozen_bias
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, g, _ = inputs
+        ctx.save_for_backward(x, g)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, g = ctx.saved_tensors
+        grad_g = (grad * x).sum(0) if ctx.needs_input_grad[1] else None
+        return grad * g, grad_g, None
+
+
+class WithFunctions(nn.Module):
+    def __init__(self):
         super().__init__()
-        self.a, self.how = nn.Linear(8, 4), how
+        self.a, self.b, self.c = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+        self.g = nn.Parameter(torch.rand(16) + 0.5)
+        self.bias = nn.Parameter(torch.full((16,), 0.1))  # its Function gives it no gradient
 
     def forward(self, x, y):
-        if self.how == "function":
-            h = Custom.apply(self.a(x))
-        else:
-            h = checkpoint(self.a, x, use_reentrant=True)
-        return F.cross_entropy(h, y)
+        h = XTanh.apply(self.a(x))
+        h = StraightThrough.apply(self.b(h), 0.5)
+        h = Gate.apply(h, self.g, self.bias)
+        return F.cross_entropy(self.c(h), y)
 
 
-@pytest.mark.parametrize("how,says", [
-    ("function", "Custom is a custom torch.autograd.Function"),
-])
-def test_what_torch_export_would_change_is_refused_at_the_users_line(how, says):
-    with pytest.raises(ExportError, match=r"^test_semantics\.py:\d+: ") as error:
-        memplan_torch.export_step(Refused(how), batch())
-    assert says in str(error.value)
+def test_a_custom_function_runs_its_own_backward_as_in_pytorch(memplan, tmp_path):
+    """The user's backward, not memplan's derivative of the forward: the straight-through
+    gradient and the gate's trains as PyTorch trains them; `bias`, to which the Function
+    returns no gradient, gets none."""
+    torch.manual_seed(0)
+    text, with_grad = compare_three_steps(memplan, tmp_path, WithFunctions(), batch())
+    assert "bias" not in with_grad and {"g", "a.weight", "b.weight"} <= with_grad
+    assert len(re.findall(r"^  custom_backward\(\d+\)", text, re.M)) == 3, text
+    # The backward's ops carry the lines of the user's backward.
+    source, start = inspect.getsourcelines(XTanh)
+    line = start + next(i for i, text in enumerate(source) if "return grad * (t + x" in text)
+    assert f'loc("test_semantics.py":{line}' in text, text
+
+
+class Swish(torch.autograd.Function):
+    """timm's memory-efficient Swish: keeps x only and recomputes sigmoid in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return grad * (s * (1 + x * (1 - s)))
+
+
+class SwishNet(nn.Module):
+    def __init__(self, custom: bool, width: int = 256):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(4))
+        self.head, self.custom = nn.Linear(width, 4), custom
+
+    def forward(self, x, y):
+        for layer in self.layers:
+            h = layer(x)
+            x = Swish.apply(h) if self.custom else h * torch.sigmoid(h)
+        return F.cross_entropy(self.head(x), y)
+
+
+def test_a_custom_function_keeps_what_it_saved(memplan, tmp_path):
+    """A memory-efficient Swish keeps only its input: its block binds x and the output's
+    gradient, nothing else, and the step plans below the same net written `h *
+    sigmoid(h)` (whose derivative keeps sigmoid(h) too), as in PyTorch."""
+    with torch.device("meta"):
+        inputs = (torch.randn(512, 256), torch.randint(0, 4, (512,)))
+    arenas = {}
+    for custom in (True, False):
+        with torch.device("meta"):
+            model = SwishNet(custom)
+        text = memplan_torch.export_step(model, inputs)
+        if custom:
+            headers = re.findall(r"^  custom_backward\(\d+\)\((.*)\) -> \((.*)\) \{$", text, re.M)
+            assert len(headers) == 4, text
+            for binds, grads in headers:
+                kept = re.findall(r"= (grad )?(%[\w.]+)", binds)
+                assert [k for k, _ in kept] == ["", "grad "], binds
+                assert grads == kept[0][1], (binds, grads)
+        step = tmp_path / f"swish{custom}.step"
+        step.write_text(text)
+        arenas[custom] = arena_of(memplan, step, "--schedule", "program")
+    assert arenas[True] < arenas[False], arenas
+
+
+class FunctionInCheckpoint(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        return F.cross_entropy(checkpoint(lambda h: XTanh.apply(self.a(h)), x, use_reentrant=False), y)
+
+
+def test_a_custom_function_inside_a_checkpoint_is_refused_at_the_users_line():
+    with pytest.raises(ExportError, match=r"^test_semantics\.py:\d+: the custom torch.autograd.Function XTanh runs inside"):
+        memplan_torch.export_step(FunctionInCheckpoint(), batch())
+    with pytest.warns(ExportWarning, match="torch.utils.checkpoint dropped"):
+        text = memplan_torch.export_step(FunctionInCheckpoint(), batch(), user_checkpoint="drop")
+    assert "custom_backward(0)" in text
 
 
 class Checkpointed(nn.Module):

@@ -21,7 +21,7 @@
 
 use crate::hashing::{FastMap, FastSet};
 use crate::index::ValueId;
-use crate::ir::graph::{Checkpoint, Graph, Loc, Role, Span, Update};
+use crate::ir::graph::{Region, Graph, Loc, Role, Span, Update};
 use crate::ir::layout::reshape_is_view;
 use crate::ir::ops::{Attr, Attrs, OpKind};
 use crate::ir::types::TensorType;
@@ -188,7 +188,7 @@ impl Builder {
     /// Marks the op writing `output` as a recompute of a region-`region` op.
     pub fn mark_recompute(&mut self, output: ValueId, region: u32) {
         let op = self.graph.def_op(output).expect("an op's output");
-        self.graph.ops[op].checkpoint = Some(Checkpoint::Recompute(region));
+        self.graph.ops[op].region = Some(Region::Recompute(region));
     }
 
     /// Appends `kind(inputs, given attributes)`; output k is a temporary of `owners[k]`.

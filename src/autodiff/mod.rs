@@ -38,7 +38,7 @@ use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
 use crate::index::{Idx, IndexVec, OpId, ValueId};
-use crate::ir::graph::{Backward, Checkpoint, Graph, Role, Update, ValueDef};
+use crate::ir::graph::{Backward, Bind, Graph, Region, Role, Update, ValueDef};
 use crate::ir::verify::{VerifyErrors, verify};
 use crate::ir::ops::{Attr, OpKind};
 use crate::ir::types::{DType, TensorType};
@@ -125,6 +125,7 @@ pub fn expand(graph: &Graph) -> Result<Graph, AutodiffError> {
     let needs = analyse(graph, backward)?;
     let mut forward = graph.clone();
     forward.backward = None;
+    forward.custom_backwards.clear();
     let mut b = Builder::new(forward);
     let grads = sweep(&mut b, graph, backward, &needs)?;
     optimize(&mut b, backward, &grads)?;
@@ -163,6 +164,7 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
         }
     }
     let to_loss = reaches_loss(graph, backward.loss, true);
+    let custom = |op: &crate::ir::graph::Op| matches!(op.region, Some(Region::Custom(_)));
     let needs: IndexVec<ValueId, bool> = graph.values.indices().map(|v| origin[v].is_some() && to_loss[v]).collect();
     let params: Vec<ValueId> = graph.args.iter().copied().filter(|&a| needs[a] && origin[a] == Some(a)).collect();
     if params.is_empty() {
@@ -171,8 +173,14 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
     }
     let param_of = |v: ValueId| origin[v].expect("a value needing a gradient has a param");
     let mut count = IndexVec::from_elem(0u32, graph.values.len());
+    for c in &graph.custom_backwards {
+        // The user's backward gives one contribution to each value it returns a gradient of.
+        for &x in c.grads.iter().filter(|&&x| needs[x]) {
+            count[x] += 1;
+        }
+    }
     for (id, op) in graph.ops.iter_enumerated() {
-        if !op.outputs.iter().any(|&v| needs[v]) {
+        if custom(op) || !op.outputs.iter().any(|&v| needs[v]) {
             continue;
         }
         if rules::rule(op.kind).is_none() {
@@ -228,11 +236,29 @@ fn reaches_loss(graph: &Graph, loss: ValueId, gradients: bool) -> IndexVec<Value
     let float = |v: ValueId| graph.values[v].ty.dtype.is_float();
     let mut to_loss = IndexVec::from_elem(false, graph.values.len());
     to_loss[loss] = true;
-    for op in graph.ops.iter().rev() {
+    // A custom region's gradient is its block's: it flows to the values the block returns
+    // gradients of when any value the region computes reaches the loss (its ops are
+    // contiguous, so every reader outside it has been seen when the sweep reaches its first
+    // op).
+    let mut region_reaches: IndexMap<u32, bool> = IndexMap::new();
+    for (id, op) in graph.ops.iter_enumerated().rev() {
         if gradients && op.kind.def().stops_gradient {
             continue;
         }
-        if op.outputs.iter().any(|&v| to_loss[v]) {
+        let reaches = op.outputs.iter().any(|&v| to_loss[v]);
+        if let (true, Some(Region::Custom(n))) = (gradients, op.region) {
+            let any = region_reaches.entry(n).or_default();
+            *any |= reaches;
+            let first = id.index() == 0 || graph.ops[OpId::new(id.index() - 1)].region != op.region;
+            if first && *any {
+                let grads = graph.custom_backwards.iter().filter(|c| c.region == n).flat_map(|c| c.grads.iter());
+                for &x in grads.filter(|&&x| float(x)) {
+                    to_loss[x] = true;
+                }
+            }
+            continue;
+        }
+        if reaches {
             for &input in op.inputs.iter().filter(|&&i| float(i)) {
                 to_loss[input] = true;
             }
@@ -261,8 +287,15 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
     .expect("fill's attributes");
     let seed = b.emit(OpKind::Fill, vec![], attrs, vec![seed_name]).expect("a scalar fill")[0];
     sums[loss] = Sum { value: Some(seed), received: 1 };
-    let mut renamed = crate::hashing::FastSet::default();
+    let mut acc = Accumulator { sums, renamed: crate::hashing::FastSet::default() };
     for (op_id, op) in graph.ops.iter_enumerated().rev() {
+        if let Some(Region::Custom(n)) = op.region {
+            let last = graph.ops.get(OpId::new(op_id.index() + 1)).is_none_or(|next| next.region != op.region);
+            if last {
+                custom_backward(b, graph, needs, &mut acc, op_id, n)?;
+            }
+            continue;
+        }
         if !needs.active(graph, op_id) {
             continue;
         }
@@ -271,8 +304,8 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
             message,
             span: op.span.into(),
         };
-        let region = match op.checkpoint {
-            Some(Checkpoint::Region(region)) => {
+        let region = match op.region {
+            Some(Region::Checkpoint(region)) => {
                 checkpoints.recompute(b, graph, region).map_err(&failed)?;
                 Some(region)
             }
@@ -282,7 +315,7 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
         let dy = op
             .outputs
             .iter()
-            .map(|&v| if needs.needs[v] { total(b, v, &sums[v]).map(Some) } else { Ok(None) })
+            .map(|&v| if needs.needs[v] { total(b, v, &acc.sums[v]).map(Some) } else { Ok(None) })
             .collect::<Result<Vec<_>, _>>()
             .map_err(&failed)?;
         let call = GradCall {
@@ -303,34 +336,14 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
             if !call.wants(k) {
                 continue;
             }
-            let x_name = &graph.values[x].name;
-            let g = g.ok_or_else(|| failed(format!("it gave no gradient for %{x_name}")))?;
-            if b.ty(g) != &graph.values[x].ty {
-                return Err(failed(format!("the gradient of %{x_name} is {}, not {}", b.ty(g), graph.values[x].ty)));
-            }
-            let received = sums[x].received + 1;
-            if g.0 as usize >= first_new && renamed.insert(g) {
-                let base =
-                    if needs.count[x] == 1 { format!("{x_name}.grad") } else { format!("{x_name}.grad.{received}") };
-                b.rename(g, &base);
-            }
-            let value = match sums[x].value {
-                None => g,
-                Some(sum) => {
-                    let sum = b.op1(x, OpKind::Add, vec![sum, g], &[]).map_err(&failed)?;
-                    if received == needs.count[x] {
-                        b.rename(sum, &format!("{x_name}.grad"));
-                    }
-                    sum
-                }
-            };
-            sums[x] = Sum { value: Some(value), received };
+            let g = g.ok_or_else(|| failed(format!("it gave no gradient for %{}", graph.values[x].name)))?;
+            acc.add(b, graph, needs, x, g, first_new).map_err(&failed)?;
         }
     }
     b.set_origin(None, backward.span);
     let mut grads = Vec::with_capacity(needs.params.len());
     for &p in &needs.params {
-        let g = total(b, p, &sums[p]).map_err(|message| AutodiffError::RuleFailed {
+        let g = total(b, p, &acc.sums[p]).map_err(|message| AutodiffError::RuleFailed {
             op_text: format!("the sum of the gradients of %{}", graph.values[p].name),
             message,
             span: backward.span.into(),
@@ -338,6 +351,120 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
         grads.push((p, g));
     }
     Ok(ParamGrads(grads))
+}
+
+/// Each value's running sum of the gradient contributions it has received (see the module
+/// docs), and the contributions already given their final names.
+struct Accumulator {
+    sums: IndexVec<ValueId, Sum>,
+    renamed: crate::hashing::FastSet<ValueId>,
+}
+
+impl Accumulator {
+    /// Adds the contribution `g` to the gradient of `x`. A value built since `first_new`
+    /// (not one the forward or an earlier contribution already had) is named after `x`:
+    /// `%x.grad`, or `%x.grad.K` when `x` receives several.
+    fn add(&mut self, b: &mut Builder, graph: &Graph, needs: &Needs, x: ValueId, g: ValueId, first_new: usize) -> Result<(), String> {
+        let x_name = &graph.values[x].name;
+        if b.ty(g) != &graph.values[x].ty {
+            return Err(format!("the gradient of %{x_name} is {}, not {}", b.ty(g), graph.values[x].ty));
+        }
+        let received = self.sums[x].received + 1;
+        if g.index() >= first_new && self.renamed.insert(g) {
+            let base = if needs.count[x] == 1 { format!("{x_name}.grad") } else { format!("{x_name}.grad.{received}") };
+            b.rename(g, &base);
+        }
+        let value = match self.sums[x].value {
+            None => g,
+            Some(sum) => {
+                let sum = b.op1(x, OpKind::Add, vec![sum, g], &[])?;
+                if received == needs.count[x] {
+                    b.rename(sum, &format!("{x_name}.grad"));
+                }
+                sum
+            }
+        };
+        self.sums[x] = Sum { value: Some(value), received };
+        Ok(())
+    }
+}
+
+/// Custom region `region` (the user's `autograd.Function`), whose last op is `last`: when
+/// any value it computes needs a gradient, its `custom_backward` block's body is inlined
+/// here, each argument bound to the forward value it names or to the gradient of the
+/// region output it names (zeros where that output does not reach the loss, as PyTorch
+/// materializes it), and each returned value is a contribution to the gradient of the value
+/// the block lists at its position.
+fn custom_backward(
+    b: &mut Builder,
+    graph: &Graph,
+    needs: &Needs,
+    acc: &mut Accumulator,
+    last: OpId,
+    region: u32,
+) -> Result<(), AutodiffError> {
+    let mut first = last.index();
+    while first > 0 && graph.ops[OpId::new(first - 1)].region == Some(Region::Custom(region)) {
+        first -= 1;
+    }
+    let active = (first..=last.index()).any(|i| needs.active(graph, OpId::new(i)));
+    let Some(custom) = graph.custom_backwards.iter().find(|c| c.region == region) else {
+        return Ok(()); // verify: a step with `backward` has a block for every custom region
+    };
+    if !active {
+        return Ok(());
+    }
+    let failed = |message: String| AutodiffError::RuleFailed {
+        op_text: format!("custom_backward({region})"),
+        message,
+        span: custom.span.into(),
+    };
+    let body = &custom.body;
+    let first_new = b.graph().values.len();
+    let mut env: IndexVec<ValueId, Option<ValueId>> = IndexVec::from_elem(None, body.values.len());
+    for (&arg, bind) in body.args.iter().zip(&custom.binds) {
+        env[arg] = Some(match *bind {
+            Bind::Value(v) => v,
+            Bind::GradOf(y) if needs.needs[y] => total(b, y, &acc.sums[y]).map_err(&failed)?,
+            Bind::GradOf(y) => {
+                b.set_origin(graph.ops[last].loc.clone(), custom.span);
+                let ty = &graph.values[y].ty;
+                let dims = ty.shape.0.iter().map(|&d| i64::try_from(d).map_err(|_| format!("dimension {d} of %{}", graph.values[y].name)));
+                let dims = dims.collect::<Result<Vec<i64>, String>>().map_err(&failed)?;
+                let attrs = Builder::attrs(
+                    OpKind::Fill,
+                    &[("shape", Attr::Ints(dims)), ("dtype", Attr::DType(ty.dtype)), ("value", Attr::Float(0.0))],
+                )
+                .map_err(&failed)?;
+                let name = b.fresh(&format!("{}.grad.zeros", graph.values[y].name));
+                b.emit(OpKind::Fill, vec![], attrs, vec![name]).map_err(&failed)?[0]
+            }
+        });
+    }
+    for op in &body.ops {
+        b.set_origin(op.loc.clone(), op.span);
+        let mut inputs: Vec<ValueId> =
+            op.inputs.iter().map(|&v| env[v].ok_or_else(|| failed(format!("{} is not bound", body.value_name(v))))).collect::<Result<_, _>>()?;
+        if op.kind == OpKind::Reshape {
+            // A view of the body's own (contiguous) argument; the forward value bound to it
+            // may be strided (a transpose): copy first where the reshape is no view of it.
+            let to = body.values[op.outputs[0]].ty.shape.0.clone();
+            inputs[0] = b.reshapable(inputs[0], inputs[0], &to).map_err(&failed)?;
+        }
+        let names = op.outputs.iter().map(|&v| b.fresh(&body.values[v].name)).collect();
+        let outputs = b.emit(op.kind, inputs, op.attrs.clone(), names).map_err(&failed)?;
+        for (&v, out) in op.outputs.iter().zip(outputs) {
+            env[v] = Some(out);
+        }
+    }
+    for (&x, ret) in custom.grads.iter().zip(&body.returns) {
+        if !needs.needs[x] {
+            continue;
+        }
+        let g = env[ret.value].ok_or_else(|| failed(format!("{} is not computed", body.value_name(ret.value))))?;
+        acc.add(b, graph, needs, x, g, first_new).map_err(&failed)?;
+    }
+    Ok(())
 }
 
 /// The user's checkpointed regions (`checkpoint(N)` ops, PyTorch's
@@ -358,7 +485,7 @@ impl Recomputes {
     fn new(graph: &Graph) -> Recomputes {
         let mut regions: IndexMap<u32, Vec<OpId>> = IndexMap::new();
         for (id, op) in graph.ops.iter_enumerated() {
-            if let Some(Checkpoint::Region(region)) = op.checkpoint {
+            if let Some(Region::Checkpoint(region)) = op.region {
                 regions.entry(region).or_default().push(id);
             }
         }
@@ -386,7 +513,7 @@ impl Recomputes {
     /// computed in the same region, else `v` itself (kept from the forward).
     fn read(&self, graph: &Graph, region: Option<u32>, v: ValueId) -> ValueId {
         let same = region.is_some()
-            && graph.def_op(v).is_some_and(|op| graph.ops[op].checkpoint == region.map(Checkpoint::Region));
+            && graph.def_op(v).is_some_and(|op| graph.ops[op].region == region.map(Region::Checkpoint));
         if same { self.clone[v].unwrap_or(v) } else { v }
     }
 }
@@ -402,7 +529,7 @@ fn drop_unread_recomputes(mut graph: Graph) -> Graph {
     graph.returns.iter().for_each(|r| readers[r.value] += 1);
     let mut keep = vec![true; graph.ops.len()];
     for (id, op) in graph.ops.iter_enumerated().rev() {
-        if matches!(op.checkpoint, Some(Checkpoint::Recompute(_))) && op.outputs.iter().all(|&v| readers[v] == 0) {
+        if matches!(op.region, Some(Region::Recompute(_))) && op.outputs.iter().all(|&v| readers[v] == 0) {
             keep[id.index()] = false;
             op.inputs.iter().for_each(|&v| readers[v] -= 1);
         }

@@ -137,30 +137,64 @@ pub struct Op {
     /// Every attribute of the op's row, in row order, defaults filled in.
     pub attrs: Attrs,
     pub loc: Option<Loc>,
-    /// The user's activation checkpointing, when the op ran inside a checkpointed region.
-    pub checkpoint: Option<Checkpoint>,
+    /// The user's region the op belongs to (a checkpointed block, its recompute, a custom
+    /// autograd Function's forward), if any.
+    pub region: Option<Region>,
     pub span: Span,
 }
 
-/// An op's part in the user's activation checkpointing (PyTorch's
-/// `torch.utils.checkpoint`): autodiff recomputes a region in the backward instead of
-/// keeping what its ops' gradients read (docs/AUTODIFF.md).
+/// An op's part in a region of the user's step whose backward is not the plain derivative
+/// of its ops (docs/AUTODIFF.md): PyTorch's `torch.utils.checkpoint`, whose region autodiff
+/// recomputes in the backward instead of keeping what its ops' gradients read, and a custom
+/// `torch.autograd.Function`, whose backward is the one the user wrote.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum Checkpoint {
+pub enum Region {
     /// `checkpoint(N)`: the op ran inside checkpointed region N of the forward.
-    Region(u32),
+    Checkpoint(u32),
     /// `recompute(N)`: autodiff's run of a region-N op again in the backward.
     Recompute(u32),
+    /// `custom(N)`: the op ran inside the forward of custom region N (the user's
+    /// `autograd.Function`), whose gradient is the step's `custom_backward(N)` block.
+    Custom(u32),
 }
 
-impl fmt::Display for Checkpoint {
-    /// The IR spelling: `checkpoint(N)` or `recompute(N)`.
+impl fmt::Display for Region {
+    /// The IR spelling: `checkpoint(N)`, `recompute(N)` or `custom(N)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Checkpoint::Region(n) => write!(f, "checkpoint({n})"),
-            Checkpoint::Recompute(n) => write!(f, "recompute({n})"),
+            Region::Checkpoint(n) => write!(f, "checkpoint({n})"),
+            Region::Recompute(n) => write!(f, "recompute({n})"),
+            Region::Custom(n) => write!(f, "custom({n})"),
         }
     }
+}
+
+/// `custom_backward(N)(%t: f32[4] = %t, %gy: f32[4] = grad %y) -> (%x) { ... }`: the
+/// backward the user wrote for custom region N (a `torch.autograd.Function`), in a step
+/// with `backward`. `body` is a graph of its own (its own names; `input` arguments, no
+/// updates, no `backward`) that autodiff inlines when the reverse sweep reaches region N:
+/// each argument bound to what `binds` says, each returned value added to the gradient of
+/// the forward value `grads` names at the same position. What the body reads of the
+/// forward is exactly what the step keeps for it (PyTorch's `save_for_backward`).
+#[derive(Clone, PartialEq, Debug)]
+pub struct CustomBackward {
+    pub region: u32,
+    /// What each argument of `body` holds, in argument order.
+    pub binds: Vec<Bind>,
+    /// The forward values whose gradients `body` returns, in return order.
+    pub grads: Vec<ValueId>,
+    pub body: Graph,
+    pub span: Span,
+}
+
+/// What an argument of a `custom_backward` body holds when it runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Bind {
+    /// `= %v`: the forward value `%v`, kept for the backward.
+    Value(ValueId),
+    /// `= grad %y`: the gradient of `%y`, an output of the region (zeros when the loss
+    /// does not depend on it, as PyTorch materializes it).
+    GradOf(ValueId),
 }
 
 /// `update %target <- %value`: at the end of the step `%value` is in `%target`'s memory.
@@ -206,6 +240,9 @@ pub struct Graph {
     pub returns: Vec<Return>,
     /// Present while the step is forward-only; `None` once expanded (or written in full).
     pub backward: Option<Backward>,
+    /// The user's backward of each custom region, in text order; present with `backward`
+    /// only (autodiff inlines them).
+    pub custom_backwards: Vec<CustomBackward>,
 }
 
 impl Graph {
@@ -236,7 +273,7 @@ impl Graph {
                 self.values.push(Value { name, ty, def: ValueDef::Op { op, output }, span: Span::NONE })
             })
             .collect();
-        self.ops.push(Op { kind, inputs, outputs, attrs, loc: None, checkpoint: None, span: Span::NONE })
+        self.ops.push(Op { kind, inputs, outputs, attrs, loc: None, region: None, span: Span::NONE })
     }
 
     /// The same graph with values renumbered in canonical order: the arguments in order,
@@ -273,6 +310,14 @@ impl Graph {
         self.returns.iter_mut().for_each(|r| map(&mut r.value));
         if let Some(backward) = &mut self.backward {
             map(&mut backward.loss);
+        }
+        for custom in &mut self.custom_backwards {
+            custom.grads.iter_mut().for_each(map);
+            for bind in &mut custom.binds {
+                match bind {
+                    Bind::Value(v) | Bind::GradOf(v) => map(v),
+                }
+            }
         }
         self
     }

@@ -19,7 +19,8 @@
 //!   row order, `name=value`, values in [`Attr`](crate::ir::ops::Attr)'s `Display` (floats
 //!   in Rust's shortest round-trip form: `0.001`, `1e-8`, `1.0`, `-inf`);
 //! - `loc("file":line)` after the op when it has one (`"`, `\`, newline and tab escaped);
-//! - ops in program order, then the `backward` statement (if any: `backward %loss with
+//! - ops in program order, then each `custom_backward(N)(...) -> (...) { ... }` block (its
+//!   ops and `return` indented four spaces), then the `backward` statement (if any: `backward %loss with
 //!   adam(lr=0.01)`, the optimizer's attributes as an op's), then updates in order, then
 //!   one `return` (if any);
 //! - the text ends with `}` and a newline.
@@ -33,7 +34,7 @@
 use std::fmt::Write;
 
 use crate::index::{OpId, ValueId};
-use crate::ir::graph::{Graph, Role};
+use crate::ir::graph::{Bind, CustomBackward, Graph, Role};
 use crate::ir::ops::quote;
 
 /// The canonical text of `graph`.
@@ -73,21 +74,11 @@ pub fn print_annotated(graph: &Graph, order: &[OpId], note: &dyn Fn(Line) -> Opt
     }
     out.push_str(") {\n");
     for &id in order {
-        let op = &graph.ops[id];
-        let outs: Vec<String> =
-            op.outputs.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect();
-        let _ = write!(out, "  {} = {}", outs.join(", "), graph.call_text(id));
-        if let Some(checkpoint) = op.checkpoint {
-            let _ = write!(out, " {checkpoint}");
-        }
-        if let Some(loc) = &op.loc {
-            let _ = write!(out, " loc({}:{}", quote(&loc.file), loc.line);
-            if let Some(module) = &loc.module {
-                let _ = write!(out, ", {}", quote(module));
-            }
-            out.push(')');
-        }
+        op_line(&mut out, graph, id, "  ");
         comment(&mut out, Line::Op(id));
+    }
+    for custom in &graph.custom_backwards {
+        custom_backward(&mut out, graph, custom);
     }
     if let Some(text) = graph.backward_text() {
         let _ = writeln!(out, "  {text}");
@@ -101,6 +92,53 @@ pub fn print_annotated(graph: &Graph, order: &[OpId], note: &dyn Fn(Line) -> Opt
     }
     out.push_str("}\n");
     out
+}
+
+/// `indent%out: type = op(...) region loc(...)`, without the newline.
+fn op_line(out: &mut String, graph: &Graph, id: OpId, indent: &str) {
+    let op = &graph.ops[id];
+    let outs: Vec<String> =
+        op.outputs.iter().map(|&v| format!("{}: {}", graph.value_name(v), graph.values[v].ty)).collect();
+    let _ = write!(out, "{indent}{} = {}", outs.join(", "), graph.call_text(id));
+    if let Some(region) = op.region {
+        let _ = write!(out, " {region}");
+    }
+    if let Some(loc) = &op.loc {
+        let _ = write!(out, " loc({}:{}", quote(&loc.file), loc.line);
+        if let Some(module) = &loc.module {
+            let _ = write!(out, ", {}", quote(module));
+        }
+        out.push(')');
+    }
+}
+
+/// A `custom_backward` block: its header (each argument with what it binds, the values
+/// whose gradients it returns), its ops and its `return`, indented one level more.
+fn custom_backward(out: &mut String, graph: &Graph, custom: &CustomBackward) {
+    let body = &custom.body;
+    let args: Vec<String> = body
+        .args
+        .iter()
+        .zip(&custom.binds)
+        .map(|(&arg, bind)| {
+            let bound = match *bind {
+                Bind::Value(v) => graph.value_name(v),
+                Bind::GradOf(v) => format!("grad {}", graph.value_name(v)),
+            };
+            format!("{}: {} = {bound}", body.value_name(arg), body.values[arg].ty)
+        })
+        .collect();
+    let grads: Vec<String> = custom.grads.iter().map(|&v| graph.value_name(v)).collect();
+    let _ = writeln!(out, "  custom_backward({})({}) -> ({}) {{", custom.region, args.join(", "), grads.join(", "));
+    for id in body.ops.indices() {
+        op_line(out, body, id, "    ");
+        out.push('\n');
+    }
+    if !body.returns.is_empty() {
+        let names: Vec<String> = body.returns.iter().map(|r| body.value_name(r.value)).collect();
+        let _ = writeln!(out, "    return {}", names.join(", "));
+    }
+    out.push_str("  }\n");
 }
 
 #[cfg(test)]

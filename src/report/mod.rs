@@ -23,7 +23,7 @@ use crate::analysis::liveness::{Lifetimes, lifetimes};
 use indexmap::IndexMap;
 
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
-use crate::ir::graph::{Checkpoint, Graph};
+use crate::ir::graph::{Region, Graph};
 use crate::ir::ops::{Attr, OpClass};
 use crate::plan::{Plan, Savings, align_up};
 use locs::Locs;
@@ -301,17 +301,17 @@ fn user_checkpoints(graph: &Graph) -> Option<UserCheckpoints> {
     let (mut recomputed_ops, mut extra_flops, mut base_flops) = (0, 0u64, 0u64);
     for (id, op) in graph.ops.iter_enumerated() {
         let flops = graph.op_flops(id);
-        match op.checkpoint {
-            Some(Checkpoint::Recompute(region)) => {
+        match op.region {
+            Some(Region::Recompute(region)) => {
                 regions.insert(region);
                 recomputed_ops += 1;
                 extra_flops = extra_flops.saturating_add(flops);
             }
-            Some(Checkpoint::Region(region)) => {
+            Some(Region::Checkpoint(region)) => {
                 regions.insert(region);
                 base_flops = base_flops.saturating_add(flops);
             }
-            None => base_flops = base_flops.saturating_add(flops),
+            Some(Region::Custom(_)) | None => base_flops = base_flops.saturating_add(flops),
         }
     }
     (!regions.is_empty()).then_some(UserCheckpoints { regions: regions.len(), recomputed_ops, extra_flops, base_flops })

@@ -45,6 +45,17 @@ def sub(t, a, b, alpha=1):
     return t.emit("add_scalar", [a], [("value", -float(b) * alpha)])
 
 
+@handles(aten.rsub.Scalar, aten.rsub.Tensor)
+def rsub(t, a, b, alpha=1):
+    """`b - alpha * a` (`1 - x` in Python): `add_scalar(-alpha * a, b)` for a number `b`."""
+    if isinstance(b, Value):
+        return sub(t, b, a, alpha)
+    if not t.out_fake().dtype.is_floating_point:
+        raise ExportError("rsub of an integer tensor is not supported")
+    scaled = t.emit("mul_scalar", [a], [("value", -float(alpha))], final=False)
+    return t.emit("add_scalar", [scaled], [("value", float(b))])
+
+
 @handles(aten.mul.Tensor)
 def mul(t, a, b):
     if not isinstance(a, Value):

@@ -55,7 +55,10 @@ pub(super) enum Tok {
     Comma,
     Colon,
     Eq,
+    /// `<-` (an update).
     Arrow,
+    /// `->` (a `custom_backward` block's gradients).
+    RightArrow,
     Eof,
     /// Where lexing failed; the parser reports the lexer's error when it reaches it.
     Bad,
@@ -121,6 +124,7 @@ pub(super) fn lex(src: &str) -> (Vec<Token>, Option<ParseError>) {
             b':' => Ok(punct(Tok::Colon)),
             b'=' => Ok(punct(Tok::Eq)),
             b'<' if at(i + 1) == b'-' => Ok((Tok::Arrow, i + 2)),
+            b'-' if at(i + 1) == b'>' => Ok((Tok::RightArrow, i + 2)),
             c @ (b'%' | b'@') => {
                 let mut j = i + 1;
                 while is_name_byte(at(j)) {

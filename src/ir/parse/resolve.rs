@@ -22,7 +22,7 @@ use super::syntax::{Ast, AttrAst, AttrVal, BackwardAst, DefAst, unknown_dtype};
 use super::{PResult, ParseError};
 use crate::hashing::FastMap;
 use crate::index::{Idx, OpId, ValueId};
-use crate::ir::graph::{Backward, Graph, Op, Return, Role, Update, Value, ValueDef};
+use crate::ir::graph::{Backward, Bind, CustomBackward, Graph, Op, Return, Role, Update, Value, ValueDef};
 use crate::ir::ops::{Attr, AttrKind, Attrs, OPS, OpClass, OpDef, OpKind};
 use crate::ir::types::{DType, Shape, TensorType};
 
@@ -181,7 +181,7 @@ pub(super) fn resolve<'a>(ast: &'a Ast, errors: &mut Vec<ParseError>) -> Graph {
             outputs: out_ids,
             attrs: attrs.unwrap_or_default(),
             loc: def.loc.clone(),
-            checkpoint: def.checkpoint,
+            region: def.region,
             span: def.sp.into(),
         });
     }
@@ -224,6 +224,28 @@ pub(super) fn resolve<'a>(ast: &'a Ast, errors: &mut Vec<ParseError>) -> Graph {
         let attrs = row.and_then(|row| resolve_attrs(row, &bw.attrs, bw.call_sp, errors));
         if let (Some(loss), Some(row), Some(attrs)) = (loss, row, attrs) {
             g.backward = Some(Backward { loss, optimizer: row.kind, attrs, span: bw.sp.into() });
+        }
+    }
+    for block in &ast.custom_backwards {
+        // The body is a step of its own (its own names); its bindings name forward values.
+        let body = resolve(&block.body, errors);
+        let mut lookup = |(name, sp): &(String, Sp)| {
+            let found = bound.get(name.as_str()).copied();
+            if found.is_none() {
+                errors.push(undefined(name, *sp, &bound));
+            }
+            found
+        };
+        let binds: Vec<Option<Bind>> = block
+            .binds
+            .iter()
+            .map(|b| lookup(&b.value).map(|v| if b.grad { Bind::GradOf(v) } else { Bind::Value(v) }))
+            .collect();
+        let grads: Vec<Option<ValueId>> = block.grads.iter().map(&mut lookup).collect();
+        let binds: Option<Vec<Bind>> = binds.into_iter().collect();
+        let grads: Option<Vec<ValueId>> = grads.into_iter().collect();
+        if let (Some(region), Some(binds), Some(grads)) = (block.region, binds, grads) {
+            g.custom_backwards.push(CustomBackward { region, binds, grads, body, span: block.sp.into() });
         }
     }
     g

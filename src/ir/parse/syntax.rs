@@ -12,7 +12,7 @@
 use super::lex::{Sp, Tok, Token, unquote};
 use super::suggest::did_you_mean;
 use super::{PResult, ParseError, syntax_error};
-use crate::ir::graph::{Checkpoint, Loc, Role};
+use crate::ir::graph::{Region, Loc, Role};
 use crate::ir::types::{DType, Shape, TensorType};
 
 // ---------------------------------------------------------------------------------------
@@ -26,6 +26,27 @@ pub(super) struct Ast {
     pub(super) returns: Vec<ReturnAst>,
     /// Every `backward` statement in text order (resolution reports all but the first).
     pub(super) backwards: Vec<BackwardAst>,
+    pub(super) custom_backwards: Vec<CustomBackwardAst>,
+}
+
+/// `custom_backward(N)(%t: f32[4] = %t, %gy: f32[4] = grad %y) -> (%x) { ... }`.
+pub(super) struct CustomBackwardAst {
+    /// `None`: N out of range (already reported).
+    pub(super) region: Option<u32>,
+    /// What each argument of the body binds, in argument order.
+    pub(super) binds: Vec<BindAst>,
+    /// The forward values whose gradients the body returns.
+    pub(super) grads: Vec<(String, Sp)>,
+    /// The block as a step of its own: its arguments (role `input`), ops and `return`.
+    pub(super) body: Ast,
+    /// From `custom_backward` through the `)` of the gradient list.
+    pub(super) sp: Sp,
+}
+
+/// `= %v` (the forward value) or `= grad %y` (its gradient) after a block argument.
+pub(super) struct BindAst {
+    pub(super) value: (String, Sp),
+    pub(super) grad: bool,
 }
 
 pub(super) struct ArgAst {
@@ -52,8 +73,8 @@ pub(super) struct DefAst {
     pub(super) sp: Sp,
     pub(super) operands: Vec<(String, Sp)>,
     pub(super) attrs: Vec<AttrAst>,
-    /// `checkpoint(N)` or `recompute(N)` after the call.
-    pub(super) checkpoint: Option<Checkpoint>,
+    /// `checkpoint(N)`, `recompute(N)` or `custom(N)` after the call.
+    pub(super) region: Option<Region>,
     pub(super) loc: Option<Loc>,
 }
 
@@ -96,6 +117,20 @@ pub(super) struct BackwardAst {
 pub(super) struct ReturnAst {
     pub(super) values: Vec<(String, Sp)>,
     pub(super) sp: Sp,
+}
+
+impl Ast {
+    fn new(name: String, args: Vec<ArgAst>) -> Ast {
+        Ast {
+            name,
+            args,
+            defs: Vec::new(),
+            updates: Vec::new(),
+            returns: Vec::new(),
+            backwards: Vec::new(),
+            custom_backwards: Vec::new(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -190,23 +225,8 @@ impl Parser<'_> {
         }
         self.bump();
         self.expect(Tok::LBrace, "`{`")?;
-        let mut ast =
-            Ast { name, args, defs: Vec::new(), updates: Vec::new(), returns: Vec::new(), backwards: Vec::new() };
-        loop {
-            let t = self.peek();
-            match t.tok {
-                Tok::RBrace => break,
-                Tok::Value => ast.defs.push(self.def()?),
-                Tok::Ident if self.text(t) == "update" => ast.updates.push(self.update()?),
-                Tok::Ident if self.text(t) == "return" => ast.returns.push(self.ret()?),
-                Tok::Ident if self.text(t) == "backward" => ast.backwards.push(self.backward()?),
-                _ => {
-                    return Err(
-                        self.unexpected("a statement (`%v = op(...)`, `update`, `backward` or `return`) or `}`")
-                    );
-                }
-            }
-        }
+        let mut ast = Ast::new(name, args);
+        self.statements(&mut ast)?;
         self.bump();
         if self.peek().tok != Tok::Eof {
             return Err(
@@ -214,6 +234,77 @@ impl Parser<'_> {
             );
         }
         Ok(ast)
+    }
+
+    /// The statements of a step or a block body, through the closing `}` (not consumed).
+    fn statements(&mut self, ast: &mut Ast) -> PResult<()> {
+        loop {
+            let t = self.peek();
+            match t.tok {
+                Tok::RBrace => return Ok(()),
+                Tok::Value => ast.defs.push(self.def()?),
+                Tok::Ident if self.text(t) == "update" => ast.updates.push(self.update()?),
+                Tok::Ident if self.text(t) == "return" => ast.returns.push(self.ret()?),
+                Tok::Ident if self.text(t) == "backward" => ast.backwards.push(self.backward()?),
+                Tok::Ident if self.text(t) == "custom_backward" => {
+                    let block = self.custom_backward()?;
+                    ast.custom_backwards.push(block);
+                }
+                _ => {
+                    return Err(self.unexpected(
+                        "a statement (`%v = op(...)`, `update`, `backward`, `custom_backward` or `return`) or `}`",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// `custom_backward(N)(%t: f32[4] = %t, %gy: f32[4] = grad %y) -> (%x, %w) { ... }`
+    fn custom_backward(&mut self) -> PResult<CustomBackwardAst> {
+        let kw = self.bump();
+        let region = self.region_number()?;
+        self.expect(Tok::LParen, "`(` and the block's arguments")?;
+        let (mut args, mut binds) = (Vec::new(), Vec::new());
+        while self.peek().tok != Tok::RParen {
+            let (name, sp) = self.value()?;
+            self.expect(Tok::Colon, "`:` and the argument's type")?;
+            let ty = self.ty()?;
+            self.expect(Tok::Eq, "`= %value` or `= grad %value`: what the argument holds")?;
+            let grad = self.is_keyword("grad");
+            if grad {
+                self.bump();
+            }
+            let value = self.value()?;
+            args.push(ArgAst { name, sp, ty, role: Some(Role::Input) });
+            binds.push(BindAst { value, grad });
+            match self.peek().tok {
+                Tok::Comma => {
+                    self.bump();
+                }
+                Tok::RParen => {}
+                _ => return Err(self.unexpected("`,` or `)`")),
+            }
+        }
+        self.bump();
+        self.expect(Tok::RightArrow, "`->` and the values whose gradients the block returns")?;
+        self.expect(Tok::LParen, "`(`")?;
+        let mut grads = Vec::new();
+        while self.peek().tok != Tok::RParen {
+            grads.push(self.value()?);
+            match self.peek().tok {
+                Tok::Comma => {
+                    self.bump();
+                }
+                Tok::RParen => {}
+                _ => return Err(self.unexpected("`,` or `)`")),
+            }
+        }
+        let close = self.bump();
+        self.expect(Tok::LBrace, "`{`")?;
+        let mut body = Ast::new(format!("custom_backward{}", region.unwrap_or(0)), args);
+        self.statements(&mut body)?;
+        self.bump();
+        Ok(CustomBackwardAst { region, binds, grads, body, sp: kw.sp.to(close.sp) })
     }
 
     /// `%x: f32[4] param`
@@ -336,13 +427,13 @@ impl Parser<'_> {
         }
         let close = self.bump();
         let sp = op_tok.sp.to(close.sp);
-        let checkpoint = if self.is_keyword("checkpoint") || self.is_keyword("recompute") {
-            self.checkpoint()?
+        let region = if ["checkpoint", "recompute", "custom"].iter().any(|k| self.is_keyword(k)) {
+            self.region()?
         } else {
             None
         };
         let loc = if self.is_keyword("loc") { self.loc()? } else { None };
-        Ok(DefAst { outs, op, op_sp: op_tok.sp, sp, operands, attrs, checkpoint, loc })
+        Ok(DefAst { outs, op, op_sp: op_tok.sp, sp, operands, attrs, region, loc })
     }
 
     /// `name=value`
@@ -387,15 +478,24 @@ impl Parser<'_> {
         Ok(AttrAst { name, name_sp: name_tok.sp, value, value_sp: t.sp })
     }
 
-    /// `checkpoint(N)` or `recompute(N)`; `None` if N is out of range (reported).
-    fn checkpoint(&mut self) -> PResult<Option<Checkpoint>> {
+    /// `checkpoint(N)`, `recompute(N)` or `custom(N)`; `None` if N is out of range
+    /// (reported).
+    fn region(&mut self) -> PResult<Option<Region>> {
         let kw = self.bump();
-        let recompute = self.text(kw) == "recompute";
+        let make = match self.text(kw) {
+            "recompute" => Region::Recompute,
+            "custom" => Region::Custom,
+            _ => Region::Checkpoint,
+        };
+        Ok(self.region_number()?.map(make))
+    }
+
+    /// `(N)` after a region keyword; `None` if N is out of range (reported).
+    fn region_number(&mut self) -> PResult<Option<u32>> {
         self.expect(Tok::LParen, "`(` and a region number")?;
         let n_tok = self.expect(Tok::Int, "a region number")?;
         self.expect(Tok::RParen, "`)` after the region number")?;
-        let n = self.u32_of(n_tok, "a checkpoint region number (u32)", "region numbers");
-        Ok(n.map(|n| if recompute { Checkpoint::Recompute(n) } else { Checkpoint::Region(n) }))
+        Ok(self.u32_of(n_tok, "a region number (u32)", "region numbers"))
     }
 
     /// The value of the integer token `tok` as a u32; `None` if it is out of range

@@ -285,7 +285,7 @@ fn backward_errors_in_names_and_syntax() {
     let (_, msg, _) = one_error(&step("  backward %x with (lr=0.1)"));
     assert_eq!(msg, "expected an optimizer (`sgd`, `sgd_momentum`, `adam` or `adamw`), found `(`");
     let (_, msg, _) = one_error(&step("  frobnicate %x"));
-    assert_eq!(msg, "expected a statement (`%v = op(...)`, `update`, `backward` or `return`) or `}`, found `frobnicate`");
+    assert_eq!(msg, "expected a statement (`%v = op(...)`, `update`, `backward`, `custom_backward` or `return`) or `}`, found `frobnicate`");
 }
 
 #[test]

@@ -19,17 +19,21 @@
 //! - `backward` (a forward-only step, before autodiff expands it): the loss is a float
 //!   scalar computed by an op; the optimizer is an optimizer-class op whose attribute values
 //!   its row's rule accepts (called on `f32[1]` tensors and an `f32[]` step count); the
-//!   step writes no `update` lines (autodiff writes them).
+//!   step writes no `update` lines (autodiff writes them);
+//! - custom regions (`custom(N)`, the user's `autograd.Function`) and their
+//!   `custom_backward(N)` blocks: see `custom.rs`.
 
 use miette::{Diagnostic, SourceSpan};
 use thiserror::Error;
 
 use crate::hashing::FastSet;
 use crate::index::{Idx, IndexVec, OpId, ValueId};
-use crate::ir::graph::{Checkpoint, Graph, Role, ValueDef};
+use crate::ir::graph::{Region, Graph, Role, ValueDef};
 use crate::ir::layout::{Layout, view_layout};
 use crate::ir::ops::{Attr, Attrs, OPS, OpClass, OpKind};
 use crate::ir::types::{DType, TensorType};
+
+mod custom;
 
 /// One broken invariant. Spans are absent for graphs built by code.
 #[derive(Debug, Error, Diagnostic, PartialEq)]
@@ -289,6 +293,28 @@ pub enum VerifyError {
         first_span: Option<SourceSpan>,
     },
 
+    /// A custom region (`custom(N)` ops, the user's `autograd.Function`) or its
+    /// `custom_backward(N)` block breaks a rule of `custom.rs` (the message says which).
+    #[error("custom region {region}: {message}")]
+    #[diagnostic(help(
+        "a custom region's ops are contiguous and marked custom(N); its one `custom_backward(N)(%a: type = %v, %g: type = grad %y) -> (%x) {{ ... return %gx }}` block reads forward values and gradients of the region's outputs, and returns the gradients of values the region reads"
+    ))]
+    BadCustomBackward {
+        region: u32,
+        message: String,
+        #[label("here")]
+        span: Option<SourceSpan>,
+    },
+
+    /// The body of a `custom_backward(N)` block is not a valid graph (its own errors
+    /// follow).
+    #[error("the body of custom_backward({region}) is not valid ({} error{})", errors.len(), if errors.len() == 1 { "" } else { "s" })]
+    CustomBackwardBody {
+        region: u32,
+        #[related]
+        errors: Vec<VerifyError>,
+    },
+
     /// A schedule that does not run every op exactly once in a topological order: always a
     /// planner bug.
     #[error("bad schedule: {message}")]
@@ -319,6 +345,7 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
         check_dropout_streams(graph, &mut errors);
         check_updates(graph, &mut errors);
         check_backward(graph, &mut errors);
+        custom::check_custom_backwards(graph, &mut errors);
     }
     if errors.is_empty() { Ok(()) } else { Err(VerifyErrors { step: graph.name.clone(), errors }) }
 }
@@ -656,7 +683,7 @@ fn check_backward(graph: &Graph, errors: &mut Vec<VerifyError>) {
         }
     }
     for (id, op) in graph.ops.iter_enumerated() {
-        if let Some(Checkpoint::Recompute(region)) = op.checkpoint {
+        if let Some(Region::Recompute(region)) = op.region {
             errors.push(VerifyError::RecomputeWithBackward {
                 op: id,
                 region,
