@@ -965,3 +965,28 @@ fn a_custom_backward_that_is_the_derivative_trains_as_the_derivative_does() {
     let diff = norm(dc.iter().zip(&dp).map(|(a, b)| a - b));
     assert!(norm(dp.iter().copied()) > 0.0 && diff <= 1e-4 * norm(dp.iter().copied()), "{diff}");
 }
+
+#[test]
+fn a_selective_checkpoint_recomputes_only_what_its_policy_does_not_save() {
+    // ir/features/checkpoint_selective.step: checkpoint.step with its matmuls saved.
+    let text = std::fs::read_to_string(root().join("ir/features/checkpoint_selective.step")).unwrap();
+    let full_text = std::fs::read_to_string(root().join("ir/features/checkpoint.step")).unwrap();
+    let (selective, plan_s) = expand_and_plan(&parse(&text).unwrap());
+    let (full, plan_f) = expand_and_plan(&parse(&full_text).unwrap());
+    let printed = memplan::print(&selective);
+    // Only the GELUs run again, reading the kept matmul outputs.
+    assert_eq!(printed.matches(" recompute(").count(), 2, "{printed}");
+    for line in ["%g1.recompute: f32[512,256] = gelu(%a1) recompute(0)", "%g2.recompute: f32[512,256] = gelu(%a2) recompute(1)"] {
+        assert!(printed.contains(line), "{line} not in\n{printed}");
+    }
+    let args = init_args(&full, 13).unwrap();
+    let s = run_step(&selective, Placement::Planned(&plan_s), &args).unwrap();
+    let f = run_step(&full, Placement::Planned(&plan_f), &args).unwrap();
+    assert_eq!(s.returns["loss"], f.returns["loss"]);
+    assert_eq!(s.updated, f.updated);
+    // Keeping the matmul outputs costs memory in program order, less than keeping all.
+    let program = PlanOptions { schedule: ScheduleKind::Program, ..PlanOptions::default() };
+    let (s_prog, f_prog) = (plan(&selective, &program).unwrap(), plan(&full, &program).unwrap());
+    check(&selective, &s_prog).unwrap_or_else(|v| panic!("{v}"));
+    assert!(f_prog.arena_bytes < s_prog.arena_bytes, "{} vs {}", f_prog.arena_bytes, s_prog.arena_bytes);
+}

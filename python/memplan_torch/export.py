@@ -53,7 +53,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from . import datadep
 from .step import ExportError, ExportWarning, StepWriter
 from .translate import (CHECKPOINT_KEY, CUSTOM_BACKWARD_KEY, CUSTOM_KEY, GRAD_FOR_KEY, GRAD_IN_KEY, GRAD_OF_KEY,
-                        Translator)
+                        SAVED_KEY, Translator)
 
 # Optimizers as `--optimizer` names them: memplan's op and PyTorch's defaults
 # (torch.optim's) for the attributes memplan's op takes.
@@ -357,10 +357,6 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
                 warnings.warn(f"{where}: torch.utils.checkpoint dropped (--user-checkpoint drop): memplan plans the "
                               "step without its recomputation; `memplan plan --budget` chooses what to recompute",
                               ExportWarning, stacklevel=2)
-        elif what == "selective checkpoint":
-            raise ExportError(f"{where}: torch.utils.checkpoint with a context_fn (a selective checkpoint policy) "
-                              "cannot be exported yet: memplan would recompute what the policy saves; export with "
-                              "--user-checkpoint drop and let `memplan plan --budget` choose")
         elif what == "reentrant checkpoint without gradients":
             warnings.warn(f"{where}: torch.utils.checkpoint(..., use_reentrant=True) of inputs that need no gradient: "
                           "PyTorch computes no gradient through it, so the parameters it uses are not trained by it "
@@ -432,8 +428,8 @@ def _user_frame() -> str:
 
 @contextlib.contextmanager
 def _watching_functions(seen: list, keep: bool = True, markers: list | None = None):
-    """Records in `seen` (what, where) each checkpoint (`checkpoint`; also `selective
-    checkpoint`, and `reentrant checkpoint without gradients`), each `torch.autocast("cuda")`
+    """Records in `seen` (what, where) each checkpoint (`checkpoint`; also `reentrant
+    checkpoint without gradients`), each `torch.autocast("cuda")`
     block entered (`cuda autocast`) and each custom Function inside a kept checkpoint
     while torch.export traces. A custom autograd Function's call is traced with its own
     backward (`_custom_function`; its markers appended to `markers`); torch's own Functions
@@ -486,13 +482,13 @@ def _watching_functions(seen: list, keep: bool = True, markers: list | None = No
             return function(*inputs)
 
     regions = itertools.count()
-    context_fn = inspect.signature(generator).parameters.get("context_fn")
+    newest_meta: list = [None]
+    create_node = torch.fx.proxy.TracerBase.create_node
 
-    def selective(args, kwargs) -> bool:
-        if context_fn is None:
-            return False
-        given = inspect.signature(generator).bind(*args, **kwargs).arguments.get("context_fn", context_fn.default)
-        return given is not torch.utils.checkpoint.noop_context_fn
+    def watched_create_node(self, *args, **kwargs):
+        node = create_node(self, *args, **kwargs)
+        newest_meta[0] = node.meta.get("custom")
+        return node
 
     def watched_generator(*args, **kwargs):
         where = _user_frame()
@@ -502,14 +498,16 @@ def _watching_functions(seen: list, keep: bool = True, markers: list | None = No
             # custom Function inside then traces its backward as anywhere else).
             yield
             return
-        if selective(args, kwargs):
-            seen.append(("selective checkpoint", where))
+        bound = inspect.signature(generator).bind(*args, **kwargs)
+        context_fn = bound.arguments.get("context_fn", torch.utils.checkpoint.noop_context_fn)
         # The generator is suspended while the checkpointed function runs: every op traced
         # then is the call's.
         depth["checkpoint"] += 1
         try:
             with fx_traceback.annotate({CHECKPOINT_KEY: next(regions)}):
-                yield from generator(*args, **kwargs)
+                if context_fn is not torch.utils.checkpoint.noop_context_fn:
+                    bound.arguments["context_fn"] = _recording_policy(context_fn, where, newest_meta)
+                yield from generator(*bound.args, **bound.kwargs)
         finally:
             depth["checkpoint"] -= 1
 
@@ -524,9 +522,40 @@ def _watching_functions(seen: list, keep: bool = True, markers: list | None = No
         return autocast_init(self, device_type, *args, **kwargs)
 
     with mock.patch.object(torch.autograd.Function, "apply", classmethod(watched_apply)), \
+            mock.patch.object(torch.fx.proxy.TracerBase, "create_node", watched_create_node), \
             mock.patch.object(torch.utils.checkpoint, generator_name, watched_generator), \
             mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", watched_autocast):
         yield seen
+
+
+def _recording_policy(context_fn, where: str, last: list):
+    """`context_fn` (a selective checkpoint's, `create_selective_checkpoint_contexts`) with
+    its policy's forward decisions recorded: each node traced in the checkpoint gets
+    `SAVED_KEY: True` when the policy saves the output of the last ATen op it runs as
+    (`MUST_SAVE`, `PREFER_SAVE`: PyTorch keeps it and does not recompute it), `False`
+    when it recomputes it. torch asks the policy right after creating the node (the op
+    then runs below autograd, where the policy's dispatch mode sees it): `last[0]` is the
+    newest node's `meta["custom"]` (`_watching_functions` keeps it)."""
+    save = {torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE, torch.utils.checkpoint.CheckpointPolicy.PREFER_SAVE}
+
+    def recording():
+        forward, recompute = context_fn()
+        policy = getattr(forward, "policy_fn", None)
+        if policy is None:
+            raise ExportError(f"{where}: torch.utils.checkpoint with a context_fn that is not "
+                              "create_selective_checkpoint_contexts(...): memplan cannot tell what it saves; export with "
+                              "--user-checkpoint drop and let `memplan plan --budget` choose")
+
+        def decide(ctx, op, *args, **kwargs):
+            decision = policy(ctx, op, *args, **kwargs)
+            if not ctx.is_recompute and last[0] is not None and CHECKPOINT_KEY in last[0]:
+                last[0][SAVED_KEY] = decision in save or decision is True
+            return decision
+
+        forward.policy_fn = decide
+        return forward, recompute
+
+    return recording
 
 
 def _custom_function(cls, run, call: int, args, kwargs, markers: list):

@@ -69,6 +69,7 @@ def _schema_returns_tensor(target) -> bool:
 # pairing input I of call N with the gradient its backward returns for it (`[N, I]`, on a
 # `clone` of each, which the step never computes).
 CHECKPOINT_KEY = "memplan_checkpoint"
+SAVED_KEY = "memplan_saved"  # in a selective checkpoint: the policy saves the node's output
 CUSTOM_KEY = "memplan_custom"
 CUSTOM_BACKWARD_KEY = "memplan_custom_backward"
 GRAD_OF_KEY = "memplan_grad_of"
@@ -82,14 +83,17 @@ def _annotation(node, key):
 
 
 def region_of(node) -> str | None:
-    """`checkpoint(N)` when the user's `torch.utils.checkpoint` call N ran `node`,
+    """`checkpoint(N)` when the user's `torch.utils.checkpoint` call N ran `node`
+    (`checkpoint_saved(N)` where its selective policy saves the node's output),
     `custom(N)` when the forward of custom autograd Function call N did (export.py marks
     them), `None` outside both."""
     custom = _annotation(node, CUSTOM_KEY)
     if isinstance(custom, int):
         return f"custom({custom})"
     region = _annotation(node, CHECKPOINT_KEY)
-    return f"checkpoint({region})" if isinstance(region, int) else None
+    if not isinstance(region, int):
+        return None
+    return f"checkpoint_saved({region})" if _annotation(node, SAVED_KEY) is True else f"checkpoint({region})"
 
 
 def source_loc(node) -> tuple[str, int, str | None] | None:

@@ -394,19 +394,48 @@ def test_checkpointing_plans_the_memory_pytorch_saves_by_it(memplan, tmp_path):
     assert ops(dropped) == ops(texts[False])
 
 
-def test_a_selective_checkpoint_policy_is_refused_at_the_users_line():
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+def _save_matmuls(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
 
-    def policy(ctx, op, *args, **kwargs):
-        return CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.mm.default else CheckpointPolicy.PREFER_RECOMPUTE
+    matmuls = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+    return CheckpointPolicy.MUST_SAVE if op in matmuls else CheckpointPolicy.PREFER_RECOMPUTE
 
-    model = Checkpointed(True, context_fn=lambda: create_selective_checkpoint_contexts(policy))
-    with pytest.raises(ExportError, match=r"^test_semantics\.py:\d+: torch.utils.checkpoint with a context_fn"):
-        memplan_torch.export_step(model, batch())
-    # What the error suggests works: the step without the user's checkpoints.
-    with pytest.warns(ExportWarning, match="torch.utils.checkpoint dropped"):
-        dropped = memplan_torch.export_step(model, batch(), user_checkpoint="drop")
-    assert "checkpoint(" not in dropped
+
+def _selective():
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(_save_matmuls)
+
+
+def test_a_selective_checkpoint_policy_trains_as_in_pytorch(memplan, tmp_path):
+    """A policy saving every matmul (PyTorch's selective activation checkpointing): the
+    linear layers' outputs are saved (`checkpoint_saved(N)`), the GELUs recomputed, and
+    the step trains as PyTorch's."""
+    torch.manual_seed(0)
+    text, with_grad = compare_three_steps(memplan, tmp_path, Checkpointed(True, context_fn=_selective), batch())
+    assert len(with_grad) == 16
+    saved = re.findall(r"^  %([\w.]+): .* checkpoint_saved\((\d+)\)", text, re.M)
+    recomputed = re.findall(r"^  %([\w.]+): .* checkpoint\((\d+)\)", text, re.M)
+    # nn.Linear is a matmul and a bias add, both of the node PyTorch's addmm computes.
+    assert {name for name, _ in saved} == {f"blocks.{i}.{k}{s}" for i in range(3) for k in (0, 2) for s in ("", ".mm")}, saved
+    assert {name for name, _ in recomputed} == {f"blocks.{i}.1" for i in range(3)}, recomputed
+    expanded = memplan("expand", tmp_path / "model.step").stdout
+    assert "gelu(%blocks.0.0, approximate=false) recompute(0)" in expanded and "matmul(%blocks.0.1.recompute" not in expanded
+
+
+def test_a_selective_policy_plans_between_checkpointing_all_and_none(memplan, tmp_path):
+    """Saving the matmuls keeps the blocks' widest activations that full checkpointing
+    recomputes, and not the GELUs' outputs that no checkpointing keeps."""
+    with torch.device("meta"):
+        inputs = (torch.randn(512, 8), torch.randint(0, 4, (512,)))
+    arenas = {}
+    for name, use, context_fn in (("all", True, None), ("selective", True, _selective), ("none", False, None)):
+        with torch.device("meta"):
+            model = Checkpointed(use, width=64, context_fn=context_fn)
+        step = tmp_path / f"{name}.step"
+        step.write_text(memplan_torch.export_step(model, inputs))
+        arenas[name] = arena_of(memplan, step, "--schedule", "program")
+    assert arenas["all"] < arenas["selective"] < arenas["none"], arenas
 
 
 class ReentrantOnData(nn.Module):

@@ -304,13 +304,10 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
             message,
             span: op.span.into(),
         };
-        let region = match op.region {
-            Some(Region::Checkpoint(region)) => {
-                checkpoints.recompute(b, graph, region).map_err(&failed)?;
-                Some(region)
-            }
-            _ => None,
-        };
+        let region = op.region.and_then(Region::checkpointed);
+        if let Some(region) = region {
+            checkpoints.recompute(b, graph, region).map_err(&failed)?;
+        }
         b.set_origin(op.loc.clone(), op.span);
         let dy = op
             .outputs
@@ -485,18 +482,22 @@ impl Recomputes {
     fn new(graph: &Graph) -> Recomputes {
         let mut regions: IndexMap<u32, Vec<OpId>> = IndexMap::new();
         for (id, op) in graph.ops.iter_enumerated() {
-            if let Some(Region::Checkpoint(region)) = op.region {
+            if let Some(region) = op.region.and_then(Region::checkpointed) {
                 regions.entry(region).or_default().push(id);
             }
         }
         Recomputes { regions, clone: IndexVec::from_elem(None, graph.values.len()) }
     }
 
-    /// Runs `region`'s ops again, once.
+    /// Runs `region`'s ops again, once; not those whose outputs the user's selective
+    /// policy saves (`checkpoint_saved(N)`), which are read as the forward computed them.
     fn recompute(&mut self, b: &mut Builder, graph: &Graph, region: u32) -> Result<(), String> {
         let Some(ops) = self.regions.swap_remove(&region) else { return Ok(()) };
         for id in ops {
             let op = &graph.ops[id];
+            if op.region == Some(Region::CheckpointSaved(region)) {
+                continue;
+            }
             let inputs = op.inputs.iter().map(|&v| self.read(graph, Some(region), v)).collect();
             let names = op.outputs.iter().map(|&v| b.fresh(&format!("{}.recompute", graph.values[v].name))).collect();
             b.set_origin(op.loc.clone(), op.span);
@@ -513,7 +514,7 @@ impl Recomputes {
     /// computed in the same region, else `v` itself (kept from the forward).
     fn read(&self, graph: &Graph, region: Option<u32>, v: ValueId) -> ValueId {
         let same = region.is_some()
-            && graph.def_op(v).is_some_and(|op| graph.ops[op].region == region.map(Region::Checkpoint));
+            && graph.def_op(v).is_some_and(|op| graph.ops[op].region.and_then(Region::checkpointed) == region);
         if same { self.clone[v].unwrap_or(v) } else { v }
     }
 }

@@ -151,6 +151,10 @@ pub struct Op {
 pub enum Region {
     /// `checkpoint(N)`: the op ran inside checkpointed region N of the forward.
     Checkpoint(u32),
+    /// `checkpoint_saved(N)`: the op ran inside checkpointed region N, and the user's
+    /// selective checkpoint policy saves its outputs (PyTorch's `MUST_SAVE`/`PREFER_SAVE`):
+    /// the backward reads them as the forward computed them, the op is not run again.
+    CheckpointSaved(u32),
     /// `recompute(N)`: autodiff's run of a region-N op again in the backward.
     Recompute(u32),
     /// `custom(N)`: the op ran inside the forward of custom region N (the user's
@@ -158,11 +162,23 @@ pub enum Region {
     Custom(u32),
 }
 
+impl Region {
+    /// The checkpointed region the op belongs to (`checkpoint(N)`, `checkpoint_saved(N)`).
+    pub fn checkpointed(self) -> Option<u32> {
+        match self {
+            Region::Checkpoint(n) | Region::CheckpointSaved(n) => Some(n),
+            Region::Recompute(_) | Region::Custom(_) => None,
+        }
+    }
+}
+
 impl fmt::Display for Region {
-    /// The IR spelling: `checkpoint(N)`, `recompute(N)` or `custom(N)`.
+    /// The IR spelling: `checkpoint(N)`, `checkpoint_saved(N)`, `recompute(N)` or
+    /// `custom(N)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Region::Checkpoint(n) => write!(f, "checkpoint({n})"),
+            Region::CheckpointSaved(n) => write!(f, "checkpoint_saved({n})"),
             Region::Recompute(n) => write!(f, "recompute({n})"),
             Region::Custom(n) => write!(f, "custom({n})"),
         }

@@ -307,7 +307,7 @@ fn user_checkpoints(graph: &Graph) -> Option<UserCheckpoints> {
                 recomputed_ops += 1;
                 extra_flops = extra_flops.saturating_add(flops);
             }
-            Some(Region::Checkpoint(region)) => {
+            Some(Region::Checkpoint(region) | Region::CheckpointSaved(region)) => {
                 regions.insert(region);
                 base_flops = base_flops.saturating_add(flops);
             }

@@ -73,7 +73,7 @@ pub(super) struct DefAst {
     pub(super) sp: Sp,
     pub(super) operands: Vec<(String, Sp)>,
     pub(super) attrs: Vec<AttrAst>,
-    /// `checkpoint(N)`, `recompute(N)` or `custom(N)` after the call.
+    /// `checkpoint(N)`, `checkpoint_saved(N)`, `recompute(N)` or `custom(N)` after the call.
     pub(super) region: Option<Region>,
     pub(super) loc: Option<Loc>,
 }
@@ -427,7 +427,7 @@ impl Parser<'_> {
         }
         let close = self.bump();
         let sp = op_tok.sp.to(close.sp);
-        let region = if ["checkpoint", "recompute", "custom"].iter().any(|k| self.is_keyword(k)) {
+        let region = if ["checkpoint", "checkpoint_saved", "recompute", "custom"].iter().any(|k| self.is_keyword(k)) {
             self.region()?
         } else {
             None
@@ -478,13 +478,14 @@ impl Parser<'_> {
         Ok(AttrAst { name, name_sp: name_tok.sp, value, value_sp: t.sp })
     }
 
-    /// `checkpoint(N)`, `recompute(N)` or `custom(N)`; `None` if N is out of range
-    /// (reported).
+    /// `checkpoint(N)`, `checkpoint_saved(N)`, `recompute(N)` or `custom(N)`; `None` if N
+    /// is out of range (reported).
     fn region(&mut self) -> PResult<Option<Region>> {
         let kw = self.bump();
         let make = match self.text(kw) {
             "recompute" => Region::Recompute,
             "custom" => Region::Custom,
+            "checkpoint_saved" => Region::CheckpointSaved,
             _ => Region::Checkpoint,
         };
         Ok(self.region_number()?.map(make))
