@@ -156,8 +156,14 @@ def _capture(model: torch.nn.Module, example_inputs: tuple, amp: str | None, kee
         # machine without a GPU, torch.autocast("cuda") would even switch itself off).
         with _fake_cuda(model, example_inputs) as fake_inputs, _cuda_stubs(), _quiet_retrace():
             return _regions(_export(model, fake_inputs, keep))
+    seen = []
     with _fake_cuda(model, example_inputs) as fake_inputs, _cuda_autocast(AMP[amp]), _quiet_retrace():
-        return _regions(_export(model, fake_inputs, keep), retrace=True)
+        program = _regions(_export(model, fake_inputs, keep, seen), retrace=True)
+    for where in dict.fromkeys(where for what, where in seen if what == "custom function"):
+        warnings.warn(f"{where}: a custom torch.autograd.Function under --amp: its backward is written with autocast's "
+                      "casts, where PyTorch runs it without autocast (unless it is decorated with "
+                      "torch.amp.custom_bwd): its ops may run in another dtype than PyTorch's", ExportWarning, stacklevel=3)
+    return program
 
 
 @contextlib.contextmanager
@@ -350,7 +356,7 @@ def _export(model, example_inputs, keep: bool, seen: list | None = None) -> torc
                 raise datadep.export_failure(e) from e
             raise datadep.export_failure(e) from None
     for what, where in seen:
-        if what == "cuda autocast":
+        if what in ("cuda autocast", "custom function"):
             continue
         if what == "checkpoint":
             if not keep:
@@ -462,6 +468,7 @@ def _watching_functions(seen: list, keep: bool = True, markers: list | None = No
             # Refused after the capture (`_export`).
             seen.append((f"custom function in checkpoint: {cls.__qualname__}", _user_frame()))
             return run(*args, **kwargs)
+        seen.append(("custom function", _user_frame()))
         depth["custom"] += 1
         try:
             return _custom_function(cls, run, next(calls), args, kwargs, markers)

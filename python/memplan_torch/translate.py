@@ -37,6 +37,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from . import datadep
 from .ops import HANDLERS
+from .ops._helpers import cast_to
 from .step import Block, ExportError, ExportWarning, StepWriter, type_text
 from .value import Value, dense, shadow_after
 
@@ -326,7 +327,19 @@ class Translator:
             if not isinstance(g, Value) or not isinstance(x, Value):
                 raise ExportError(f"{self._where(node)}: a custom autograd Function's backward returns a gradient memplan "
                                   "cannot write")
-            self.w.blocks.setdefault(grad_in[0], Block()).returns.append((x.name, g.name))
+            if tuple(g.shape) != tuple(x.shape):
+                raise ExportError(f"{self._where(node)}: a custom autograd Function's backward returns a gradient of "
+                                  f"shape {tuple(g.shape)} for an input of shape {tuple(x.shape)}: memplan writes "
+                                  "gradients of their input's shape (reduce it in the backward)")
+            self.w.blocks.setdefault(grad_in[0], Block())
+            if g.fake.dtype != x.fake.dtype:
+                # Autograd casts what a backward returns to its input's dtype.
+                self.w.block = grad_in[0]
+                try:
+                    g = cast_to(self, g, x.fake.dtype)
+                finally:
+                    self.w.block = None
+            self.w.blocks[grad_in[0]].returns.append((x.name, g.name))
             return True
         if backward is not None:
             self.w.blocks.setdefault(backward, Block())

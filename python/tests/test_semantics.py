@@ -261,6 +261,93 @@ def test_a_custom_function_runs_its_own_backward_as_in_pytorch(memplan, tmp_path
     assert f'loc("test_semantics.py":{line}' in text, text
 
 
+class TwoOutputs(torch.autograd.Function):
+    """Two outputs; what the backward reads kept on `ctx` directly, not saved."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x
+        return torch.tanh(x), torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, grad_a, grad_b):
+        t, s = torch.tanh(ctx.x), torch.sigmoid(ctx.x)
+        return grad_a * (1 - t * t) + grad_b * s * (1 - s)
+
+
+class WithMask(torch.autograd.Function):
+    """A second output marked non-differentiable (a mask), saved for the backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        mask = (x > 0).float()
+        ctx.mark_non_differentiable(mask)
+        ctx.save_for_backward(mask)
+        return x * mask, mask
+
+    @staticmethod
+    def backward(ctx, grad, grad_mask):
+        mask, = ctx.saved_tensors
+        return grad * mask
+
+
+class Triple(torch.autograd.Function):
+    """A backward writing in place."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        grad.mul_(3)
+        return grad
+
+
+class FunctionForms(nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.a, self.b, self.form = nn.Linear(8, 16), nn.Linear(16, 4), form
+
+    def forward(self, x, y):
+        h = self.a(x)
+        if self.form == "two outputs, called twice, one output unused":
+            a, b = TwoOutputs.apply(h)
+            h, _ = TwoOutputs.apply(a + b)
+        elif self.form == "a non-differentiable output":
+            h, mask = WithMask.apply(h)
+            h = h + mask
+        elif self.form == "an in-place backward":
+            h = Triple.apply(h)
+        elif self.form == "applied without gradients":
+            with torch.no_grad():
+                tripled = Triple.apply(h)
+            h = h + tripled
+        return F.cross_entropy(self.b(h), y)
+
+
+@pytest.mark.parametrize("form", ["two outputs, called twice, one output unused", "a non-differentiable output",
+                                  "an in-place backward", "applied without gradients"])
+def test_custom_functions_of_every_form_train_as_in_pytorch(memplan, tmp_path, form):
+    torch.manual_seed(0)
+    _, with_grad = compare_three_steps(memplan, tmp_path, FunctionForms(form), batch())
+    assert with_grad == {"a.weight", "a.bias", "b.weight", "b.bias"}
+
+
+def test_a_custom_function_under_amp_casts_its_gradients_as_autograd_does(memplan, tmp_path):
+    """Under bf16 autocast the gate's input is bf16 and its backward computes in f32:
+    autograd casts the returned gradient to the input's dtype, and so does the block; the
+    export warns that PyTorch runs the backward without autocast."""
+    with pytest.warns(ExportWarning, match=r"test_semantics\.py:\d+: a custom torch.autograd.Function under --amp"):
+        text = memplan_torch.export_step(WithFunctions(), batch(), amp="bf16")
+    block = text[text.index("  custom_backward(2)"):]
+    assert re.search(r"= cast\(%[\w.]+, to=bf16\)", block[:block.index("  }")]), block
+    step = tmp_path / "amp.step"
+    step.write_text(text)
+    memplan("check", step)
+
+
 class Swish(torch.autograd.Function):
     """timm's memory-efficient Swish: keeps x only and recomputes sigmoid in backward."""
 

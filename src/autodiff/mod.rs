@@ -157,8 +157,11 @@ fn analyse(graph: &Graph, backward: &Backward) -> Result<Needs, AutodiffError> {
         .map(|(id, v)| (v.def == ValueDef::Arg(Role::Param) && float(id)).then_some(id))
         .collect();
     for op in &graph.ops {
-        // Through `detach` (a row that stops the gradient) nothing depends on a param.
-        let from = if op.kind.def().stops_gradient { None } else { op.inputs.iter().find_map(|&i| origin[i]) };
+        // Through `detach` (a row that stops the gradient) nothing depends on a param; in a
+        // custom region the user's backward says what the gradient is, whatever its ops.
+        let custom = matches!(op.region, Some(Region::Custom(_)));
+        let stops = op.kind.def().stops_gradient && !custom;
+        let from = if stops { None } else { op.inputs.iter().find_map(|&i| origin[i]) };
         for &out in op.outputs.iter().filter(|&&out| float(out)) {
             origin[out] = from;
         }
@@ -242,9 +245,6 @@ fn reaches_loss(graph: &Graph, loss: ValueId, gradients: bool) -> IndexVec<Value
     // op).
     let mut region_reaches: IndexMap<u32, bool> = IndexMap::new();
     for (id, op) in graph.ops.iter_enumerated().rev() {
-        if gradients && op.kind.def().stops_gradient {
-            continue;
-        }
         let reaches = op.outputs.iter().any(|&v| to_loss[v]);
         if let (true, Some(Region::Custom(n))) = (gradients, op.region) {
             let any = region_reaches.entry(n).or_default();
@@ -256,6 +256,9 @@ fn reaches_loss(graph: &Graph, loss: ValueId, gradients: bool) -> IndexVec<Value
                     to_loss[x] = true;
                 }
             }
+            continue;
+        }
+        if gradients && op.kind.def().stops_gradient {
             continue;
         }
         if reaches {
