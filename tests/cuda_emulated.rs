@@ -23,7 +23,7 @@ use memplan::exec::cuda::lower::LowerOptions;
 use memplan::exec::cuda::program::Program;
 use memplan::exec::cuda::source::{
     ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DKV_TC,
-    ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DQ_TC, ATTENTION_TC,
+    ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DQ_TC, ATTENTION_BIAS_BACKWARD, ATTENTION_TC,
     BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, DROPOUT, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
     UPSAMPLE_NEAREST2D_BACKWARD, WHERE_SELECT,
 };
@@ -330,6 +330,67 @@ fn attention_matches_the_cpu_reference() {
         let (launches, _) = emulated_matches_reference(&graph, &plan, 2, seed as u64)
             .unwrap_or_else(|err| panic!("case {seed} ({dt}, causal {causal}, transpose_out {transpose_out}): {err}\n{text}"));
         for kernel in [ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV] {
+            assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
+        }
+    }
+}
+
+/// masked_attention on the emulated GPU against the CPU reference, forward and backward:
+/// a learned bias broadcast over the batch (its gradient summed over it: T5's position
+/// bias), a padding mask from bool data (`where(mask, 0, -inf)`, broadcast over heads and
+/// query rows, some rows wholly masked) over query tiles of 64 rows, a full-shape bias in
+/// bf16 with GQA, and f16 with `out` rows before heads.
+#[test]
+fn masked_attention_matches_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // (dtype, B, H, Hkv, T, S, E, Ev, causal, transpose_out, bias shape, bias from bool data)
+    let cases = [
+        ("f32", 2, 4, 2, 5, 7, 8, 6, false, false, "4,5,7", false),
+        ("f32", 2, 2, 2, 70, 40, 8, 8, true, false, "2,1,1,40", true),
+        ("bf16", 1, 4, 2, 6, 6, 8, 8, false, false, "1,4,6,6", false),
+        ("f16", 2, 2, 1, 5, 9, 4, 4, false, true, "2,1,5,9", false),
+    ];
+    for (seed, (dt, b, h, hkv, t, s, e, ev, causal, transpose_out, bias, from_bool)) in cases.into_iter().enumerate() {
+        let scale = 1.0 / (e as f64).sqrt();
+        let out = if transpose_out { format!("{b},{t},{h},{ev}") } else { format!("{b},{h},{t},{ev}") };
+        let (bias_arg, bias_ops) = if from_bool {
+            (
+                format!("%pad: bool[{bias}] input"),
+                format!(
+                    "  %zero = fill(shape=[], dtype={dt}, value=0.0)\n  %ninf = fill(shape=[], dtype={dt}, value=-inf)\n  %bias = where(%pad, %zero, %ninf)\n"
+                ),
+            )
+        } else {
+            (format!("%bias: {dt}[{bias}] param"), String::new())
+        };
+        let text = format!(
+            "step @masked_attention(
+  %q: {dt}[{b},{t},{h},{e}] param,
+  %k: {dt}[{b},{hkv},{s},{e}] param,
+  %v: {dt}[{b},{hkv},{s},{ev}] param,
+  {bias_arg},
+  %r: {dt}[{out}] input,
+) {{
+{bias_ops}  %qh = transpose(%q, perm=[0, 2, 1, 3])
+  %o, %lse = masked_attention(%qh, %k, %v, %bias, causal={causal}, scale={scale:?}, transpose_out={transpose_out})
+  %w = mul(%o, %r)
+  %loss = sum(%w, axes=[0, 1, 2, 3])
+  backward %loss with sgd(lr=0.5)
+  return %loss, %o, %lse
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let (launches, _) = emulated_matches_reference(&graph, &plan, 2, 40 + seed as u64)
+            .unwrap_or_else(|err| panic!("case {seed} ({dt}, bias [{bias}]): {err}\n{text}"));
+        let mut kernels = vec![ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV];
+        if !from_bool {
+            kernels.push(ATTENTION_BIAS_BACKWARD);
+        }
+        for kernel in kernels {
             assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
         }
     }

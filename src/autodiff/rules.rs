@@ -56,6 +56,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Matmul => Some(grad_matmul),
         OpKind::Attention => Some(grad_attention),
         OpKind::AttentionBackward => None,
+        OpKind::MaskedAttention => Some(grad_masked_attention),
+        OpKind::MaskedAttentionBackward | OpKind::AttentionBiasBackward => None,
         OpKind::Sum => Some(grad_sum),
         OpKind::Mean => Some(grad_mean),
         OpKind::Reshape => Some(grad_reshape),
@@ -377,6 +379,33 @@ fn flatten_rows(b: &mut Builder, owner: ValueId, v: ValueId) -> Result<ValueId, 
     let shape = [rows, columns];
     let v = b.reshapable(owner, v, &shape)?;
     b.op1(owner, OpKind::Reshape, vec![v], &[("shape", shape_attr(&shape)?)])
+}
+
+/// `masked_attention(q, k, v, mask)`: as `attention`, with `masked_attention_backward`
+/// reading the mask; the mask's own gradient (the scores' gradient summed over its
+/// broadcast dimensions: a learned position bias's) is `attention_bias_backward`, emitted
+/// only when the mask wants one, since it is as large as the mask.
+fn grad_masked_attention(b: &mut Builder, call: &GradCall) -> Rule {
+    let dout = call.dy()?;
+    if call.dy.get(1).is_some_and(Option::is_some) {
+        return Err("masked_attention was given a gradient of its lse, which has none".into());
+    }
+    let (q, k, v, mask) = (call.inputs[0], call.inputs[1], call.inputs[2], call.inputs[3]);
+    let (out, lse) = (call.outputs[0], call.outputs[1]);
+    let inputs = vec![dout, q, k, v, mask, out, lse];
+    let mut grads: Vec<Option<ValueId>> = if (0..3).any(|k| call.wants(k)) {
+        let outputs = b.op_attrs(&[q, k, v], OpKind::MaskedAttentionBackward, inputs.clone(), call.attrs.clone())?;
+        outputs.into_iter().enumerate().map(|(k, g)| call.wants(k).then_some(g)).collect()
+    } else {
+        vec![None; 3]
+    };
+    let dmask = if call.wants(3) {
+        Some(b.op_attrs(&[mask], OpKind::AttentionBiasBackward, inputs, call.attrs.clone())?[0])
+    } else {
+        None
+    };
+    grads.push(dmask);
+    Ok(grads)
 }
 
 /// `out, lse = attention(q, k, v, causal, scale)`: `dq, dk, dv = attention_backward(dout,

@@ -135,12 +135,28 @@ pub fn lower_op(
         Attention => {
             let attention_attrs = AttentionAttrs::of(attrs);
             let out = heads_first(y(0), &attention_attrs);
-            attention([&out, y(1)], [x(0), x(1), x(2)], &attention_attrs, options)
+            attention([&out, y(1)], [x(0), x(1), x(2)], None, &attention_attrs, options)
+        }
+        MaskedAttention => {
+            let attention_attrs = AttentionAttrs::of(attrs);
+            let out = heads_first(y(0), &attention_attrs);
+            attention([&out, y(1)], [x(0), x(1), x(2)], Some(x(3)), &attention_attrs, options)
         }
         AttentionBackward => {
             let attention_attrs = AttentionAttrs::of(attrs);
             let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(4), &attention_attrs));
-            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], &attention_attrs, options, scratch)
+            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], None, &attention_attrs, options, scratch)
+        }
+        MaskedAttentionBackward => {
+            let attention_attrs = AttentionAttrs::of(attrs);
+            let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(5), &attention_attrs));
+            let saved = [&dout, x(1), x(2), x(3), &out, x(6)];
+            attention_backward([y(0), y(1), y(2)], saved, Some(x(4)), &attention_attrs, options, scratch)
+        }
+        AttentionBiasBackward => {
+            let attention_attrs = AttentionAttrs::of(attrs);
+            let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(5), &attention_attrs));
+            attention_bias_backward(y(0), [&dout, x(1), x(2), x(3), x(4), &out, x(6)], &attention_attrs)
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
@@ -424,19 +440,62 @@ fn on_tensor_cores(sizes: &AttentionSizes, operands: &[&View], options: LowerOpt
 /// out and lse: on tensor cores one block per tile of [`TC_ROWS`] query rows; else one block
 /// per tile of [`ATTN_FWD_ROWS`] query rows and per [`ATTN_CHUNK`] columns of out
 /// (gridDim.y).
-fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &AttentionAttrs, options: LowerOptions) -> Vec<Command> {
+fn attention(
+    [out, lse]: [&View; 2],
+    [q, k, v]: [&View; 3],
+    bias: Option<&View>,
+    attrs: &AttentionAttrs,
+    options: LowerOptions,
+) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
     if sizes.rows == 0 {
         return Vec::new();
     }
     let mut args = vec![t(out), t(lse), t(q), t(k), t(v), int(sizes.rows)];
     args.extend(sizes.args(attrs));
-    if on_tensor_cores(&sizes, &[q, k, v], options) {
+    if bias.is_none() && on_tensor_cores(&sizes, &[q, k, v], options) {
         let grid = [line_blocks(sizes.query_tiles(TC_ROWS)), 1, 1];
         return vec![launch(ATTENTION_TC, grid, [TC_THREADS, 1, 1], args)];
     }
+    args.extend(bias_args(bias, q, &sizes));
     let grid = [line_blocks(sizes.query_tiles(ATTN_FWD_ROWS)), column_chunks(sizes.ev), 1];
     vec![launch(ATTENTION, grid, [ATTN_FWD_THREADS, 1, 1], args)]
+}
+
+/// The scores' shape `[..., H, T, S]`.
+fn scores_shape(q: &View, sizes: &AttentionSizes) -> Vec<u64> {
+    let mut shape = q.shape[..q.rank() - 1].to_vec();
+    shape.push(sizes.s);
+    shape
+}
+
+/// The scalar attention kernels' last two arguments: masked_attention's bias viewed
+/// broadcast to the scores and 1, or any tensor (q) and 0 without one.
+fn bias_args(bias: Option<&View>, q: &View, sizes: &AttentionSizes) -> [Arg; 2] {
+    match bias {
+        Some(b) => [t(&b.broadcast_to(&scores_shape(q, sizes))), Arg::I32(1)],
+        None => [t(q), Arg::I32(0)],
+    }
+}
+
+/// dbias of masked_attention: one thread per bias element, summing the scores' gradient
+/// over the dimensions the bias broadcasts (attention.cu's `attention_bias_backward`).
+fn attention_bias_backward(dbias: &View, [dout, q, k, v, bias, out, lse]: [&View; 7], attrs: &AttentionAttrs) -> Vec<Command> {
+    let sizes = AttentionSizes::of(q, k, v);
+    let scores = scores_shape(q, &sizes);
+    let mut args = vec![
+        t(&dbias.broadcast_to(&scores)),
+        t(&bias.broadcast_to(&scores)),
+        t(dout),
+        t(q),
+        t(k),
+        t(v),
+        t(out),
+        t(lse),
+        int(dbias.numel()),
+    ];
+    args.extend(sizes.args(attrs));
+    elementwise(ATTENTION_BIAS_BACKWARD, dbias.numel(), args)
 }
 
 /// dq (and each query row's D = dout·out, a float into scratch) one block per tile of
@@ -446,13 +505,14 @@ fn attention([out, lse]: [&View; 2], [q, k, v]: [&View; 3], attrs: &AttentionAtt
 fn attention_backward(
     [dq, dk, dv]: [&View; 3],
     [dout, q, k, v, out, lse]: [&View; 6],
+    bias: Option<&View>,
     attrs: &AttentionAttrs,
     options: LowerOptions,
     scratch: &mut Scratch,
 ) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
     let deltas = if sizes.rows > 0 { Arg::Ptr(scratch.alloc(sizes.rows * 4)) } else { Arg::Null };
-    let tensor_cores = on_tensor_cores(&sizes, &[q, k, v, dout], options);
+    let tensor_cores = bias.is_none() && on_tensor_cores(&sizes, &[q, k, v, dout], options);
     let (rows_per_block, threads) =
         if tensor_cores { (TC_ROWS, [TC_THREADS, 1, 1]) } else { (ATTN_BWD_ROWS, [ATTN_BWD_THREADS, 1, 1]) };
     let (dq_kernel, dkv_kernel, dq_chunks, dkv_chunks) = if tensor_cores {
@@ -464,12 +524,18 @@ fn attention_backward(
     if sizes.rows > 0 {
         let mut args = vec![t(dq), deltas.clone(), t(dout), t(q), t(k), t(v), t(out), t(lse), int(sizes.rows)];
         args.extend(sizes.args(attrs));
+        if !tensor_cores {
+            args.extend(bias_args(bias, q, &sizes));
+        }
         let grid = [line_blocks(sizes.query_tiles(rows_per_block)), dq_chunks, 1];
         commands.push(launch(dq_kernel, grid, threads, args));
     }
     if sizes.keys > 0 {
         let mut args = vec![t(dk), t(dv), deltas, t(dout), t(q), t(k), t(v), t(lse), int(sizes.keys)];
         args.extend(sizes.args(attrs));
+        if !tensor_cores {
+            args.extend(bias_args(bias, q, &sizes));
+        }
         let grid = [line_blocks(sizes.key_tiles(rows_per_block)), dkv_chunks, 1];
         commands.push(launch(dkv_kernel, grid, threads, args));
     }

@@ -78,6 +78,7 @@ pub const ATTENTION_BACKWARD_DKV: &str = "attention_backward_dkv";
 pub const ATTENTION_TC: &str = "attention_tc";
 pub const ATTENTION_BACKWARD_DQ_TC: &str = "attention_backward_dq_tc";
 pub const ATTENTION_BACKWARD_DKV_TC: &str = "attention_backward_dkv_tc";
+pub const ATTENTION_BIAS_BACKWARD: &str = "attention_bias_backward";
 pub const DROPOUT: &str = "dropout";
 pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
 pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
@@ -95,7 +96,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 51] = [
+pub const KERNELS: [&str; 52] = [
     BINARY,
     UNARY,
     FILL,
@@ -137,6 +138,7 @@ pub const KERNELS: [&str; 51] = [
     ATTENTION_TC,
     ATTENTION_BACKWARD_DQ_TC,
     ATTENTION_BACKWARD_DKV_TC,
+    ATTENTION_BIAS_BACKWARD,
     DROPOUT,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
@@ -275,6 +277,9 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         SliceScatter => &[UNARY],
         Cat => &[UNARY],
         // Never lowered: a program with extern ops is refused before any launch.
+        MaskedAttention => &[ATTENTION],
+        MaskedAttentionBackward => &[ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV],
+        AttentionBiasBackward => &[ATTENTION_BIAS_BACKWARD],
         Extern | ExternView | ExternBackward => &[],
         Embedding => &[EMBEDDING],
         EmbeddingBackward => &[EMBEDDING_BACKWARD],

@@ -13,8 +13,11 @@
 //! subtracted; the backward recomputes each probability from the saved logsumexp,
 //! p = exp(scale·q·k − lse), as FlashAttention-2 does.
 //!
-//! A row that sees no key (S = 0) gives `out` = 0 (the empty sum) and `lse` = −∞ (the
-//! logsumexp of nothing), and passes no gradient.
+//! `masked_attention` adds a float mask to the scaled scores (−inf: not attended),
+//! broadcast from the right to `[..., H, T, S]`; its gradient is each score's, summed over
+//! the dimensions the mask broadcasts. A row that sees no key (S = 0, or every key masked)
+//! gives `out` = 0 (the empty sum) and `lse` = −∞ (the logsumexp of nothing), and passes no
+//! gradient.
 
 use crate::exec::Dense;
 use crate::ir::ops::AttentionAttrs;
@@ -69,10 +72,66 @@ fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
     }
 }
 
-/// `(out, lse)`: per query row, scores = scale·q·kⱼ over the keys it sees, max-subtracted
-/// exponentials p, out = Σ p·vⱼ / Σ p, lse = max + ln Σ p.
-pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, attrs: &AttentionAttrs) -> Vec<Dense> {
+/// Where the mask's value of a score is: the mask's dimensions aligned from the right with
+/// the scores' `[..., H, T, S]`, a dimension of 1 read at index 0 (broadcast).
+struct MaskIndex {
+    /// The element of score (head, 0, 0) per query head over all batch entries.
+    head_base: Vec<usize>,
+    /// Strides of the score's row (T) and key (S) dimensions in the mask (0: broadcast).
+    t: usize,
+    s: usize,
+}
+
+impl MaskIndex {
+    fn of(mask: &Dense, q: &Dense, s_len: usize) -> MaskIndex {
+        let rank = q.shape.len();
+        let mut scores = q.shape[..rank - 1].to_vec();
+        scores.push(s_len);
+        let offset = scores.len() - mask.shape.len();
+        // Row-major strides of the mask, 0 where it broadcasts; score dims it lacks read 0.
+        let mut strides = vec![0usize; scores.len()];
+        let mut stride = 1;
+        for (d, &n) in mask.shape.iter().enumerate().rev() {
+            strides[offset + d] = if n == 1 { 0 } else { stride };
+            stride *= n;
+        }
+        let lead = &scores[..scores.len() - 2];
+        let heads: usize = lead.iter().product();
+        let head_base = (0..heads)
+            .map(|head| {
+                let (mut rest, mut base) = (head, 0);
+                for (d, &n) in lead.iter().enumerate().rev() {
+                    base += (rest % n) * strides[d];
+                    rest /= n;
+                }
+                base
+            })
+            .collect();
+        MaskIndex { head_base, t: strides[scores.len() - 2], s: strides[scores.len() - 1] }
+    }
+
+    fn at(&self, mask: &Dense, head: usize, i: usize, j: usize) -> f64 {
+        mask.data[self.head_base[head] + i * self.t + j * self.s]
+    }
+}
+
+/// The score of query row `i` of query head `head` against key `j`: scale·q·kⱼ, plus the
+/// mask's value there.
+fn score(q_row: &[f64], k_row: &[f64], scale: f64, mask: Option<(&Dense, &MaskIndex)>, head: usize, i: usize, j: usize) -> f64 {
+    let s = scale * dot(q_row, k_row);
+    match mask {
+        Some((m, index)) => s + index.at(m, head, i, j),
+        None => s,
+    }
+}
+
+/// `(out, lse)`: per query row, scores = scale·q·kⱼ (+ the mask's value) over the keys it
+/// sees, max-subtracted exponentials p, out = Σ p·vⱼ / Σ p, lse = max + ln Σ p. A row
+/// whose every score is −∞ (no key, or every key masked) gives out = 0 and lse = −∞.
+pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, mask: Option<&Dense>, attrs: &AttentionAttrs) -> Vec<Dense> {
     let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let index = mask.map(|m| MaskIndex::of(m, q, d.s));
+    let mask = mask.zip(index.as_ref());
     let rank = q.shape.len();
     let mut out = Dense::zeros([&q.shape[..rank - 1], &[d.ev]].concat());
     let mut lse = Dense::zeros(q.shape[..rank - 1].to_vec());
@@ -82,62 +141,99 @@ pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, attrs: &AttentionAttrs)
         for i in 0..d.t {
             let r = head * d.t + i;
             let (qi, n) = (row(q, r, d.e), d.keys(i, attrs.causal));
-            for (j, score) in scores[..n].iter_mut().enumerate() {
-                *score = scale * dot(qi, row(k, kv * d.s + j, d.e));
+            for (j, x) in scores[..n].iter_mut().enumerate() {
+                *x = score(qi, row(k, kv * d.s + j, d.e), scale, mask, head, i, j);
             }
             let max = scores[..n].iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+            if max == f64::NEG_INFINITY {
+                lse.data[r] = f64::NEG_INFINITY;
+                continue;
+            }
             let mut total = 0.0;
-            for score in &mut scores[..n] {
-                *score = (*score - max).exp();
-                total += *score;
+            for x in &mut scores[..n] {
+                *x = (*x - max).exp();
+                total += *x;
             }
             let o = &mut out.data[r * d.ev..(r + 1) * d.ev];
             for (j, &p) in scores[..n].iter().enumerate() {
                 axpy(o, p / total, row(v, kv * d.s + j, d.ev));
             }
-            // n = 0: max and ln(total) are both −∞.
             lse.data[r] = max + total.ln();
         }
     }
     vec![if attrs.transpose_out { swap_heads_and_rows(&out) } else { out }, lse]
 }
 
-/// `(dq, dk, dv)` of attention, FlashAttention-2's backward: per query row i, D = Σ dout·out,
-/// then for each key j it sees, p = exp(scale·q·kⱼ − lse), dp = dout·vⱼ, ds = p·(dp − D):
-/// dvⱼ += p·dout, dq += scale·ds·kⱼ, dkⱼ += scale·ds·q. dk and dv sum over the query heads
-/// of a group and their rows, in order.
-pub(super) fn attention_backward(
-    dout: &Dense,
-    q: &Dense,
-    k: &Dense,
-    v: &Dense,
-    out: &Dense,
-    lse: &Dense,
-    attrs: &AttentionAttrs,
-) -> Vec<Dense> {
+/// The saved values the backward reads, by their op input names.
+pub(super) struct Saved<'a> {
+    pub dout: &'a Dense,
+    pub q: &'a Dense,
+    pub k: &'a Dense,
+    pub v: &'a Dense,
+    pub mask: Option<&'a Dense>,
+    pub out: &'a Dense,
+    pub lse: &'a Dense,
+}
+
+/// Calls `each(head, i, key, p, ds)` for every (query row, key) pair a row sees, in order:
+/// FlashAttention-2's backward, per query row i, D = Σ dout·out, then for each key j,
+/// p = exp(score − lse), dp = dout·vⱼ, ds = p·(dp − D), the gradient of the score. A row
+/// with lse = −∞ saw nothing and passes no gradient.
+fn each_pair(saved: &Saved, attrs: &AttentionAttrs, mut each: impl FnMut(usize, usize, usize, usize, f64, f64)) {
+    let Saved { dout, q, k, v, mask, out, lse } = *saved;
     let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let index = mask.map(|m| MaskIndex::of(m, q, d.s));
+    let mask = mask.zip(index.as_ref());
     let swapped = attrs.transpose_out.then(|| (swap_heads_and_rows(dout), swap_heads_and_rows(out)));
     let (dout, out) = swapped.as_ref().map_or((dout, out), |(dout, out)| (dout, out));
-    let mut dq = Dense::zeros(q.shape.clone());
-    let mut dk = Dense::zeros(k.shape.clone());
-    let mut dv = Dense::zeros(v.shape.clone());
     for head in 0..d.heads {
         let kv = head / d.group;
         for i in 0..d.t {
             let r = head * d.t + i;
+            if lse.data[r] == f64::NEG_INFINITY {
+                continue;
+            }
             let (qi, doi) = (row(q, r, d.e), row(dout, r, d.ev));
             let delta = dot(doi, row(out, r, d.ev));
             for j in 0..d.keys(i, attrs.causal) {
                 let key = kv * d.s + j;
-                let p = (scale * dot(qi, row(k, key, d.e)) - lse.data[r]).exp();
+                let p = (score(qi, row(k, key, d.e), scale, mask, head, i, j) - lse.data[r]).exp();
                 let ds = p * (dot(doi, row(v, key, d.ev)) - delta);
-                axpy(&mut dv.data[key * d.ev..(key + 1) * d.ev], p, doi);
-                axpy(&mut dq.data[r * d.e..(r + 1) * d.e], scale * ds, row(k, key, d.e));
-                axpy(&mut dk.data[key * d.e..(key + 1) * d.e], scale * ds, qi);
+                each(head, i, j, key, p, ds);
             }
         }
     }
+}
+
+/// `(dq, dk, dv)` of attention (masked or not): dvⱼ += p·dout, dq += scale·ds·kⱼ,
+/// dkⱼ += scale·ds·q. dk and dv sum over the query heads of a group and their rows, in
+/// order.
+pub(super) fn attention_backward(saved: &Saved, attrs: &AttentionAttrs) -> Vec<Dense> {
+    let (q, k, v) = (saved.q, saved.k, saved.v);
+    let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let dout = if attrs.transpose_out { swap_heads_and_rows(saved.dout) } else { saved.dout.clone() };
+    let mut dq = Dense::zeros(q.shape.clone());
+    let mut dk = Dense::zeros(k.shape.clone());
+    let mut dv = Dense::zeros(v.shape.clone());
+    each_pair(saved, attrs, |head, i, _, key, p, ds| {
+        let r = head * d.t + i;
+        axpy(&mut dv.data[key * d.ev..(key + 1) * d.ev], p, row(&dout, r, d.ev));
+        axpy(&mut dq.data[r * d.e..(r + 1) * d.e], scale * ds, row(k, key, d.e));
+        axpy(&mut dk.data[key * d.e..(key + 1) * d.e], scale * ds, row(q, r, d.e));
+    });
     vec![dq, dk, dv]
+}
+
+/// The gradient of masked_attention's mask: each score's gradient ds (the mask is added
+/// to the scores) summed into the mask element it read, over the broadcast dimensions.
+pub(super) fn attention_bias_backward(saved: &Saved, attrs: &AttentionAttrs) -> Dense {
+    let mask = saved.mask.expect("attention_bias_backward reads a mask");
+    let index = MaskIndex::of(mask, saved.q, Dims::of(saved.q, saved.k, saved.v).s);
+    let mut dmask = Dense::zeros(mask.shape.clone());
+    each_pair(saved, attrs, |head, i, j, _, _, ds| {
+        dmask.data[index.head_base[head] + i * index.t + j * index.s] += ds;
+    });
+    dmask
 }
 
 #[cfg(test)]

@@ -93,10 +93,19 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Matmul => {
             vec![linalg::matmul(&x[0], &x[1], MatmulAttrs::of(attrs), &shapes[0])]
         }
-        OpKind::Attention => attention::attention(&x[0], &x[1], &x[2], &AttentionAttrs::of(attrs)),
+        OpKind::Attention => attention::attention(&x[0], &x[1], &x[2], None, &AttentionAttrs::of(attrs)),
+        OpKind::MaskedAttention => attention::attention(&x[0], &x[1], &x[2], Some(&x[3]), &AttentionAttrs::of(attrs)),
         OpKind::AttentionBackward => {
-            let scores = AttentionAttrs::of(attrs);
-            attention::attention_backward(&x[0], &x[1], &x[2], &x[3], &x[4], &x[5], &scores)
+            let saved = attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: None, out: &x[4], lse: &x[5] };
+            attention::attention_backward(&saved, &AttentionAttrs::of(attrs))
+        }
+        OpKind::MaskedAttentionBackward => {
+            let saved = attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: Some(&x[4]), out: &x[5], lse: &x[6] };
+            attention::attention_backward(&saved, &AttentionAttrs::of(attrs))
+        }
+        OpKind::AttentionBiasBackward => {
+            let saved = attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: Some(&x[4]), out: &x[5], lse: &x[6] };
+            vec![attention::attention_bias_backward(&saved, &AttentionAttrs::of(attrs))]
         }
         OpKind::Sum => vec![shape::sum(&x[0], attrs.ints("axes"), &shapes[0])],
         OpKind::Mean => vec![shape::mean(&x[0], attrs.ints("axes"), &shapes[0])],
@@ -717,6 +726,64 @@ mod tests {
                 run(OpKind::AttentionBackward, &given, &saved)
             });
         }
+    }
+
+    #[test]
+    fn grad_masked_attention() {
+        // (q, k, v, mask shapes, causal): a full mask, one broadcast over batch and heads
+        // (a learned position bias), one over heads and rows (a padding mask), with GQA and
+        // causal; every mask's gradient summed over its broadcast dimensions. One key of the
+        // padding mask is −inf (not attended): no gradient reaches it or passes through.
+        type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], bool);
+        let cases: [Case; 3] = [
+            (&[2, 2, 3, 4], &[2, 2, 3, 4], &[2, 2, 3, 4], &[2, 2, 3, 3], false),
+            (&[2, 4, 3, 2], &[2, 2, 5, 2], &[2, 2, 5, 3], &[3, 5], true),
+            (&[2, 2, 3, 4], &[2, 2, 4, 4], &[2, 2, 4, 2], &[2, 1, 1, 4], false),
+        ];
+        for (i, (q, k, v, m, causal)) in cases.into_iter().enumerate() {
+            let given = [("causal", Attr::Bool(causal)), ("scale", Attr::Float(0.7))];
+            let seed = 60 + 4 * i as u64;
+            let mut mask = rand(m, seed + 3);
+            if i == 2 {
+                mask.data[3] = f64::NEG_INFINITY;
+            }
+            let inputs = [rand(q, seed), rand(k, seed + 1), rand(v, seed + 2), mask];
+            let wrt: &[(usize, &str)] = if i == 2 { &[(0, "q"), (1, "k"), (2, "v")] } else { &[(0, "q"), (1, "k"), (2, "v"), (3, "mask")] };
+            grad_check(OpKind::MaskedAttention, &given, &inputs, wrt, &|xs, dy| {
+                let forward = run(OpKind::MaskedAttention, &given, xs);
+                let (out, lse) = (forward[0].clone(), forward[1].clone());
+                let saved = [dy.clone(), xs[0].clone(), xs[1].clone(), xs[2].clone(), xs[3].clone(), out, lse];
+                let mut grads = run(OpKind::MaskedAttentionBackward, &given, &saved);
+                if wrt.len() == 4 {
+                    grads.extend(run(OpKind::AttentionBiasBackward, &given, &saved));
+                }
+                grads
+            });
+        }
+    }
+
+    #[test]
+    fn masked_attention_with_a_zero_mask_is_attention_and_a_masked_key_is_never_read() {
+        let given = [("causal", Attr::Bool(false)), ("scale", Attr::Float(0.5))];
+        let (q, k, v) = (rand(&[1, 2, 3, 4], 1), rand(&[1, 2, 5, 4], 2), rand(&[1, 2, 5, 2], 3));
+        let zeros = Dense::zeros(vec![5]);
+        let plain = run(OpKind::Attention, &given, &[q.clone(), k.clone(), v.clone()]);
+        let masked = run(OpKind::MaskedAttention, &given, &[q.clone(), k.clone(), v.clone(), zeros]);
+        assert_eq!(plain, masked);
+        // Key 4 masked out: the same as attention over keys 0..4.
+        let mut mask = Dense::zeros(vec![5]);
+        mask.data[4] = f64::NEG_INFINITY;
+        let cut = |x: &Dense| Dense::new(vec![1, 2, 4, x.shape[3]], (0..2).flat_map(|h| x.data[h * 5 * x.shape[3]..(h * 5 + 4) * x.shape[3]].to_vec()).collect());
+        let masked = run(OpKind::MaskedAttention, &given, &[q.clone(), k.clone(), v.clone(), mask]);
+        let shorter = run(OpKind::Attention, &given, &[q, cut(&k), cut(&v)]);
+        for (a, b) in masked.iter().zip(&shorter) {
+            assert!(a.data.iter().zip(&b.data).all(|(x, y)| (x - y).abs() < 1e-12), "{a:?} vs {b:?}");
+        }
+        // Every key masked: out 0, lse −inf, as a row without keys.
+        let all = Dense::new(vec![5], vec![f64::NEG_INFINITY; 5]);
+        let (q, k, v) = (rand(&[1, 1, 2, 4], 4), rand(&[1, 1, 5, 4], 5), rand(&[1, 1, 5, 2], 6));
+        let none = run(OpKind::MaskedAttention, &given, &[q, k, v, all]);
+        assert!(none[0].data.iter().all(|&x| x == 0.0) && none[1].data.iter().all(|&x| x == f64::NEG_INFINITY));
     }
 
     #[test]

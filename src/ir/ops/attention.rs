@@ -1,6 +1,9 @@
 //! Fused attention (`attention`, FlashAttention's contract) and its backward: scores,
 //! softmax and the weighted sum in one op that keeps only `out` and the row log-sum-exp
-//! `lse`, never the T×S scores. The FLOPs count the pairs a call scores (fewer under
+//! `lse`, never the T×S scores. `masked_attention` adds a mask to the scaled scores as they
+//! are formed (PyTorch's float `attn_mask`, broadcast; −inf where a key is not attended);
+//! the gradient of a float mask is its own op (`attention_bias_backward`), emitted only
+//! when the mask needs one, since it is as large as the mask. The FLOPs count the pairs a call scores (fewer under
 //! `causal`).
 
 use super::rules::*;
@@ -28,6 +31,21 @@ pub(super) const ATTENTION_BACKWARD: OpDef = OpDef::new("attention_backward", &[
     .attrs(ATTENTION_ATTRS)
     .backward()
     .flops(flops_attention_backward);
+
+pub(super) const MASKED_ATTENTION: OpDef = OpDef::new("masked_attention", &["q", "k", "v", "bias"], &["out", "lse"], infer_masked_attention, "attention with a bias (PyTorch's float attn_mask) added to its scaled scores, broadcast to [..., H, T, S] (−inf: not attended)")
+    .attrs(ATTENTION_ATTRS)
+    .flops(flops_attention)
+    .outputs_without_gradient(&[1]);
+
+pub(super) const MASKED_ATTENTION_BACKWARD: OpDef = OpDef::new("masked_attention_backward", &["dout", "q", "k", "v", "bias", "out", "lse"], &["dq", "dk", "dv"], infer_masked_attention_backward, "masked_attention's gradients w.r.t. q, k and v, recomputing the probabilities from lse")
+    .attrs(ATTENTION_ATTRS)
+    .backward()
+    .flops(flops_attention_backward);
+
+pub(super) const ATTENTION_BIAS_BACKWARD: OpDef = OpDef::new("attention_bias_backward", &["dout", "q", "k", "v", "bias", "out", "lse"], &["dbias"], infer_attention_bias_backward, "the gradient of masked_attention's bias: the scores' gradient summed over the bias's broadcast dimensions")
+    .attrs(ATTENTION_ATTRS)
+    .backward()
+    .flops(flops_attention_bias_backward);
 
 /// `attention(q, k, v)`: `q [..., H, T, E]`, `k [..., Hkv, S, E]`, `v [..., Hkv, S, Ev]` of
 /// one float dtype and one rank >= 3 with equal leading (batch) dimensions, H a positive
@@ -85,6 +103,58 @@ pub(super) fn infer_attention_backward(inputs: &[&TensorType], attrs: &Attrs) ->
         }
     }
     done(vec![q.clone(), k.clone(), v.clone()])
+}
+
+/// `masked_attention(q, k, v, bias)`: `attention`'s rule for q, k and v, and a mask `bias` of
+/// q's dtype (added to the scaled scores; PyTorch's bool masks are `where(mask, 0, −inf)`
+/// first, as its SDPA converts them), whose shape broadcasts to the scores `[..., H, T, S]`
+/// (aligned from the right: each of its dimensions 1 or the scores'; fewer dimensions
+/// allowed, PyTorch's broadcasting).
+pub(super) fn infer_masked_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (q, k, mask) = (inputs[0], inputs[1], inputs[3]);
+    let forward = infer_attention(&inputs[..3], attrs)?;
+    if mask.dtype != q.dtype {
+        return Err(format!("the bias must have q's dtype {} (a bool mask is where(mask, 0, -inf) first), found {mask}", q.dtype));
+    }
+    let rank = q.rank();
+    let mut scores = q.dims()[..rank - 1].to_vec();
+    scores.push(k.dims()[rank - 2]);
+    let fits = mask.rank() <= scores.len()
+        && mask.dims().iter().rev().zip(scores.iter().rev()).all(|(&m, &s)| m == s || m == 1);
+    if !fits {
+        let scores = TensorType::new(mask.dtype, scores);
+        return Err(format!("the bias {mask} does not broadcast to the scores {scores} ([..., H, T, S])"));
+    }
+    done(forward)
+}
+
+/// `masked_attention_backward(dout, q, k, v, bias, out, lse)`: q, k, v and bias as for
+/// `masked_attention`, dout, out and lse of its outputs' types. Gives dq, dk, dv.
+pub(super) fn infer_masked_attention_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (q, k, v, mask) = (inputs[1], inputs[2], inputs[3], inputs[4]);
+    let forward = infer_masked_attention(&[q, k, v, mask], attrs)?;
+    let saved = [(inputs[0], "dout", &forward[0]), (inputs[5], "out", &forward[0]), (inputs[6], "lse", &forward[1])];
+    for (t, name, want) in saved {
+        if t != want {
+            return Err(format!("{name} must be {want} for q {q}, k {k} and v {v}, found {t}"));
+        }
+    }
+    done(vec![q.clone(), k.clone(), v.clone()])
+}
+
+/// `attention_bias_backward(...)`: the inputs of `masked_attention_backward`. Gives
+/// `dbias` of the bias's type.
+pub(super) fn infer_attention_bias_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    infer_masked_attention_backward(inputs, attrs)?;
+    done(vec![inputs[4].clone()])
+}
+
+/// The scores again (2·E per pair), dout·vᵀ (2·Ev), and the sum into dbias.
+pub(super) fn flops_attention_bias_backward(inputs: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
+    let [q, k, v] = [1, 2, 3].map(|i| inputs.get(i).copied());
+    let (Some(q), Some(k), Some(v)) = (q, k, v) else { return 0 };
+    let (pairs, e, ev) = attention_pairs(q, k, v, attrs);
+    pairs.saturating_mul(2).saturating_mul(e.saturating_add(ev)).saturating_add(pairs)
 }
 
 /// The (query, key) pairs one attention call scores, with `(E, Ev)`: B·H query heads times

@@ -57,6 +57,9 @@ op_table! {
     // Fused attention.
     Attention = attention::ATTENTION,
     AttentionBackward = attention::ATTENTION_BACKWARD,
+    MaskedAttention = attention::MASKED_ATTENTION,
+    MaskedAttentionBackward = attention::MASKED_ATTENTION_BACKWARD,
+    AttentionBiasBackward = attention::ATTENTION_BIAS_BACKWARD,
     // Reductions and broadcasts.
     Sum = shape::SUM,
     Mean = shape::MEAN,

@@ -140,12 +140,24 @@ __device__ __forceinline__ float attn_row_sum(float v) {
 // Whether query i sees key j (query i < t and key j < s already known).
 __device__ __forceinline__ bool attn_sees(i64 i, i64 j, int causal) { return !causal || j <= i; }
 
+// masked_attention's bias of the score of query row `row` (bh·T + i) and key j: the bias
+// viewed broadcast to the scores [..., H, T, S] (zero strides where it broadcasts), read
+// at row·S + j; 0 without one.
+__device__ __forceinline__ float attn_bias(const Tensor& bias, int has_bias, i64 row, i64 s, i64 j) {
+    return has_bias ? load_f(bias, row * s + j) : 0.0f;
+}
+
+// p = exp(x − lse) for a score x (scale·q·k plus the bias), 0 where x = −inf (a masked
+// key, also in a row with every key masked, whose lse is −inf too).
+__device__ __forceinline__ float attn_p(float x, float row_lse) { return x == -f_inf() ? 0.0f : expf(x - row_lse); }
+
 // out[r] = Σ_j p_j·v[j] / Σ_j p_j and lse[r] = m + log Σ_j p_j over the keys j row r sees,
 // p_j = exp(scale·q[r]·k[j] − m), m the row's largest score. Block (x, y): tiles x, x +
 // gridDim.x, ... of ATTN_FWD_ROWS query rows (ceil(T / 64) per head) and the 64 columns of
 // out from y·64; block y = 0 writes lse. A row that sees no key gives 0 and −inf.
 extern "C" __global__ void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, i64 rows, i64 group,
-                                     i64 t, i64 s, i64 e, i64 ev, int causal, double scale) {
+                                     i64 t, i64 s, i64 e, i64 ev, int causal, double scale, Tensor bias,
+                                     int has_bias) {
     __shared__ float qs[ATTN_FWD_ROWS * ATTN_LD];
     __shared__ float kvs[ATTN_KEYS * ATTN_LD];  // a chunk of k, then of v
     __shared__ float ps[ATTN_FWD_ROWS * ATTN_PLD];
@@ -188,7 +200,7 @@ extern "C" __global__ void attention(Tensor out, Tensor lse, Tensor q, Tensor k,
                 for (int j = 0; j < 2; ++j) {
                     const i64 key = j0 + tx + 16 * j;
                     const bool seen = r < count && key < s && attn_sees(i0 + r, key, causal);
-                    score[i][j] = seen ? sc * score[i][j] : -inf;
+                    score[i][j] = seen ? sc * score[i][j] + attn_bias(bias, has_bias, first + r, s, key) : -inf;
                     top = fmaxf(top, score[i][j]);
                 }
                 const float m_new = fmaxf(m[i], attn_row_max(top));
@@ -231,7 +243,7 @@ extern "C" __global__ void attention(Tensor out, Tensor lse, Tensor q, Tensor k,
 // query rows and the 64 columns of dq from y·64; block y = 0 writes D.
 extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor dout, Tensor q, Tensor k, Tensor v,
                                                  Tensor out, Tensor lse, i64 rows, i64 group, i64 t, i64 s, i64 e,
-                                                 i64 ev, int causal, double scale) {
+                                                 i64 ev, int causal, double scale, Tensor bias, int has_bias) {
     __shared__ float qs[ATTN_BWD_ROWS * ATTN_LD], dos[ATTN_BWD_ROWS * ATTN_LD];
     __shared__ float ks[ATTN_KEYS * ATTN_LD], vs[ATTN_KEYS * ATTN_LD];
     __shared__ float dss[ATTN_BWD_ROWS * ATTN_PLD];
@@ -299,8 +311,8 @@ extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor d
                     const i64 key = j0 + tx + 16 * j;
                     float ds = 0.0f;
                     if (r < count && key < s && attn_sees(i0 + r, key, causal)) {
-                        const float p = expf(sc * score[i][j] - row_lse[r]);
-                        ds = p * (dp[i][j] - row_d[r]);
+                        const float x = sc * score[i][j] + attn_bias(bias, has_bias, first + r, s, key);
+                        ds = attn_p(x, row_lse[r]) * (dp[i][j] - row_d[r]);
                     }
                     dss[r * ATTN_PLD + tx + 16 * j] = ds;
                 }
@@ -331,7 +343,7 @@ extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor d
 // (ceil(S / 32) per key/value head) and the 64 columns of dk and dv from y·64.
 extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 deltas, Tensor dout, Tensor q, Tensor k,
                                                   Tensor v, Tensor lse, i64 keys, i64 group, i64 t, i64 s, i64 e,
-                                                  i64 ev, int causal, double scale) {
+                                                  i64 ev, int causal, double scale, Tensor bias, int has_bias) {
     __shared__ float ks[ATTN_BWD_ROWS * ATTN_LD], vs[ATTN_BWD_ROWS * ATTN_LD];
     __shared__ float qs[ATTN_KEYS * ATTN_LD], dos[ATTN_KEYS * ATTN_LD];
     __shared__ float pt[ATTN_BWD_ROWS * ATTN_PLD], dst[ATTN_BWD_ROWS * ATTN_PLD];  // P and dS, key-major
@@ -391,7 +403,8 @@ extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 delt
                         const int x = tx + 16 * j;
                         float p = 0.0f, ds = 0.0f;
                         if (r < kcount && x < count && attn_sees(i0 + x, j0 + r, causal)) {
-                            p = expf(sc * score[i][j] - row_lse[x]);
+                            const float y = sc * score[i][j] + attn_bias(bias, has_bias, first + x, s, j0 + r);
+                            p = attn_p(y, row_lse[x]);
                             ds = p * (dp[i][j] - row_d[x]);
                         }
                         pt[r * ATTN_PLD + x] = p;
@@ -889,5 +902,59 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
                     if (nt < vtiles) store_at_f(dv, dv_at[r] + col * v_cs, gv[nt][2 * h + c]);
                 }
         }
+    }
+}
+
+// attention_bias_backward: dbias = the scores' gradient ds = p·(dout[r]·v[j] − D[r]) (the
+// bias is added to the scores) summed over the dimensions the bias broadcasts. `dbias` is
+// viewed broadcast to the scores [..., H, T, S] (zero strides where the bias broadcasts,
+// the others its own dense strides, decreasing): thread by thread over its n elements
+// (offset o), the score dimensions with a stride are fixed by o, the others summed over,
+// in order. Each score recomputes its dot products (E and Ev terms, D Ev more): no T×S
+// buffer, no atomics, runs repeat bit for bit. A row with every key masked passes nothing.
+extern "C" __global__ void attention_bias_backward(Tensor dbias, Tensor bias, Tensor dout, Tensor q, Tensor k, Tensor v,
+                                                   Tensor out, Tensor lse, i64 n, i64 group, i64 t, i64 s, i64 e,
+                                                   i64 ev, int causal, double scale) {
+    const int rank = dbias.rank;
+    const float sc = (float)scale;
+    const i64 q_cs = attn_col_stride(q), k_cs = attn_col_stride(k), v_cs = attn_col_stride(v);
+    const i64 do_cs = attn_col_stride(dout), out_cs = attn_col_stride(out);
+    GRID_STRIDE(o, n) {
+        i64 fixed[MAX_RANK], free_n = 1, rest = o;
+        for (int d = 0; d < rank; ++d) {
+            const i64 st = dbias.stride[d];
+            fixed[d] = st != 0 ? rest / st : 0;
+            if (st != 0) rest %= st;
+            else free_n *= dbias.shape[d];
+        }
+        float acc = 0.0f;
+        for (i64 c = 0; c < free_n; ++c) {
+            i64 idx[MAX_RANK], left = c;
+            for (int d = rank - 1; d >= 0; --d) {
+                if (dbias.stride[d] != 0) {
+                    idx[d] = fixed[d];
+                } else {
+                    idx[d] = left % dbias.shape[d];
+                    left /= dbias.shape[d];
+                }
+            }
+            i64 bh = 0;
+            for (int d = 0; d < rank - 2; ++d) bh = bh * dbias.shape[d] + idx[d];
+            const i64 i = idx[rank - 2], j = idx[rank - 1], row = bh * t + i, key = bh / group * s + j;
+            if (!attn_sees(i, j, causal)) continue;
+            const i64 q_at = offset_of(q, row * e), k_at = offset_of(k, key * e);
+            const i64 v_at = offset_of(v, key * ev), do_at = offset_of(dout, row * ev);
+            const i64 out_at = offset_of(out, row * ev);
+            float qk = 0.0f, dp = 0.0f, dd = 0.0f;
+            for (i64 x = 0; x < e; ++x) qk += load_at_f(q, q_at + x * q_cs) * load_at_f(k, k_at + x * k_cs);
+            for (i64 x = 0; x < ev; ++x) {
+                const float g = load_at_f(dout, do_at + x * do_cs);
+                dp += g * load_at_f(v, v_at + x * v_cs);
+                dd += g * load_at_f(out, out_at + x * out_cs);
+            }
+            const float p = attn_p(sc * qk + load_f(bias, row * s + j), load_f(lse, row));
+            acc += p * (dp - dd);
+        }
+        store_at_f(dbias, o, acc);
     }
 }
