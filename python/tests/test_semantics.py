@@ -828,3 +828,38 @@ def test_stochastic_depth_masks_are_memplans_draw(memplan, tmp_path):
     step = tmp_path / "droppath.step"
     step.write_text(text)
     assert "loss" in memplan("run", step).stdout
+
+
+class MaskedAttention(nn.Module):
+    """Attention with PyTorch's attn_mask: a padding mask (bool data), a learned position
+    bias (a float mask with a gradient), grouped-query heads (`enable_gqa`)."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.q, self.k, self.v, self.o = nn.Linear(8, 16), nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(16, 4)
+        self.position = nn.Parameter(torch.randn(4, 16, 16) * 0.1)
+        self.how = how
+
+    def forward(self, x, y):
+        b = x.shape[0] // 16
+        h = x.reshape(b, 16, 8)
+        q = self.q(h).view(b, 16, 4, 4).transpose(1, 2)
+        k = self.k(h).view(b, 16, 2, 4).transpose(1, 2)
+        v = self.v(h).view(b, 16, 2, 4).transpose(1, 2)
+        keep = torch.arange(16) < 12  # the last 4 keys are padding
+        if self.how == "bool padding mask":
+            mask = keep.view(1, 1, 1, 16).expand(b, 1, 1, 16)
+        elif self.how == "learned bias":
+            mask = self.position
+        else:  # "a float padding mask plus a learned bias"
+            mask = torch.where(keep, 0.0, float("-inf")) + self.position
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return F.cross_entropy(self.o(out.transpose(1, 2).reshape(b * 16, 16)), y)
+
+
+@pytest.mark.parametrize("how", ["bool padding mask", "learned bias", "a float padding mask plus a learned bias"])
+def test_attention_with_a_mask_trains_as_in_pytorch(memplan, tmp_path, how):
+    torch.manual_seed(0)
+    text, with_grad = compare_three_steps(memplan, tmp_path, MaskedAttention(how), batch())
+    assert "= masked_attention(" in text and "extern" not in text, text
+    assert ("position" in with_grad) == (how != "bool padding mask")

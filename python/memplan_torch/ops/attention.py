@@ -1,8 +1,9 @@
-"""The attention handler: `scaled_dot_product_attention` as memplan's fused `attention`.
-
-Only the forms memplan's op has: no `attn_mask` (causal masking by `is_causal`) and no
-attention dropout; others become `extern`. The output keeps PyTorch's flash layout (see
-`attention` below), so merging the heads afterwards copies nothing.
+"""The attention handler: `scaled_dot_product_attention` as memplan's fused `attention`,
+or `masked_attention` with an `attn_mask` (a float mask is the bias added to the scores; a
+bool one becomes `where(mask, 0, -inf)` first, as PyTorch's SDPA converts it), grouped
+query heads (`enable_gqa`) as they are. Attention dropout (`dropout_p > 0`) becomes
+`extern`. The output keeps PyTorch's flash layout (see `attention` below), so merging the
+heads afterwards copies nothing.
 """
 
 from __future__ import annotations
@@ -12,13 +13,22 @@ import math
 import torch
 
 from ..step import ExportError
+from ._helpers import cast_to, constant
 from .registry import aten, handles
+
+
+def _bias(t, mask, dtype):
+    """The float bias `masked_attention` adds to the scores: a bool mask (True: attend) as
+    `where(mask, 0, -inf)`, as PyTorch's SDPA converts it; a float mask in q's dtype."""
+    if mask.fake.dtype == torch.bool:
+        zero = constant(t, [], dtype, 0.0, "mask.zero")
+        ninf = constant(t, [], dtype, float("-inf"), "mask.ninf")
+        return t.emit("where", [mask, zero, ninf], fake=t.fake_like(mask.shape, dtype), final=False, role="mask")
+    return cast_to(t, mask, dtype)
 
 
 @handles(aten.scaled_dot_product_attention.default)
 def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    if attn_mask is not None:
-        raise ExportError("scaled_dot_product_attention with attn_mask is not supported (use is_causal)")
     if dropout_p:
         raise ExportError("scaled_dot_product_attention with dropout_p > 0 is not supported")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -32,5 +42,10 @@ def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     lse = t.fake_like(out.shape[:-1], torch.float32)
     attrs = [("causal", True)] if is_causal else []
     attrs += [("scale", scale), ("transpose_out", True)]
-    result, _lse = t.emit_multi("attention", [q, k, v], [rows_first, lse], ["attention", "attention.lse"], attrs)
+    if attn_mask is None:
+        result, _lse = t.emit_multi("attention", [q, k, v], [rows_first, lse], ["attention", "attention.lse"], attrs)
+    else:
+        bias = _bias(t, attn_mask, q.fake.dtype)
+        result, _lse = t.emit_multi("masked_attention", [q, k, v, bias], [rows_first, lse],
+                                    ["attention", "attention.lse"], attrs)
     return t.emit("transpose", [result], [("perm", perm)], fake=out)

@@ -964,13 +964,13 @@ mod tests {
         let (q, k, v) = (dense(0, &[2, 4, 100, 80]), dense(1, &[2, 2, 37, 80]), dense(2, &[2, 2, 37, 24]));
         let (out, lse) = (dense(3, &[2, 4, 100, 24]), dense(4, &[2, 4, 100]));
         let options = LowerOptions::default();
-        let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], &attrs, options)[..] else { panic!() };
+        let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], None, &attrs, options)[..] else { panic!() };
         // 8 query heads × ceil(100 / 64) tiles, one chunk of out's 24 columns.
         assert_eq!((forward.kernel, forward.grid, forward.block), (ATTENTION, [16, 1, 1], [256, 1, 1]));
         assert_eq!(forward.args[5..8], [Arg::I64(800), Arg::I64(2), Arg::I64(100)]);
         let (dq, dk, dv) = (dense(5, &[2, 4, 100, 80]), dense(6, &[2, 2, 37, 80]), dense(7, &[2, 2, 37, 24]));
         let mut scratch = Scratch::default();
-        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], &attrs, options, &mut scratch);
+        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], None, &attrs, options, &mut scratch);
         let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
         // dq: 8 heads × ceil(100 / 32) tiles, dq's 80 columns in 2 chunks; D: a float per row.
         assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ, [32, 2, 1], [128, 1, 1]));
@@ -981,7 +981,7 @@ mod tests {
         // A head dim of 0 still launches one chunk (lse; D for dk and dv); no query rows, none.
         assert_eq!((column_chunks(0), column_chunks(64), column_chunks(65)), (1, 1, 2));
         let none = dense(8, &[2, 4, 0, 80]);
-        assert!(attention([&out, &lse], [&none, &k, &v], &attrs, options).is_empty());
+        assert!(attention([&out, &lse], [&none, &k, &v], None, &attrs, options).is_empty());
         // Widths past what gridDim.y can split saturate (and validation refuses the grid).
         assert_eq!(column_chunks(u64::MAX), u32::MAX);
     }
@@ -994,7 +994,7 @@ mod tests {
         let kernel = |dtype: DType, e: u64, ev: u64, options: LowerOptions| {
             let (q, k, v) = (view(0, dtype, &[2, 4, 100, e]), view(1, dtype, &[2, 2, 37, e]), view(2, dtype, &[2, 2, 37, ev]));
             let (out, lse) = (view(3, dtype, &[2, 4, 100, ev]), view(4, DType::F32, &[2, 4, 100]));
-            let commands = attention([&out, &lse], [&q, &k, &v], &attrs, options);
+            let commands = attention([&out, &lse], [&q, &k, &v], None, &attrs, options);
             let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
             (launch.kernel, launch.grid, launch.block)
         };
@@ -1014,13 +1014,13 @@ mod tests {
         let (out, lse) = (view(3, DType::Bf16, &[2, 4, 100, 64]), view(4, DType::F32, &[2, 4, 100]));
         let (dq, dk, dv) = (view(5, DType::Bf16, &[2, 4, 100, 64]), view(6, DType::Bf16, &[2, 2, 37, 64]), view(7, DType::Bf16, &[2, 2, 37, 64]));
         let mut scratch = Scratch::default();
-        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], &attrs, options, &mut scratch);
+        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], None, &attrs, options, &mut scratch);
         let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
         assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ_TC, [16, 1, 1], [128, 1, 1]));
         assert_eq!((keys.kernel, keys.grid, keys.block), (ATTENTION_BACKWARD_DKV_TC, [4, 1, 1], [128, 1, 1]));
         assert_eq!(scratch.used(), 800 * 4);
         let dout = view(8, DType::F32, &[2, 4, 100, 64]);
-        let commands = attention_backward([&dq, &dk, &dv], [&dout, &q, &k, &v, &out, &lse], &attrs, options, &mut scratch);
+        let commands = attention_backward([&dq, &dk, &dv], [&dout, &q, &k, &v, &out, &lse], None, &attrs, options, &mut scratch);
         let [Command::Launch(rows), _] = &commands[..] else { panic!("{commands:?}") };
         assert_eq!(rows.kernel, ATTENTION_BACKWARD_DQ);
     }
