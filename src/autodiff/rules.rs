@@ -32,6 +32,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::MulScalar => Some(grad_mul_scalar),
         OpKind::PowScalar => Some(grad_pow_scalar),
         OpKind::Neg => Some(grad_neg),
+        OpKind::Sin => Some(grad_sin),
+        OpKind::Cos => Some(grad_cos),
         OpKind::Exp => Some(grad_exp),
         OpKind::Log => Some(grad_log),
         OpKind::Sqrt => Some(grad_sqrt),
@@ -218,6 +220,25 @@ fn grad_pow_scalar(b: &mut Builder, call: &GradCall) -> Rule {
 fn grad_neg(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::Neg, vec![dy], &[]))
+}
+
+/// `sin(x)`: sin′ = cos, so `dx = mul(dy, cos(x))` (reads x, as PyTorch does).
+fn grad_sin(b: &mut Builder, call: &GradCall) -> Rule {
+    let (dy, x) = (call.dy()?, call.inputs[0]);
+    each(b, call, |b, _| {
+        let c = b.op1(x, OpKind::Cos, vec![x], &[])?;
+        b.op1(x, OpKind::Mul, vec![dy, c], &[])
+    })
+}
+
+/// `cos(x)`: cos′ = −sin, so `dx = neg(mul(dy, sin(x)))` (reads x, as PyTorch does).
+fn grad_cos(b: &mut Builder, call: &GradCall) -> Rule {
+    let (dy, x) = (call.dy()?, call.inputs[0]);
+    each(b, call, |b, _| {
+        let s = b.op1(x, OpKind::Sin, vec![x], &[])?;
+        let m = b.op1(x, OpKind::Mul, vec![dy, s], &[])?;
+        b.op1(x, OpKind::Neg, vec![m], &[])
+    })
 }
 
 /// `y = exp(x)`: exp′ = exp, so `dx = mul(dy, y)` (reads the OUTPUT, as PyTorch does).

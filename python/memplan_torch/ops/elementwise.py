@@ -89,6 +89,8 @@ handles(aten.hardsigmoid.default)(unary("hardsigmoid"))
 handles(aten.exp.default)(unary("exp"))
 handles(aten.log.default)(unary("log"))
 handles(aten.neg.default)(unary("neg"))
+handles(aten.sin.default)(unary("sin"))
+handles(aten.cos.default)(unary("cos"))
 handles(aten.sqrt.default)(unary("sqrt"))
 handles(aten.rsqrt.default)(unary("rsqrt"))
 
@@ -168,12 +170,25 @@ def _broadcasts(shape, to) -> bool:
         return False
 
 
-@handles(aten.to.dtype, aten._to_copy.default)
+@handles(aten.to.dtype, aten._to_copy.default, aten.to.dtype_layout)
 def to_dtype(t, x, dtype=None, *rest, **kwargs):
+    """`.to(dtype)` (and `.to(dtype=..., layout=..., device=...)`): a cast where the dtype
+    changes, else `x` itself (the device and a strided layout are the step's anyway)."""
     dtype = kwargs.get("dtype", dtype)
     if dtype is None or dtype == x.fake.dtype:
         return x
     return t.emit("cast", [x], [("to", dtype)])
+
+
+@handles(aten.to.device)
+def to_device(t, x, device, dtype, *rest, **kwargs):
+    """`.to(device, dtype)`: the device is the step's; a cast where the dtype changes."""
+    return to_dtype(t, x, dtype)
+
+
+@handles(aten.type_as.default)
+def type_as(t, x, other):
+    return to_dtype(t, x, other.fake.dtype)
 
 
 @handles(aten.full.default)

@@ -24,3 +24,19 @@ def matmul(t, a, b):
     if a.rank < 2 or b.rank < 2:
         raise ExportError(f"matmul of a vector ({a.type} @ {b.type}) is not supported")
     return t.emit("matmul", [a, b])
+
+
+@handles(aten.addmm.default, aten.baddbmm.default)
+def addmm(t, bias, a, b, beta=1, alpha=1):
+    """`beta·bias + alpha·(a @ b)` (GPT-2's Conv1D is `addmm`): the product, then the bias
+    added, each scaled where its factor is not 1."""
+    if a.rank < 2 or b.rank < 2:
+        raise ExportError(f"addmm of a vector ({a.type} @ {b.type}) is not supported")
+    product = t.emit("matmul", [a, b], fake=t.out_fake(), final=False, role="mm")
+    if alpha != 1:
+        product = t.emit("mul_scalar", [product], [("value", float(alpha))], final=False, role="mm.scaled")
+    if beta == 0:
+        return product
+    if beta != 1:
+        bias = t.emit("mul_scalar", [bias], [("value", float(beta))], fake=bias.fake, final=False, role="bias.scaled")
+    return t.emit("add", [product, bias])

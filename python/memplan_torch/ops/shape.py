@@ -259,3 +259,53 @@ def reduce(op: str):
 
 handles(aten.mean.dim, aten.mean.default)(reduce("mean"))
 handles(aten.sum.dim_IntList, aten.sum.default)(reduce("sum"))
+
+
+@handles(aten.pad.default, aten.constant_pad_nd.default)
+def pad(t, x, pad, mode="constant", value=None):
+    """`F.pad` with a constant: a `fill` of the padded shape with the value and `x` written
+    into it (`slice_scatter`, which memplan's in-place pass writes into the fill's buffer),
+    one padded dimension after another from the last; negative padding crops (a slice).
+    PyTorch's own decomposition (`constant_pad_nd`: new_full, then a copy into a slice)."""
+    from ..step import ExportError
+
+    if mode != "constant":
+        raise ExportError(f"pad with mode={mode!r} is not supported (constant only)")
+    value = 0.0 if value is None else float(value)
+    out = x
+    for k in range(len(pad) // 2):
+        axis = x.rank - 1 - k
+        left, right = int(pad[2 * k]), int(pad[2 * k + 1])
+        if left < 0 or right < 0:
+            size = out.shape[axis]
+            start, end = max(-left, 0), size - max(-right, 0)
+            out = _slice_of(t, out, axis, start, end, final=False,
+                            fake=t.fake_like(out.shape[:axis] + [end - start] + out.shape[axis + 1:], x.fake.dtype))
+            left, right = max(left, 0), max(right, 0)
+        if left == 0 and right == 0:
+            continue
+        shape = out.shape[:axis] + [out.shape[axis] + left + right] + out.shape[axis + 1:]
+        fake = t.fake_like(shape, x.fake.dtype)
+        base = t.emit("fill", [], [("shape", shape), ("dtype", x.fake.dtype), ("value", value)], fake=fake, final=False,
+                      role="pad.fill")
+        attrs = [("axis", axis), ("start", left), ("end", left + out.shape[axis])]
+        out = t.emit("slice_scatter", [base, out], attrs, fake=fake, final=False)
+    return out
+
+
+@handles(aten.numpy_T.default)
+def numpy_t(t, x):
+    """`x.T`: every dimension reversed (a view)."""
+    if x.rank < 2:
+        return x
+    return t.emit("transpose", [x], [("perm", list(reversed(range(x.rank))))])
+
+
+@handles(aten.fill.Tensor)
+def fill_tensor(t, x, value):
+    """`x.fill_(value)` with a 0-d tensor, functionalized: `value` broadcast to x's shape
+    in x's dtype, as a tensor of its own (`contiguous` copies the broadcast)."""
+    value = cast_to(t, value, x.fake.dtype)
+    if value.shape != x.shape:
+        value = t.emit("expand", [value], [("shape", x.shape)], fake=t.fake_like(x.shape, x.fake.dtype), final=False)
+    return t.emit("contiguous", [value], fake=t.fake_like(x.shape, x.fake.dtype))

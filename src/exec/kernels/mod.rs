@@ -67,6 +67,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
             vec![elementwise::unary(&x[0], |a| a.powf(exponent))]
         }
         OpKind::Neg => vec![elementwise::unary(&x[0], |a| -a)],
+        OpKind::Sin => vec![elementwise::unary(&x[0], f64::sin)],
+        OpKind::Cos => vec![elementwise::unary(&x[0], f64::cos)],
         OpKind::Exp => vec![elementwise::unary(&x[0], f64::exp)],
         OpKind::Log => vec![elementwise::unary(&x[0], f64::ln)],
         OpKind::Sqrt => vec![elementwise::unary(&x[0], f64::sqrt)],

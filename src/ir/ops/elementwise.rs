@@ -66,6 +66,16 @@ pub(super) const EXP: OpDef = OpDef::new("exp", &["x"], &["y"], infer_unary_floa
     .inplace(&[(0, 0)])
     .pointwise(&[0]);
 
+pub(super) const SIN: OpDef = OpDef::new("sin", &["x"], &["y"], infer_unary_float, "the sine of x (radians)")
+    .flops(per_output::<1>)
+    .inplace(&[(0, 0)])
+    .pointwise(&[0]);
+
+pub(super) const COS: OpDef = OpDef::new("cos", &["x"], &["y"], infer_unary_float, "the cosine of x (radians)")
+    .flops(per_output::<1>)
+    .inplace(&[(0, 0)])
+    .pointwise(&[0]);
+
 pub(super) const LOG: OpDef = OpDef::new("log", &["x"], &["y"], infer_unary_float, "the natural logarithm of x")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])

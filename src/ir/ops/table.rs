@@ -30,6 +30,8 @@ op_table! {
     // Elementwise math.
     PowScalar = elementwise::POW_SCALAR,
     Neg = elementwise::NEG,
+    Sin = elementwise::SIN,
+    Cos = elementwise::COS,
     Exp = elementwise::EXP,
     Log = elementwise::LOG,
     Sqrt = elementwise::SQRT,

@@ -80,8 +80,12 @@ impl Gen {
     /// of x² + 1 (at least 1).
     pub(super) fn math(&mut self) -> Option<usize> {
         let x = self.float_value(0, 4);
-        match self.below(5) {
+        match self.below(6) {
             0 => self.emit(OpKind::Neg, &[x], &[]),
+            4 => {
+                let kind = self.choose(&[OpKind::Sin, OpKind::Cos]);
+                self.emit(kind, &[x], &[])
+            }
             1 => {
                 let exponent = self.choose(&[0.0, 1.0, 2.0, 3.0]);
                 self.emit(OpKind::PowScalar, &[x], &[("exponent", Attr::Float(exponent))])
@@ -200,7 +204,25 @@ impl Gen {
         let transpose_out = self.chance(0.5);
         let given =
             [("causal", Attr::Bool(causal)), ("scale", Attr::Float(scale)), ("transpose_out", Attr::Bool(transpose_out))];
-        if self.emit_recorded(OpKind::Attention, &[q, k, v], &given).is_some() && self.chance(0.3) {
+        // Sometimes PyTorch's attn_mask: a bias of the scores' shape or one that broadcasts
+        // to it (a padding mask [.., 1, 1, S], a position bias [H, T, S]).
+        let heads = kv_heads * group;
+        let bias = if self.chance(0.35) {
+            let full = [&batch[..], &[heads, t, s]].concat();
+            let shape = match self.below(3) {
+                0 => full,
+                1 => [&batch[..], &[1, 1, s]].concat(),
+                _ => vec![heads, t, s],
+            };
+            Some(self.new_input(TensorType::new(dtype, shape)))
+        } else {
+            None
+        };
+        let recorded = match bias {
+            Some(bias) => self.emit_recorded(OpKind::MaskedAttention, &[q, k, v, bias], &given),
+            None => self.emit_recorded(OpKind::Attention, &[q, k, v], &given),
+        };
+        if recorded.is_some() && self.chance(0.3) {
             self.backward_of(self.records.len() - 1);
         }
     }

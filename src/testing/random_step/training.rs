@@ -97,7 +97,7 @@ impl Gen {
                 vec![r.inputs[0], r.inputs[1]]
             }
             OpKind::Embedding => vec![r.inputs[1]],
-            OpKind::Attention => [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat(),
+            OpKind::Attention | OpKind::MaskedAttention => [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat(),
             _ => vec![],
         };
         needed.iter().all(|&v| self.readable(v))
@@ -185,6 +185,21 @@ impl Gen {
                     for (&x, g) in r.inputs.iter().zip(outs) {
                         self.grads.insert(x, g);
                     }
+                }
+            }
+            OpKind::MaskedAttention => {
+                let dout = self.derive(&out_ty, None);
+                let saved = [dout, r.inputs[0], r.inputs[1], r.inputs[2], r.inputs[3], r.output, r.later_outputs[0]];
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                if let Some(outs) = self.emit_named(OpKind::MaskedAttentionBackward, &saved, &given, None) {
+                    for (&x, g) in r.inputs.iter().zip(outs) {
+                        self.grads.insert(x, g);
+                    }
+                }
+                if self.chance(0.5)
+                    && let Some(dbias) = self.emit(OpKind::AttentionBiasBackward, &saved, &given)
+                {
+                    self.grads.insert(r.inputs[3], dbias);
                 }
             }
             OpKind::Dropout => {
