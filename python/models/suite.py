@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# Images of the CNNs are 64 pixels square (2 · IMAGE): at 32 ResNet's last stage is 1x1,
+# and a BatchNorm over two numbers per channel is ill-conditioned (f32 and f64 differ).
 SEQ, VOCAB, IMAGE = 16, 128, 32
 
 
@@ -78,11 +80,11 @@ def _images(batch: int, size: int = IMAGE, classes: int = 10):
 
 # -- Hugging Face transformers -------------------------------------------------------------
 
-def _causal_lm(config, batch):
+def _causal_lm(config, batch, attention="sdpa"):
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = no_dropout(AutoModelForCausalLM.from_config(config, attn_implementation="sdpa"))
+    model = no_dropout(AutoModelForCausalLM.from_config(config, attn_implementation=attention))
     ids = _tokens(batch, config.vocab_size)
     return HFLoss(model), (ids, ids.clone())
 
@@ -154,7 +156,8 @@ def opt(batch=2):
 def bloom(batch=2):
     from transformers import BloomConfig
 
-    return _causal_lm(BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4), batch)
+    # Bloom has no SDPA path in transformers: its own (eager) attention with ALiBi.
+    return _causal_lm(BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4), batch, attention="eager")
 
 
 def falcon(batch=2):
@@ -250,7 +253,9 @@ def albert(batch=2):
 def deberta_v2(batch=2):
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
 
-    return _encoder(DebertaV2Config, DebertaV2ForSequenceClassification, batch)
+    # Without a problem type DeBERTa's loss picks its branch from the labels' values.
+    return _encoder(DebertaV2Config, DebertaV2ForSequenceClassification, batch,
+                    problem_type="single_label_classification")
 
 
 def electra(batch=2):
@@ -283,8 +288,8 @@ def swin(batch=2):
 def convnext(batch=2):
     from transformers import ConvNextConfig, ConvNextForImageClassification
 
-    return _vision(ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_labels=4), ConvNextForImageClassification,
-                   batch)
+    return _vision(ConvNextConfig(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=4),
+                   ConvNextForImageClassification, batch)
 
 
 class CLIPLoss(nn.Module):
@@ -312,37 +317,29 @@ def clip(batch=2):
 def mamba(batch=2):
     from transformers import MambaConfig
 
+    # No attention at all: the slow (sequential) selective scan, as on a CPU.
     return _causal_lm(MambaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, state_size=4,
-                                  use_mambapy=False), batch)
-
-
-class CTCLoss(nn.Module):
-    """Wav2Vec2's CTC head trained on random labels."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, audio, labels):
-        return self.model(audio, labels=labels).loss
+                                  use_mambapy=False), batch, attention="eager")
 
 
 def wav2vec2(batch=2):
-    from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+    """Wav2Vec2 classifying audio (its CTC head checks the labels' values in Python, which
+    no planned step can: `labels.max() >= vocab_size`)."""
+    from transformers import Wav2Vec2Config, Wav2Vec2ForSequenceClassification
 
     torch.manual_seed(0)
-    config = Wav2Vec2Config(vocab_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
-                            num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4, do_stable_layer_norm=True,
-                            mask_time_prob=0.0, feat_extract_norm="layer")
-    model = no_dropout(Wav2Vec2ForCTC(config))
+    config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
+                            num_conv_pos_embedding_groups=4, do_stable_layer_norm=True, mask_time_prob=0.0,
+                            feat_extract_norm="layer", num_labels=4, classifier_proj_size=16)
+    model = no_dropout(Wav2Vec2ForSequenceClassification(config))
     torch.manual_seed(0)
-    return CTCLoss(model), (torch.randn(batch, 400), torch.randint(1, 16, (batch, 4)))
+    return HFLoss(model), (torch.randn(batch, 400), torch.randint(0, 4, (batch,)))
 
 
 # -- timm ------------------------------------------------------------------------------------
 
-def _timm(name, batch, size=IMAGE, **kwargs):
+def _timm(name, batch, size=2 * IMAGE, **kwargs):
     import timm
 
     torch.manual_seed(0)
@@ -380,7 +377,7 @@ def timm_densenet(batch=2):
 
 # -- torchvision -------------------------------------------------------------------------------
 
-def _torchvision(name, batch, size=IMAGE, **kwargs):
+def _torchvision(name, batch, size=2 * IMAGE, **kwargs):
     import torchvision
 
     torch.manual_seed(0)

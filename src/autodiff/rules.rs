@@ -53,6 +53,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Hardsigmoid => Some(grad_hardsigmoid),
         OpKind::HardsigmoidBackward => None,
         OpKind::Softmax => Some(grad_softmax),
+        OpKind::Cumsum => Some(grad_cumsum),
         OpKind::SoftmaxBackward => None,
         OpKind::CausalMask => Some(grad_causal_mask),
         OpKind::Matmul => Some(grad_matmul),
@@ -220,6 +221,14 @@ fn grad_pow_scalar(b: &mut Builder, call: &GradCall) -> Rule {
 fn grad_neg(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::Neg, vec![dy], &[]))
+}
+
+/// `cumsum(x, axis, reverse)`: each x_i is in the sums from i on (from i back, with
+/// reverse), so `dx = cumsum(dy, axis, !reverse)`.
+fn grad_cumsum(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let attrs = vec![("axis", Attr::Int(call.attrs.int("axis"))), ("reverse", Attr::Bool(!call.attrs.bool("reverse")))];
+    each(b, call, |b, _| b.op1(call.inputs[0], OpKind::Cumsum, vec![dy], &attrs))
 }
 
 /// `sin(x)`: sin′ = cos, so `dx = mul(dy, cos(x))` (reads x, as PyTorch does).

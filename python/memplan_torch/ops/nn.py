@@ -199,3 +199,11 @@ def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100
         attrs.append(("f32_loss", True))
     loss = t.fake_like([], torch.float32) if f32_loss else None
     return t.emit("cross_entropy", [logits, target], attrs, fake=loss, role="cross_entropy")
+
+
+@handles(aten.cumsum.default)
+def cumsum(t, x, dim, dtype=None):
+    """Running sums along `dim` in the output's dtype (PyTorch sums bool and integer
+    tensors as i64 unless `dtype` says otherwise: a cast first)."""
+    x = cast_to(t, x, t.out_fake().dtype)
+    return t.emit("cumsum", [x], [("axis", dim % max(x.rank, 1))])

@@ -129,6 +129,15 @@ pub fn lower_op(
             elementwise(CAUSAL_MASK, y(0).numel(), vec![t(y(0)), t(x(0)), int(last), Arg::F64(attrs.float("value"))])
         }
         Softmax => lines(SOFTMAX, y(0), &[x(0)], attrs.int("axis")),
+        Cumsum => {
+            let mut commands = lines(CUMSUM, y(0), &[x(0)], attrs.int("axis"));
+            for command in &mut commands {
+                if let Command::Launch(launch) = command {
+                    launch.args.push(Arg::I32(i32::from(attrs.bool("reverse"))));
+                }
+            }
+            commands
+        }
         SoftmaxBackward => lines(SOFTMAX_BACKWARD, y(0), &[x(0), x(1)], attrs.int("axis")),
         Matmul => {
             let MatmulAttrs { transpose_a: ta, transpose_b: tb } = MatmulAttrs::of(attrs);

@@ -79,6 +79,7 @@ pub const ATTENTION_TC: &str = "attention_tc";
 pub const ATTENTION_BACKWARD_DQ_TC: &str = "attention_backward_dq_tc";
 pub const ATTENTION_BACKWARD_DKV_TC: &str = "attention_backward_dkv_tc";
 pub const ATTENTION_BIAS_BACKWARD: &str = "attention_bias_backward";
+pub const CUMSUM: &str = "cumsum";
 pub const DROPOUT: &str = "dropout";
 pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
 pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
@@ -96,7 +97,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 52] = [
+pub const KERNELS: [&str; 53] = [
     BINARY,
     UNARY,
     FILL,
@@ -139,6 +140,7 @@ pub const KERNELS: [&str; 52] = [
     ATTENTION_BACKWARD_DQ_TC,
     ATTENTION_BACKWARD_DKV_TC,
     ATTENTION_BIAS_BACKWARD,
+    CUMSUM,
     DROPOUT,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
@@ -264,6 +266,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Fill => &[FILL],
         CausalMask => &[CAUSAL_MASK],
         Softmax => &[SOFTMAX],
+        Cumsum => &[CUMSUM],
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
         Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
         Attention => &[ATTENTION, ATTENTION_TC],

@@ -90,6 +90,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Hardsigmoid => vec![elementwise::unary(&x[0], elementwise::hardsigmoid)],
         OpKind::HardsigmoidBackward => vec![elementwise::hardsigmoid_backward(&x[0], &x[1])],
         OpKind::Softmax => vec![nn::softmax(&x[0], attrs.int("axis"))],
+        OpKind::Cumsum => vec![nn::cumsum(&x[0], attrs.int("axis"), attrs.bool("reverse"))],
         OpKind::SoftmaxBackward => vec![nn::softmax_backward(&x[0], &x[1], attrs.int("axis"))],
         OpKind::CausalMask => vec![elementwise::causal_mask(&x[0], attrs.float("value"))],
         OpKind::Matmul => {
@@ -786,6 +787,20 @@ mod tests {
         let (q, k, v) = (rand(&[1, 1, 2, 4], 4), rand(&[1, 1, 5, 4], 5), rand(&[1, 1, 5, 2], 6));
         let none = run(OpKind::MaskedAttention, &given, &[q, k, v, all]);
         assert!(none[0].data.iter().all(|&x| x == 0.0) && none[1].data.iter().all(|&x| x == f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn grad_cumsum() {
+        for (axis, reverse) in [(1, false), (-3, true), (2, false)] {
+            let given = [("axis", Attr::Int(axis)), ("reverse", Attr::Bool(reverse))];
+            grad_check(OpKind::Cumsum, &given, &[rand(&[2, 3, 4], 7)], &[(0, "x")], &|_, dy| {
+                run(OpKind::Cumsum, &[("axis", Attr::Int(axis)), ("reverse", Attr::Bool(!reverse))], std::slice::from_ref(dy))
+            });
+        }
+        let y = run(OpKind::Cumsum, &[("axis", Attr::Int(0))], &[Dense::new(vec![4], vec![1.0, 2.0, 3.0, 4.0])]);
+        assert_eq!(y[0].data, [1.0, 3.0, 6.0, 10.0]);
+        let y = run(OpKind::Cumsum, &[("axis", Attr::Int(0)), ("reverse", Attr::Bool(true))], &[Dense::new(vec![4], vec![1.0, 2.0, 3.0, 4.0])]);
+        assert_eq!(y[0].data, [10.0, 9.0, 7.0, 4.0]);
     }
 
     #[test]

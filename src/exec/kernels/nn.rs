@@ -45,6 +45,25 @@ pub(super) fn softmax(x: &Dense, axis: i64) -> Dense {
     y
 }
 
+/// Running sums along `axis`, from its first element (or its last, `reverse`), in f64:
+/// exact for the integers of i32 and i64 positions and counts.
+pub(super) fn cumsum(x: &Dense, axis: i64, reverse: bool) -> Dense {
+    let (outer, n, inner) = split_at_axis(&x.shape, resolve_axis(axis, x.shape.len()));
+    let mut y = Dense::zeros(x.shape.clone());
+    for o in 0..outer {
+        for j in 0..inner {
+            let mut total = 0.0;
+            for step in 0..n {
+                let i = if reverse { n - 1 - step } else { step };
+                let at = (o * n + i) * inner + j;
+                total += x.data[at];
+                y.data[at] = total;
+            }
+        }
+    }
+    y
+}
+
 /// dx = y · (dy − Σ(dy · y) along axis), y being softmax's output.
 pub(super) fn softmax_backward(dy: &Dense, y: &Dense, axis: i64) -> Dense {
     let (outer, n, inner) = split_at_axis(&y.shape, resolve_axis(axis, y.shape.len()));

@@ -56,7 +56,7 @@ pub(super) const POW_SCALAR: OpDef = OpDef::new("pow_scalar", &["x"], &["y"], in
     .inplace(&[(0, 0)])
     .pointwise(&[0]);
 
-pub(super) const NEG: OpDef = OpDef::new("neg", &["x"], &["y"], infer_unary_float, "-x")
+pub(super) const NEG: OpDef = OpDef::new("neg", &["x"], &["y"], infer_unary_numeric, "-x")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
     .pointwise(&[0]);
@@ -283,9 +283,25 @@ pub(super) fn infer_binary(inputs: &[&TensorType], _: &Attrs) -> Rule {
     done(vec![TensorType { dtype, shape: broadcast(&inputs[0].shape, &inputs[1].shape)? }])
 }
 
+/// `add_scalar`, `mul_scalar`: x float, or integer with an integral `value` (positions,
+/// counters: `arange + past_length`); the result in x's dtype.
 pub(super) fn infer_scalar_op(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
-    float_input(inputs[0], "x")?;
-    not_nan(attrs, "value")?;
+    let x = inputs[0];
+    let value = not_nan(attrs, "value")?;
+    match x.dtype {
+        DType::Bool => Err(format!("arithmetic needs numbers, found {x} (cast first)")),
+        d if !d.is_float() && (value.fract() != 0.0 || !value.is_finite()) => {
+            Err(format!("an integer x ({x}) takes an integral value, found {value} (cast x to a float first)"))
+        }
+        _ => done(vec![x.clone()]),
+    }
+}
+
+/// `neg`: x float or integer (not bool); y has x's type.
+pub(super) fn infer_unary_numeric(inputs: &[&TensorType], _: &Attrs) -> Rule {
+    if inputs[0].dtype == DType::Bool {
+        return Err(format!("x must be a number, found {} (cast first)", inputs[0]));
+    }
     done(vec![inputs[0].clone()])
 }
 
@@ -376,7 +392,6 @@ pub(super) fn infer_where(inputs: &[&TensorType], _: &Attrs) -> Rule {
     let (cond, a, b) = (inputs[0], inputs[1], inputs[2]);
     bool_input(cond, "cond")?;
     let dtype = same_dtype(&inputs[1..])?;
-    float_input(a, "a")?;
     let shape = broadcast(&broadcast(&cond.shape, &a.shape)?, &b.shape)?;
     done(vec![TensorType { dtype, shape }])
 }
@@ -385,9 +400,16 @@ pub(super) fn infer_where(inputs: &[&TensorType], _: &Attrs) -> Rule {
 /// output keeps x's shape), value a number (±inf allowed).
 pub(super) fn infer_masked_fill(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (x, mask) = (inputs[0], inputs[1]);
-    float_input(x, "x")?;
     bool_input(mask, "mask")?;
-    not_nan(attrs, "value")?;
+    let value = not_nan(attrs, "value")?;
+    let representable = match x.dtype {
+        DType::Bool => value == 0.0 || value == 1.0,
+        d if !d.is_float() => value.fract() == 0.0 && value.is_finite(),
+        _ => true,
+    };
+    if !representable {
+        return Err(format!("value {value} is not a value of x's dtype {} (cast x first)", x.dtype));
+    }
     match broadcast(&mask.shape, &x.shape) {
         Ok(shape) if shape == x.shape => done(vec![x.clone()]),
         _ => Err(format!("mask {mask} must broadcast to x's shape {}", x.shape)),

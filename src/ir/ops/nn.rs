@@ -34,6 +34,11 @@ pub(super) const SOFTMAX: OpDef = OpDef::new("softmax", &["x"], &["y"], infer_so
     .flops(per_output::<5>)
     .inplace(&[(0, 0)]);
 
+pub(super) const CUMSUM: OpDef = OpDef::new("cumsum", &["x"], &["y"], infer_cumsum, "running sums of x along axis (from the end with reverse), in x's dtype")
+    .attrs(&[attr("axis", K::Int, None), attr("reverse", K::Bool, Some(AttrDefault::Bool(false)))])
+    .flops(per_output::<1>)
+    .inplace(&[(0, 0)]);
+
 pub(super) const SOFTMAX_BACKWARD: OpDef = OpDef::new("softmax_backward", &["dy", "y"], &["dx"], infer_softmax_backward, "y * (dy - sum(dy * y) along axis), y being softmax's output")
     .attrs(&[attr("axis", K::Int, Some(AttrDefault::Int(-1)))])
     .backward()
@@ -122,6 +127,17 @@ pub(super) fn infer_softmax(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     float_input(inputs[0], "x")?;
     axis(attrs.int("axis"), inputs[0])?;
     done(vec![inputs[0].clone()])
+}
+
+/// `cumsum(x, axis, reverse)`: x numeric (not bool: PyTorch sums bools as i64, a cast
+/// first), a valid axis; y has x's type.
+pub(super) fn infer_cumsum(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    if x.dtype == DType::Bool {
+        return Err(format!("cumsum needs numbers, found {x} (cast to i64 first, as PyTorch sums bools)"));
+    }
+    axis(attrs.int("axis"), x)?;
+    done(vec![x.clone()])
 }
 
 pub(super) fn infer_softmax_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {

@@ -52,6 +52,7 @@ op_table! {
     Hardsigmoid = elementwise::HARDSIGMOID,
     HardsigmoidBackward = elementwise::HARDSIGMOID_BACKWARD,
     Softmax = nn::SOFTMAX,
+    Cumsum = nn::CUMSUM,
     SoftmaxBackward = nn::SOFTMAX_BACKWARD,
     CausalMask = elementwise::CAUSAL_MASK,
     // Linear algebra.

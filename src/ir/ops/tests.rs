@@ -150,7 +150,10 @@ fn scalar_ops() {
     for kind in [OpKind::AddScalar, OpKind::MulScalar] {
         assert_eq!(ok(kind, &["f16[2,3]"], &[("value", float(2.0))]), ["f16[2,3]"]);
         assert_eq!(ok(kind, &["f32[]"], &[("value", float(-1.5))]), ["f32[]"]);
-        err(kind, &["i32[2]"], &[("value", float(1.0))], "i32[2]");
+        // Integers take integral values (positions, counters); bools no arithmetic.
+        assert_eq!(ok(kind, &["i64[2]"], &[("value", float(3.0))]), ["i64[2]"]);
+        err(kind, &["i32[2]"], &[("value", float(1.5))], "integral value");
+        err(kind, &["bool[2]"], &[("value", float(1.0))], "bool[2]");
         err(kind, &["f32[2]"], &[("value", float(f64::NAN))], "NaN");
     }
 }
@@ -158,7 +161,10 @@ fn scalar_ops() {
 #[test]
 fn activations_and_their_gradients() {
     let forward = [OpKind::Relu, OpKind::Gelu, OpKind::Silu, OpKind::Sigmoid, OpKind::Tanh, OpKind::Hardswish, OpKind::Hardsigmoid];
-    let math = [OpKind::Neg, OpKind::Exp, OpKind::Log, OpKind::Sqrt, OpKind::Rsqrt];
+    let math = [OpKind::Sin, OpKind::Cos, OpKind::Exp, OpKind::Log, OpKind::Sqrt, OpKind::Rsqrt];
+    // neg takes integers too (negative offsets), not bools.
+    assert_eq!(ok(OpKind::Neg, &["i64[4]"], &[]), ["i64[4]"]);
+    err(OpKind::Neg, &["bool[4]"], &[], "bool[4]");
     for kind in forward.into_iter().chain(math) {
         assert_eq!(ok(kind, &["f32[4,5]"], &[]), ["f32[4,5]"]);
         assert_eq!(ok(kind, &["bf16[]"], &[]), ["bf16[]"]);
@@ -844,7 +850,9 @@ fn where_and_masked_fill_broadcast() {
     assert_eq!(ok(w, &["bool[]", "bf16[]", "bf16[]"], &[]), ["bf16[]"]);
     err(w, &["f32[4]", "f32[4]", "f32[4]"], &[], "cond must be a bool tensor, found f32[4]");
     err(w, &["bool[4]", "f32[4]", "f16[4]"], &[], "dtypes differ");
-    err(w, &["bool[4]", "i32[4]", "i32[4]"], &[], "a must be a float tensor");
+    // Any dtype is selected: integer labels and positions, bool masks.
+    assert_eq!(ok(w, &["bool[4]", "i64[4]", "i64[]"], &[]), ["i64[4]"]);
+    assert_eq!(ok(w, &["bool[4]", "bool[4]", "bool[4]"], &[]), ["bool[4]"]);
     err(w, &["bool[3]", "f32[4]", "f32[4]"], &[], "do not broadcast");
     err(w, &["bool[4]", "f32[4]", "f32[2,3]"], &[], "do not broadcast");
     let m = OpKind::MaskedFill;
@@ -855,7 +863,9 @@ fn where_and_masked_fill_broadcast() {
     err(m, &["f32[3]", "bool[2,3]"], &value(0.0), "mask bool[2,3] must broadcast to x's shape [3]");
     err(m, &["f32[3]", "bool[2]"], &value(0.0), "must broadcast");
     err(m, &["f32[3]", "i32[3]"], &value(0.0), "mask must be a bool tensor");
-    err(m, &["i32[3]", "bool[3]"], &value(0.0), "x must be a float tensor");
+    assert_eq!(ok(m, &["i64[3]", "bool[3]"], &value(-100.0)), ["i64[3]"]);
+    err(m, &["i32[3]", "bool[3]"], &value(0.5), "not a value of x's dtype");
+    err(m, &["bool[3]", "bool[3]"], &value(2.0), "not a value of x's dtype");
     err(m, &["f32[3]", "bool[3]"], &value(f64::NAN), "NaN");
     assert_eq!(w.def().inplace, [(0, 1), (0, 2)]);
     assert_eq!(m.def().inplace, [(0, 0)]);

@@ -80,8 +80,17 @@ impl Gen {
     /// of x² + 1 (at least 1).
     pub(super) fn math(&mut self) -> Option<usize> {
         let x = self.float_value(0, 4);
-        match self.below(6) {
+        match self.below(7) {
             0 => self.emit(OpKind::Neg, &[x], &[]),
+            5 => {
+                let rank = self.ty(x).rank() as i64;
+                if rank == 0 {
+                    return self.emit(OpKind::Neg, &[x], &[]);
+                }
+                let axis = self.below(rank as usize) as i64 - if self.chance(0.5) { rank } else { 0 };
+                let reverse = self.chance(0.3);
+                self.emit(OpKind::Cumsum, &[x], &[("axis", Attr::Int(axis)), ("reverse", Attr::Bool(reverse))])
+            }
             4 => {
                 let kind = self.choose(&[OpKind::Sin, OpKind::Cos]);
                 self.emit(kind, &[x], &[])

@@ -45,6 +45,23 @@ extern "C" __global__ void softmax(Tensor y, Tensor x, i64 lines, i64 n, i64 inn
     }
 }
 
+// Running sums of x viewed as [lines / inner, n, inner] along the middle axis, from the
+// line's first element (its last with `reverse`), in double (exact for i32 and i64
+// positions). Thread 0 walks the line in order, reading each element before writing it:
+// safe over x's own bytes.
+extern "C" __global__ void cumsum(Tensor y, Tensor x, i64 lines, i64 n, i64 inner, int reverse) {
+    for (i64 line = blockIdx.x; line < lines; line += gridDim.x) {
+        if (threadIdx.x != 0) continue;
+        const i64 base = (line / inner) * n * inner + line % inner;
+        double total = 0.0;
+        for (i64 step = 0; step < n; ++step) {
+            const i64 k = base + (reverse ? n - 1 - step : step) * inner;
+            total += load_d(x, k);
+            store_d(y, k, total);
+        }
+    }
+}
+
 // dx = y·(dy − Σ dy·y) along the line.
 extern "C" __global__ void softmax_backward(Tensor dx, Tensor dy, Tensor y, i64 lines, i64 n, i64 inner) {
     for (i64 line = blockIdx.x; line < lines; line += gridDim.x) {
