@@ -8,9 +8,11 @@ Per model, one table row: whether export wrote no `extern` op (and which ATen op
 as extern), export and plan times, the arena, its lower bound, the program-order arena,
 PyTorch's own CPU peak for the same step (benches/torch_cpu_peak.py's measure), and the
 training comparison, for SGD and AdamW (lr 1e-3, PyTorch's defaults): memplan's three
-losses against PyTorch's (relative 1e-5: both compute in f32, memplan's CPU reference in
-f64 then rounded, so they differ by rounding; over three steps that stays well under 1e-5
-for these small models), and after SGD every parameter within 5% of SGD's largest move of
+losses against PyTorch's (relative 1e-5, plus half the last printed digit: both compute
+in f32, memplan's CPU reference in f64 rounded to f32 at every op's output, so they
+differ by rounding, which three steps keep under 1e-5 unless the model amplifies it; a
+BatchNorm over few numbers per channel does, which is why the CNNs train on 4 images of
+64 pixels), and after SGD every parameter within 5% of SGD's largest move of
 it (3 · lr · its largest gradient): a parameter that moved differently, or not at all,
 differs by about the whole move. Dropout is off in every model (suite.no_dropout).
 """
@@ -97,7 +99,8 @@ def compare(build, optimizer: str, tmp: Path) -> str:
     params = dict(model.named_parameters())
     torch_opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.AdamW)(params.values(), lr=LR)
     expected, largest = torch_training(model, inputs, torch_opt)
-    if not all(abs(a - b) <= 1e-5 * abs(b) + 1e-7 for a, b in zip(losses, expected)):
+    # memplan prints losses to 6 decimals: half a unit of the last one more.
+    if not all(abs(a - b) <= 1e-5 * abs(b) + 5e-7 for a, b in zip(losses, expected)):
         return f"losses {losses} vs PyTorch {expected}"
     if optimizer == "sgd":
         saved = read_weights(after)

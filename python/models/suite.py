@@ -347,31 +347,31 @@ def _timm(name, batch, size=2 * IMAGE, **kwargs):
     return Classify(model), _images(batch, size)
 
 
-def timm_resnet(batch=2):
+def timm_resnet(batch=4):
     return _timm("resnet10t", batch)
 
 
-def timm_efficientnet(batch=2):
+def timm_efficientnet(batch=4):
     return _timm("efficientnet_b0", batch)
 
 
-def timm_convnext(batch=2):
+def timm_convnext(batch=4):
     return _timm("convnext_atto", batch)
 
 
-def timm_vit(batch=2):
+def timm_vit(batch=4):
     return _timm("vit_tiny_patch16_224", batch, img_size=IMAGE, patch_size=8)
 
 
-def timm_mobilenetv3(batch=2):
+def timm_mobilenetv3(batch=4):
     return _timm("mobilenetv3_small_050", batch)
 
 
-def timm_regnet(batch=2):
+def timm_regnet(batch=4):
     return _timm("regnetx_002", batch)
 
 
-def timm_densenet(batch=2):
+def timm_densenet(batch=4):
     return _timm("densenet121", batch)
 
 
@@ -385,27 +385,27 @@ def _torchvision(name, batch, size=2 * IMAGE, **kwargs):
     return Classify(model), _images(batch, size)
 
 
-def tv_resnet(batch=2):
+def tv_resnet(batch=4):
     return _torchvision("resnet18", batch)
 
 
-def tv_mobilenetv3(batch=2):
+def tv_mobilenetv3(batch=4):
     return _torchvision("mobilenet_v3_small", batch)
 
 
-def tv_efficientnet(batch=2):
+def tv_efficientnet(batch=4):
     return _torchvision("efficientnet_b0", batch)
 
 
-def tv_squeezenet(batch=2):
+def tv_squeezenet(batch=4):
     return _torchvision("squeezenet1_0", batch, size=64)
 
 
-def tv_inception(batch=2):
+def tv_inception(batch=4):
     return _torchvision("inception_v3", batch, size=75, aux_logits=False, init_weights=True)
 
 
-def tv_deeplabv3(batch=2):
+def tv_deeplabv3(batch=4):
     import torchvision
 
     torch.manual_seed(0)
@@ -415,7 +415,7 @@ def tv_deeplabv3(batch=2):
     return Segment(model), (x, torch.randint(0, 4, (batch, IMAGE, IMAGE)))
 
 
-def tv_swin(batch=2):
+def tv_swin(batch=4):
     return _torchvision("swin_t", batch)
 
 

@@ -53,6 +53,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Hardsigmoid => Some(grad_hardsigmoid),
         OpKind::HardsigmoidBackward => None,
         OpKind::Softmax => Some(grad_softmax),
+        OpKind::Gather => Some(grad_gather),
+        OpKind::GatherBackward => None,
         OpKind::Cumsum => Some(grad_cumsum),
         OpKind::SoftmaxBackward => None,
         OpKind::CausalMask => Some(grad_causal_mask),
@@ -221,6 +223,17 @@ fn grad_pow_scalar(b: &mut Builder, call: &GradCall) -> Rule {
 fn grad_neg(b: &mut Builder, call: &GradCall) -> Rule {
     let dy = call.dy()?;
     each(b, call, |b, _| b.op1(call.inputs[0], OpKind::Neg, vec![dy], &[]))
+}
+
+/// `gather(x, index, axis)`: each picked element's gradient added back where it was
+/// picked, `dx = gather_backward(dy, index, shape=x's, axis)`; index takes none.
+fn grad_gather(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let (x, index) = (call.inputs[0], call.inputs[1]);
+    let dims: Vec<i64> = b.ty(x).dims().iter().map(|&d| d as i64).collect();
+    let attrs = [("shape", Attr::Ints(dims)), ("axis", Attr::Int(call.attrs.int("axis")))];
+    let dx = if call.wants(0) { Some(b.op1(x, OpKind::GatherBackward, vec![dy, index], &attrs)?) } else { None };
+    Ok(vec![dx, None])
 }
 
 /// `cumsum(x, axis, reverse)`: each x_i is in the sums from i on (from i back, with

@@ -144,6 +144,12 @@ fn index_bound(graph: &Graph, op: &Op, k: usize) -> u64 {
     match op.kind.def().indices.iter().find(|ix| ix.input == k).map(|ix| ix.below) {
         Some(Below::Dim { input, axis }) => graph.values[op.inputs[input]].ty.dims().get(axis).copied().unwrap_or(1),
         Some(Below::Attr(name)) => op.attrs.int(name).max(1) as u64,
+        Some(Below::DimAt { input, axis }) => {
+            let ty = if input == usize::MAX { &graph.values[op.outputs[0]].ty } else { &graph.values[op.inputs[input]].ty };
+            let rank = ty.rank() as i64;
+            let a = op.attrs.int(axis);
+            ty.dims().get((if a < 0 { a + rank } else { a }) as usize).copied().unwrap_or(1).max(1)
+        }
         None => 10,
     }
 }

@@ -309,3 +309,9 @@ def fill_tensor(t, x, value):
     if value.shape != x.shape:
         value = t.emit("expand", [value], [("shape", x.shape)], fake=t.fake_like(x.shape, x.fake.dtype), final=False)
     return t.emit("contiguous", [value], fake=t.fake_like(x.shape, x.fake.dtype))
+
+
+@handles(aten.gather.default)
+def gather(t, x, dim, index, sparse_grad=False):
+    """`torch.gather(x, dim, index)`: memplan's `gather` along `dim`."""
+    return t.emit("gather", [x, index], [("axis", dim % x.rank)])

@@ -208,6 +208,26 @@ pub fn lower_op(
             elementwise(EMBEDDING, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), int(d), int(v)])
         }
         EmbeddingBackward => embedding_backward(y(0), x(0), x(1)),
+        Gather => {
+            // x narrowed to index's shape but along the axis: out and it are then
+            // [outer, n, inner] and [outer, m, inner].
+            let a = resolve_axis(attrs.int("axis"), x(0).rank());
+            let narrowed = narrowed_to(x(0), &x(1).shape, a);
+            let (_, n, inner) = split_shape(&y(0).shape, a);
+            let args = vec![t(y(0)), t(&narrowed), t(x(1)), int(n), int(inner), int(narrowed.shape[a])];
+            elementwise(GATHER, y(0).numel(), args)
+        }
+        GatherBackward => {
+            // Zeros, then each element of dx narrowed to index's shape summing the dy its
+            // index picks along the axis.
+            let (dx, a) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
+            let narrowed = narrowed_to(dx, &x(1).shape, a);
+            let (_, n, inner) = split_shape(&x(1).shape, a);
+            let mut commands = elementwise(FILL, dx.numel(), vec![t(dx), Arg::F64(0.0), Arg::F64(0.0)]);
+            let args = vec![t(&narrowed), t(x(0)), t(x(1)), int(n), int(inner), int(narrowed.shape[a])];
+            commands.extend(elementwise(GATHER_BACKWARD, narrowed.numel(), args));
+            commands
+        }
         LayerNorm => layer_norm(y(0), x(0), x(1), x(2), attrs.float("eps")),
         LayerNormBackward => {
             norm_backward(&LAYER_NORM_KERNELS, &[y(0), y(1), y(2)], x(0), x(1), x(2), attrs.float("eps"), scratch)
@@ -331,6 +351,22 @@ fn resolve_axis(axis: i64, rank: usize) -> usize {
 
 /// The `len` elements of `view` from `start` along `axis`, every `step`-th: a view of the
 /// same bytes.
+/// `view` cut to `shape` in every dimension but `axis` (gather's x and dx against its index).
+fn narrowed_to(view: &View, shape: &[u64], axis: usize) -> View {
+    let mut part = view.clone();
+    for (d, &n) in shape.iter().enumerate() {
+        if d != axis {
+            part.shape[d] = n;
+        }
+    }
+    part
+}
+
+/// `(outer, n, inner)`: the sizes before, at and after `axis`.
+fn split_shape(shape: &[u64], axis: usize) -> (u64, u64, u64) {
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+}
+
 fn strided_part(view: &View, axis: usize, start: u64, len: u64, step: u64) -> View {
     let mut part = view.clone();
     part.addr.offset += start * view.strides[axis] * view.dtype.size();

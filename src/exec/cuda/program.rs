@@ -228,6 +228,11 @@ fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexChec
             let bound = match indices.below {
                 Below::Dim { input, axis } => views[op.inputs[input]].shape[axis],
                 Below::Attr(name) => op.attrs.int(name) as u64,
+                Below::DimAt { input, axis } => {
+                    let view = if input == usize::MAX { &views[op.outputs[0]] } else { &views[op.inputs[input]] };
+                    let a = op.attrs.int(axis);
+                    view.shape[(if a < 0 { a + view.rank() as i64 } else { a }) as usize]
+                }
             };
             let ignored = indices.ignored.map(|name| op.attrs.int(name));
             let root = layouts[index].root;

@@ -80,6 +80,8 @@ pub const ATTENTION_BACKWARD_DQ_TC: &str = "attention_backward_dq_tc";
 pub const ATTENTION_BACKWARD_DKV_TC: &str = "attention_backward_dkv_tc";
 pub const ATTENTION_BIAS_BACKWARD: &str = "attention_bias_backward";
 pub const CUMSUM: &str = "cumsum";
+pub const GATHER: &str = "gather";
+pub const GATHER_BACKWARD: &str = "gather_backward";
 pub const DROPOUT: &str = "dropout";
 pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
 pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
@@ -97,7 +99,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 53] = [
+pub const KERNELS: [&str; 55] = [
     BINARY,
     UNARY,
     FILL,
@@ -141,6 +143,8 @@ pub const KERNELS: [&str; 53] = [
     ATTENTION_BACKWARD_DKV_TC,
     ATTENTION_BIAS_BACKWARD,
     CUMSUM,
+    GATHER,
+    GATHER_BACKWARD,
     DROPOUT,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
@@ -287,6 +291,8 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         AttentionBiasBackward => &[ATTENTION_BIAS_BACKWARD],
         Extern | ExternView | ExternBackward => &[],
         Embedding => &[EMBEDDING],
+        Gather => &[GATHER],
+        GatherBackward => &[FILL, GATHER_BACKWARD],
         EmbeddingBackward => &[EMBEDDING_BACKWARD],
         LayerNorm => &[LAYER_NORM],
         LayerNormBackward => &[LN_STATS, LN_GRAD_PARAMS, LN_GRAD_PARAMS_FINISH, LAYER_NORM_BACKWARD_DX],

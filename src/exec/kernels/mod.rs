@@ -122,6 +122,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Fill => vec![elementwise::fill(&shapes[0], attrs.float("value"), attrs.float("step"))],
         OpKind::Embedding => vec![nn::embedding(&x[0], &x[1])?],
         OpKind::EmbeddingBackward => vec![nn::embedding_backward(&x[0], &x[1], &shapes[0])?],
+        OpKind::Gather => vec![nn::gather(&x[0], &x[1], attrs.int("axis"))?],
+        OpKind::GatherBackward => vec![nn::gather_backward(&x[0], &x[1], &shapes[0], attrs.int("axis"))?],
         OpKind::LayerNorm => vec![nn::layer_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::LayerNormBackward => nn::layer_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
         OpKind::RmsNorm => vec![nn::rms_norm(&x[0], &x[1], attrs.float("eps"))],
@@ -248,7 +250,7 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
 fn input_dtype(name: &str, dtype: DType, attrs: &Attrs) -> DType {
     let f32_loss = matches!(attrs.get("f32_loss"), Some(Attr::Bool(true)));
     match name {
-        "ids" | "labels" | "seed" => DType::I64,
+        "ids" | "labels" | "seed" | "index" => DType::I64,
         "lse" => DType::F32,
         "cond" | "mask" => DType::Bool,
         "logits" if f32_loss => DType::Bf16,
@@ -787,6 +789,25 @@ mod tests {
         let (q, k, v) = (rand(&[1, 1, 2, 4], 4), rand(&[1, 1, 5, 4], 5), rand(&[1, 1, 5, 2], 6));
         let none = run(OpKind::MaskedAttention, &given, &[q, k, v, all]);
         assert!(none[0].data.iter().all(|&x| x == 0.0) && none[1].data.iter().all(|&x| x == f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn gather_picks_and_its_backward_sums_repeats() {
+        // x [2, 3]; index [2, 2] along axis 1 (rows of index may repeat a column).
+        let x = Dense::new(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let index = Dense::new(vec![2, 2], vec![2.0, 0.0, 1.0, 1.0]);
+        let out = run(OpKind::Gather, &[("axis", Attr::Int(1))], &[x, index.clone()]);
+        assert_eq!(out[0].data, [3.0, 1.0, 5.0, 5.0]);
+        let dy = Dense::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]);
+        let given = [("shape", Attr::Ints(vec![2, 3])), ("axis", Attr::Int(-1))];
+        let dx = run(OpKind::GatherBackward, &given, &[dy, index.clone()]);
+        assert_eq!(dx[0].data, [2.0, 0.0, 1.0, 0.0, 7.0, 0.0]);
+        // Along axis 0, index smaller than x in the other dimension.
+        let x = Dense::new(vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let index = Dense::new(vec![2, 1], vec![2.0, 0.0]);
+        assert_eq!(run(OpKind::Gather, &[("axis", Attr::Int(0))], &[x.clone(), index])[0].data, [5.0, 1.0]);
+        let out_of_range = Dense::new(vec![1, 1], vec![3.0]);
+        assert!(try_run(OpKind::Gather, &[("axis", Attr::Int(0))], &[x, out_of_range]).is_err());
     }
 
     #[test]

@@ -353,6 +353,38 @@ pub(super) fn embedding_backward(dy: &Dense, ids: &Dense, out_shape: &[usize]) -
     Ok(dtable)
 }
 
+/// The position in a tensor of `shape` of element `p` of a tensor of `within`, whose every
+/// dimension is at most `shape`'s but along `axis` (gather's index), with `p[axis]` = `at`.
+fn gathered(shape: &[usize], within: &[usize], p: usize, axis: usize, at: usize) -> usize {
+    let (mut rest, mut flat, mut stride) = (p, 0, 1);
+    for d in (0..within.len()).rev() {
+        let coordinate = if d == axis { at } else { rest % within[d] };
+        rest /= within[d];
+        flat += coordinate * stride;
+        stride *= shape[d];
+    }
+    flat
+}
+
+/// out[p] = x[p with p[axis] = index[p]]; out has index's shape.
+pub(super) fn gather(x: &Dense, index: &Dense, axis: i64) -> Result<Dense, ExecError> {
+    let a = resolve_axis(axis, x.shape.len());
+    let at = indices("gather", index, x.shape[a])?;
+    let data = at.iter().enumerate().map(|(p, &i)| x.data[gathered(&x.shape, &index.shape, p, a, i)]).collect();
+    Ok(Dense::new(index.shape.clone(), data))
+}
+
+/// dx of `shape`: zero, plus dy[p] added at p with p[axis] = index[p] (in index's order).
+pub(super) fn gather_backward(dy: &Dense, index: &Dense, shape: &[usize], axis: i64) -> Result<Dense, ExecError> {
+    let a = resolve_axis(axis, shape.len());
+    let at = indices("gather_backward", index, shape[a])?;
+    let mut dx = Dense::zeros(shape.to_vec());
+    for (p, &i) in at.iter().enumerate() {
+        dx.data[gathered(shape, &index.shape, p, a, i)] += dy.data[p];
+    }
+    Ok(dx)
+}
+
 /// softmax of one row of logits, max-subtracted.
 fn softmax_row(row: &[f64]) -> Vec<f64> {
     let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));

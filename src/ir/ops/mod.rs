@@ -414,6 +414,9 @@ pub enum Below {
     Dim { input: usize, axis: usize },
     /// An integer attribute.
     Attr(&'static str),
+    /// The size of the dimension that the integer attribute `axis` names (negative: from
+    /// the end) of input `input`, or of the op's output 0 for `usize::MAX` (gather's).
+    DimAt { input: usize, axis: &'static str },
 }
 
 /// How `memplan run` seeds a param (a row's `init`).

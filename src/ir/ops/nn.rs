@@ -55,6 +55,17 @@ pub(super) const EMBEDDING_BACKWARD: OpDef = OpDef::new("embedding_backward", &[
     .flops(per_input::<1>)
     .indices(&[Indices { input: 1, below: Below::Attr("vocab"), ignored: None }]);
 
+pub(super) const GATHER: OpDef = OpDef::new("gather", &["x", "index"], &["out"], infer_gather, "x's elements picked along axis by index: out[p] = x[p with p[axis] = index[p]] (PyTorch's gather)")
+    .attrs(&[attr("axis", K::Int, None)])
+    .flops(per_output::<0>)
+    .indices(&[Indices { input: 1, below: Below::DimAt { input: 0, axis: "axis" }, ignored: None }]);
+
+pub(super) const GATHER_BACKWARD: OpDef = OpDef::new("gather_backward", &["dy", "index"], &["dx"], infer_gather_backward, "dx of x's shape: zero, plus each dy[p] added at p with p[axis] = index[p]")
+    .attrs(&[attr("shape", K::Ints, None), attr("axis", K::Int, None)])
+    .backward()
+    .flops(per_input::<1>)
+    .indices(&[Indices { input: 1, below: Below::DimAt { input: usize::MAX, axis: "axis" }, ignored: None }]);
+
 pub(super) const LAYER_NORM: OpDef = OpDef::new("layer_norm", &["x", "gamma", "beta"], &["y"], infer_layer_norm, "normalise the last dim D to mean 0, variance 1; then * gamma + beta")
     .attrs(&[EPS])
     .flops(per_input::<8>)
@@ -174,6 +185,32 @@ pub(super) fn infer_embedding_backward(inputs: &[&TensorType], attrs: &Attrs) ->
         Some((&d, prefix)) if prefix == ids.dims() => done(vec![TensorType::new(dy.dtype, vec![vocab as u64, d])]),
         _ => Err(format!("dy must be ids' shape plus a last dimension D, found dy {dy} and ids {ids}")),
     }
+}
+
+/// `gather(x, index, axis)`: index integer, of x's rank, each of its dimensions at most
+/// x's except along `axis` (PyTorch's rule); out has index's shape and x's dtype.
+pub(super) fn infer_gather(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, index) = (inputs[0], inputs[1]);
+    index_input(index, "index")?;
+    let a = axis(attrs.int("axis"), x)?;
+    if index.rank() != x.rank() || index.dims().iter().zip(x.dims()).enumerate().any(|(d, (&i, &n))| d != a && i > n) {
+        return Err(format!("index {index} must have x's rank and no dimension larger than x's {x} but along axis {a}"));
+    }
+    done(vec![TensorType::new(x.dtype, index.dims().to_vec())])
+}
+
+/// `gather_backward(dy, index, shape, axis)`: dy float of index's shape; dx float of
+/// `shape` (x's), which index fits as in `gather`.
+pub(super) fn infer_gather_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, index) = (inputs[0], inputs[1]);
+    float_input(dy, "dy")?;
+    if dy.dims() != index.dims() {
+        return Err(format!("dy must have index's shape, found dy {dy} and index {index}"));
+    }
+    let shape: Vec<u64> = attrs.ints("shape").iter().map(|&d| u64::try_from(d).map_err(|_| format!("dimension {d} < 0"))).collect::<Result<_, _>>()?;
+    let x = TensorType::new(dy.dtype, shape);
+    infer_gather(&[&x, index], attrs)?;
+    done(vec![x])
 }
 
 /// Shared by the norms: `x` float with channel count `channels` (`None` if `x` has no such

@@ -77,6 +77,8 @@ op_table! {
     // Embeddings and normalisation.
     Embedding = nn::EMBEDDING,
     EmbeddingBackward = nn::EMBEDDING_BACKWARD,
+    Gather = nn::GATHER,
+    GatherBackward = nn::GATHER_BACKWARD,
     LayerNorm = nn::LAYER_NORM,
     LayerNormBackward = nn::LAYER_NORM_BACKWARD,
     RmsNorm = nn::RMS_NORM,

@@ -744,6 +744,29 @@ impl Gen {
         if self.emit_recorded(OpKind::Embedding, &[table, ids], &[]).is_some() && !reuse.contains(&ids) {
             self.ids.entry(vocab).or_default().push(ids);
         }
+        if self.chance(0.5) {
+            self.gather();
+        }
+    }
+
+    /// gather of a float value along a random axis by a new index input (each of its
+    /// dimensions at most x's but along the axis), recorded for its backward op.
+    fn gather(&mut self) {
+        let x = self.float_value(1, 4);
+        let dims = self.ty(x).dims().to_vec();
+        let axis = self.below(dims.len());
+        let shape: Vec<u64> = dims
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| if d == axis { 1 + self.below(4) as u64 } else if n > 1 && self.chance(0.3) { n - 1 } else { n })
+            .collect();
+        let dtype = self.index_dtype();
+        let name = self.name("index");
+        let index = self.arg(name, TensorType::new(dtype, shape), Role::Input);
+        let axis = axis as i64 - if self.chance(0.5) { dims.len() as i64 } else { 0 };
+        if self.emit_recorded(OpKind::Gather, &[x, index], &[("axis", Attr::Int(axis))]).is_some() && self.chance(0.5) {
+            self.backward_of(self.records.len() - 1);
+        }
     }
 
     /// dropout of a float value, recorded for its backward op: p from 0 (the identity) to

@@ -96,7 +96,7 @@ impl Gen {
             OpKind::Conv2d | OpKind::ConvTranspose2d | OpKind::CrossEntropy | OpKind::BceWithLogits => {
                 vec![r.inputs[0], r.inputs[1]]
             }
-            OpKind::Embedding => vec![r.inputs[1]],
+            OpKind::Embedding | OpKind::Gather => vec![r.inputs[1]],
             OpKind::Attention | OpKind::MaskedAttention => [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat(),
             _ => vec![],
         };
@@ -168,6 +168,13 @@ impl Gen {
                 let dy = self.derive(&out_ty, None);
                 let vocab = self.ty(r.inputs[0]).dims()[0] as i64;
                 if let Some(d) = self.emit(OpKind::EmbeddingBackward, &[dy, r.inputs[1]], &[("vocab", Attr::Int(vocab))]) {
+                    self.grads.insert(r.inputs[0], d);
+                }
+            }
+            OpKind::Gather => {
+                let dy = self.derive(&out_ty, None);
+                let given = [("shape", ints(self.ty(r.inputs[0]).dims())), ("axis", Attr::Int(r.attrs.int("axis")))];
+                if let Some(d) = self.emit(OpKind::GatherBackward, &[dy, r.inputs[1]], &given) {
                     self.grads.insert(r.inputs[0], d);
                 }
             }

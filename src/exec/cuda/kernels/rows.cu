@@ -62,6 +62,31 @@ extern "C" __global__ void cumsum(Tensor y, Tensor x, i64 lines, i64 n, i64 inne
     }
 }
 
+// gather: out[p] = x[p with p[axis] = index[p]]. out (index's shape) is [outer, n, inner]
+// around the axis, x (narrowed to index's shape but along the axis) [outer, m, inner].
+extern "C" __global__ void gather(Tensor out, Tensor x, Tensor index, i64 n, i64 inner, i64 m) {
+    GRID_STRIDE(i, out.numel) {
+        const i64 o = i / (n * inner), j = i % inner;
+        const i64 at = load_index(index, i);
+        store_d(out, i, load_d(x, (o * m + at) * inner + j));
+    }
+}
+
+// gather_backward: element (o, k, j) of dx (narrowed like gather's x, [outer, m, inner])
+// sums dy[(o, q, j)] over the q < n whose index picks k, in order: no atomics, runs repeat
+// bit for bit.
+extern "C" __global__ void gather_backward(Tensor dx, Tensor dy, Tensor index, i64 n, i64 inner, i64 m) {
+    GRID_STRIDE(i, dx.numel) {
+        const i64 o = i / (m * inner), k = (i / inner) % m, j = i % inner;
+        double total = 0.0;
+        for (i64 q = 0; q < n; ++q) {
+            const i64 at = (o * n + q) * inner + j;
+            if (load_index(index, at) == k) total += load_d(dy, at);
+        }
+        store_d(dx, i, total);
+    }
+}
+
 // dx = y·(dy − Σ dy·y) along the line.
 extern "C" __global__ void softmax_backward(Tensor dx, Tensor dy, Tensor y, i64 lines, i64 n, i64 inner) {
     for (i64 line = blockIdx.x; line < lines; line += gridDim.x) {
