@@ -25,7 +25,7 @@ def no_dropout(model: nn.Module) -> nn.Module:
     """`model` with every dropout probability 0: `nn.Dropout` modules, and the float
     attributes library code reads its probabilities from (`attention_dropout`, ...)."""
     for module in model.modules():
-        if isinstance(module, nn.modules.dropout._DropoutNd):
+        if isinstance(module, nn.modules.dropout._DropoutNd) or type(module).__name__ == "StochasticDepth":
             module.p = 0.0
         for name, value in list(vars(module).items()):
             if "drop" in name and isinstance(value, float) and not isinstance(value, bool):
@@ -360,7 +360,7 @@ def timm_convnext(batch=4):
 
 
 def timm_vit(batch=4):
-    return _timm("vit_tiny_patch16_224", batch, img_size=IMAGE, patch_size=8)
+    return _timm("vit_tiny_patch16_224", batch, size=IMAGE, img_size=IMAGE, patch_size=8)
 
 
 def timm_mobilenetv3(batch=4):

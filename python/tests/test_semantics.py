@@ -1,7 +1,8 @@
 """The exported step is the user's training step (issue 29), held to PyTorch training the
 same model on the same batch: which params get a gradient (in memplan: an update in the
 expanded step), the losses of three SGD steps and the parameters after them (the
-tolerances of test_zoo.py: losses to 1e-5, each parameter within 5% of SGD's largest move),
+tolerances of test_zoo.py: losses to 1e-5, each parameter within 5% of SGD's largest move
+of it, plus f32 rounding's share),
 frozen parameters exactly unchanged. What cannot be expressed is refused with the user's
 line, or warned about, never silently changed.
 """
@@ -69,7 +70,12 @@ def compare_three_steps(memplan, tmp_path, model, inputs):
             assert torch.equal(after[name], start[name]) and torch.equal(param.detach(), start[name]), name
             continue
         difference = (after[name].double() - param.detach().double()).abs()
-        assert float(difference.max()) <= 0.05 * 3 * LR * largest_grad[name], name
+        # 5% of SGD's largest move of it, plus the moves f32 rounding alone makes: a
+        # gradient that is 0 in exact arithmetic (a key projection's bias: softmax ignores
+        # what it adds) is rounding noise in both frameworks, of f32's epsilon times the
+        # gradients around it (bounded by the model's largest).
+        noise = 3 * LR * 2.0**-23 * max(largest_grad.values())
+        assert float(difference.max()) <= 0.05 * 3 * LR * largest_grad[name] + noise, name
     return text, with_grad
 
 

@@ -237,3 +237,9 @@ def arange(t, *numbers, **_options):
     attrs = [("shape", [int(d) for d in fake.shape]), ("dtype", fake.dtype)]
     attrs += [("value", float(start))] if start != 0 else []
     return t.emit("fill", [], attrs + [("step", float(step))], role="arange")
+
+
+@handles(aten.fill.Scalar)
+def fill_scalar(t, x, value):
+    """`x.fill_(value)` with a number, functionalized: a `fill` of x's shape and dtype."""
+    return _fill(t, value, "fill")

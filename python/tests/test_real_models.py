@@ -1,0 +1,30 @@
+"""The real-model suite's smoke subset (issue 30; benches/real_models.py runs all 41):
+Hugging Face transformers models built from their config objects (python/models/suite.py;
+no download), each exported with no `extern` op, checked, planned, reported by module, and
+trained three SGD steps in memplan as PyTorch trains it (test_semantics'
+compare_three_steps: which params get a gradient, the losses, the params after)."""
+
+import re
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "python" / "models"))
+import suite  # noqa: E402
+from test_semantics import compare_three_steps  # noqa: E402
+
+SMOKE = ["gpt2", "llama", "bert", "bart", "vit"]
+
+
+@pytest.mark.parametrize("name", SMOKE)
+def test_a_library_model_trains_in_memplan_as_in_pytorch(memplan, tmp_path, name):
+    model, inputs = getattr(suite, name)()
+    text, with_grad = compare_three_steps(memplan, tmp_path, model, inputs)
+    assert not re.findall(r'target="([^"]+)"', text), "extern ops"
+    assert len(with_grad) > 4
+    step = tmp_path / "model.step"
+    memplan("check", step)
+    report = memplan("report", step, "--by", "module").stdout
+    assert "model." in report, report
