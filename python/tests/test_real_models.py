@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO / "python" / "models"))
 import suite  # noqa: E402
 from test_semantics import compare_three_steps  # noqa: E402
 
-SMOKE = ["gpt2", "llama", "bert", "bart", "vit"]
+SMOKE = ["gpt2", "llama", "mistral", "bert", "bart", "t5", "vit"]
 
 
 @pytest.mark.parametrize("name", SMOKE)

@@ -869,3 +869,29 @@ def test_attention_with_a_mask_trains_as_in_pytorch(memplan, tmp_path, how):
     text, with_grad = compare_three_steps(memplan, tmp_path, MaskedAttention(how), batch())
     assert "= masked_attention(" in text and "extern" not in text, text
     assert ("position" in with_grad) == (how != "bool padding mask")
+
+
+class MaskLogic(nn.Module):
+    """Masks combined with &, |, ^ and ~ (Mistral's sliding window, DeBERTa's inversion) and
+    integer abs and minimum (T5's relative position buckets) choosing what the loss reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        h = self.a(x)
+        i = torch.arange(8)
+        distance = torch.minimum((i.view(8, 1) - i.view(1, 8)).abs(), torch.full((8, 8), 3))
+        near = distance < 3
+        causal = i.view(8, 1) >= i.view(1, 8)
+        keep = (near & causal) | (~causal ^ near)
+        scores = h[:, :, None] * h[:, None, :] / 8
+        scores = scores.masked_fill(~keep, -1e4) + distance.float() * 0.01
+        return F.cross_entropy(scores.softmax(-1).sum(1)[:, :4], y)
+
+
+def test_mask_logic_and_integer_abs_and_minimum_train_as_in_pytorch(memplan, tmp_path):
+    torch.manual_seed(0)
+    text, with_grad = compare_three_steps(memplan, tmp_path, MaskLogic(), batch())
+    assert "extern" not in text and with_grad == {"a.weight", "a.bias"}

@@ -243,3 +243,79 @@ def arange(t, *numbers, **_options):
 def fill_scalar(t, x, value):
     """`x.fill_(value)` with a number, functionalized: a `fill` of x's shape and dtype."""
     return _fill(t, value, "fill")
+
+
+# Logical ops on bool tensors (masks: Mistral's sliding window `&` of the causal mask,
+# DeBERTa's `~`), written exactly with memplan's selection and comparison: `a & b` is
+# where(a, b, false), `a | b` where(a, true, b), `a ^ b` compare(a, b, ne), `~a`
+# compare_scalar(a, 0, eq). Integer bitwise ops are refused (extern).
+
+def _dunder(name: str):
+    """`aten.__and__.Tensor` and its kin (the registry's `aten` refuses dunder names, which
+    Python's own protocols would otherwise answer)."""
+    return getattr(getattr(torch.ops.aten, name), "Tensor")
+
+
+def _bools(t, *values):
+    if not all(isinstance(v, Value) and v.fake.dtype == torch.bool for v in values):
+        raise ExportError("bitwise ops on integers are not supported (bool masks only)")
+
+
+@handles(aten.bitwise_and.Tensor, aten.logical_and.default, _dunder("__and__"))
+def logical_and(t, a, b):
+    _bools(t, a, b)
+    return t.emit("where", [a, b, constant(t, [], torch.bool, 0, "false")])
+
+
+@handles(aten.bitwise_or.Tensor, aten.logical_or.default, _dunder("__or__"))
+def logical_or(t, a, b):
+    _bools(t, a, b)
+    return t.emit("where", [a, constant(t, [], torch.bool, 1, "true"), b])
+
+
+@handles(aten.bitwise_xor.Tensor, aten.logical_xor.default, _dunder("__xor__"))
+def logical_xor(t, a, b):
+    _bools(t, a, b)
+    return t.emit("compare", [a, b], [("op", "ne")])
+
+
+@handles(aten.bitwise_not.default, aten.logical_not.default)
+def logical_not(t, a):
+    _bools(t, a)
+    return t.emit("compare_scalar", [a], [("value", 0.0), ("op", "eq")])
+
+
+# abs, minimum and maximum of integer tensors (T5's relative position buckets), exactly:
+# abs is where(x < 0, -x, x), minimum where(a < b, a, b). Of float tensors they become
+# `extern`: PyTorch's gradients at 0 and at ties (0, and half to each side) are not the
+# selection's.
+
+def _integers(*values):
+    if not all(isinstance(v, Value) and not v.fake.dtype.is_floating_point for v in values):
+        raise ExportError("abs, minimum and maximum of float tensors are not supported yet (integers only)")
+
+
+@handles(aten.abs.default)
+def abs_(t, x):
+    _integers(x)
+    negative = t.emit("compare_scalar", [x], [("value", 0.0), ("op", "lt")], fake=t.fake_like(x.shape, torch.bool),
+                      final=False, role="negative")
+    flipped = t.emit("neg", [x], final=False, role="neg")
+    return t.emit("where", [negative, flipped, x])
+
+
+def _select(relation):
+    def handler(t, a, b):
+        _integers(a, b)
+        dtype = t.out_fake().dtype
+        a, b = cast_to(t, a, dtype), cast_to(t, b, dtype)
+        shape = list(t.out_fake().shape)
+        keep = t.emit("compare", [a, b], [("op", relation)], fake=t.fake_like(shape, torch.bool), final=False,
+                      role="keep")
+        return t.emit("where", [keep, a, b])
+
+    return handler
+
+
+handles(aten.minimum.default, aten.min.other)(_select("lt"))
+handles(aten.maximum.default, aten.max.other)(_select("gt"))
