@@ -895,3 +895,25 @@ def test_mask_logic_and_integer_abs_and_minimum_train_as_in_pytorch(memplan, tmp
     torch.manual_seed(0)
     text, with_grad = compare_three_steps(memplan, tmp_path, MaskLogic(), batch())
     assert "extern" not in text and with_grad == {"a.weight", "a.bias"}
+
+
+class AvgPools(nn.Module):
+    """Average pooling as DenseNet's transitions (2x2, stride 2) and Inception's branches
+    (3x3, stride 1, padding counted) use it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = nn.Conv2d(2, 4, 3, padding=1), nn.Linear(4 * 2 * 2, 4)
+        self.up = nn.Linear(8, 128)
+
+    def forward(self, x, y):
+        h = F.avg_pool2d(torch.relu(self.conv(self.up(x).view(16, 2, 8, 8))), 3, 1, 1)
+        h = nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False)(h)
+        h = F.avg_pool2d(h, 2)
+        return F.cross_entropy(self.head(h.flatten(1)), y)
+
+
+def test_average_pooling_trains_as_in_pytorch(memplan, tmp_path):
+    torch.manual_seed(0)
+    text, with_grad = compare_three_steps(memplan, tmp_path, AvgPools(), batch())
+    assert text.count("groups=4") == 3 and "extern" not in text, text

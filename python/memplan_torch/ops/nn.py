@@ -207,3 +207,27 @@ def cumsum(t, x, dim, dtype=None):
     tensors as i64 unless `dtype` says otherwise: a cast first)."""
     x = cast_to(t, x, t.out_fake().dtype)
     return t.emit("cumsum", [x], [("axis", dim % max(x.rank, 1))])
+
+
+@handles(aten.avg_pool2d.default)
+def avg_pool2d(t, x, kernel, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """Average pooling as the depthwise convolution it is: a `conv2d` with `groups` = C of a
+    constant [C, 1, kh, kw] weight of 1 / (kh·kw) (no gradient: the backward keeps nothing,
+    as avg_pool2d's). The forms where that divisor is not the window's size everywhere
+    (padding excluded from the count, a `divisor_override`, a ceil-mode window hanging
+    past the input) become `extern`."""
+    pair = lambda v: [int(v[0]), int(v[-1])] if len(v) else None  # noqa: E731 - [k] means [k, k]
+    kh, kw = pair(kernel)
+    stride = pair(stride) or [kh, kw]
+    padding = pair(padding) or [0, 0]
+    if x.rank != 4 or divisor_override is not None or (not count_include_pad and padding != [0, 0]):
+        raise ExportError("avg_pool2d excluding padding from the count, or with a divisor_override, is not supported")
+    out = t.out_fake()
+    floor = [(x.shape[2 + d] + 2 * padding[d] - (kh, kw)[d]) // stride[d] + 1 for d in (0, 1)]
+    if list(out.shape[2:]) != floor:
+        raise ExportError("avg_pool2d whose ceil_mode adds a window past the input is not supported")
+    channels = x.shape[1]
+    weight = constant(t, [channels, 1, kh, kw], x.fake.dtype, 1.0 / (kh * kw), "weight")
+    attrs = [("stride", stride), ("padding", padding), ("groups", channels)]
+    return t.emit("conv2d", [x, weight], attrs)
