@@ -37,8 +37,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 sys.path.insert(0, str(HERE.parent / "python" / "models"))
+sys.path.insert(0, str(HERE.parent / "python" / "tests"))
 
 import suite  # noqa: E402
+from conftest import read_safetensors  # noqa: E402
+from test_zoo import torch_steps  # noqa: E402
 from torch_cpu_peak import pytorch_peak  # noqa: E402
 
 import memplan_torch  # noqa: E402
@@ -55,40 +58,6 @@ def memplan(*args) -> subprocess.CompletedProcess:
     return done
 
 
-def read_weights(path) -> dict:
-    import json
-    import struct
-
-    data = Path(path).read_bytes()
-    (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + length])
-    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I32": torch.int32,
-              "I64": torch.int64, "BOOL": torch.bool}
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = entry["data_offsets"]
-        raw = bytearray(data[8 + length + start:8 + length + end])
-        out[name] = torch.frombuffer(raw, dtype=dtypes[entry["dtype"]]).reshape(entry["shape"]).clone() \
-            if end > start else torch.zeros(entry["shape"], dtype=dtypes[entry["dtype"]])
-    return out
-
-
-def torch_training(model, inputs, optimizer, steps=3):
-    losses, largest = [], {}
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss = model(*inputs)
-        loss.backward()
-        for name, p in model.named_parameters():
-            if p.grad is not None:
-                largest[name] = max(largest.get(name, 0.0), float(p.grad.abs().max()))
-        optimizer.step()
-        losses.append(loss.item())
-    return losses, largest
-
-
 def compare(build, optimizer: str, tmp: Path) -> str:
     """'ok' or why memplan's three steps are not PyTorch's."""
     model, inputs = build()
@@ -100,33 +69,21 @@ def compare(build, optimizer: str, tmp: Path) -> str:
     losses = [float(line.split("loss")[1]) for line in done.stdout.splitlines() if line.startswith("step ")]
     params = dict(model.named_parameters())
     torch_opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.AdamW)(params.values(), lr=LR)
-    expected, largest = torch_training(model, inputs, torch_opt)
+    expected, largest = torch_steps(model, inputs, torch_opt)
     # memplan prints losses to 6 decimals: half a unit of the last one more.
     if not all(abs(a - b) <= 1e-5 * abs(b) + 5e-7 for a, b in zip(losses, expected)):
         return f"losses {losses} vs PyTorch {expected}"
     if optimizer == "sgd":
-        saved = read_weights(after)
-        sources = {name: source for name, source in _sources(model, inputs).items()}
-        for arg, source in sources.items():
-            if source not in params or arg not in saved:
+        saved = read_safetensors(after)
+        for name, param in params.items():
+            if name not in saved:
                 continue
-            difference = float((saved[arg].double() - params[source].detach().double()).abs().max())
+            difference = float((saved[name].double() - param.detach().double()).abs().max())
             # 5% of SGD's move, plus f32 rounding's (see python/tests/test_semantics.py).
-            bound = 0.05 * 3 * LR * largest.get(source, 0.0) + 3 * LR * 2.0**-23 * max(largest.values())
+            bound = 0.05 * 3 * LR * largest.get(name, 0.0) + 3 * LR * 2.0**-23 * max(largest.values())
             if difference > bound:
-                return f"{source} differs by {difference:.3g} > {bound:.3g}"
+                return f"{name} differs by {difference:.3g} > {bound:.3g}"
     return "ok"
-
-
-def _sources(model, inputs) -> dict[str, str]:
-    """The step's argument names and the state-dict names they hold."""
-    from memplan_torch.export import capture
-    from memplan_torch.step import StepWriter
-    from memplan_torch.translate import Translator
-
-    translator = Translator(capture(model, inputs), StepWriter("args"))
-    translator.arguments()
-    return translator.arg_sources
 
 
 def row(build) -> dict:

@@ -575,7 +575,7 @@ def _custom_function(cls, run, call: int, args, kwargs, markers: list):
     (`GRAD_FOR_KEY`, `GRAD_IN_KEY`) appended to `markers`. Returns what `run` returns."""
     with fx_traceback.annotate({CUSTOM_KEY: call}):
         out = run(*args, **kwargs)
-    outputs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))]
+    outputs = list(out) if isinstance(out, (tuple, list)) else [out]
     ctx = next((t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
     if ctx is None:
         # No gradient flows through it (no input needs one, or gradients are off): its

@@ -128,17 +128,9 @@ pub fn lower_op(
             let last = *y(0).shape.last().unwrap_or(&1);
             elementwise(CAUSAL_MASK, y(0).numel(), vec![t(y(0)), t(x(0)), int(last), Arg::F64(attrs.float("value"))])
         }
-        Softmax => lines(SOFTMAX, y(0), &[x(0)], attrs.int("axis")),
-        Cumsum => {
-            let mut commands = lines(CUMSUM, y(0), &[x(0)], attrs.int("axis"));
-            for command in &mut commands {
-                if let Command::Launch(launch) = command {
-                    launch.args.push(Arg::I32(i32::from(attrs.bool("reverse"))));
-                }
-            }
-            commands
-        }
-        SoftmaxBackward => lines(SOFTMAX_BACKWARD, y(0), &[x(0), x(1)], attrs.int("axis")),
+        Softmax => lines(SOFTMAX, y(0), &[x(0)], attrs.int("axis"), &[]),
+        Cumsum => lines(CUMSUM, y(0), &[x(0)], attrs.int("axis"), &[Arg::I32(i32::from(attrs.bool("reverse")))]),
+        SoftmaxBackward => lines(SOFTMAX_BACKWARD, y(0), &[x(0), x(1)], attrs.int("axis"), &[]),
         Matmul => {
             let MatmulAttrs { transpose_a: ta, transpose_b: tb } = MatmulAttrs::of(attrs);
             gemm::matmul(x(0), x(1), ta, tb, y(0), options.conv_f32, scratch)
@@ -386,12 +378,8 @@ fn unary(code: i32, out: &View, x: &View, s: f64) -> Vec<Command> {
 }
 
 /// `out` and `inputs` seen as `[outer, n, inner]` around `axis`: one block per line.
-fn lines(kernel: &'static str, out: &View, inputs: &[&View], axis: i64) -> Vec<Command> {
-    let rank = out.rank() as i64;
-    let axis = if axis < 0 { axis + rank } else { axis } as usize;
-    let outer: u64 = out.shape[..axis].iter().product();
-    let n = out.shape[axis];
-    let inner: u64 = out.shape[axis + 1..].iter().product();
+fn lines(kernel: &'static str, out: &View, inputs: &[&View], axis: i64, extra: &[Arg]) -> Vec<Command> {
+    let (outer, n, inner) = split_shape(&out.shape, resolve_axis(axis, out.rank()));
     let count = outer * inner;
     if count * n == 0 {
         return Vec::new();
@@ -399,6 +387,7 @@ fn lines(kernel: &'static str, out: &View, inputs: &[&View], axis: i64) -> Vec<C
     let mut args = vec![t(out)];
     args.extend(inputs.iter().map(|v| t(v)));
     args.extend([int(count), int(n), int(inner)]);
+    args.extend(extra.iter().cloned());
     vec![launch(kernel, [line_blocks(count), 1, 1], [line_threads(n), 1, 1], args)]
 }
 
