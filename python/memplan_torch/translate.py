@@ -447,6 +447,13 @@ class Translator:
                            [v.name for v in inputs], attrs, source_loc(self.node), region_of(self.node))
         return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
 
+    def constant_values(self, value: Value) -> torch.Tensor | None:
+        """The values of `value` where it is a constant tensor of the program (a
+        `torch.tensor(...)` in the model's code, lifted by torch.export), else None."""
+        source = self.arg_sources.get(value.name)
+        tensor = self.program.constants.get(source) if source is not None else None
+        return tensor if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" else None
+
     def writes(self, value: Value) -> str | None:
         """The memplan op that wrote `value`, `None` for an argument."""
         op = self.written_by(value.name)

@@ -113,8 +113,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::BceWithLogitsBackward => None,
         OpKind::Where => Some(grad_where),
         OpKind::MaskedFill => Some(grad_masked_fill),
-        // A bool result: no gradient flows through a comparison (the rows stop gradients).
-        OpKind::Compare | OpKind::CompareScalar => None,
+        // A bool or index result: no gradient flows through a comparison or an argmax.
+        OpKind::Compare | OpKind::CompareScalar | OpKind::Argmax => None,
     }
 }
 

@@ -30,3 +30,17 @@ def constant(t, shape, dtype, value, role) -> Value:
     fake = t.fake_like(shape, dtype)
     attrs = [("shape", list(shape)), ("dtype", dtype), ("value", float(value))]
     return t.emit("fill", [], attrs, fake=fake, final=False, role=role)
+
+
+def reshaped(t, x: Value, shape, role: str, final=False) -> Value:
+    """`x` viewed as `shape` (a helper value named `path.role`): a `reshape`, after a
+    `contiguous` copy where memplan's layout of `x` cannot view it (as PyTorch's `reshape`)."""
+    from ..value import viewable
+
+    shape = [int(d) for d in shape]
+    if shape == x.shape:
+        return x
+    if not viewable(x, shape):
+        x = t.emit("contiguous", [x], fake=x.fake, final=False, role=f"{role}.dense")
+    fake = None if final else t.fake_like(shape, x.fake.dtype)
+    return t.emit("reshape", [x], [("shape", shape)], fake=fake, final=final, role=role)

@@ -319,3 +319,38 @@ def _select(relation):
 
 handles(aten.minimum.default, aten.min.other)(_select("lt"))
 handles(aten.maximum.default, aten.max.other)(_select("gt"))
+
+
+@handles(aten.softplus.default)
+def softplus(t, x, beta=1, threshold=20):
+    """`F.softplus`: `log(1 + exp(β·x)) / β`, and `x` itself where `β·x > threshold`, as
+    PyTorch computes it. The exponential reads `β·x` with those elements zeroed (`where`),
+    so no exp overflows to inf there and their gradient is x's alone, as in PyTorch.
+    PyTorch's `log1p` keeps more bits of `exp(β·x)` far below 0 than `log(1 + ·)`: there
+    the two differ by at most one f32 rounding of `1 + exp(β·x)` (< 6e-8 absolute)."""
+    beta, threshold = float(beta), float(threshold)
+    fake, big = x.fake, t.fake_like(x.shape, torch.bool)
+    scaled = x if beta == 1 else t.emit("mul_scalar", [x], [("value", beta)], fake=fake, final=False, role="scaled")
+    linear = t.emit("compare_scalar", [scaled], [("value", threshold), ("op", "gt")], fake=big, final=False, role="linear")
+    safe = t.emit("where", [linear, constant(t, [], x.fake.dtype, 0.0, "zero"), scaled], fake=fake, final=False, role="safe")
+    grown = t.emit("exp", [safe], fake=fake, final=False, role="exp")
+    shifted = t.emit("add_scalar", [grown], [("value", 1.0)], fake=fake, final=False, role="one_plus")
+    soft = t.emit("log", [shifted], fake=fake, final=False, role="log")
+    if beta != 1:
+        soft = t.emit("mul_scalar", [soft], [("value", 1.0 / beta)], fake=fake, final=False, role="unscaled")
+    return t.emit("where", [linear, x, soft])
+
+
+@handles(aten.pow.Tensor_Tensor)
+def pow_tensor(t, base, exponent):
+    """`base ** exponent` of two tensors as `exp(exponent · log(base))`, which is PyTorch's
+    power only for a positive base: so only where the base is a constant of the model whose
+    values are all positive (BLOOM's ALiBi slopes); any other base is refused."""
+    values = t.constant_values(base)
+    if values is None or not bool((values > 0).all()):
+        raise ExportError("pow of a tensor base and a tensor exponent is supported for a positive constant base only")
+    dtype = t.out_fake().dtype
+    base, exponent = cast_to(t, base, dtype), cast_to(t, exponent, dtype)
+    logs = t.emit("log", [base], fake=base.fake, final=False, role="log_base")
+    product = t.emit("mul", [exponent, logs], fake=t.out_fake(), final=False, role="exponent_log")
+    return t.emit("exp", [product])

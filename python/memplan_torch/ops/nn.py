@@ -13,7 +13,7 @@ import torch
 
 from ..step import ExportError
 from ..value import Value
-from ._helpers import cast_to, constant
+from ._helpers import cast_to, constant, reshaped
 from .registry import aten, handles
 
 
@@ -140,11 +140,20 @@ def _batch_norm_eval(t, x, weight, bias, running_mean, running_var, eps, fake=No
 
 @handles(aten.max_pool2d.default)
 def max_pool2d(t, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
-    if ceil_mode or list(dilation) != [1, 1]:
-        raise ExportError("max_pool2d with ceil_mode or dilation is not supported")
-    kernel = list(kernel) * (2 // len(kernel))
-    stride = list(stride) * (2 // len(stride)) if stride else kernel
-    padding = list(padding) * (2 // len(padding))
+    """memplan's `max_pool2d`. With `ceil_mode`, the last window PyTorch adds past the input
+    (it starts inside it) is made whole by −inf padding on the bottom and right first
+    (`pad`): a −inf never wins a window, so values and gradients are PyTorch's."""
+    if list(dilation) not in ([1, 1], [1]):
+        raise ExportError("max_pool2d with dilation is not supported")
+    kernel = [int(k) for k in kernel] * (2 // len(kernel))
+    stride = [int(s) for s in stride] * (2 // len(stride)) if stride else kernel
+    padding = [int(p) for p in padding] * (2 // len(padding))
+    out = t.out_fake().shape[-2:]
+    extra = [max((int(out[d]) - 1) * stride[d] + kernel[d] - (x.shape[-2 + d] + 2 * padding[d]), 0) for d in (0, 1)]
+    if ceil_mode and any(extra):
+        from .shape import pad
+
+        x = pad(t, x, [0, extra[1], 0, extra[0]], value=float("-inf"))
     return t.emit("max_pool2d", [x], [("kernel", kernel), ("stride", stride), ("padding", padding)])
 
 
@@ -181,13 +190,22 @@ def _fold_f32_cast(t, logits: Value) -> Value | None:
 def cross_entropy(t, logits, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
     if weight is not None or reduction != 1:
         raise ExportError("cross_entropy with class weights or reduction other than 'mean' is not supported")
-    if logits.rank != 2:
-        raise ExportError(f"cross_entropy of {logits.type} logits: only [N, C] is supported (flatten first)")
+    if logits.rank == 1 or logits.rank != target.rank + 1:
+        raise ExportError(f"cross_entropy of {logits.type} logits: [N, C] or [N, C, d1, ...] with class indices")
+    if logits.rank > 2:
+        # [N, C, d1, ...] with targets [N, d1, ...]: the classes moved last and every
+        # position a row, [N·d1·..., C] (a copy), the targets flattened alike; the mean over
+        # all positions is PyTorch's.
+        perm = [0] + list(range(2, logits.rank)) + [1]
+        moved = t.emit("transpose", [logits], [("perm", perm)], fake=t.fake_like([logits.shape[p] for p in perm],
+                       logits.fake.dtype), final=False, role="classes_last")
+        logits = reshaped(t, moved, [logits.fake.numel() // logits.shape[1], logits.shape[1]], "rows")
+        target = reshaped(t, target, [target.fake.numel()], "targets")
     # An f32 loss of f16/bf16 logits, as one op: the logits are read as f32 inside it (exactly,
     # every half value being an f32 value). Either the model casts them itself and nothing
     # else reads the cast, or CUDA autocast does, inside cross_entropy (whose log_softmax and
     # nll_loss it runs in f32): that cast is in no captured graph, so it is never written.
-    source = _fold_f32_cast(t, logits)
+    source = _fold_f32_cast(t, logits) if t.node.args[0].meta["val"].dim() == 2 else None
     f32_loss = source is not None or (t.amp and logits.fake.dtype in _HALF)
     logits = source or logits
     attrs = []
@@ -231,3 +249,57 @@ def avg_pool2d(t, x, kernel, stride=(), padding=(0, 0), ceil_mode=False, count_i
     weight = constant(t, [channels, 1, kh, kw], x.fake.dtype, 1.0 / (kh * kw), "weight")
     attrs = [("stride", stride), ("padding", padding), ("groups", channels)]
     return t.emit("conv2d", [x, weight], attrs)
+
+
+@handles(aten.group_norm.default)
+def group_norm(t, x, groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    """GroupNorm as the layer norm it is of each group: x [N,C,*] viewed as [N,G,(C/G)·*],
+    `layer_norm` over its last dimension (without affine: constant gamma 1 and beta 0), viewed
+    back, then the per-channel weight and bias (`mul`, `add` of [C,1,...] views). The norm
+    saves what PyTorch's does (its input, mean and rstd per group); the affine's two
+    products are buffers PyTorch's fused kernel does not make."""
+    n, c = x.shape[0], x.shape[1]
+    if c % groups:
+        raise ExportError(f"group_norm of {c} channels in {groups} groups")
+    width = x.fake.numel() // (n * groups) if n else 0
+    rows = reshaped(t, x, [n, groups, width], "groups")
+    dtype = x.fake.dtype
+    one, zero = constant(t, [width], dtype, 1.0, "gamma"), constant(t, [width], dtype, 0.0, "beta")
+    normed = t.emit("layer_norm", [rows, one, zero], [("eps", float(eps))], fake=rows.fake, final=False, role="normed")
+    y = reshaped(t, normed, x.shape, "normed_image", final=weight is None and bias is None)
+    column = [c] + [1] * (x.rank - 2)
+    if weight is not None:
+        w = reshaped(t, weight, column, "weight")
+        y = t.emit("mul", [y, w], fake=None if bias is None else x.fake, final=bias is None, role="scaled")
+    if bias is not None:
+        y = t.emit("add", [y, reshaped(t, bias, column, "bias")])
+    return y
+
+
+@handles(aten.mse_loss.default)
+def mse_loss(t, a, b, reduction=1):
+    """`F.mse_loss`: `(a − b)²` (`sub`, `mul`), then its mean (the default), sum, or itself."""
+    if reduction not in (0, 1, 2):
+        raise ExportError(f"mse_loss with reduction {reduction}")
+    diff = t.emit("sub", [a, b], fake=t.fake_like(torch.broadcast_shapes(a.fake.shape, b.fake.shape), a.fake.dtype),
+                  final=False, role="diff")
+    if reduction == 0:
+        return t.emit("mul", [diff, diff])
+    squared = t.emit("mul", [diff, diff], fake=diff.fake, final=False, role="squared")
+    return t.emit("mean" if reduction == 1 else "sum", [squared], [("axes", list(range(squared.rank)))], role="mse_loss")
+
+
+@handles(aten._weight_norm.default)
+def weight_norm(t, v, g, dim=0):
+    """`torch._weight_norm(v, g, dim)` (weight_norm's weight): `v · (g / ‖v‖)`, the norm
+    √Σv² over every dimension but `dim` (over all when `dim` is −1), as PyTorch computes it."""
+    axes = list(range(v.rank)) if dim == -1 else [a for a in range(v.rank) if a != dim % v.rank]
+    kept = [1 if a in axes else v.shape[a] for a in range(v.rank)]
+    squares = t.emit("mul", [v, v], fake=v.fake, final=False, role="squares")
+    total = t.emit("sum", [squares], [("axes", axes), ("keepdim", True)], fake=t.fake_like(kept, v.fake.dtype),
+                   final=False, role="norm_squared")
+    norm = t.emit("sqrt", [total], fake=total.fake, final=False, role="norm")
+    g = reshaped(t, g, kept, "g") if g.shape != kept and g.fake.numel() == total.fake.numel() else g
+    ratio = t.emit("div", [g, norm], fake=t.fake_like(torch.broadcast_shapes(g.fake.shape, norm.fake.shape), v.fake.dtype),
+                   final=False, role="scale")
+    return t.emit("mul", [v, ratio])

@@ -8,6 +8,7 @@ whole numbers become `extern` (memplan matches PyTorch for sizes and integer fac
 from __future__ import annotations
 
 from ..step import ExportError
+from ._helpers import reshaped
 from .registry import aten, handles
 
 
@@ -28,3 +29,19 @@ def upsample_nearest2d(t, x, output_size=None, scale_factors=None):
     if scale_factors is not None and any(float(f) != int(f) for f in scale_factors):
         raise ExportError(f"nearest upsampling by scale factors {list(scale_factors)} (memplan matches PyTorch for sizes and integer factors)")
     return t.emit("upsample_nearest2d", [x], [("output_size", [int(d) for d in out.shape[2:]])])
+
+
+@handles(aten.adaptive_avg_pool1d.default)
+def adaptive_avg_pool1d(t, x, output_size):
+    """`adaptive_avg_pool1d` of [N,C,L] (or [C,L]) as `adaptive_avg_pool2d` of the height-1
+    image [N,C,1,L] (a view), to [1, size], viewed back."""
+    size = int(output_size[0])
+    if x.rank not in (2, 3):
+        raise ExportError(f"adaptive_avg_pool1d of a rank-{x.rank} tensor")
+    if size == 1:
+        return t.emit("mean", [x], [("axes", [x.rank - 1]), ("keepdim", True)])
+    image = reshaped(t, x, [1] * (4 - x.rank) + x.shape[:-1] + [1, x.shape[-1]], "image")
+    out = list(image.shape[:2]) + [1, size]
+    pooled = t.emit("adaptive_avg_pool2d", [image], [("output_size", [1, size])], fake=t.fake_like(out, x.fake.dtype),
+                    final=False, role="pooled")
+    return reshaped(t, pooled, t.out_fake().shape, "adaptive_avg_pool1d", final=True)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from ..value import Value, shadow, viewable
-from ._helpers import cast_to, promoted
+from ..step import ExportError
+from ._helpers import cast_to, promoted, reshaped
 from .registry import aten, handles
 
 
@@ -258,6 +259,18 @@ def reduce(op: str):
 
 
 handles(aten.mean.dim, aten.mean.default)(reduce("mean"))
+
+
+@handles(aten.argmax.default)
+def argmax(t, x, dim=None, keepdim=False):
+    """`x.argmax(dim)`: memplan's `argmax` (i64). Without `dim` (over all elements) it is the
+    argmax of x flattened."""
+    if dim is None:
+        flat = reshaped(t, x, [x.fake.numel()], "flat")
+        return reshaped(t, t.emit("argmax", [flat], [("axis", 0)], fake=t.fake_like([], torch.int64), final=False),
+                        t.out_fake().shape, "argmax", final=True)
+    attrs = [("axis", dim % max(x.rank, 1))] + ([("keepdim", True)] if keepdim else [])
+    return t.emit("argmax", [cast_to(t, x, torch.int64) if x.fake.dtype == torch.bool else x], attrs)
 handles(aten.sum.dim_IntList, aten.sum.default)(reduce("sum"))
 
 
@@ -315,3 +328,108 @@ def fill_tensor(t, x, value):
 def gather(t, x, dim, index, sparse_grad=False):
     """`torch.gather(x, dim, index)`: memplan's `gather` along `dim`."""
     return t.emit("gather", [x, index], [("axis", dim % x.rank)])
+
+
+@handles(aten.repeat.default)
+def repeat(t, x, repeats):
+    """`x.repeat(r0, r1, ...)`: x viewed with a size-1 axis before each of its dimensions,
+    expanded to [r0, s0, r1, s1, ...] (a view), copied (`contiguous`) and viewed as
+    [r0·s0, r1·s1, ...]: PyTorch's own decomposition, one buffer of the output's size."""
+    repeats = [int(r) for r in repeats]
+    sizes = [1] * (len(repeats) - x.rank) + x.shape
+    if all(r == 1 for r in repeats):
+        return reshaped(t, x, sizes, "repeat", final=True)
+    interleaved = [d for s in sizes for d in (1, s)]
+    spread = reshaped(t, x, interleaved, "axes")
+    target = [d for r, s in zip(repeats, sizes) for d in (r, s)]
+    wide = t.emit("expand", [spread], [("shape", target)], fake=t.fake_like(target, x.fake.dtype), final=False,
+                  role="expanded")
+    dense = t.emit("contiguous", [wide], fake=wide.fake, final=False, role="copies")
+    return reshaped(t, dense, [r * s for r, s in zip(repeats, sizes)], "repeat", final=True)
+
+
+@handles(aten.roll.default)
+def roll(t, x, shifts, dims=()):
+    """`torch.roll`: along each dimension, the last `shift` elements moved to the front, a
+    `cat` of two slices; with no dimensions, of the flattened tensor, viewed back."""
+    shifts, dims = [int(s) for s in shifts], [d % x.rank for d in dims]
+    if not dims:
+        flat = reshaped(t, x, [x.fake.numel()], "flat")
+        return reshaped(t, _rolled(t, flat, shifts[0], 0, final=False), x.shape, "roll", final=True)
+    out = x
+    for k, (shift, axis) in enumerate(zip(shifts, dims)):
+        out = _rolled(t, out, shift, axis, final=k == len(dims) - 1)
+    return out
+
+
+def _rolled(t, x, shift: int, axis: int, final: bool) -> Value:
+    size = x.shape[axis]
+    shift = shift % size if size else 0
+    if shift == 0:
+        return reshaped(t, x, x.shape, "roll", final=True) if final else x
+    tail = _slice_of(t, x, axis, size - shift, size, final=False)
+    head = _slice_of(t, x, axis, 0, size - shift, final=False)
+    return t.emit("cat", [tail, head], [("axis", axis)], fake=None if final else x.fake, final=final, role="rolled")
+
+
+@handles(aten.broadcast_tensors.default)
+def broadcast_tensors(t, tensors):
+    """Each tensor expanded to the shape they broadcast to (views)."""
+    shape = [int(d) for d in torch.broadcast_shapes(*(v.fake.shape for v in tensors))]
+    return tuple(v if v.shape == shape else t.emit("expand", [v], [("shape", shape)],
+                 fake=t.fake_like(shape, v.fake.dtype), final=False, role=f"broadcast{i}") for i, v in enumerate(tensors))
+
+
+@handles(aten.index.Tensor)
+def index(t, x, indices):
+    """`x[i, j]` with integer index tensors over adjacent dimensions k..k+m (advanced
+    indexing): the indices, negative ones counted from the end as PyTorch counts them,
+    become one row number into those dimensions flattened (`i·size_j + j`, broadcast);
+    then, for k = 0, an `embedding` of x viewed as [rows, rest]; else a `gather` along the
+    middle axis of x viewed as [before, rows, after]. Their backward ops sum repeated
+    rows, as PyTorch's index backward (`index_put` accumulating) does."""
+    at = [k for k, v in enumerate(indices) if v is not None]
+    if not at:
+        return x
+    if at != list(range(at[0], at[-1] + 1)):
+        raise ExportError("indexing with tensors at dimensions that are not adjacent is not supported")
+    if any(not isinstance(indices[k], Value) or indices[k].fake.dtype == torch.bool or indices[k].fake.dtype.is_floating_point
+           for k in at):
+        raise ExportError("indexing with a bool mask or float tensor is not supported (integer indices only)")
+    first, last = at[0], at[-1] + 1
+    rows = None
+    for k in at:
+        size = x.shape[k]
+        i = cast_to(t, indices[k], torch.int64)
+        bools = t.fake_like(i.shape, torch.bool)
+        negative = t.emit("compare_scalar", [i], [("value", 0.0), ("op", "lt")], fake=bools, final=False, role="negative")
+        wrapped = t.emit("add_scalar", [i], [("value", float(size))], fake=i.fake, final=False, role="from_end")
+        i = t.emit("where", [negative, wrapped, i], fake=i.fake, final=False, role="index")
+        if rows is not None:
+            scaled = t.emit("mul_scalar", [rows], [("value", float(size))], fake=rows.fake, final=False, role="row_scaled")
+            shape = [int(d) for d in torch.broadcast_shapes(scaled.fake.shape, i.fake.shape)]
+            i = t.emit("add", [scaled, i], fake=t.fake_like(shape, torch.int64), final=False, role="row")
+        rows = i
+    count = 1
+    for d in x.shape[first:last]:
+        count *= d
+    before, after = x.shape[:first], x.shape[last:]
+    width = 1
+    for d in after:
+        width *= d
+    if first == 0:
+        table = reshaped(t, x, [count, width], "table")
+        picked = t.emit("embedding", [table, rows], fake=t.fake_like(rows.shape + [width], x.fake.dtype), final=False,
+                        role="rows")
+        return reshaped(t, picked, t.out_fake().shape, "index", final=True)
+    lead = 1
+    for d in before:
+        lead *= d
+    n = rows.fake.numel()
+    middle = reshaped(t, x, [lead, count, width], "table")
+    line = reshaped(t, rows, [1, n, 1], "row_line")
+    spread = t.emit("expand", [line], [("shape", [lead, n, width])], fake=t.fake_like([lead, n, width], torch.int64),
+                    final=False, role="row_index")
+    picked = t.emit("gather", [middle, spread], [("axis", 1)], fake=t.fake_like([lead, n, width], x.fake.dtype),
+                    final=False, role="rows")
+    return reshaped(t, picked, t.out_fake().shape, "index", final=True)

@@ -200,6 +200,12 @@ pub fn lower_op(
             elementwise(EMBEDDING, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), int(d), int(v)])
         }
         EmbeddingBackward => embedding_backward(y(0), x(0), x(1)),
+        Argmax => {
+            // One thread a line of x along the axis; y holds a line's answer at the line's
+            // row-major position (keepdim or not, the same order).
+            let (outer, n, inner) = split_shape(&x(0).shape, resolve_axis(attrs.int("axis"), x(0).rank()));
+            elementwise(ARGMAX, outer * inner, vec![t(y(0)), t(x(0)), int(outer * inner), int(n), int(inner)])
+        }
         Gather => {
             // x narrowed to index's shape but along the axis: out and it are then
             // [outer, n, inner] and [outer, m, inner].

@@ -80,6 +80,7 @@ pub const ATTENTION_BACKWARD_DQ_TC: &str = "attention_backward_dq_tc";
 pub const ATTENTION_BACKWARD_DKV_TC: &str = "attention_backward_dkv_tc";
 pub const ATTENTION_BIAS_BACKWARD: &str = "attention_bias_backward";
 pub const CUMSUM: &str = "cumsum";
+pub const ARGMAX: &str = "argmax";
 pub const GATHER: &str = "gather";
 pub const GATHER_BACKWARD: &str = "gather_backward";
 pub const DROPOUT: &str = "dropout";
@@ -99,7 +100,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 55] = [
+pub const KERNELS: [&str; 56] = [
     BINARY,
     UNARY,
     FILL,
@@ -143,6 +144,7 @@ pub const KERNELS: [&str; 55] = [
     ATTENTION_BACKWARD_DKV_TC,
     ATTENTION_BIAS_BACKWARD,
     CUMSUM,
+    ARGMAX,
     GATHER,
     GATHER_BACKWARD,
     DROPOUT,
@@ -271,6 +273,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         CausalMask => &[CAUSAL_MASK],
         Softmax => &[SOFTMAX],
         Cumsum => &[CUMSUM],
+        Argmax => &[ARGMAX],
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
         Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
         Attention => &[ATTENTION, ATTENTION_TC],

@@ -112,6 +112,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         }
         OpKind::Sum => vec![shape::sum(&x[0], attrs.ints("axes"), &shapes[0])],
         OpKind::Mean => vec![shape::mean(&x[0], attrs.ints("axes"), &shapes[0])],
+        OpKind::Argmax => vec![shape::argmax(&x[0], attrs.int("axis"), &shapes[0])],
         OpKind::Reshape => vec![Dense::new(shapes[0].clone(), x[0].data.clone())],
         OpKind::Detach => vec![x[0].clone()],
         OpKind::Transpose => vec![shape::transpose(&x[0], attrs.ints("perm"))],
@@ -822,6 +823,19 @@ mod tests {
         assert_eq!(y[0].data, [1.0, 3.0, 6.0, 10.0]);
         let y = run(OpKind::Cumsum, &[("axis", Attr::Int(0)), ("reverse", Attr::Bool(true))], &[Dense::new(vec![4], vec![1.0, 2.0, 3.0, 4.0])]);
         assert_eq!(y[0].data, [10.0, 9.0, 7.0, 4.0]);
+    }
+
+    #[test]
+    fn argmax_takes_the_first_maximum_and_nan_as_largest() {
+        let x = Dense::new(vec![2, 3], vec![1.0, 5.0, 5.0, 2.0, f64::NAN, 9.0]);
+        let along = |axis: i64, keepdim: bool| {
+            run(OpKind::Argmax, &[("axis", Attr::Int(axis)), ("keepdim", Attr::Bool(keepdim))], std::slice::from_ref(&x))
+                .remove(0)
+        };
+        let rows = along(-1, false);
+        assert_eq!((rows.shape.clone(), rows.data), (vec![2], vec![1.0, 1.0]));
+        let columns = along(0, true);
+        assert_eq!((columns.shape.clone(), columns.data), (vec![1, 3], vec![1.0, 1.0, 1.0]));
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub(super) const MEAN: OpDef = OpDef::new("mean", &["x"], &["out"], infer_mean, 
     .attrs(&[attr("axes", K::Ints, None), attr("keepdim", K::Bool, Some(AttrDefault::Bool(false)))])
     .flops(per_input::<1>);
 
+pub(super) const ARGMAX: OpDef = OpDef::new("argmax", &["x"], &["out"], infer_argmax, "the position of x's largest element along axis (the first on ties; a NaN counts as largest), as i64")
+    .attrs(&[attr("axis", K::Int, None), attr("keepdim", K::Bool, Some(AttrDefault::Bool(false)))])
+    .flops(per_input::<1>)
+    .stops_gradient();
+
 pub(super) const RESHAPE: OpDef = OpDef::new("reshape", &["x"], &["out"], infer_reshape, "x's elements in row-major order with a new shape (a view)")
     .attrs(&[attr("shape", K::Ints, None)])
     .view(View { input: 0, layout: reshape_view, keeps_order: true });
@@ -110,6 +115,26 @@ pub(super) fn infer_sum(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
 pub(super) fn infer_mean(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     float_input(inputs[0], "x")?;
     reduce(inputs[0], attrs)
+}
+
+/// `argmax(x, axis, keepdim)`: x numeric (PyTorch has no argmax of bools), the axis not
+/// empty; the output is i64, x's shape without the axis (size 1 with keepdim).
+pub(super) fn infer_argmax(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    if x.dtype == DType::Bool {
+        return Err(format!("argmax needs numbers, found {x} (cast to i64 first)"));
+    }
+    let at = axis(attrs.int("axis"), x)?;
+    if x.dims()[at] == 0 {
+        return Err(format!("argmax along an empty axis of {x}"));
+    }
+    let mut dims = x.dims().to_vec();
+    if attrs.bool("keepdim") {
+        dims[at] = 1;
+    } else {
+        dims.remove(at);
+    }
+    done(vec![TensorType::new(DType::I64, dims)])
 }
 
 pub(super) fn infer_reshape(inputs: &[&TensorType], attrs: &Attrs) -> Rule {

@@ -126,4 +126,6 @@ op_table! {
     MaskedFill = elementwise::MASKED_FILL,
     Compare = elementwise::COMPARE,
     CompareScalar = elementwise::COMPARE_SCALAR,
+    // The position of a maximum (integer output, no gradient).
+    Argmax = shape::ARGMAX,
 }

@@ -76,7 +76,7 @@ impl Gen {
     }
 
     /// A math function where it is defined and finite on any input: neg and integer powers
-    /// of x itself; exp of tanh(x) (within [1/e, e]); log, sqrt, rsqrt and fractional powers
+    /// of x itself; cumsum, and argmax (cast back to x's dtype); exp of tanh(x) (within [1/e, e]); log, sqrt, rsqrt and fractional powers
     /// of x² + 1 (at least 1).
     pub(super) fn math(&mut self) -> Option<usize> {
         let x = self.float_value(0, 4);
@@ -88,6 +88,12 @@ impl Gen {
                     return self.emit(OpKind::Neg, &[x], &[]);
                 }
                 let axis = self.below(rank as usize) as i64 - if self.chance(0.5) { rank } else { 0 };
+                if self.chance(0.3) {
+                    // The positions of the maxima, as numbers of x's dtype (no gradient).
+                    let keepdim = self.chance(0.5);
+                    let at = self.emit(OpKind::Argmax, &[x], &[("axis", Attr::Int(axis)), ("keepdim", Attr::Bool(keepdim))])?;
+                    return self.emit(OpKind::Cast, &[at], &[("to", Attr::DType(self.ty(x).dtype))]);
+                }
                 let reverse = self.chance(0.3);
                 self.emit(OpKind::Cumsum, &[x], &[("axis", Attr::Int(axis)), ("reverse", Attr::Bool(reverse))])
             }

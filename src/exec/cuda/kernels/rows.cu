@@ -62,6 +62,25 @@ extern "C" __global__ void cumsum(Tensor y, Tensor x, i64 lines, i64 n, i64 inne
     }
 }
 
+// argmax: y[line] = the position of the largest element of x's line along the axis (x is
+// [outer, n, inner] around it, a line each (o, j)), the first on ties, a NaN counting as
+// larger than every number, as PyTorch's argmax. One thread a line.
+extern "C" __global__ void argmax(Tensor y, Tensor x, i64 lines, i64 n, i64 inner) {
+    GRID_STRIDE(line, lines) {
+        const i64 base = (line / inner) * n * inner + line % inner;
+        i64 best = 0;
+        double top = load_d(x, base);
+        for (i64 i = 1; i < n; ++i) {
+            const double value = load_d(x, base + i * inner);
+            if (top == top && (value != value || value > top)) {
+                best = i;
+                top = value;
+            }
+        }
+        store_d(y, line, (double)best);
+    }
+}
+
 // gather: out[p] = x[p with p[axis] = index[p]]. out (index's shape) is [outer, n, inner]
 // around the axis, x (narrowed to index's shape but along the axis) [outer, m, inner].
 extern "C" __global__ void gather(Tensor out, Tensor x, Tensor index, i64 n, i64 inner, i64 m) {
