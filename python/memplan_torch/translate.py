@@ -448,8 +448,15 @@ class Translator:
         return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
 
     def constant_values(self, value: Value) -> torch.Tensor | None:
-        """The values of `value` where it is a constant tensor of the program (a
-        `torch.tensor(...)` in the model's code, lifted by torch.export), else None."""
+        """The values of `value` where they are known before the step runs: a constant
+        tensor of the program (a `torch.tensor(...)` in the model's code, lifted by
+        torch.export), or a `fill` (`torch.full`, a scalar `torch.tensor`, `arange`); else None."""
+        op = self.written_by(value.name)
+        if op is not None and op.op == "fill":
+            attrs = dict(op.attrs)
+            count = value.fake.numel()
+            steps = torch.arange(count, dtype=torch.float64) * attrs.get("step", 0.0) + attrs.get("value", 0.0)
+            return steps.reshape(value.shape).to(value.fake.dtype)
         source = self.arg_sources.get(value.name)
         tensor = self.program.constants.get(source) if source is not None else None
         return tensor if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" else None

@@ -109,6 +109,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::AdaptiveAvgPool2dBackward => None,
         OpKind::UpsampleNearest2d => Some(grad_upsample_nearest2d),
         OpKind::UpsampleNearest2dBackward => None,
+        OpKind::UpsampleBilinear2d => Some(grad_upsample_bilinear2d),
+        OpKind::UpsampleBilinear2dBackward => None,
         OpKind::BceWithLogits => Some(grad_bce_with_logits),
         OpKind::BceWithLogitsBackward => None,
         OpKind::Where => Some(grad_where),
@@ -799,6 +801,19 @@ fn grad_upsample_nearest2d(b: &mut Builder, call: &GradCall) -> Rule {
     each(b, call, |b, _| {
         let attrs = resample_attrs(b, call)?;
         b.op1(call.inputs[0], OpKind::UpsampleNearest2dBackward, vec![dy], &attrs)
+    })
+}
+
+/// `upsample_bilinear2d(x, output_size, align_corners)`: linear in x, each output pixel a
+/// weighted sum of four x pixels, so `dx = upsample_bilinear2d_backward(dy, shape=x's
+/// shape, output_size, align_corners)` adds each dy element into those pixels times their
+/// weights.
+fn grad_upsample_bilinear2d(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    each(b, call, |b, _| {
+        let [shape, size] = resample_attrs(b, call)?;
+        let attrs = [shape, size, ("align_corners", Attr::Bool(call.attrs.bool("align_corners")))];
+        b.op1(call.inputs[0], OpKind::UpsampleBilinear2dBackward, vec![dy], &attrs)
     })
 }
 

@@ -300,10 +300,17 @@ pub fn lower_op(
             args.extend([adam.lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay].map(Arg::F64));
             elementwise(ADAM, y(0).numel(), args)
         }
-        AdaptiveAvgPool2d => resample(ADAPTIVE_AVG_POOL2D, y(0), x(0), x(0), y(0)),
-        AdaptiveAvgPool2dBackward => resample(ADAPTIVE_AVG_POOL2D_BACKWARD, y(0), x(0), y(0), x(0)),
-        UpsampleNearest2d => resample(UPSAMPLE_NEAREST2D, y(0), x(0), x(0), y(0)),
-        UpsampleNearest2dBackward => resample(UPSAMPLE_NEAREST2D_BACKWARD, y(0), x(0), y(0), x(0)),
+        AdaptiveAvgPool2d => resample(ADAPTIVE_AVG_POOL2D, y(0), x(0), x(0), y(0), &[]),
+        AdaptiveAvgPool2dBackward => resample(ADAPTIVE_AVG_POOL2D_BACKWARD, y(0), x(0), y(0), x(0), &[]),
+        UpsampleNearest2d => resample(UPSAMPLE_NEAREST2D, y(0), x(0), x(0), y(0), &[]),
+        UpsampleNearest2dBackward => resample(UPSAMPLE_NEAREST2D_BACKWARD, y(0), x(0), y(0), x(0), &[]),
+        UpsampleBilinear2d => {
+            resample(UPSAMPLE_BILINEAR2D, y(0), x(0), x(0), y(0), &[Arg::I32(i32::from(attrs.bool("align_corners")))])
+        }
+        UpsampleBilinear2dBackward => {
+            let align = Arg::I32(i32::from(attrs.bool("align_corners")));
+            resample(UPSAMPLE_BILINEAR2D_BACKWARD, y(0), x(0), y(0), x(0), &[align])
+        }
         BceWithLogits => bce_with_logits(y(0), x(0), x(1), scratch),
         BceWithLogitsBackward => {
             elementwise(BCE_BACKWARD, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), t(x(2))])
@@ -324,9 +331,9 @@ pub fn lower_op(
 /// A resampling kernel writing `to` from `from` (one thread per element of `to`), given
 /// the image `[N, C, H, W]` and its resized `[N, C, OH, OW]`: the forward's x and y, the
 /// backward's dx and dy.
-fn resample(kernel: &'static str, to: &View, from: &View, image: &View, resized: &View) -> Vec<Command> {
+fn resample(kernel: &'static str, to: &View, from: &View, image: &View, resized: &View, extra: &[Arg]) -> Vec<Command> {
     let sizes = [image.shape[2], image.shape[3], resized.shape[2], resized.shape[3]].map(int);
-    elementwise(kernel, to.numel(), [vec![t(to), t(from)], sizes.to_vec()].concat())
+    elementwise(kernel, to.numel(), [vec![t(to), t(from)], sizes.to_vec(), extra.to_vec()].concat())
 }
 
 /// Partial sums of the elementwise losses per block of 256 threads (at least 4096 elements

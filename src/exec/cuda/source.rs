@@ -88,6 +88,8 @@ pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
 pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
 pub const UPSAMPLE_NEAREST2D: &str = "upsample_nearest2d";
 pub const UPSAMPLE_NEAREST2D_BACKWARD: &str = "upsample_nearest2d_backward";
+pub const UPSAMPLE_BILINEAR2D: &str = "upsample_bilinear2d";
+pub const UPSAMPLE_BILINEAR2D_BACKWARD: &str = "upsample_bilinear2d_backward";
 pub const BCE_PARTIAL: &str = "bce_partial";
 pub const BCE_MEAN: &str = "bce_mean";
 pub const BCE_BACKWARD: &str = "bce_backward";
@@ -100,7 +102,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 56] = [
+pub const KERNELS: [&str; 58] = [
     BINARY,
     UNARY,
     FILL,
@@ -152,6 +154,8 @@ pub const KERNELS: [&str; 56] = [
     ADAPTIVE_AVG_POOL2D_BACKWARD,
     UPSAMPLE_NEAREST2D,
     UPSAMPLE_NEAREST2D_BACKWARD,
+    UPSAMPLE_BILINEAR2D,
+    UPSAMPLE_BILINEAR2D_BACKWARD,
     BCE_PARTIAL,
     BCE_MEAN,
     BCE_BACKWARD,
@@ -316,6 +320,8 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         AdaptiveAvgPool2dBackward => &[ADAPTIVE_AVG_POOL2D_BACKWARD],
         UpsampleNearest2d => &[UPSAMPLE_NEAREST2D],
         UpsampleNearest2dBackward => &[UPSAMPLE_NEAREST2D_BACKWARD],
+        UpsampleBilinear2d => &[UPSAMPLE_BILINEAR2D],
+        UpsampleBilinear2dBackward => &[UPSAMPLE_BILINEAR2D_BACKWARD],
         BceWithLogits => &[BCE_PARTIAL, BCE_MEAN],
         BceWithLogitsBackward => &[BCE_BACKWARD],
         Where => &[WHERE_SELECT],

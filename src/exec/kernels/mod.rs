@@ -173,6 +173,10 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::AdaptiveAvgPool2dBackward => vec![resample::adaptive_avg_pool2d_backward(&x[0], &shapes[0])],
         OpKind::UpsampleNearest2d => vec![resample::upsample_nearest2d(&x[0], &shapes[0])],
         OpKind::UpsampleNearest2dBackward => vec![resample::upsample_nearest2d_backward(&x[0], &shapes[0])],
+        OpKind::UpsampleBilinear2d => vec![resample::upsample_bilinear2d(&x[0], &shapes[0], attrs.bool("align_corners"))],
+        OpKind::UpsampleBilinear2dBackward => {
+            vec![resample::upsample_bilinear2d_backward(&x[0], &shapes[0], attrs.bool("align_corners"))]
+        }
         OpKind::BceWithLogits => vec![nn::bce_with_logits(&x[0], &x[1])],
         OpKind::BceWithLogitsBackward => vec![nn::bce_with_logits_backward(&x[0], &x[1], &x[2])],
         OpKind::Where => vec![elementwise::where_select(&x[0], &x[1], &x[2], &shapes[0])],

@@ -7,6 +7,9 @@
 //! - `upsample_nearest2d`: y(i, j) = x(src(i), src(j)) with aten's float32 source index
 //!   ([`nearest_source`]);
 //!
+//! - `upsample_bilinear2d`: y(i, j) the weighted sum of x at its four linear sources
+//!   ([`linear_sources`], aten's float32 scale, source index and weights);
+//!
 //! and their backward ops, which add each dy element into the x pixels it came from:
 //! dy(i, j) / (bin area) into every pixel of its bin, or dy(i, j) into its source pixel.
 //! They run over dy in row-major order, so each dx element receives its terms in
@@ -33,6 +36,68 @@ fn bin(i: usize, size: usize, out: usize) -> std::ops::Range<usize> {
 pub(crate) fn nearest_source(dst: usize, size: usize, out: usize) -> usize {
     let scale = size as f32 / out as f32;
     ((dst as f32 * scale).floor() as usize).min(size - 1)
+}
+
+/// PyTorch's linear sources of output index `dst` of `out` over `size` inputs, and their
+/// weights (`area_pixel_compute_scale`, `area_pixel_compute_source_index`, in float32 as
+/// aten computes them): with `align_corners` the source is dst·(size−1)/(out−1) (0 when
+/// out is 1), else (dst + 0.5)·size/out − 0.5 clamped at 0; it lies between i0 = ⌊src⌋ and
+/// i1 = i0 + 1 (i0 itself at the last input), weighted 1 − λ and λ = src − i0.
+pub(crate) fn linear_sources(dst: usize, size: usize, out: usize, align_corners: bool) -> (usize, usize, f64, f64) {
+    let src = if align_corners {
+        let scale = if out > 1 { (size - 1) as f32 / (out - 1) as f32 } else { 0.0 };
+        scale * dst as f32
+    } else {
+        let scale = size as f32 / out as f32;
+        (scale * (dst as f32 + 0.5) - 0.5).max(0.0)
+    };
+    let i0 = (src as usize).min(size - 1);
+    let i1 = if i0 < size - 1 { i0 + 1 } else { i0 };
+    let lambda = (src - i0 as f32).clamp(0.0, 1.0);
+    (i0, i1, f64::from(1.0 - lambda), f64::from(lambda))
+}
+
+/// y(i, j) = Σ of x at the four sources of (i, j), each times its row and column weights:
+/// `wr0·(wc0·x(r0, c0) + wc1·x(r0, c1)) + wr1·(wc0·x(r1, c0) + wc1·x(r1, c1))`.
+pub(super) fn upsample_bilinear2d(x: &Dense, out_shape: &[usize], align_corners: bool) -> Dense {
+    let (n, h, w) = planes(&x.shape);
+    let (oh, ow) = (out_shape[2], out_shape[3]);
+    let columns: Vec<_> = (0..ow).map(|j| linear_sources(j, w, ow, align_corners)).collect();
+    let mut y = Vec::with_capacity(n * oh * ow);
+    for plane in x.data.chunks_exact(h * w).take(n) {
+        for i in 0..oh {
+            let (r0, r1, wr0, wr1) = linear_sources(i, h, oh, align_corners);
+            for &(c0, c1, wc0, wc1) in &columns {
+                let near = wc0 * plane[r0 * w + c0] + wc1 * plane[r0 * w + c1];
+                let far = wc0 * plane[r1 * w + c0] + wc1 * plane[r1 * w + c1];
+                y.push(wr0 * near + wr1 * far);
+            }
+        }
+    }
+    Dense::new(out_shape.to_vec(), y)
+}
+
+/// dx of `x_shape`: dy(i, j) times each source's weight added into the four sources of
+/// (i, j) (a source counted twice at the last row or column gets both its shares).
+pub(super) fn upsample_bilinear2d_backward(dy: &Dense, x_shape: &[usize], align_corners: bool) -> Dense {
+    let (n, h, w) = planes(x_shape);
+    let (oh, ow) = (dy.shape[2], dy.shape[3]);
+    let mut dx = Dense::zeros(x_shape.to_vec());
+    for p in 0..n {
+        let plane = &mut dx.data[p * h * w..(p + 1) * h * w];
+        for i in 0..oh {
+            let (r0, r1, wr0, wr1) = linear_sources(i, h, oh, align_corners);
+            for j in 0..ow {
+                let (c0, c1, wc0, wc1) = linear_sources(j, w, ow, align_corners);
+                let g = dy.data[(p * oh + i) * ow + j];
+                plane[r0 * w + c0] += wr0 * wc0 * g;
+                plane[r0 * w + c1] += wr0 * wc1 * g;
+                plane[r1 * w + c0] += wr1 * wc0 * g;
+                plane[r1 * w + c1] += wr1 * wc1 * g;
+            }
+        }
+    }
+    dx
 }
 
 /// y(i, j) = the mean of bin (i, j) of x, summed in row-major order, then divided by the

@@ -1,9 +1,10 @@
-//! Resampling of images: `adaptive_avg_pool2d` and `upsample_nearest2d` (NCHW, PyTorch's
-//! bins and source indices) and their backward ops, which name the forward input's shape.
+//! Resampling of images: `adaptive_avg_pool2d`, `upsample_nearest2d` and
+//! `upsample_bilinear2d` (NCHW, PyTorch's bins, source indices and weights) and their
+//! backward ops, which name the forward input's shape.
 //! FLOPs of the adaptive pool count each bin's elements, in closed form.
 
 use super::rules::*;
-use super::{Attr, AttrKind, AttrSpec, Attrs, OpDef, attr};
+use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, attr};
 use crate::ir::types::TensorType;
 
 use AttrKind as K;
@@ -29,6 +30,20 @@ pub(super) const UPSAMPLE_NEAREST2D_BACKWARD: OpDef = OpDef::new("upsample_neare
     .attrs(RESAMPLE_BACKWARD_ATTRS)
     .backward()
     .flops(per_input::<1>);
+
+/// PyTorch's `align_corners` of bilinear resampling: the corner pixels' centres map onto
+/// each other (else the images' edges do).
+const ALIGN_CORNERS: AttrSpec = attr("align_corners", K::Bool, Some(AttrDefault::Bool(false)));
+const BILINEAR_BACKWARD_ATTRS: &[AttrSpec] = &[attr("shape", K::Ints, None), OUTPUT_SIZE, ALIGN_CORNERS];
+
+pub(super) const UPSAMPLE_BILINEAR2D: OpDef = OpDef::new("upsample_bilinear2d", &["x"], &["y"], infer_resample, "x[N,C,H,W] resized to output_size, each pixel a weighted sum of its four nearest sources (PyTorch's bilinear)")
+    .attrs(&[OUTPUT_SIZE, ALIGN_CORNERS])
+    .flops(per_output::<7>);
+
+pub(super) const UPSAMPLE_BILINEAR2D_BACKWARD: OpDef = OpDef::new("upsample_bilinear2d_backward", &["dy"], &["dx"], infer_resample_backward, "dx of shape: each dy element added into its four sources, each times its weight")
+    .attrs(BILINEAR_BACKWARD_ATTRS)
+    .backward()
+    .flops(per_input::<8>);
 
 /// The output of resampling `x [N,C,H,W]` to `output_size = [OH, OW]`
 /// (adaptive_avg_pool2d, upsample_nearest2d): `[N,C,OH,OW]` of x's float dtype. As in

@@ -128,4 +128,7 @@ op_table! {
     CompareScalar = elementwise::COMPARE_SCALAR,
     // The position of a maximum (integer output, no gradient).
     Argmax = shape::ARGMAX,
+    // Bilinear resampling (DeepLabV3's and segmentation heads' upsampling).
+    UpsampleBilinear2d = resample::UPSAMPLE_BILINEAR2D,
+    UpsampleBilinear2dBackward = resample::UPSAMPLE_BILINEAR2D_BACKWARD,
 }

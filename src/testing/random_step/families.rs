@@ -652,7 +652,8 @@ impl Gen {
     }
 
     /// adaptive_avg_pool2d (global, or to any size: overlapping bins, more bins than pixels)
-    /// or upsample_nearest2d (integer factors, other ratios, down as well as up) of a small
+    /// or upsample_nearest2d or upsample_bilinear2d (align_corners or not; integer factors,
+    /// other ratios, down as well as up) of a small
     /// NCHW value, recorded for its backward op, which follows right away sometimes.
     pub(super) fn resample(&mut self) {
         let x = self.nchw();
@@ -664,8 +665,16 @@ impl Gen {
             _ => 1 + g.below(2 * d as usize) as u64,
         };
         let out = [size(self, h), size(self, w)];
-        let kind = if upsample { OpKind::UpsampleNearest2d } else { OpKind::AdaptiveAvgPool2d };
-        if self.emit_recorded(kind, &[x], &[("output_size", ints(&out))]).is_some() && self.chance(0.3) {
+        let kind = match upsample {
+            true if self.chance(0.5) => OpKind::UpsampleBilinear2d,
+            true => OpKind::UpsampleNearest2d,
+            false => OpKind::AdaptiveAvgPool2d,
+        };
+        let mut given = vec![("output_size", ints(&out))];
+        if kind == OpKind::UpsampleBilinear2d && self.chance(0.5) {
+            given.push(("align_corners", Attr::Bool(true)));
+        }
+        if self.emit_recorded(kind, &[x], &given).is_some() && self.chance(0.3) {
             self.backward_of(self.records.len() - 1);
         }
     }

@@ -228,15 +228,18 @@ impl Gen {
                 let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
                 self.emit(kind, &[dloss, r.inputs[0], r.inputs[1]], &given);
             }
-            OpKind::AdaptiveAvgPool2d | OpKind::UpsampleNearest2d => {
-                let kind = if r.kind == OpKind::AdaptiveAvgPool2d {
-                    OpKind::AdaptiveAvgPool2dBackward
-                } else {
-                    OpKind::UpsampleNearest2dBackward
+            OpKind::AdaptiveAvgPool2d | OpKind::UpsampleNearest2d | OpKind::UpsampleBilinear2d => {
+                let kind = match r.kind {
+                    OpKind::AdaptiveAvgPool2d => OpKind::AdaptiveAvgPool2dBackward,
+                    OpKind::UpsampleNearest2d => OpKind::UpsampleNearest2dBackward,
+                    _ => OpKind::UpsampleBilinear2dBackward,
                 };
                 let dy = self.derive(&out_ty, None);
                 let output_size = r.attrs.get("output_size").unwrap().clone();
-                let given = [("shape", ints(self.ty(r.inputs[0]).dims())), ("output_size", output_size)];
+                let mut given = vec![("shape", ints(self.ty(r.inputs[0]).dims())), ("output_size", output_size)];
+                if let Some(align) = r.attrs.get("align_corners") {
+                    given.push(("align_corners", align.clone()));
+                }
                 self.emit(kind, &[dy], &given);
             }
             _ => {}

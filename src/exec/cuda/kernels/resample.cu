@@ -87,3 +87,78 @@ extern "C" __global__ void upsample_nearest2d_backward(Tensor dx, Tensor dy, i64
         store_d(dx, e, total);
     }
 }
+
+// Bilinear resampling's linear sources of output index `dst` (aten's float32 scale and
+// source index, as exec/kernels/resample.rs's linear_sources): between i0 = floor(src) and
+// i1 = i0 + 1 (i0 at the last input), weighted 1 - lambda and lambda.
+struct Linear {
+    i64 i0, i1;
+    double w0, w1;
+};
+
+__device__ Linear linear_sources(i64 dst, i64 size, i64 out, int align_corners) {
+    float src;
+    if (align_corners) {
+        const float scale = out > 1 ? (float)(size - 1) / (float)(out - 1) : 0.0f;
+        src = scale * (float)dst;
+    } else {
+        const float scale = (float)size / (float)out;
+        src = fmaxf(scale * ((float)dst + 0.5f) - 0.5f, 0.0f);
+    }
+    Linear s;
+    s.i0 = imin((i64)src, size - 1);
+    s.i1 = s.i0 < size - 1 ? s.i0 + 1 : s.i0;
+    const float lambda = fminf(fmaxf(src - (float)s.i0, 0.0f), 1.0f);
+    s.w0 = (double)(1.0f - lambda);
+    s.w1 = (double)lambda;
+    return s;
+}
+
+// y[plane, i, j] = wr0 (wc0 x[r0, c0] + wc1 x[r0, c1]) + wr1 (wc0 x[r1, c0] + wc1 x[r1, c1]).
+extern "C" __global__ void upsample_bilinear2d(Tensor y, Tensor x, i64 h, i64 w, i64 oh, i64 ow, int align_corners) {
+    GRID_STRIDE(e, y.numel) {
+        const i64 j = e % ow, i = (e / ow) % oh, plane = e / (oh * ow);
+        const Linear r = linear_sources(i, h, oh, align_corners), c = linear_sources(j, w, ow, align_corners);
+        const i64 base = plane * h * w;
+        const double near = c.w0 * load_d(x, base + r.i0 * w + c.i0) + c.w1 * load_d(x, base + r.i0 * w + c.i1);
+        const double far = c.w0 * load_d(x, base + r.i1 * w + c.i0) + c.w1 * load_d(x, base + r.i1 * w + c.i1);
+        store_d(y, e, r.w0 * near + r.w1 * far);
+    }
+}
+
+// The weight with which output index `dst`'s sources reach input `src` (both shares where
+// i0 = i1 = src).
+__device__ double linear_weight(i64 dst, i64 src, i64 size, i64 out, int align_corners) {
+    const Linear s = linear_sources(dst, size, out, align_corners);
+    return (s.i0 == src ? s.w0 : 0.0) + (s.i1 == src ? s.w1 : 0.0);
+}
+
+// The first output index whose sources reach `src` or beyond (i1 >= src; out if none).
+// Sources never decrease along the output, so a binary search finds it.
+__device__ i64 linear_first(i64 src, i64 size, i64 out, int align_corners) {
+    i64 lo = 0, hi = out;
+    while (lo < hi) {
+        const i64 mid = (lo + hi) / 2;
+        if (linear_sources(mid, size, out, align_corners).i1 >= src) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
+// dx[plane, r, c] = sum of dy[plane, i, j] times (i's weight for r) times (j's weight for c)
+// over the outputs whose sources reach (r, c): the rows from the first whose i1 reaches r
+// to the last whose i0 does not pass it, the columns alike. One thread a dx element.
+extern "C" __global__ void upsample_bilinear2d_backward(Tensor dx, Tensor dy, i64 h, i64 w, i64 oh, i64 ow, int align_corners) {
+    GRID_STRIDE(e, dx.numel) {
+        const i64 c = e % w, r = (e / w) % h, plane = e / (h * w);
+        const i64 i0 = linear_first(r, h, oh, align_corners), j0 = linear_first(c, w, ow, align_corners);
+        double total = 0.0;
+        for (i64 i = i0; i < oh && linear_sources(i, h, oh, align_corners).i0 <= r; ++i) {
+            const double wr = linear_weight(i, r, h, oh, align_corners);
+            if (wr == 0.0) continue;
+            for (i64 j = j0; j < ow && linear_sources(j, w, ow, align_corners).i0 <= c; ++j) {
+                total += wr * linear_weight(j, c, w, ow, align_corners) * load_d(dy, (plane * oh + i) * ow + j);
+            }
+        }
+        store_d(dx, e, total);
+    }
+}

@@ -1,0 +1,111 @@
+"""ATen ops the exporter writes as other memplan ops (issue 30: what real models use), held
+to PyTorch: each small model below uses several of them and trains three SGD steps in
+memplan as in PyTorch from the same weights and batch (test_semantics.compare_three_steps:
+losses to 1e-5, every parameter within 5% of SGD's move of it), with no `extern` op.
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import memplan_torch
+from test_semantics import compare_three_steps
+
+
+class Audio(nn.Module):
+    """Whisper's, Wav2Vec2's and Mamba's layers: conv1d (a weight-normed one, a depthwise
+    dilated one with 'same' padding), group_norm, softplus, adaptive_avg_pool1d, mse_loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(3, 8, 3, padding=1), dim=2)
+        self.norm = nn.GroupNorm(2, 8)
+        self.depthwise = nn.Conv1d(8, 8, 3, padding="same", dilation=2, groups=8)
+        self.strided = nn.Conv1d(8, 6, 4, stride=2, bias=False)
+        self.head = nn.Linear(6 * 3, 5)
+
+    def forward(self, x, target):
+        h = F.softplus(self.norm(self.conv(x)), beta=2.0, threshold=1.0)
+        h = self.strided(self.depthwise(h) + h)
+        h = F.adaptive_avg_pool1d(h, 3).flatten(1)
+        return F.mse_loss(self.head(h), target)
+
+
+class Indexing(nn.Module):
+    """Swin's, CLIP's, Falcon's and BLOOM's indexing: a table indexed by a constant index
+    (repeated rows sum their gradients), rows picked at dimension 1 (a gather), CLIP's
+    pooling at each row's argmax, roll, repeat, broadcast_tensors and a power of a
+    constant base."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(7, 4))
+        self.proj = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 3)
+        self.register_buffer("relative", torch.tensor([[0, 3, 3], [6, 1, 0]]), persistent=False)
+
+    def forward(self, ids, positions, y):
+        bias = self.table[self.relative]  # [2, 3, 4]
+        h = self.proj(bias).repeat(2, 1, 1)  # [4, 3, 4]
+        h = torch.roll(h, shifts=(1, -1), dims=(1, 2)) + h[:, positions]  # gather at dim 1
+        slopes = torch.pow(torch.tensor(0.5), torch.arange(1, 5))
+        h, s = torch.broadcast_tensors(h, slopes)
+        h = h * s
+        pooled = h[torch.arange(h.shape[0]), ids.argmax(dim=-1)]  # [4, 4]
+        return F.cross_entropy(self.head(pooled), y)
+
+
+class Segmentation(nn.Module):
+    """DeepLabV3's and SqueezeNet's layers: max_pool2d with ceil_mode, bilinear upsampling
+    (align_corners off and on, up and down), cross-entropy over [N, C, H, W] logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 6, 3, padding=1)
+        self.classes = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x, y):
+        h = F.max_pool2d(torch.relu(self.stem(x)), 3, stride=2, ceil_mode=True)  # 10 -> 5 (floor: 4)
+        h = F.interpolate(h, size=(7, 5), mode="bilinear", align_corners=True)
+        h = F.interpolate(h, size=(9, 9), mode="bilinear", align_corners=False)
+        return F.cross_entropy(self.classes(h), y)
+
+
+def _audio():
+    torch.manual_seed(11)
+    return Audio(), (torch.randn(4, 3, 12), torch.randn(4, 5))
+
+
+def _indexing():
+    torch.manual_seed(12)
+    return Indexing(), (torch.tensor([[0, 5, 2], [7, 7, 1], [1, 2, 9], [3, 0, 0]]), torch.tensor([2, -1, 0]),
+                        torch.tensor([0, 2, 1, 2]))
+
+
+def _segmentation():
+    torch.manual_seed(13)
+    return Segmentation(), (torch.randn(2, 3, 10, 10), torch.randint(0, 4, (2, 9, 9)))
+
+
+@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation], ids=["audio", "indexing", "segmentation"])
+def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
+    model, inputs = build()
+    text, with_grad = compare_three_steps(memplan, tmp_path, model, inputs)
+    assert "extern" not in text, text
+    assert with_grad == {name for name, _ in model.named_parameters()}
+    wanted = {"audio": ["conv2d(", "layer_norm(", "sqrt(", "log("], "indexing": ["embedding(", "gather(", "argmax(", "cat("],
+              "segmentation": ["value=-inf", "upsample_bilinear2d(", "align_corners=true", "cross_entropy("]}
+    for piece in wanted[build.__name__[1:]]:
+        assert piece in text, (piece, text)
+
+
+def test_a_power_of_a_base_that_may_be_negative_is_not_rewritten():
+    """exp(e·log x) is not x ** e for a negative x: such a power stays `extern`."""
+
+    class Power(nn.Module):
+        def forward(self, x, e):
+            return (x ** e).sum()
+
+    text = memplan_torch.export_step(Power(), (torch.randn(3), torch.randn(3)))
+    assert 'target="aten::pow.Tensor_Tensor"' in text and "exp(" not in text, text
