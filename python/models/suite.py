@@ -168,9 +168,16 @@ def falcon(batch=2):
 
 
 def mixtral(batch=2):
+    """Mixtral with transformers' `batched_mm` experts: each token's experts' weights
+    gathered and multiplied in one batch (what transformers itself switches to for
+    generation on a GPU). The default on the CPU, `grouped_mm`, sorts the tokens into
+    groups by expert (`sort`, `histc`, a grouped matmul over data-dependent offsets): same
+    values, ops memplan does not have (export writes them as extern)."""
     from transformers import MixtralConfig
 
-    return _causal_lm(MixtralConfig(**SMALL, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), batch)
+    config = MixtralConfig(**SMALL, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                           experts_implementation="batched_mm")
+    return _causal_lm(config, batch)
 
 
 def t5(batch=2):

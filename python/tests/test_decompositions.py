@@ -1,4 +1,4 @@
-"""ATen ops the exporter writes as other memplan ops (issue 30: what real models use), held
+"""ATen ops real models use (issue 30), written as memplan's ops (some as several), held
 to PyTorch: each small model below uses several of them and trains three SGD steps in
 memplan as in PyTorch from the same weights and batch (test_semantics.compare_three_steps:
 losses to 1e-5, every parameter within 5% of SGD's move of it), with no `extern` op.
@@ -72,6 +72,34 @@ class Segmentation(nn.Module):
         return F.cross_entropy(self.classes(h), y)
 
 
+class Router(nn.Module):
+    """A mixture-of-experts layer as transformers' `batched_mm` experts run it: topk of the
+    router's probabilities, each token repeated per chosen expert (repeat_interleave), the
+    experts' weights gathered by index and applied with bmm, the results weighted and
+    summed."""
+
+    def __init__(self, width=6, experts=4, top=2):
+        super().__init__()
+        self.router = nn.Linear(width, experts, bias=False)
+        self.up = nn.Parameter(torch.randn(experts, 8, width) * 0.3)
+        self.top, self.head = top, nn.Linear(width + 8, 3)
+        self.inp = nn.Linear(5, width)
+
+    def forward(self, x, y):
+        h = self.inp(x)
+        weights, chosen = torch.topk(torch.softmax(self.router(h), dim=-1), self.top, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        picked = self.up[chosen.reshape(-1)]  # [T·top, 8, width]
+        out = torch.bmm(picked, h.repeat_interleave(self.top, dim=0).unsqueeze(-1)).squeeze(-1)
+        out = (torch.relu(out) * weights.reshape(-1, 1)).view(h.shape[0], self.top, -1).sum(dim=1)
+        return F.cross_entropy(self.head(torch.cat([out, h], dim=-1)), y)
+
+
+def _router():
+    torch.manual_seed(14)
+    return Router(), (torch.randn(10, 5), torch.randint(0, 3, (10,)))
+
+
 def _audio():
     torch.manual_seed(11)
     return Audio(), (torch.randn(4, 3, 12), torch.randn(4, 5))
@@ -88,14 +116,16 @@ def _segmentation():
     return Segmentation(), (torch.randn(2, 3, 10, 10), torch.randint(0, 4, (2, 9, 9)))
 
 
-@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation], ids=["audio", "indexing", "segmentation"])
+@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router],
+                         ids=["audio", "indexing", "segmentation", "router"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     text, with_grad = compare_three_steps(memplan, tmp_path, model, inputs)
     assert "extern" not in text, text
     assert with_grad == {name for name, _ in model.named_parameters()}
     wanted = {"audio": ["conv2d(", "layer_norm(", "sqrt(", "log("], "indexing": ["embedding(", "gather(", "argmax(", "cat("],
-              "segmentation": ["value=-inf", "upsample_bilinear2d(", "align_corners=true", "cross_entropy("]}
+              "segmentation": ["value=-inf", "upsample_bilinear2d(", "align_corners=true", "cross_entropy("],
+              "router": ["topk(", "embedding(", "matmul("]}
     for piece in wanted[build.__name__[1:]]:
         assert piece in text, (piece, text)
 

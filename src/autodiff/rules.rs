@@ -117,6 +117,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::MaskedFill => Some(grad_masked_fill),
         // A bool or index result: no gradient flows through a comparison or an argmax.
         OpKind::Compare | OpKind::CompareScalar | OpKind::Argmax => None,
+        OpKind::Topk => Some(grad_topk),
     }
 }
 
@@ -236,6 +237,19 @@ fn grad_gather(b: &mut Builder, call: &GradCall) -> Rule {
     let attrs = [("shape", Attr::Ints(dims)), ("axis", Attr::Int(call.attrs.int("axis")))];
     let dx = if call.wants(0) { Some(b.op1(x, OpKind::GatherBackward, vec![dy, index], &attrs)?) } else { None };
     Ok(vec![dx, None])
+}
+
+/// `topk(x, k, axis)`: the values are x's elements at the indices (a gather along the
+/// axis), so `dx = gather_backward(dvalues, indices, shape=x's shape, axis)`: each value's
+/// gradient at its position, zero elsewhere. The indices take none.
+fn grad_topk(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let x = call.inputs[0];
+    let rank = b.ty(x).rank() as i64;
+    let axis = call.attrs.int("axis").rem_euclid(rank.max(1));
+    let dims: Vec<i64> = b.ty(x).dims().iter().map(|&d| d as i64).collect();
+    let attrs = [("shape", Attr::Ints(dims)), ("axis", Attr::Int(axis))];
+    each(b, call, |b, _| b.op1(x, OpKind::GatherBackward, vec![dy, call.outputs[1]], &attrs))
 }
 
 /// `cumsum(x, axis, reverse)`: each x_i is in the sums from i on (from i back, with

@@ -228,7 +228,9 @@ fn run_steps(
     for step in 1..=steps {
         let result = run_step(graph, Placement::Planned(plan), &args)?;
         let line = match result.loss() {
-            Some(loss) => format!("step {step}: loss {loss:.6}"),
+            // Every digit of the loss's value (f32, or a bf16/f16 value f32 holds exactly):
+            // the shortest decimal that reads back as it, so a comparison sees all of it.
+            Some(loss) => format!("step {step}: loss {}", loss as f32),
             None => format!("step {step}: done (no scalar loss returned)"),
         };
         bar.suspend(|| outln!("{line}"));

@@ -433,3 +433,29 @@ def index(t, x, indices):
     picked = t.emit("gather", [middle, spread], [("axis", 1)], fake=t.fake_like([lead, n, width], x.fake.dtype),
                     final=False, role="rows")
     return reshaped(t, picked, t.out_fake().shape, "index", final=True)
+
+
+@handles(aten.topk.default)
+def topk(t, x, k, dim=-1, largest=True, sorted=True):
+    """`torch.topk`: memplan's `topk` (values and i64 indices, sorted; unsorted lets any order
+    be PyTorch's, sorted among them)."""
+    axis = dim % max(x.rank, 1)
+    attrs = [("k", int(k))] + ([("axis", axis)] if axis != x.rank - 1 else []) + ([] if largest else [("largest", False)])
+    return tuple(t.emit_multi("topk", [x], [t.out_fake(0), t.out_fake(1)], ["values", "indices"], attrs))
+
+
+@handles(aten.repeat_interleave.self_int)
+def repeat_interleave(t, x, repeats, dim=None, output_size=None):
+    """`x.repeat_interleave(r, dim)` with a number r: each element r times in a row, x viewed
+    with a size-1 axis after `dim`, expanded to r there (a view), copied and viewed back;
+    without `dim`, of x flattened."""
+    if dim is None:
+        x, dim = reshaped(t, x, [x.fake.numel()], "flat"), 0
+    axis, r = dim % x.rank, int(repeats)
+    spread_shape = x.shape[:axis + 1] + [1] + x.shape[axis + 1:]
+    spread = reshaped(t, x, spread_shape, "axis")
+    wide_shape = x.shape[:axis + 1] + [r] + x.shape[axis + 1:]
+    wide = t.emit("expand", [spread], [("shape", wide_shape)], fake=t.fake_like(wide_shape, x.fake.dtype), final=False,
+                  role="expanded")
+    dense = t.emit("contiguous", [wide], fake=wide.fake, final=False, role="copies")
+    return reshaped(t, dense, t.out_fake().shape, "repeat_interleave", final=True)

@@ -206,6 +206,12 @@ pub fn lower_op(
             let (outer, n, inner) = split_shape(&x(0).shape, resolve_axis(attrs.int("axis"), x(0).rank()));
             elementwise(ARGMAX, outer * inner, vec![t(y(0)), t(x(0)), int(outer * inner), int(n), int(inner)])
         }
+        Topk => {
+            // One thread a line of x along the axis, writing its k values and positions.
+            let (outer, n, inner) = split_shape(&x(0).shape, resolve_axis(attrs.int("axis"), x(0).rank()));
+            let (k, largest) = (attrs.int("k"), Arg::I32(i32::from(attrs.bool("largest"))));
+            elementwise(TOPK, outer * inner, vec![t(y(0)), t(y(1)), t(x(0)), int(outer * inner), int(n), int(inner), int(k as u64), largest])
+        }
         Gather => {
             // x narrowed to index's shape but along the axis: out and it are then
             // [outer, n, inner] and [outer, m, inner].

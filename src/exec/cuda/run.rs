@@ -214,7 +214,7 @@ pub fn run_steps(
             let got = exec.result()?;
             let checked = check_step(graph, plan, &args, &got).map_err(CudaError::Exec)?;
             match loss(&got.returns) {
-                Some(l) => out(format!("step {step}: loss {l:.6} in {ms:.3} ms")),
+                Some(l) => out(format!("step {step}: loss {} in {ms:.3} ms", l as f32)),
                 None => out(format!("step {step}: done in {ms:.3} ms")),
             }
             if !checked.failures.is_empty() {
@@ -234,7 +234,7 @@ pub fn run_steps(
             args = advance(&args, &got);
         } else {
             match loss(&exec.returns()?) {
-                Some(l) => out(format!("step {step}: loss {l:.6} in {ms:.3} ms")),
+                Some(l) => out(format!("step {step}: loss {} in {ms:.3} ms", l as f32)),
                 None => out(format!("step {step}: done in {ms:.3} ms")),
             }
         }

@@ -81,6 +81,7 @@ pub const ATTENTION_BACKWARD_DKV_TC: &str = "attention_backward_dkv_tc";
 pub const ATTENTION_BIAS_BACKWARD: &str = "attention_bias_backward";
 pub const CUMSUM: &str = "cumsum";
 pub const ARGMAX: &str = "argmax";
+pub const TOPK: &str = "topk";
 pub const GATHER: &str = "gather";
 pub const GATHER_BACKWARD: &str = "gather_backward";
 pub const DROPOUT: &str = "dropout";
@@ -102,7 +103,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 58] = [
+pub const KERNELS: [&str; 59] = [
     BINARY,
     UNARY,
     FILL,
@@ -147,6 +148,7 @@ pub const KERNELS: [&str; 58] = [
     ATTENTION_BIAS_BACKWARD,
     CUMSUM,
     ARGMAX,
+    TOPK,
     GATHER,
     GATHER_BACKWARD,
     DROPOUT,
@@ -278,6 +280,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Softmax => &[SOFTMAX],
         Cumsum => &[CUMSUM],
         Argmax => &[ARGMAX],
+        Topk => &[TOPK],
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
         Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
         Attention => &[ATTENTION, ATTENTION_TC],

@@ -124,6 +124,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Embedding => vec![nn::embedding(&x[0], &x[1])?],
         OpKind::EmbeddingBackward => vec![nn::embedding_backward(&x[0], &x[1], &shapes[0])?],
         OpKind::Gather => vec![nn::gather(&x[0], &x[1], attrs.int("axis"))?],
+        OpKind::Topk => nn::topk(&x[0], attrs.int("k") as usize, attrs.int("axis"), attrs.bool("largest")).to_vec(),
         OpKind::GatherBackward => vec![nn::gather_backward(&x[0], &x[1], &shapes[0], attrs.int("axis"))?],
         OpKind::LayerNorm => vec![nn::layer_norm(&x[0], &x[1], &x[2], attrs.float("eps"))],
         OpKind::LayerNormBackward => nn::layer_norm_backward(&x[0], &x[1], &x[2], attrs.float("eps")),
@@ -840,6 +841,25 @@ mod tests {
         assert_eq!((rows.shape.clone(), rows.data), (vec![2], vec![1.0, 1.0]));
         let columns = along(0, true);
         assert_eq!((columns.shape.clone(), columns.data), (vec![1, 3], vec![1.0, 1.0, 1.0]));
+    }
+
+    #[test]
+    fn topk_orders_nan_first_and_ties_by_position() {
+        let x = Dense::new(vec![2, 4], vec![1.0, 3.0, 3.0, 2.0, 0.5, f64::NAN, -1.0, 0.5]);
+        let pick = |k: i64, largest: bool| {
+            let given = [("k", Attr::Int(k)), ("axis", Attr::Int(-1)), ("largest", Attr::Bool(largest))];
+            let [values, indices] = <[Dense; 2]>::try_from(run(OpKind::Topk, &given, std::slice::from_ref(&x))).unwrap();
+            (values.data, indices.data)
+        };
+        let (values, indices) = pick(2, true);
+        assert_eq!(indices, [1.0, 2.0, 1.0, 0.0]);
+        assert!(values[0] == 3.0 && values[1] == 3.0 && values[2].is_nan() && values[3] == 0.5);
+        assert_eq!(pick(3, false), (vec![1.0, 2.0, 3.0, -1.0, 0.5, 0.5], vec![0.0, 3.0, 1.0, 2.0, 0.0, 3.0]));
+        let given = [("k", Attr::Int(2)), ("axis", Attr::Int(1)), ("largest", Attr::Bool(true))];
+        grad_check(OpKind::Topk, &given, &[rand(&[2, 4, 3], 5)], &[(0, "x")], &|xs, dy| {
+            let indices = run(OpKind::Topk, &given, xs).remove(1);
+            run(OpKind::GatherBackward, &[("shape", ints(&[2, 4, 3])), ("axis", Attr::Int(1))], &[dy.clone(), indices])
+        });
     }
 
     #[test]

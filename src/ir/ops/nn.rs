@@ -66,6 +66,10 @@ pub(super) const GATHER_BACKWARD: OpDef = OpDef::new("gather_backward", &["dy", 
     .flops(per_input::<1>)
     .indices(&[Indices { input: 1, below: Below::DimAt { input: usize::MAX, axis: "axis" }, ignored: None }]);
 
+pub(super) const TOPK: OpDef = OpDef::new("topk", &["x"], &["values", "indices"], infer_topk, "the k largest (smallest) elements of x along axis, in order, and their positions (PyTorch's topk)")
+    .attrs(&[attr("k", K::Int, None), attr("axis", K::Int, Some(AttrDefault::Int(-1))), attr("largest", K::Bool, Some(AttrDefault::Bool(true)))])
+    .flops(per_input::<1>);
+
 pub(super) const LAYER_NORM: OpDef = OpDef::new("layer_norm", &["x", "gamma", "beta"], &["y"], infer_layer_norm, "normalise the last dim D to mean 0, variance 1; then * gamma + beta")
     .attrs(&[EPS])
     .flops(per_input::<8>)
@@ -197,6 +201,23 @@ pub(super) fn infer_gather(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
         return Err(format!("index {index} must have x's rank and no dimension larger than x's {x} but along axis {a}"));
     }
     done(vec![TensorType::new(x.dtype, index.dims().to_vec())])
+}
+
+/// `topk(x, k, axis, largest)`: x numeric (not bool), 0 ≤ k ≤ its length along the axis;
+/// values of x's dtype and i64 indices, both x's shape with k along the axis.
+pub(super) fn infer_topk(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let x = inputs[0];
+    if x.dtype == DType::Bool {
+        return Err(format!("topk needs numbers, found {x}"));
+    }
+    let a = axis(attrs.int("axis"), x)?;
+    let k = attrs.int("k");
+    if k < 0 || k as u64 > x.dims()[a] {
+        return Err(format!("k = {k} must be in 0..={} (the length of {x} along axis {a})", x.dims()[a]));
+    }
+    let mut dims = x.dims().to_vec();
+    dims[a] = k as u64;
+    done(vec![TensorType::new(x.dtype, dims.clone()), TensorType::new(DType::I64, dims)])
 }
 
 /// `gather_backward(dy, index, shape, axis)`: dy float of index's shape; dx float of

@@ -131,4 +131,6 @@ op_table! {
     // Bilinear resampling (DeepLabV3's and segmentation heads' upsampling).
     UpsampleBilinear2d = resample::UPSAMPLE_BILINEAR2D,
     UpsampleBilinear2dBackward = resample::UPSAMPLE_BILINEAR2D_BACKWARD,
+    // The k largest elements and their positions (mixture-of-experts routers).
+    Topk = nn::TOPK,
 }

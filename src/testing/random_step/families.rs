@@ -76,7 +76,7 @@ impl Gen {
     }
 
     /// A math function where it is defined and finite on any input: neg and integer powers
-    /// of x itself; cumsum, and argmax (cast back to x's dtype); exp of tanh(x) (within [1/e, e]); log, sqrt, rsqrt and fractional powers
+    /// of x itself; cumsum, topk's values, and argmax (cast back to x's dtype); exp of tanh(x) (within [1/e, e]); log, sqrt, rsqrt and fractional powers
     /// of x² + 1 (at least 1).
     pub(super) fn math(&mut self) -> Option<usize> {
         let x = self.float_value(0, 4);
@@ -88,6 +88,13 @@ impl Gen {
                     return self.emit(OpKind::Neg, &[x], &[]);
                 }
                 let axis = self.below(rank as usize) as i64 - if self.chance(0.5) { rank } else { 0 };
+                if self.chance(0.25) {
+                    // The k largest (or smallest) along the axis: their values.
+                    let k = self.below(self.ty(x).dims()[axis.rem_euclid(rank) as usize] as usize + 1) as i64;
+                    let largest = self.chance(0.7);
+                    let given = [("k", Attr::Int(k)), ("axis", Attr::Int(axis)), ("largest", Attr::Bool(largest))];
+                    return self.emit(OpKind::Topk, &[x], &given);
+                }
                 if self.chance(0.3) {
                     // The positions of the maxima, as numbers of x's dtype (no gradient).
                     let keepdim = self.chance(0.5);

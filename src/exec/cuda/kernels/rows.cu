@@ -81,6 +81,42 @@ extern "C" __global__ void argmax(Tensor y, Tensor x, i64 lines, i64 n, i64 inne
     }
 }
 
+// Whether element (u, p) comes before (v, q) in topk's order: larger first (smaller first
+// without `largest`), a NaN larger than every number, equal values by position.
+__device__ __forceinline__ bool topk_before(double u, i64 p, double v, i64 q, int largest) {
+    const bool un = u != u, vn = v != v;
+    if (un != vn) return largest ? un : vn;
+    if (!un && u != v) return largest ? u > v : u < v;
+    return p < q;
+}
+
+// topk: the k first elements of x's line (x is [outer, n, inner] around the axis, a line
+// each (o, j)) in topk_before's order, and their positions: values and indices are
+// [outer, k, inner]. One thread a line; each pick is the first element after the last.
+extern "C" __global__ void topk(Tensor values, Tensor indices, Tensor x, i64 lines, i64 n, i64 inner, i64 k, int largest) {
+    GRID_STRIDE(line, lines) {
+        const i64 o = line / inner, j = line % inner, base = o * n * inner + j;
+        double last = 0.0;
+        i64 last_at = -1;
+        for (i64 r = 0; r < k; ++r) {
+            i64 best = -1;
+            double top = 0.0;
+            for (i64 i = 0; i < n; ++i) {
+                const double value = load_d(x, base + i * inner);
+                if (last_at >= 0 && !topk_before(last, last_at, value, i, largest)) continue;
+                if (best < 0 || topk_before(value, i, top, best, largest)) {
+                    best = i;
+                    top = value;
+                }
+            }
+            store_d(values, (o * k + r) * inner + j, top);
+            store_d(indices, (o * k + r) * inner + j, (double)best);
+            last = top;
+            last_at = best;
+        }
+    }
+}
+
 // gather: out[p] = x[p with p[axis] = index[p]]. out (index's shape) is [outer, n, inner]
 // around the axis, x (narrowed to index's shape but along the axis) [outer, m, inner].
 extern "C" __global__ void gather(Tensor out, Tensor x, Tensor index, i64 n, i64 inner, i64 m) {
