@@ -367,11 +367,15 @@ class Translator:
             try:
                 self.env[node] = handler(self, *args, **kwargs)
                 return
-            except ExportError:
-                # A form of the op memplan has no op for (conv2d with groups, say): written
-                # as `extern` below, unless the handler had begun writing ops.
+            except ExportError as refused:
+                # A form of the op memplan has no op for (a pow of a base that may be
+                # negative, say): written as `extern` below, unless the handler had begun
+                # writing ops; the warning says why, at the user's line.
                 if len(self.w.ops) != emitted:
                     raise
+                loc = source_loc(node)
+                where = f"{os.path.basename(loc[0])}:{loc[1]}: " if loc else ""
+                warnings.warn(f"{where}{target} is written as extern: {refused}", ExportWarning, stacklevel=2)
         self.env[node] = self._extern(node, args, kwargs)
 
     def _extern(self, node, args, kwargs):

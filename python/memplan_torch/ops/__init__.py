@@ -1,7 +1,8 @@
 """The handlers: how each ATen op of an exported graph becomes memplan ops.
 
 One module per family, named as memplan's kernel families are (src/exec/kernels/):
-`elementwise`, `shape`, `linalg`, `attention`, `nn`, `conv`, `resample`, `dropout`.
+`elementwise`, `shape`, `linalg`, `attention`, `nn`, `conv`, `resample`, `dropout`; and
+`recurrent`, whose layers (LSTM, GRU, RNN) are unrolled into ops of those families.
 In-place ops never reach a handler: the capture functionalizes them first (export.py), so
 a write into a slice arrives as `slice_scatter`, a buffer's update as an output of the
 graph (translate.py writes it back with `update`).
@@ -19,7 +20,7 @@ memplan cannot express it refuses by raising `ExportError` before writing anythi
 the node becomes `extern`.
 """
 
-from . import attention, conv, dropout, elementwise, linalg, nn, resample, shape  # noqa: F401 - each registers its handlers
+from . import attention, conv, dropout, elementwise, linalg, nn, recurrent, resample, shape  # noqa: F401 - each registers its handlers
 from .registry import HANDLERS, RegistrationError, aten, handles
 
 __all__ = ["HANDLERS", "RegistrationError", "aten", "handles"]
