@@ -138,6 +138,36 @@ def _recurrent():
     return Recurrent(), (torch.randn(3, 4, 4), torch.tensor([0, 1, 1]))
 
 
+class Pointwise(nn.Module):
+    """Activations, clamps, norms and losses written as several ops: leaky_relu, elu, selu,
+    clamp by numbers and by a tensor, hardtanh, relu6, abs, layer_norm over two dims,
+    instance_norm, pixel_shuffle and pixel_unshuffle, and the L1, smooth L1 and Huber
+    losses."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 8, 3, padding=1)
+        self.norm = nn.LayerNorm([2, 4])
+        self.instance = nn.InstanceNorm2d(2, affine=True)
+        self.ceiling = nn.Parameter(torch.full((2, 1, 1), 0.5))
+        self.head = nn.Linear(8 * 2 * 4, 3)
+
+    def forward(self, x, target):
+        h = F.pixel_shuffle(self.conv(x), 2)  # [N, 2, 8, 8]
+        h = F.leaky_relu(h, 0.2) + F.elu(h, alpha=0.7) + F.selu(h) * 0.1
+        h = self.instance(torch.clamp(h, -1.5, 2.0) + F.hardtanh(h, -0.5, 0.5) + F.relu6(h * 4))
+        h = torch.clamp(h, max=self.ceiling).abs()
+        h = F.pixel_unshuffle(h, 2)  # [N, 8, 4, 4]
+        h = self.norm(h.reshape(h.shape[0], 8, 2, 2, 4).mean(dim=2).reshape(h.shape[0], -1, 2, 4)).flatten(1)
+        out = self.head(h)
+        return F.l1_loss(out, target) + F.smooth_l1_loss(out, target, beta=0.5) + F.huber_loss(out, target, delta=0.3)
+
+
+def _pointwise():
+    torch.manual_seed(16)
+    return Pointwise(), (torch.randn(2, 2, 4, 4), torch.randn(2, 3))
+
+
 def _router():
     torch.manual_seed(14)
     return Router(), (torch.randn(10, 5), torch.randint(0, 3, (10,)))
@@ -159,8 +189,8 @@ def _segmentation():
     return Segmentation(), (torch.randn(2, 3, 10, 10), torch.randint(0, 4, (2, 9, 9)))
 
 
-@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent],
-                         ids=["audio", "indexing", "segmentation", "router", "recurrent"])
+@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise],
+                         ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     if build is _recurrent and not _lstm_states_traced_as_they_run():
@@ -177,7 +207,8 @@ def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     wanted = {"audio": ["conv2d(", "layer_norm(", "sqrt(", "log("], "indexing": ["embedding(", "gather(", "argmax(", "cat("],
               "segmentation": ["value=-inf", "upsample_bilinear2d(", "align_corners=true", "cross_entropy("],
               "router": ["topk(", "embedding(", "matmul("],
-              "recurrent": ["l1_reverse.t0.forget_gate", "sigmoid(", "relu("]}
+              "recurrent": ["l1_reverse.t0.forget_gate", "sigmoid(", "relu("],
+              "pointwise": ['op="le"', 'op="ge"', "layer_norm(", "exp("]}
     for piece in wanted[build.__name__[1:]]:
         assert piece in text, (piece, text)
 

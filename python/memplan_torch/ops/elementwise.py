@@ -286,9 +286,10 @@ def logical_not(t, a):
 
 
 # abs, minimum and maximum of integer tensors (T5's relative position buckets), exactly:
-# abs is where(x < 0, -x, x), minimum where(a < b, a, b). Of float tensors they become
-# `extern`: PyTorch's gradients at 0 and at ties (0, and half to each side) are not the
-# selection's.
+# abs is where(x < 0, -x, x), minimum where(a < b, a, b). A float abs is x · sign(x) with
+# sign(0) = 0, the sign made of comparisons (no gradient of its own), so the gradient is
+# PyTorch's sign(x)·dy, 0 at 0. Float minimum and maximum become `extern`: PyTorch gives
+# half the gradient to each side at a tie, which no selection does.
 
 def _integers(*values):
     if not all(isinstance(v, Value) and not v.fake.dtype.is_floating_point for v in values):
@@ -297,7 +298,8 @@ def _integers(*values):
 
 @handles(aten.abs.default)
 def abs_(t, x):
-    _integers(x)
+    if x.fake.dtype.is_floating_point:
+        return t.emit("mul", [x, _sign(t, x)])
     negative = t.emit("compare_scalar", [x], [("value", 0.0), ("op", "lt")], fake=t.fake_like(x.shape, torch.bool),
                       final=False, role="negative")
     flipped = t.emit("neg", [x], final=False, role="neg")
@@ -354,3 +356,118 @@ def pow_tensor(t, base, exponent):
     logs = t.emit("log", [base], fake=base.fake, final=False, role="log_base")
     product = t.emit("mul", [exponent, logs], fake=t.out_fake(), final=False, role="exponent_log")
     return t.emit("exp", [product])
+
+
+def _sign(t, x: Value) -> Value:
+    """sign(x) as a value with no gradient: where(x == 0, 0, where(x < 0, −1, 1)) (a NaN gets
+    1, so x · sign(x) keeps it NaN)."""
+    bools, dtype = t.fake_like(x.shape, torch.bool), x.fake.dtype
+    negative = t.emit("compare_scalar", [x], [("value", 0.0), ("op", "lt")], fake=bools, final=False, role="negative")
+    zero = t.emit("compare_scalar", [x], [("value", 0.0), ("op", "eq")], fake=bools, final=False, role="zero")
+    unit = t.emit("where", [negative, constant(t, [], dtype, -1.0, "minus_one"), constant(t, [], dtype, 1.0, "one")],
+                  fake=x.fake, final=False, role="unit")
+    return t.emit("where", [zero, constant(t, [], dtype, 0.0, "zero_value"), unit], fake=x.fake, final=False, role="sign")
+
+
+def _clamped(t, x: Value, low, high, inclusive: bool) -> Value:
+    """x with values below `low` set to it and above `high` to it (numbers or tensors, either
+    may be None). `inclusive`: the gradient passes where low ≤ x ≤ high (clamp's); else
+    only where low < x < high (hardtanh's, relu6's)."""
+    dtype = t.out_fake().dtype
+    x = cast_to(t, x, dtype)
+    y = x
+    for bound, below, name in ((low, "lt" if inclusive else "le", "low"), (high, "gt" if inclusive else "ge", "high")):
+        if bound is None:
+            continue
+        if isinstance(bound, Value):
+            shape = [int(d) for d in torch.broadcast_shapes(x.fake.shape, bound.fake.shape)]
+            bound = cast_to(t, bound, dtype)
+            past = t.emit("compare", [x, bound], [("op", below)], fake=t.fake_like(shape, torch.bool), final=False,
+                          role=f"past_{name}")
+        else:
+            value = float(torch.tensor(bound, dtype=dtype).item())
+            past = t.emit("compare_scalar", [x], [("value", value), ("op", below)], fake=t.fake_like(x.shape, torch.bool),
+                          final=False, role=f"past_{name}")
+            bound = constant(t, [], dtype, value, name)
+        last = name == "high" or high is None
+        shape = [int(d) for d in torch.broadcast_shapes(past.fake.shape, bound.fake.shape, y.fake.shape)]
+        y = t.emit("where", [past, bound, y], fake=None if last else t.fake_like(shape, dtype), final=last,
+                   role=f"clamped_{name}")
+    return y
+
+
+@handles(aten.clamp.default, aten.clamp.Tensor)
+def clamp(t, x, min=None, max=None):
+    """`clamp(x, min, max)`: `where(x < min, min, ...)`, `where(x > max, max, ...)` (PyTorch's
+    values, NaN kept, and its gradient: through where min ≤ x ≤ max, to a tensor bound
+    where it is taken)."""
+    if min is None and max is None:
+        raise ExportError("clamp without bounds")
+    return _clamped(t, x, min, max, inclusive=True)
+
+
+@handles(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(t, x, min):
+    return _clamped(t, x, min, None, inclusive=True)
+
+
+@handles(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(t, x, max):
+    return _clamped(t, x, None, max, inclusive=True)
+
+
+@handles(aten.hardtanh.default)
+def hardtanh(t, x, min_val=-1, max_val=1):
+    """`hardtanh` (and `relu6`, PyTorch's hardtanh(0, 6)): clamp's values, the gradient only
+    strictly between the bounds, as PyTorch's hardtanh_backward."""
+    return _clamped(t, x, min_val, max_val, inclusive=False)
+
+
+@handles(aten.relu6.default)
+def relu6(t, x):
+    return _clamped(t, x, 0.0, 6.0, inclusive=False)
+
+
+@handles(aten.leaky_relu.default)
+def leaky_relu(t, x, negative_slope=0.01):
+    """`where(x > 0, x, slope·x)`: PyTorch's values and its gradient (slope at 0)."""
+    positive = t.emit("compare_scalar", [x], [("value", 0.0), ("op", "gt")], fake=t.fake_like(x.shape, torch.bool),
+                      final=False, role="positive")
+    scaled = t.emit("mul_scalar", [x], [("value", float(negative_slope))], fake=x.fake, final=False, role="scaled")
+    return t.emit("where", [positive, x, scaled])
+
+
+@handles(aten.elu.default)
+def elu(t, x, alpha=1, scale=1, input_scale=1):
+    """`elu` (and `selu`, `celu` as PyTorch writes them with it): `scale·x` where x > 0, else
+    `scale·alpha·(exp(input_scale·x) − 1)`, the exponential reading zeros where x > 0 (no
+    overflow, no NaN gradient). PyTorch's `expm1` keeps more bits near 0 than `exp − 1`:
+    they differ by at most one f32 rounding of the exponential (< 6e-8 absolute)."""
+    fake = x.fake
+    positive = t.emit("compare_scalar", [x], [("value", 0.0), ("op", "gt")], fake=t.fake_like(x.shape, torch.bool),
+                      final=False, role="positive")
+    safe = t.emit("where", [positive, constant(t, [], x.fake.dtype, 0.0, "zero"), x], fake=fake, final=False, role="safe")
+    if float(input_scale) != 1:
+        safe = t.emit("mul_scalar", [safe], [("value", float(input_scale))], fake=fake, final=False, role="input_scaled")
+    grown = t.emit("exp", [safe], fake=fake, final=False, role="exp")
+    shifted = t.emit("add_scalar", [grown], [("value", -1.0)], fake=fake, final=False, role="expm1")
+    negative = t.emit("mul_scalar", [shifted], [("value", float(scale) * float(alpha))], fake=fake, final=False,
+                      role="negative_part")
+    linear = x if float(scale) == 1 else t.emit("mul_scalar", [x], [("value", float(scale))], fake=fake, final=False,
+                                                 role="positive_part")
+    return t.emit("where", [positive, linear, negative])
+
+
+# PyTorch's selu constants (aten's SELU_ALPHA, SELU_SCALE): selu is its elu with them.
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+@handles(aten.selu.default)
+def selu(t, x):
+    return elu(t, x, _SELU_ALPHA, _SELU_SCALE)
+
+
+@handles(aten.celu.default)
+def celu(t, x, alpha=1.0):
+    """`celu(x, α)`: PyTorch's elu(x, α, 1, 1/α)."""
+    return elu(t, x, alpha, 1.0, 1.0 / float(alpha))

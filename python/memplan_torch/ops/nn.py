@@ -37,12 +37,18 @@ def embedding(t, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=F
 
 @handles(aten.layer_norm.default)
 def layer_norm(t, x, shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
-    if len(shape) != 1:
-        raise ExportError(f"layer_norm over {len(shape)} dimensions is not supported (only the last)")
-    d = int(shape[0])
-    weight = weight if weight is not None else constant(t, [d], x.fake.dtype, 1.0, "gamma")
-    bias = bias if bias is not None else constant(t, [d], x.fake.dtype, 0.0, "beta")
-    return t.emit("layer_norm", [x, weight, bias], [("eps", float(eps))])
+    """memplan's `layer_norm` over the last dimension; over the last k > 1, of x viewed with
+    them as one (the weight and bias viewed alike): the same statistics."""
+    d = 1
+    for size in shape:
+        d *= int(size)
+    weight = reshaped(t, weight, [d], "gamma") if weight is not None else constant(t, [d], x.fake.dtype, 1.0, "gamma")
+    bias = reshaped(t, bias, [d], "beta") if bias is not None else constant(t, [d], x.fake.dtype, 0.0, "beta")
+    if len(shape) == 1:
+        return t.emit("layer_norm", [x, weight, bias], [("eps", float(eps))])
+    rows = reshaped(t, x, x.shape[:x.rank - len(shape)] + [d], "rows")
+    normed = t.emit("layer_norm", [rows, weight, bias], [("eps", float(eps))], fake=rows.fake, final=False, role="normed")
+    return reshaped(t, normed, x.shape, "layer_norm", final=True)
 
 
 @handles(aten.rms_norm.default)
@@ -303,3 +309,62 @@ def weight_norm(t, v, g, dim=0):
     ratio = t.emit("div", [g, norm], fake=t.fake_like(torch.broadcast_shapes(g.fake.shape, norm.fake.shape), v.fake.dtype),
                    final=False, role="scale")
     return t.emit("mul", [v, ratio])
+
+
+@handles(aten.instance_norm.default)
+def instance_norm(t, x, weight, bias, running_mean, running_var, use_input_stats, momentum, eps, cudnn_enabled=True):
+    """InstanceNorm with the batch's own statistics and none kept (`track_running_stats=False`,
+    the default): the group norm of one channel a group."""
+    if not use_input_stats or running_mean is not None or running_var is not None:
+        raise ExportError("instance_norm with running statistics is not supported (track_running_stats=False only)")
+    return group_norm(t, x, x.shape[1], weight, bias, eps)
+
+
+def _elementwise_loss(t, a, b, reduction, per_element) -> Value:
+    if reduction not in (0, 1, 2):
+        raise ExportError(f"a loss with reduction {reduction}")
+    shape = [int(d) for d in torch.broadcast_shapes(a.fake.shape, b.fake.shape)]
+    diff = t.emit("sub", [a, b], fake=t.fake_like(shape, a.fake.dtype), final=False, role="diff")
+    losses = per_element(diff)
+    if reduction == 0:
+        return losses
+    return t.emit("mean" if reduction == 1 else "sum", [losses], [("axes", list(range(losses.rank)))], role="loss")
+
+
+def _abs(t, d: Value) -> Value:
+    from .elementwise import _sign
+
+    return t.emit("mul", [d, _sign(t, d)], fake=d.fake, final=False, role="abs")
+
+
+@handles(aten.l1_loss.default)
+def l1_loss(t, a, b, reduction=1):
+    """`F.l1_loss`: |a − b| (x·sign(x): the gradient PyTorch's sign(a − b), 0 at 0), reduced."""
+    return _elementwise_loss(t, a, b, reduction, lambda d: _abs(t, d))
+
+
+def _piecewise(t, d: Value, width: float, quadratic: float, linear_scale: float) -> Value:
+    """where(|d| < width, quadratic·d², linear_scale·(|d| − width/2)): smooth L1 and Huber."""
+    magnitude = _abs(t, d)
+    inside = t.emit("compare_scalar", [magnitude], [("value", width), ("op", "lt")], fake=t.fake_like(d.shape, torch.bool),
+                    final=False, role="inside")
+    square = t.emit("mul", [d, d], fake=d.fake, final=False, role="square")
+    square = t.emit("mul_scalar", [square], [("value", quadratic)], fake=d.fake, final=False, role="quadratic")
+    line = t.emit("add_scalar", [magnitude], [("value", -0.5 * width)], fake=d.fake, final=False, role="shifted")
+    if linear_scale != 1:
+        line = t.emit("mul_scalar", [line], [("value", linear_scale)], fake=d.fake, final=False, role="linear")
+    return t.emit("where", [inside, square, line], fake=d.fake, final=False, role="losses")
+
+
+@handles(aten.smooth_l1_loss.default)
+def smooth_l1_loss(t, a, b, reduction=1, beta=1.0):
+    """`F.smooth_l1_loss`: 0.5·d²/β inside |d| < β, |d| − β/2 outside (|d| for β = 0)."""
+    if beta == 0:
+        return l1_loss(t, a, b, reduction)
+    return _elementwise_loss(t, a, b, reduction, lambda d: _piecewise(t, d, float(beta), 0.5 / float(beta), 1.0))
+
+
+@handles(aten.huber_loss.default)
+def huber_loss(t, a, b, reduction=1, delta=1.0):
+    """`F.huber_loss`: 0.5·d² inside |d| < δ, δ·(|d| − δ/2) outside."""
+    return _elementwise_loss(t, a, b, reduction, lambda d: _piecewise(t, d, float(delta), 0.5, float(delta)))

@@ -459,3 +459,31 @@ def repeat_interleave(t, x, repeats, dim=None, output_size=None):
                   role="expanded")
     dense = t.emit("contiguous", [wide], fake=wide.fake, final=False, role="copies")
     return reshaped(t, dense, t.out_fake().shape, "repeat_interleave", final=True)
+
+
+@handles(aten.pixel_shuffle.default)
+def pixel_shuffle(t, x, r):
+    """`pixel_shuffle`: [..., C·r², H, W] viewed as [..., C, r, r, H, W], permuted to
+    [..., C, H, r, W, r], copied and viewed as [..., C, H·r, W·r] (PyTorch's own)."""
+    *lead, channels, h, w = x.shape
+    c = channels // (r * r)
+    k = len(lead)
+    split = reshaped(t, x, lead + [c, r, r, h, w], "split")
+    perm = list(range(k)) + [k, k + 3, k + 1, k + 4, k + 2]
+    moved = t.emit("transpose", [split], [("perm", perm)], fake=t.fake_like(lead + [c, h, r, w, r], x.fake.dtype),
+                   final=False, role="moved")
+    return reshaped(t, moved, lead + [c, h * r, w * r], "pixel_shuffle", final=True)
+
+
+@handles(aten.pixel_unshuffle.default)
+def pixel_unshuffle(t, x, r):
+    """`pixel_unshuffle`, pixel_shuffle's inverse: [..., C, H·r, W·r] viewed as
+    [..., C, H, r, W, r], permuted to [..., C, r, r, H, W], copied, viewed as [..., C·r², H, W]."""
+    *lead, c, hr, wr = x.shape
+    h, w = hr // r, wr // r
+    k = len(lead)
+    split = reshaped(t, x, lead + [c, h, r, w, r], "split")
+    perm = list(range(k)) + [k, k + 2, k + 4, k + 1, k + 3]
+    moved = t.emit("transpose", [split], [("perm", perm)], fake=t.fake_like(lead + [c, r, r, h, w], x.fake.dtype),
+                   final=False, role="moved")
+    return reshaped(t, moved, lead + [c * r * r, h, w], "pixel_unshuffle", final=True)
