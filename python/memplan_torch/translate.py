@@ -503,19 +503,27 @@ def _flatten(items):
 
 
 def _flops(node) -> int:
-    """The FLOPs of `node` by PyTorch's flop counter (0 for ops it does not count)."""
-    from torch.utils.flop_counter import flop_registry
+    """The FLOPs of `node`: what PyTorch's flop counter counts when the op runs (on the
+    node's fake tensors, so a composite op such as `conv3d` is counted through the ops it
+    decomposes into), and at least one per output element (the counter counts matmuls and
+    convolutions only; an op it does not know still does work for each element it makes)."""
+    from torch.utils.flop_counter import FlopCounterMode
 
-    count = flop_registry.get(node.target.overloadpacket)
-    if count is None:
-        return 0
     fake = lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a  # noqa: E731
+    args = [fake(a) if not isinstance(a, (list, tuple)) else type(a)(fake(x) for x in a) for a in node.args]
+    kwargs = {k: fake(v) for k, v in node.kwargs.items()}
+    outputs = [v for v in _flatten([node.meta.get("val")]) if isinstance(v, torch.Tensor)]
+    floor = sum(int(v.numel()) for v in outputs)
+    tensors = [v for v in _flatten(args + list(kwargs.values())) if isinstance(v, torch.Tensor)]
+    mode = getattr(tensors[0], "fake_mode", None) if tensors else None
+    if mode is None:
+        return floor
     try:
-        args = [fake(a) if not isinstance(a, (list, tuple)) else type(a)(fake(x) for x in a) for a in node.args]
-        kwargs = {k: fake(v) for k, v in node.kwargs.items()}
-        return int(count(*args, out_val=node.meta.get("val"), **kwargs))
-    except Exception:  # noqa: BLE001 - a counter that cannot read these arguments counts nothing
-        return 0
+        with mode, FlopCounterMode(display=False) as counter:
+            node.target(*args, **kwargs)
+        return max(int(counter.get_total_flops()), floor)
+    except Exception:  # noqa: BLE001 - an op that cannot run on fake tensors: its elements
+        return floor
 
 
 def _aliased_input(schema, output: int, args):

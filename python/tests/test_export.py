@@ -105,6 +105,25 @@ def test_an_op_memplan_has_no_row_for_is_planned_as_extern(memplan, tmp_path):
     assert done.returncode == 1 and "cannot execute: aten::erfinv.default (1x)" in done.stderr
 
 
+def test_an_extern_op_counts_the_flops_of_the_ops_it_is_made_of():
+    """conv3d (no memplan op) decomposes, under PyTorch's flop counter, into a convolution of
+    2·(output elements)·(C_in·k³) FLOPs; erfinv, which it does not count, one per element."""
+
+    class Volume(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv3d(2, 4, 3, bias=False)
+
+        def forward(self, x):
+            return torch.erfinv(torch.tanh(self.conv(x))).sum()
+
+    text = memplan_torch.export_step(Volume(), (torch.randn(1, 2, 5, 5, 5),))
+    [conv] = [line for line in lines(text, "extern") if "conv3d" in line]
+    assert f"flops={2 * (4 * 3 * 3 * 3) * (2 * 27)}" in conv, conv
+    [erfinv] = [line for line in lines(text, "extern") if "erfinv" in line]
+    assert "flops=108" in erfinv, erfinv
+
+
 def test_a_model_must_return_a_scalar_loss():
     class NoLoss(nn.Module):
         def forward(self, x):
