@@ -292,7 +292,8 @@ def mse_loss(t, a, b, reduction=1):
     if reduction == 0:
         return t.emit("mul", [diff, diff])
     squared = t.emit("mul", [diff, diff], fake=diff.fake, final=False, role="squared")
-    return t.emit("mean" if reduction == 1 else "sum", [squared], [("axes", list(range(squared.rank)))], role="mse_loss")
+    axes = [("axes", list(range(squared.rank)))]
+    return t.emit("mean", [squared], axes, role="mse_loss") if reduction == 1 else t.emit("sum", [squared], axes, role="mse_loss")
 
 
 @handles(aten._weight_norm.default)
@@ -328,7 +329,8 @@ def _elementwise_loss(t, a, b, reduction, per_element) -> Value:
     losses = per_element(diff)
     if reduction == 0:
         return losses
-    return t.emit("mean" if reduction == 1 else "sum", [losses], [("axes", list(range(losses.rank)))], role="loss")
+    axes = [("axes", list(range(losses.rank)))]
+    return t.emit("mean", [losses], axes, role="loss") if reduction == 1 else t.emit("sum", [losses], axes, role="loss")
 
 
 def _abs(t, d: Value) -> Value:

@@ -24,25 +24,25 @@ class _Writer:
     def __init__(self, t, dtype):
         self.t, self.dtype = t, dtype
 
-    def op(self, op, inputs, shape, role, attrs=()):
+    def emit(self, op, inputs, shape, role, attrs=()):
         return self.t.emit(op, inputs, attrs, fake=self.t.fake_like(shape, self.dtype), final=False, role=role)
 
     def linear(self, x: Value, w: Value, b: Value | None, role: str) -> Value:
         shape = x.shape[:-1] + [w.shape[0]]
-        y = self.op("matmul", [x, w], shape, role, [("transpose_b", True)])
-        return y if b is None else self.op("add", [y, b], shape, role + ".bias")
+        y = self.emit("matmul", [x, w], shape, role, [("transpose_b", True)])
+        return y if b is None else self.emit("add", [y, b], shape, role + ".bias")
 
     def gate(self, gates: Value, k: int, width: int, role: str) -> Value:
         shape = gates.shape[:-1] + [width]
         attrs = [("axis", gates.rank - 1), ("start", k * width), ("end", (k + 1) * width)]
-        return self.op("slice", [gates], shape, role, attrs)
+        return self.emit("slice", [gates], shape, role, attrs)
 
     def stacked(self, values: list[Value], role: str) -> Value:
         """[v0, v1, ...] of shape S as one [len, *S] value (`cat` of size-1 views)."""
-        rows = [self.op("reshape", [v], [1] + v.shape, f"{role}.row{i}", [("shape", [1] + v.shape)]) for i, v in enumerate(values)]
+        rows = [self.emit("reshape", [v], [1] + v.shape, f"{role}.row{i}", [("shape", [1] + v.shape)]) for i, v in enumerate(values)]
         if len(rows) == 1:
             return rows[0]
-        return self.op("cat", rows, [len(values)] + values[0].shape, role, [("axis", 0)])
+        return self.emit("cat", rows, [len(values)] + values[0].shape, role, [("axis", 0)])
 
 
 def _cell(w: _Writer, kind: str, xw: Value, h: Value, c: Value | None, w_hh, b_hh, role: str):
@@ -51,29 +51,29 @@ def _cell(w: _Writer, kind: str, xw: Value, h: Value, c: Value | None, w_hh, b_h
     shape = h.shape
     hw = w.linear(h, w_hh, b_hh, f"{role}.hidden_proj")
     if kind == "lstm":
-        gates = w.op("add", [hw, xw], hw.shape, f"{role}.gates")
+        gates = w.emit("add", [hw, xw], hw.shape, f"{role}.gates")
         i, f, g, o = (w.gate(gates, k, width, f"{role}.{name}") for k, name in enumerate("ifgo"))
-        i = w.op("sigmoid", [i], shape, f"{role}.input_gate")
-        f = w.op("sigmoid", [f], shape, f"{role}.forget_gate")
-        g = w.op("tanh", [g], shape, f"{role}.cell_gate")
-        o = w.op("sigmoid", [o], shape, f"{role}.output_gate")
-        kept = w.op("mul", [f, c], shape, f"{role}.kept")
-        added = w.op("mul", [i, g], shape, f"{role}.added")
-        c = w.op("add", [kept, added], shape, f"{role}.c")
-        squashed = w.op("tanh", [c], shape, f"{role}.c_tanh")
-        return w.op("mul", [o, squashed], shape, f"{role}.h"), c
+        i = w.emit("sigmoid", [i], shape, f"{role}.input_gate")
+        f = w.emit("sigmoid", [f], shape, f"{role}.forget_gate")
+        g = w.emit("tanh", [g], shape, f"{role}.cell_gate")
+        o = w.emit("sigmoid", [o], shape, f"{role}.output_gate")
+        kept = w.emit("mul", [f, c], shape, f"{role}.kept")
+        added = w.emit("mul", [i, g], shape, f"{role}.added")
+        c = w.emit("add", [kept, added], shape, f"{role}.c")
+        squashed = w.emit("tanh", [c], shape, f"{role}.c_tanh")
+        return w.emit("mul", [o, squashed], shape, f"{role}.h"), c
     if kind == "gru":
         xr, xz, xn = (w.gate(xw, k, width, f"{role}.x{name}") for k, name in enumerate("rzn"))
         hr, hz, hn = (w.gate(hw, k, width, f"{role}.h{name}") for k, name in enumerate("rzn"))
-        r = w.op("sigmoid", [w.op("add", [hr, xr], shape, f"{role}.reset_sum")], shape, f"{role}.reset_gate")
-        z = w.op("sigmoid", [w.op("add", [hz, xz], shape, f"{role}.update_sum")], shape, f"{role}.update_gate")
-        reset = w.op("mul", [hn, r], shape, f"{role}.reset_hidden")
-        n = w.op("tanh", [w.op("add", [xn, reset], shape, f"{role}.new_sum")], shape, f"{role}.new_gate")
+        r = w.emit("sigmoid", [w.emit("add", [hr, xr], shape, f"{role}.reset_sum")], shape, f"{role}.reset_gate")
+        z = w.emit("sigmoid", [w.emit("add", [hz, xz], shape, f"{role}.update_sum")], shape, f"{role}.update_gate")
+        reset = w.emit("mul", [hn, r], shape, f"{role}.reset_hidden")
+        n = w.emit("tanh", [w.emit("add", [xn, reset], shape, f"{role}.new_sum")], shape, f"{role}.new_gate")
         # PyTorch's (h − n)·z + n.
-        moved = w.op("mul", [w.op("sub", [h, n], shape, f"{role}.h_minus_n"), z], shape, f"{role}.moved")
-        return w.op("add", [moved, n], shape, f"{role}.h"), None
-    total = w.op("add", [hw, xw], shape, f"{role}.sum")
-    return w.op("tanh" if kind == "rnn_tanh" else "relu", [total], shape, f"{role}.h"), None
+        moved = w.emit("mul", [w.emit("sub", [h, n], shape, f"{role}.h_minus_n"), z], shape, f"{role}.moved")
+        return w.emit("add", [moved, n], shape, f"{role}.h"), None
+    total = w.emit("add", [hw, xw], shape, f"{role}.sum")
+    return w.emit("tanh" if kind == "rnn_tanh" else "relu", [total], shape, f"{role}.h"), None
 
 
 def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
@@ -97,7 +97,7 @@ def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dro
                               f"{[num_layers * directions, batch, hidden]} as it runs them (a torch.export bug of "
                               "torch 2.11, fixed in newer ones): use the layer's output, or a newer torch")
     w = _Writer(t, x.fake.dtype)
-    seq = w.op("transpose", [x], [x.shape[1], x.shape[0], x.shape[2]], "time_major", [("perm", [1, 0, 2])]) if batch_first else x
+    seq = w.emit("transpose", [x], [x.shape[1], x.shape[0], x.shape[2]], "time_major", [("perm", [1, 0, 2])]) if batch_first else x
     steps = seq.shape[0]
     finals = [[] for _ in hx]
     layer_input = seq
@@ -109,13 +109,13 @@ def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dro
             b_ih, b_hh = (params[at + 2], params[at + 3]) if has_biases else (None, None)
             name = f"l{layer}" + ("_reverse" if d else "")
             index = layer * directions + d
-            state = [w.op("select", [v], v.shape[1:], f"{name}.{'hc'[k]}0", [("axis", 0), ("index", index)])
+            state = [w.emit("select", [v], v.shape[1:], f"{name}.{'hc'[k]}0", [("axis", 0), ("index", index)])
                      for k, v in enumerate(hx)]
             h, c = state[0], state[1] if kind == "lstm" else None
             projected = w.linear(layer_input, w_ih, b_ih, f"{name}.input_proj")
             hs = [None] * steps
             for s in (reversed(range(steps)) if d else range(steps)):
-                xw = w.op("select", [projected], projected.shape[1:], f"{name}.t{s}.x", [("axis", 0), ("index", s)])
+                xw = w.emit("select", [projected], projected.shape[1:], f"{name}.t{s}.x", [("axis", 0), ("index", s)])
                 h, c = _cell(w, kind, xw, h, c, w_hh, b_hh, f"{name}.t{s}")
                 hs[s] = h
             outputs.append(w.stacked(hs, f"{name}.output"))
@@ -126,10 +126,10 @@ def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dro
             layer_input = outputs[0]
         else:
             shape = outputs[0].shape[:-1] + [2 * outputs[0].shape[-1]]
-            layer_input = w.op("cat", outputs, shape, f"l{layer}.output", [("axis", 2)])
+            layer_input = w.emit("cat", outputs, shape, f"l{layer}.output", [("axis", 2)])
     out = layer_input
     if batch_first:
-        out = w.op("transpose", [out], [out.shape[1], out.shape[0], out.shape[2]], "output", [("perm", [1, 0, 2])])
+        out = w.emit("transpose", [out], [out.shape[1], out.shape[0], out.shape[2]], "output", [("perm", [1, 0, 2])])
     return (out, *(w.stacked(f, ("h_n", "c_n")[k]) if k + 1 in read else None for k, f in enumerate(finals)))
 
 
