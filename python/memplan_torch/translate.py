@@ -513,8 +513,12 @@ def _flops(node) -> int:
     args = [fake(a) if not isinstance(a, (list, tuple)) else type(a)(fake(x) for x in a) for a in node.args]
     kwargs = {k: fake(v) for k, v in node.kwargs.items()}
     outputs = [v for v in _flatten([node.meta.get("val")]) if isinstance(v, torch.Tensor)]
-    floor = sum(int(v.numel()) for v in outputs)
     tensors = [v for v in _flatten(args + list(kwargs.values())) if isinstance(v, torch.Tensor)]
+    if any(isinstance(d, torch.SymInt) for v in outputs + tensors for d in v.shape):
+        # A size known only when the step runs: running the op again would make a new
+        # symbol of it (and the bound its translation plans with is datadep's to give).
+        return 0
+    floor = sum(int(v.numel()) for v in outputs)
     mode = getattr(tensors[0], "fake_mode", None) if tensors else None
     if mode is None:
         return floor

@@ -73,7 +73,9 @@ def _cell(w: _Writer, kind: str, xw: Value, h: Value, c: Value | None, w_hh, b_h
         moved = w.emit("mul", [w.emit("sub", [h, n], shape, f"{role}.h_minus_n"), z], shape, f"{role}.moved")
         return w.emit("add", [moved, n], shape, f"{role}.h"), None
     total = w.emit("add", [hw, xw], shape, f"{role}.sum")
-    return w.emit("tanh" if kind == "rnn_tanh" else "relu", [total], shape, f"{role}.h"), None
+    if kind == "rnn_tanh":
+        return w.emit("tanh", [total], shape, f"{role}.h"), None
+    return w.emit("relu", [total], shape, f"{role}.h"), None
 
 
 def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dropout, train, bidirectional, batch_first):

@@ -396,6 +396,8 @@ def index(t, x, indices):
     if any(not isinstance(indices[k], Value) or indices[k].fake.dtype == torch.bool or indices[k].fake.dtype.is_floating_point
            for k in at):
         raise ExportError("indexing with a bool mask or float tensor is not supported (integer indices only)")
+    if any(isinstance(d, torch.SymInt) for v in [t.out_fake()] + [indices[k].fake for k in at] for d in v.shape):
+        raise ExportError("indexing with indices whose count is known only when the step runs (from nonzero)")
     first, last = at[0], at[-1] + 1
     rows = None
     for k in at:
