@@ -376,7 +376,66 @@ class Translator:
                 loc = source_loc(node)
                 where = f"{os.path.basename(loc[0])}:{loc[1]}: " if loc else ""
                 warnings.warn(f"{where}{target} is written as extern: {refused}", ExportWarning, stacklevel=2)
+        else:
+            decomposed = self._decomposed(node, args, kwargs)
+            if decomposed is not None:
+                self.env[node] = decomposed
+                return
         self.env[node] = self._extern(node, args, kwargs)
+
+    def _decomposed(self, node, args, kwargs):
+        """An op with no handler that PyTorch itself defines through other ops (its
+        CompositeImplicitAutograd kernel: `einsum`, `meshgrid`, ...): those ops, as PyTorch
+        runs them (traced with `make_fx` on the node's fake tensors), each translated as
+        any node is, carrying the node's source line and module. None where the op has no
+        such kernel or its trace cannot be translated (then it is `extern`)."""
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload) or not torch._C._dispatch_has_kernel_for_dispatch_key(
+                target.name(), "CompositeImplicitAutograd"):
+            return None
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.utils import _pytree as pytree
+
+        leaves, spec = pytree.tree_flatten((list(args), dict(kwargs)))
+        at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, Value)]
+        fakes = [leaves[i].fake for i in at]
+        mode = getattr(fakes[0], "fake_mode", None) if fakes else None
+        if mode is None or any(isinstance(d, torch.SymInt) for f in fakes for d in f.shape):
+            return None
+
+        def run(*tensors):
+            filled = list(leaves)
+            for i, tensor in zip(at, tensors):
+                filled[i] = tensor
+            a, k = pytree.tree_unflatten(filled, spec)
+            return target(*a, **k)
+
+        try:
+            with mode:
+                traced = make_fx(run)(*fakes)
+        except Exception:  # noqa: BLE001 - a decomposition that cannot be traced: extern
+            return None
+        placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+        for placeholder, i in zip(placeholders, at):
+            self.env[placeholder] = leaves[i]
+        start, outer = len(self.w.ops), self.node
+        try:
+            result = None
+            for sub in traced.graph.nodes:
+                if sub.op == "call_function":
+                    sub.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+                    self.node = sub
+                    self._translate(sub)
+                elif sub.op == "output":
+                    result = self._resolve(sub.args[0])
+            return result
+        except ExportError:
+            if self.w.block is None:
+                for op in self.w.ops[start:]:
+                    self.w.remove(op)
+            return None
+        finally:
+            self.node = outer
 
     def _extern(self, node, args, kwargs):
         """`node` as `extern` ops, one per tensor output (see `extern` in docs/IR.md):

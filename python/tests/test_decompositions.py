@@ -168,6 +168,30 @@ def _pointwise():
     return Pointwise(), (torch.randn(2, 2, 4, 4), torch.randn(2, 3))
 
 
+class Composite(nn.Module):
+    """Ops PyTorch itself defines through others (einsum, meshgrid: the exporter translates
+    their decomposition as PyTorch traces it), and XLNet's and Funnel's position encodings:
+    a number to a tensor power, reciprocal, index_select."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 5, 3) * 0.3)
+        self.head = nn.Linear(3 + 4, 2)
+
+    def forward(self, x, picks, y):
+        h = torch.einsum("btd,dkc->bktc", x, self.w).sum(dim=2)  # [B, 5, 3]
+        rows, cols = torch.meshgrid(torch.arange(5), torch.arange(4), indexing="ij")
+        angles = (rows - cols).float() * torch.reciprocal(torch.pow(100.0, torch.arange(4) / 4.0) + 1.0)  # [5, 4]
+        table = torch.sin(angles).index_select(0, picks)  # [3, 4]
+        mixed = torch.einsum("bkc,kd->bcd", h, torch.cat([table, table[:2]], dim=0)).mean(dim=1)  # [B, 4]
+        return F.cross_entropy(self.head(torch.cat([h.mean(dim=1), mixed], dim=-1)), y)
+
+
+def _composite():
+    torch.manual_seed(17)
+    return Composite(), (torch.randn(2, 3, 4), torch.tensor([4, 0, 2]), torch.tensor([1, 0]))
+
+
 def _router():
     torch.manual_seed(14)
     return Router(), (torch.randn(10, 5), torch.randint(0, 3, (10,)))
@@ -189,8 +213,8 @@ def _segmentation():
     return Segmentation(), (torch.randn(2, 3, 10, 10), torch.randint(0, 4, (2, 9, 9)))
 
 
-@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise],
-                         ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise"])
+@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite],
+                         ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     if build is _recurrent and not _lstm_states_traced_as_they_run():
@@ -208,7 +232,8 @@ def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
               "segmentation": ["value=-inf", "upsample_bilinear2d(", "align_corners=true", "cross_entropy("],
               "router": ["topk(", "embedding(", "matmul("],
               "recurrent": ["l1_reverse.t0.forget_gate", "sigmoid(", "relu("],
-              "pointwise": ['op="le"', 'op="ge"', "layer_norm(", "exp("]}
+              "pointwise": ['op="le"', 'op="ge"', "layer_norm(", "exp("],
+              "composite": ["matmul(", "div(", "embedding("]}
     for piece in wanted[build.__name__[1:]]:
         assert piece in text, (piece, text)
 

@@ -9,6 +9,8 @@ promotes them (`promoted`).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..step import ExportError
@@ -25,7 +27,9 @@ def _scalar_or_tensor(t, a, b, tensor_op: str, scalar_fn):
         # adds a scalar of its dtype.
         return t.emit(tensor_op, promoted(t, a, constant(t, [], t.out_fake().dtype, b, "scalar")))
     if isinstance(a, Value):
-        return scalar_fn(a, float(b))
+        # An integer tensor with a float number is a float result (`arange(n) / n`), as
+        # PyTorch promotes: the cast first.
+        return scalar_fn(cast_to(t, a, t.out_fake().dtype), float(b))
     raise ExportError(f"{tensor_op} with a Python number first ({a!r}) is not supported")
 
 
@@ -42,7 +46,7 @@ def sub(t, a, b, alpha=1):
         if alpha != 1:
             b = t.emit("mul_scalar", [b], [("value", float(alpha))], fake=b.fake, final=False)
         return t.emit("sub", promoted(t, a, b))
-    return t.emit("add_scalar", [a], [("value", -float(b) * alpha)])
+    return t.emit("add_scalar", [cast_to(t, a, t.out_fake().dtype)], [("value", -float(b) * alpha)])
 
 
 @handles(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -471,3 +475,21 @@ def selu(t, x):
 def celu(t, x, alpha=1.0):
     """`celu(x, α)`: PyTorch's elu(x, α, 1, 1/α)."""
     return elu(t, x, alpha, 1.0, 1.0 / float(alpha))
+
+
+@handles(aten.pow.Scalar)
+def pow_number(t, base, exponent):
+    """`base ** x` for a positive number `base` (RoPE's 10000 ** (−2i/d)): exp(x · ln base).
+    Any other base is refused (its powers are not an exponential)."""
+    if isinstance(base, Value) or not float(base) > 0:
+        raise ExportError(f"pow of the number {base!r} by a tensor is supported for a positive number only")
+    dtype = t.out_fake().dtype
+    x = cast_to(t, exponent, dtype)
+    scaled = t.emit("mul_scalar", [x], [("value", math.log(float(base)))], fake=t.out_fake(), final=False, role="exponent_log")
+    return t.emit("exp", [scaled])
+
+
+@handles(aten.reciprocal.default)
+def reciprocal(t, x):
+    """`1 / x`: a `div` of a constant 1 by x (the same division)."""
+    return t.emit("div", [constant(t, [], x.fake.dtype, 1.0, "one"), x])

@@ -489,3 +489,9 @@ def pixel_unshuffle(t, x, r):
     moved = t.emit("transpose", [split], [("perm", perm)], fake=t.fake_like(lead + [c, r, r, h, w], x.fake.dtype),
                    final=False, role="moved")
     return reshaped(t, moved, lead + [c * r * r, h, w], "pixel_unshuffle", final=True)
+
+
+@handles(aten.index_select.default)
+def index_select(t, x, dim, positions):
+    """`x.index_select(dim, index)`: `x[..., index]` at dim (the `index` handler)."""
+    return index(t, x, [None] * (dim % x.rank) + [positions])
