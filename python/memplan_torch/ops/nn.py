@@ -238,23 +238,35 @@ def avg_pool2d(t, x, kernel, stride=(), padding=(0, 0), ceil_mode=False, count_i
                divisor_override=None):
     """Average pooling as the depthwise convolution it is: a `conv2d` with `groups` = C of a
     constant [C, 1, kh, kw] weight of 1 / (kh·kw) (no gradient: the backward keeps nothing,
-    as avg_pool2d's). The forms where that divisor is not the window's size everywhere
-    (padding excluded from the count, a `divisor_override`, a ceil-mode window hanging
-    past the input) become `extern`."""
+    as avg_pool2d's). Where the divisor is not the window's size, the window sums (the same
+    convolution with weight 1) divided as PyTorch divides them: by `divisor_override`, or,
+    with padding left out of the count (`count_include_pad=False`, PoolFormer's), by the
+    number of real pixels under each window (the same sums over an image of ones). A
+    ceil-mode window hanging past the input becomes `extern`."""
     pair = lambda v: [int(v[0]), int(v[-1])] if len(v) else None  # noqa: E731 - [k] means [k, k]
     kh, kw = pair(kernel)
     stride = pair(stride) or [kh, kw]
     padding = pair(padding) or [0, 0]
-    if x.rank != 4 or divisor_override is not None or (not count_include_pad and padding != [0, 0]):
-        raise ExportError("avg_pool2d excluding padding from the count, or with a divisor_override, is not supported")
+    if x.rank != 4:
+        raise ExportError(f"avg_pool2d of a rank-{x.rank} tensor (memplan's takes [N,C,H,W])")
     out = t.out_fake()
     floor = [(x.shape[2 + d] + 2 * padding[d] - (kh, kw)[d]) // stride[d] + 1 for d in (0, 1)]
     if list(out.shape[2:]) != floor:
         raise ExportError("avg_pool2d whose ceil_mode adds a window past the input is not supported")
-    channels = x.shape[1]
-    weight = constant(t, [channels, 1, kh, kw], x.fake.dtype, 1.0 / (kh * kw), "weight")
+    channels, dtype = x.shape[1], x.fake.dtype
     attrs = [("stride", stride), ("padding", padding), ("groups", channels)]
-    return t.emit("conv2d", [x, weight], attrs)
+    if divisor_override is None and (count_include_pad or padding == [0, 0]):
+        weight = constant(t, [channels, 1, kh, kw], dtype, 1.0 / (kh * kw), "weight")
+        return t.emit("conv2d", [x, weight], attrs)
+    ones = constant(t, [channels, 1, kh, kw], dtype, 1.0, "window")
+    sums = t.emit("conv2d", [x, ones], attrs, fake=out, final=False, role="sums")
+    if divisor_override is not None:
+        return t.emit("div", [sums, constant(t, [], dtype, float(divisor_override), "divisor")])
+    image = constant(t, [1, 1] + x.shape[2:], dtype, 1.0, "pixels")
+    unit = constant(t, [1, 1, kh, kw], dtype, 1.0, "unit_window")
+    counts = t.emit("conv2d", [image, unit], [("stride", stride), ("padding", padding)],
+                    fake=t.fake_like([1, 1] + list(out.shape[2:]), dtype), final=False, role="counts")
+    return t.emit("div", [sums, counts])
 
 
 @handles(aten.group_norm.default)
