@@ -118,6 +118,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         // A bool or index result: no gradient flows through a comparison or an argmax.
         OpKind::Compare | OpKind::CompareScalar | OpKind::Argmax => None,
         OpKind::Topk => Some(grad_topk),
+        OpKind::Erf => Some(grad_erf),
     }
 }
 
@@ -276,6 +277,19 @@ fn grad_cos(b: &mut Builder, call: &GradCall) -> Rule {
         let s = b.op1(x, OpKind::Sin, vec![x], &[])?;
         let m = b.op1(x, OpKind::Mul, vec![dy, s], &[])?;
         b.op1(x, OpKind::Neg, vec![m], &[])
+    })
+}
+
+/// `erf(x)`: erf′ = (2/√π)·exp(−x²), so `dx = mul(dy, mul_scalar(exp(neg(x·x)), 2/√π))`
+/// (reads x, as PyTorch does).
+fn grad_erf(b: &mut Builder, call: &GradCall) -> Rule {
+    let (dy, x) = (call.dy()?, call.inputs[0]);
+    each(b, call, |b, _| {
+        let square = b.op1(x, OpKind::Mul, vec![x, x], &[])?;
+        let negated = b.op1(x, OpKind::Neg, vec![square], &[])?;
+        let density = b.op1(x, OpKind::Exp, vec![negated], &[])?;
+        let slope = b.op1(x, OpKind::MulScalar, vec![density], &[("value", Attr::Float(std::f64::consts::FRAC_2_SQRT_PI))])?;
+        b.op1(x, OpKind::Mul, vec![dy, slope], &[])
     })
 }
 

@@ -95,6 +95,7 @@ handles(aten.log.default)(unary("log"))
 handles(aten.neg.default)(unary("neg"))
 handles(aten.sin.default)(unary("sin"))
 handles(aten.cos.default)(unary("cos"))
+handles(aten.erf.default)(unary("erf"))
 handles(aten.sqrt.default)(unary("sqrt"))
 handles(aten.rsqrt.default)(unary("rsqrt"))
 

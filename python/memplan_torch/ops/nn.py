@@ -382,3 +382,28 @@ def smooth_l1_loss(t, a, b, reduction=1, beta=1.0):
 def huber_loss(t, a, b, reduction=1, delta=1.0):
     """`F.huber_loss`: 0.5·d² inside |d| < δ, δ·(|d| − δ/2) outside."""
     return _elementwise_loss(t, a, b, reduction, lambda d: _piecewise(t, d, float(delta), 0.5, float(delta)))
+
+
+@handles(aten.max_pool1d.default)
+def max_pool1d(t, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    """`max_pool1d` of [N,C,L] (or [C,L]) as `max_pool2d` of the height-1 image (views)."""
+    if x.rank not in (2, 3):
+        raise ExportError(f"max_pool1d of a rank-{x.rank} tensor")
+    one = lambda v, default: int(v[0]) if len(v) else default  # noqa: E731
+    k = one(kernel, 1)
+    s, p, d = one(stride, k), one(padding, 0), one(dilation, 1)
+    if d != 1:
+        raise ExportError("max_pool1d with dilation is not supported")
+    image = reshaped(t, x, [1] * (3 - x.rank) + x.shape[:-1] + [1, x.shape[-1]], "image")
+    out = t.out_fake()
+    pooled_shape = image.shape[:3] + [int(out.shape[-1])]
+    width, extra = x.shape[-1] + 2 * p, 0
+    if ceil_mode:
+        extra = max((int(out.shape[-1]) - 1) * s + k - width, 0)
+    if extra:
+        from .shape import pad
+
+        image = pad(t, image, [0, extra], value=float("-inf"))
+    pooled = t.emit("max_pool2d", [image], [("kernel", [1, k]), ("stride", [1, s]), ("padding", [0, p])],
+                    fake=t.fake_like(pooled_shape, x.fake.dtype), final=False, role="pooled")
+    return reshaped(t, pooled, out.shape, "max_pool1d", final=True)

@@ -109,6 +109,7 @@ pub fn lower_op(
         PowScalar => unary(OP_POW_SCALAR, y(0), x(0), attrs.float("exponent")),
         Neg => unary(OP_NEG, y(0), x(0), 0.0),
         Sin => unary(OP_SIN, y(0), x(0), 0.0),
+        Erf => unary(OP_ERF, y(0), x(0), 0.0),
         Cos => unary(OP_COS, y(0), x(0), 0.0),
         Exp => unary(OP_EXP, y(0), x(0), 0.0),
         Log => unary(OP_LOG, y(0), x(0), 0.0),

@@ -212,6 +212,7 @@ shared! {
     OP_HARDSIGMOID: i32 = 41;
     OP_SIN: i32 = 42;
     OP_COS: i32 = 43;
+    OP_ERF: i32 = 44;
     /// `compare_scalar`: OP_COMPARE_SCALAR + the relation's code (50 lt to 55 ne), s the value.
     OP_COMPARE_SCALAR: i32 = 50;
     // Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
@@ -271,7 +272,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward | HardswishBackward | HardsigmoidBackward => {
             &[BINARY]
         }
-        AddScalar | MulScalar | PowScalar | Neg | Sin | Cos | Exp | Log | Sqrt | Rsqrt | Contiguous | Cast | CompareScalar => {
+        AddScalar | MulScalar | PowScalar | Neg | Sin | Cos | Erf | Exp | Log | Sqrt | Rsqrt | Contiguous | Cast | CompareScalar => {
             &[UNARY]
         }
         Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid => &[UNARY],

@@ -69,6 +69,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Neg => vec![elementwise::unary(&x[0], |a| -a)],
         OpKind::Sin => vec![elementwise::unary(&x[0], f64::sin)],
         OpKind::Cos => vec![elementwise::unary(&x[0], f64::cos)],
+        OpKind::Erf => vec![elementwise::unary(&x[0], libm::erf)],
         OpKind::Exp => vec![elementwise::unary(&x[0], f64::exp)],
         OpKind::Log => vec![elementwise::unary(&x[0], f64::ln)],
         OpKind::Sqrt => vec![elementwise::unary(&x[0], f64::sqrt)],

@@ -480,6 +480,34 @@ pub(super) fn bce_with_logits_backward(dloss: &Dense, logits: &Dense, targets: &
     Dense::new(logits.shape.clone(), data)
 }
 
+/// The k first elements of each line of x along `axis` in the order "larger first" (with
+/// `largest`; else "smaller first"), a NaN counting as larger than every number and equal
+/// values in the order of their positions; their values and positions.
+pub(super) fn topk(x: &Dense, k: usize, axis: i64, largest: bool) -> [Dense; 2] {
+    let a = resolve_axis(axis, x.shape.len());
+    let (outer, n, inner) = split_at_axis(&x.shape, a);
+    let mut shape = x.shape.clone();
+    shape[a] = k;
+    let (mut values, mut indices) = (Dense::zeros(shape.clone()), Dense::zeros(shape));
+    for o in 0..outer {
+        for j in 0..inner {
+            let at = |i: usize| x.data[(o * n + i) * inner + j];
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by(|&p, &q| {
+                let (u, v) = (at(p), at(q));
+                let rank = |w: f64| if w.is_nan() { f64::INFINITY } else if largest { -w } else { w };
+                let nan_first = |w: f64| if largest { !w.is_nan() } else { w.is_nan() };
+                nan_first(u).cmp(&nan_first(v)).then(rank(u).total_cmp(&rank(v))).then(p.cmp(&q))
+            });
+            for (r, &i) in order.iter().take(k).enumerate() {
+                values.data[(o * k + r) * inner + j] = at(i);
+                indices.data[(o * k + r) * inner + j] = i as f64;
+            }
+        }
+    }
+    [values, indices]
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_util::*;
@@ -803,32 +831,4 @@ mod tests {
         let dlogits = run(OpKind::BceWithLogitsBackward, &[], &[t(&[], &[3.0]), logits, targets]).remove(0);
         assert_close(&dlogits, &[3.0 * (0.5 - 1.0) / 3.0, sig(2.0), (sig(-3.0) - 0.5)], 1e-15);
     }
-}
-
-/// The k first elements of each line of x along `axis` in the order "larger first" (with
-/// `largest`; else "smaller first"), a NaN counting as larger than every number and equal
-/// values in the order of their positions; their values and positions.
-pub(super) fn topk(x: &Dense, k: usize, axis: i64, largest: bool) -> [Dense; 2] {
-    let a = resolve_axis(axis, x.shape.len());
-    let (outer, n, inner) = split_at_axis(&x.shape, a);
-    let mut shape = x.shape.clone();
-    shape[a] = k;
-    let (mut values, mut indices) = (Dense::zeros(shape.clone()), Dense::zeros(shape));
-    for o in 0..outer {
-        for j in 0..inner {
-            let at = |i: usize| x.data[(o * n + i) * inner + j];
-            let mut order: Vec<usize> = (0..n).collect();
-            order.sort_by(|&p, &q| {
-                let (u, v) = (at(p), at(q));
-                let rank = |w: f64| if w.is_nan() { f64::INFINITY } else if largest { -w } else { w };
-                let nan_first = |w: f64| if largest { !w.is_nan() } else { w.is_nan() };
-                nan_first(u).cmp(&nan_first(v)).then(rank(u).total_cmp(&rank(v))).then(p.cmp(&q))
-            });
-            for (r, &i) in order.iter().take(k).enumerate() {
-                values.data[(o * k + r) * inner + j] = at(i);
-                indices.data[(o * k + r) * inner + j] = i as f64;
-            }
-        }
-    }
-    [values, indices]
 }

@@ -121,6 +121,31 @@ pub(super) fn mean(x: &Dense, axes: &[i64], out_shape: &[usize]) -> Dense {
     out
 }
 
+/// The position of x's largest element along `axis`, the first on ties, a NaN counting as
+/// larger than every number (PyTorch's argmax); `shape` is the output's (keepdim or not,
+/// the same row-major order).
+pub(super) fn argmax(x: &Dense, axis: i64, shape: &[usize]) -> Dense {
+    let axis = resolve_axis(axis, x.shape.len());
+    let outer: usize = x.shape[..axis].iter().product();
+    let n = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut data = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for j in 0..inner {
+            let at = |i: usize| x.data[(o * n + i) * inner + j];
+            let mut best = 0;
+            for i in 1..n {
+                let (value, top) = (at(i), at(best));
+                if !top.is_nan() && (value.is_nan() || value > top) {
+                    best = i;
+                }
+            }
+            data.push(best as f64);
+        }
+    }
+    Dense::new(shape.to_vec(), data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_util::*;
@@ -191,29 +216,4 @@ mod tests {
         assert_eq!(run(OpKind::Sum, &axes(&[0], false), std::slice::from_ref(&empty))[0].data, [0.0, 0.0]);
         assert!(run(OpKind::Mean, &axes(&[0], false), &[empty])[0].data.iter().all(|v| v.is_nan()));
     }
-}
-
-/// The position of x's largest element along `axis`, the first on ties, a NaN counting as
-/// larger than every number (PyTorch's argmax); `shape` is the output's (keepdim or not,
-/// the same row-major order).
-pub(super) fn argmax(x: &Dense, axis: i64, shape: &[usize]) -> Dense {
-    let axis = resolve_axis(axis, x.shape.len());
-    let outer: usize = x.shape[..axis].iter().product();
-    let n = x.shape[axis];
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let mut data = Vec::with_capacity(outer * inner);
-    for o in 0..outer {
-        for j in 0..inner {
-            let at = |i: usize| x.data[(o * n + i) * inner + j];
-            let mut best = 0;
-            for i in 1..n {
-                let (value, top) = (at(i), at(best));
-                if !top.is_nan() && (value.is_nan() || value > top) {
-                    best = i;
-                }
-            }
-            data.push(best as f64);
-        }
-    }
-    Dense::new(shape.to_vec(), data)
 }

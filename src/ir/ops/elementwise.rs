@@ -71,6 +71,11 @@ pub(super) const SIN: OpDef = OpDef::new("sin", &["x"], &["y"], infer_unary_floa
     .inplace(&[(0, 0)])
     .pointwise(&[0]);
 
+pub(super) const ERF: OpDef = OpDef::new("erf", &["x"], &["y"], infer_unary_float, "the error function of x, 2/√π ∫₀ˣ exp(−t²) dt")
+    .flops(per_output::<1>)
+    .inplace(&[(0, 0)])
+    .pointwise(&[0]);
+
 pub(super) const COS: OpDef = OpDef::new("cos", &["x"], &["y"], infer_unary_float, "the cosine of x (radians)")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])

@@ -133,4 +133,6 @@ op_table! {
     UpsampleBilinear2dBackward = resample::UPSAMPLE_BILINEAR2D_BACKWARD,
     // The k largest elements and their positions (mixture-of-experts routers).
     Topk = nn::TOPK,
+    // The error function (ESM's and BERT-era GELUs written out).
+    Erf = elementwise::ERF,
 }

@@ -105,7 +105,7 @@ impl Gen {
                 self.emit(OpKind::Cumsum, &[x], &[("axis", Attr::Int(axis)), ("reverse", Attr::Bool(reverse))])
             }
             4 => {
-                let kind = self.choose(&[OpKind::Sin, OpKind::Cos]);
+                let kind = self.choose(&[OpKind::Sin, OpKind::Cos, OpKind::Erf]);
                 self.emit(kind, &[x], &[])
             }
             1 => {

@@ -106,7 +106,7 @@ extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double
 }
 
 // out = f(x). OP_ADD_SCALAR / OP_MUL_SCALAR (s = value), OP_POW_SCALAR (s = exponent),
-// OP_NEG, OP_SIN, OP_COS, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, the activations OP_RELU, OP_GELU,
+// OP_NEG, OP_SIN, OP_COS, OP_ERF, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, the activations OP_RELU, OP_GELU,
 // OP_GELU_EXACT, OP_SILU, OP_SIGMOID, OP_TANH, OP_HARDSWISH, OP_HARDSIGMOID, and OP_COPY
 // (contiguous, and cast: out's dtype differs, converted like the CPU reference).
 extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
@@ -127,6 +127,7 @@ extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
             case OP_EXP: store_d(out, i, exp(load_d(x, i))); break;
             case OP_SIN: store_d(out, i, sin(load_d(x, i))); break;
             case OP_COS: store_d(out, i, cos(load_d(x, i))); break;
+            case OP_ERF: store_d(out, i, erf(load_d(x, i))); break;
             case OP_LOG: store_d(out, i, log(load_d(x, i))); break;
             case OP_SQRT: store_d(out, i, sqrt(load_d(x, i))); break;
             case OP_RSQRT: store_d(out, i, 1.0 / sqrt(load_d(x, i))); break;
