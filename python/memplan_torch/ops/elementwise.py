@@ -293,12 +293,8 @@ def logical_not(t, a):
 # abs, minimum and maximum of integer tensors (T5's relative position buckets), exactly:
 # abs is where(x < 0, -x, x), minimum where(a < b, a, b). A float abs is x · sign(x) with
 # sign(0) = 0, the sign made of comparisons (no gradient of its own), so the gradient is
-# PyTorch's sign(x)·dy, 0 at 0. Float minimum and maximum become `extern`: PyTorch gives
-# half the gradient to each side at a tie, which no selection does.
-
-def _integers(*values):
-    if not all(isinstance(v, Value) and not v.fake.dtype.is_floating_point for v in values):
-        raise ExportError("abs, minimum and maximum of float tensors are not supported yet (integers only)")
+# PyTorch's sign(x)·dy, 0 at 0; float minimum and maximum split a tie's gradient in halves
+# as PyTorch does (`_select`).
 
 
 @handles(aten.abs.default)
@@ -312,14 +308,28 @@ def abs_(t, x):
 
 
 def _select(relation):
+    """minimum (`lt`) or maximum (`gt`). Of integers: where(a rel b, a, b). Of floats:
+    where(a rel b, a, where(b rel a, b, a/2 + b/2)): at a tie the halves add up to the tied
+    value exactly (halving is exact but for the smallest subnormals) and give each side half
+    the gradient, as PyTorch's backward does; a NaN on either side makes both comparisons
+    false, so the halves' sum, NaN, as PyTorch's result."""
+
     def handler(t, a, b):
-        _integers(a, b)
+        if not (isinstance(a, Value) and isinstance(b, Value)):
+            raise ExportError("minimum/maximum of a tensor and a number is not supported (use clamp)")
         dtype = t.out_fake().dtype
         a, b = cast_to(t, a, dtype), cast_to(t, b, dtype)
         shape = list(t.out_fake().shape)
-        keep = t.emit("compare", [a, b], [("op", relation)], fake=t.fake_like(shape, torch.bool), final=False,
-                      role="keep")
-        return t.emit("where", [keep, a, b])
+        bools = t.fake_like(shape, torch.bool)
+        keep = t.emit("compare", [a, b], [("op", relation)], fake=bools, final=False, role="keep")
+        if not dtype.is_floating_point:
+            return t.emit("where", [keep, a, b])
+        other = t.emit("compare", [b, a], [("op", relation)], fake=bools, final=False, role="other")
+        half_a = t.emit("mul_scalar", [a], [("value", 0.5)], fake=a.fake, final=False, role="half_a")
+        half_b = t.emit("mul_scalar", [b], [("value", 0.5)], fake=b.fake, final=False, role="half_b")
+        tie = t.emit("add", [half_a, half_b], fake=t.out_fake(), final=False, role="tie")
+        rest = t.emit("where", [other, b, tie], fake=t.out_fake(), final=False, role="rest")
+        return t.emit("where", [keep, a, rest])
 
     return handler
 
