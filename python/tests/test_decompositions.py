@@ -77,7 +77,7 @@ class Segmentation(nn.Module):
 
 
 class Router(nn.Module):
-    """A mixture-of-experts layer as transformers' `batched_mm` experts run it: topk of the
+    """A mixture-of-experts layer as transformers' `batched_mm` experts run it, and sort: topk of the
     router's probabilities, each token repeated per chosen expert (repeat_interleave), the
     experts' weights gathered by index and applied with bmm, the results weighted and
     summed."""
@@ -92,6 +92,8 @@ class Router(nn.Module):
     def forward(self, x, y):
         h = self.inp(x)
         weights, chosen = torch.topk(torch.softmax(self.router(h), dim=-1), self.top, dim=-1)
+        ranked, _ = torch.sort(self.router(h), dim=0, descending=True)  # sort: every element's topk
+        h = h + ranked[:, :1] * 0.1 - torch.sort(h, stable=True)[0] * 0.1
         weights = weights / weights.sum(dim=-1, keepdim=True)
         picked = self.up[chosen.reshape(-1)]  # [T·top, 8, width]
         out = torch.bmm(picked, h.repeat_interleave(self.top, dim=0).unsqueeze(-1)).squeeze(-1)

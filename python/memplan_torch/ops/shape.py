@@ -495,3 +495,19 @@ def pixel_unshuffle(t, x, r):
 def index_select(t, x, dim, positions):
     """`x.index_select(dim, index)`: `x[..., index]` at dim (the `index` handler)."""
     return index(t, x, [None] * (dim % x.rank) + [positions])
+
+
+@handles(aten.sort.default)
+def sort(t, x, dim=-1, descending=False):
+    """`torch.sort`: memplan's `topk` of every element along `dim` (largest first when
+    descending): PyTorch's order, a NaN counting as largest, equal values in the order of
+    their positions (its stable order)."""
+    axis = dim % max(x.rank, 1)
+    attrs = [("k", x.shape[axis] if x.rank else 1)] + ([("axis", axis)] if axis != x.rank - 1 else [])
+    attrs += [] if descending else [("largest", False)]
+    return tuple(t.emit_multi("topk", [x], [t.out_fake(0), t.out_fake(1)], ["values", "indices"], attrs))
+
+
+@handles(aten.sort.stable)
+def sort_stable(t, x, stable=None, dim=-1, descending=False):
+    return sort(t, x, dim, descending)
