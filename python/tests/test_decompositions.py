@@ -203,6 +203,31 @@ def _composite():
     return Composite(), (torch.randn(2, 3, 4), torch.tensor([4, 0, 2]), torch.tensor([1, 0]))
 
 
+class Scatter(nn.Module):
+    """Sums at indexed positions (graph networks' message passing, pooling by segment):
+    scatter_add, index_add (with alpha) and `x[i, j] += v` (index_put accumulating), with
+    repeated indices."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = nn.Linear(4, 4)
+        self.head = nn.Linear(4 * 3, 2)
+
+    def forward(self, features, edges, y):
+        sent = self.messages(features)  # [5, 4]: one message per node
+        nodes = torch.zeros(3, 4).scatter_add(0, edges.unsqueeze(1).expand(-1, 4), sent)
+        nodes = nodes.index_add(0, edges[:3], sent[:3] * 2, alpha=0.5)
+        grid = torch.zeros(3, 3, 4)
+        grid = grid.index_put((edges[:4], edges[1:]), sent[:4], accumulate=True) + grid
+        pooled = grid.sum(dim=1) + nodes
+        return F.cross_entropy(self.head(pooled.reshape(1, -1)).expand(2, -1), y)
+
+
+def _scatter():
+    torch.manual_seed(18)
+    return Scatter(), (torch.randn(5, 4), torch.tensor([0, 2, 2, 1, 0]), torch.tensor([1, 0]))
+
+
 def _router():
     torch.manual_seed(14)
     return Router(), (torch.randn(10, 5), torch.randint(0, 3, (10,)))
@@ -224,8 +249,8 @@ def _segmentation():
     return Segmentation(), (torch.randn(2, 3, 10, 10), torch.randint(0, 4, (2, 9, 9)))
 
 
-@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite],
-                         ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite"])
+@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite, _scatter],
+                         ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite", "scatter"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     if build is _recurrent and not _lstm_states_traced_as_they_run():
@@ -244,7 +269,8 @@ def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
               "router": ["topk(", "embedding(", "matmul("],
               "recurrent": ["l1_reverse.t0.forget_gate", "sigmoid(", "relu("],
               "pointwise": ['op="le"', 'op="ge"', "layer_norm(", "exp("],
-              "composite": ["matmul(", "div(", "embedding("]}
+              "composite": ["matmul(", "div(", "embedding("],
+              "scatter": ["scatter_add("]}
     for piece in wanted[build.__name__[1:]]:
         assert piece in text, (piece, text)
 

@@ -119,6 +119,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Compare | OpKind::CompareScalar | OpKind::Argmax => None,
         OpKind::Topk => Some(grad_topk),
         OpKind::Erf => Some(grad_erf),
+        OpKind::ScatterAdd => Some(grad_scatter_add),
     }
 }
 
@@ -278,6 +279,18 @@ fn grad_cos(b: &mut Builder, call: &GradCall) -> Rule {
         let m = b.op1(x, OpKind::Mul, vec![dy, s], &[])?;
         b.op1(x, OpKind::Neg, vec![m], &[])
     })
+}
+
+/// `scatter_add(x, index, src, axis)`: y = x + (src added at the indexed positions), so
+/// `dx = dy` and `dsrc = gather(dy, index, axis)` (each src element's gradient is the
+/// gradient where it was added); the index takes none.
+fn grad_scatter_add(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let (index, src) = (call.inputs[1], call.inputs[2]);
+    let dx = if call.wants(0) { Some(dy) } else { None };
+    let attrs = [("axis", Attr::Int(call.attrs.int("axis")))];
+    let dsrc = if call.wants(2) { Some(b.op1(src, OpKind::Gather, vec![dy, index], &attrs)?) } else { None };
+    Ok(vec![dx, None, dsrc])
 }
 
 /// `erf(x)`: erf′ = (2/√π)·exp(−x²), so `dx = mul(dy, mul_scalar(exp(neg(x·x)), 2/√π))`

@@ -156,9 +156,16 @@ def masked_fill(t, x, mask, value):
 def index_put(t, x, indices, values, accumulate=False):
     """`x[mask] = values` with a bool mask over x's leading dimensions, functionalized:
     `where(mask, values, x)` (values broadcast over the masked elements, as PyTorch
-    requires of them). Integer indices and `accumulate` are not this form."""
+    requires of them). `x[i, j] += values` with integer indices (`accumulate=True`):
+    `scatter_add` (shape.py's `index_put_accumulate`). Integer indices without accumulating
+    (an overwrite, whose repeated indices PyTorch leaves undefined) are not supported."""
+    integer = [v for v in indices if v is not None and v.fake.dtype != torch.bool]
+    if accumulate and integer:
+        from .shape import index_put_accumulate
+
+        return index_put_accumulate(t, x, indices, values)
     if accumulate or len(indices) != 1 or not isinstance(indices[0], Value) or indices[0].fake.dtype != torch.bool:
-        raise ExportError("index_put with integer indices or accumulate=True has no memplan op")
+        raise ExportError("index_put with integer indices and no accumulate has no memplan op")
     mask, part = indices[0], x.shape[indices[0].rank:]
     if mask.shape != x.shape[:mask.rank] or not isinstance(values, Value) or not _broadcasts(values.shape, part):
         raise ExportError("index_put: values must broadcast over the masked elements")

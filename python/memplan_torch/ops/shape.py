@@ -380,17 +380,12 @@ def broadcast_tensors(t, tensors):
                  fake=t.fake_like(shape, v.fake.dtype), final=False, role=f"broadcast{i}") for i, v in enumerate(tensors))
 
 
-@handles(aten.index.Tensor)
-def index(t, x, indices):
-    """`x[i, j]` with integer index tensors over adjacent dimensions k..k+m (advanced
-    indexing): the indices, negative ones counted from the end as PyTorch counts them,
-    become one row number into those dimensions flattened (`i·size_j + j`, broadcast);
-    then, for k = 0, an `embedding` of x viewed as [rows, rest]; else a `gather` along the
-    middle axis of x viewed as [before, rows, after]. Their backward ops sum repeated
-    rows, as PyTorch's index backward (`index_put` accumulating) does."""
+def _flat_rows(t, x, indices):
+    """The integer index tensors of `x[i, j, ...]` (adjacent, from dimension `first` to
+    `last`) as one row number into those dimensions flattened, `i·size_j + j` (broadcast),
+    negative indices counted from the end as PyTorch counts them. Refuses what is not that
+    form before writing anything."""
     at = [k for k, v in enumerate(indices) if v is not None]
-    if not at:
-        return x
     if at != list(range(at[0], at[-1] + 1)):
         raise ExportError("indexing with tensors at dimensions that are not adjacent is not supported")
     if any(not isinstance(indices[k], Value) or indices[k].fake.dtype == torch.bool or indices[k].fake.dtype.is_floating_point
@@ -398,7 +393,6 @@ def index(t, x, indices):
         raise ExportError("indexing with a bool mask or float tensor is not supported (integer indices only)")
     if any(isinstance(d, torch.SymInt) for v in [t.out_fake()] + [indices[k].fake for k in at] for d in v.shape):
         raise ExportError("indexing with indices whose count is known only when the step runs (from nonzero)")
-    first, last = at[0], at[-1] + 1
     rows = None
     for k in at:
         size = x.shape[k]
@@ -412,21 +406,32 @@ def index(t, x, indices):
             shape = [int(d) for d in torch.broadcast_shapes(scaled.fake.shape, i.fake.shape)]
             i = t.emit("add", [scaled, i], fake=t.fake_like(shape, torch.int64), final=False, role="row")
         rows = i
-    count = 1
-    for d in x.shape[first:last]:
-        count *= d
-    before, after = x.shape[:first], x.shape[last:]
-    width = 1
-    for d in after:
-        width *= d
+    return rows, at[0], at[-1] + 1
+
+
+def _product(sizes) -> int:
+    total = 1
+    for d in sizes:
+        total *= int(d)
+    return total
+
+
+@handles(aten.index.Tensor)
+def index(t, x, indices):
+    """`x[i, j]` with integer index tensors over adjacent dimensions (advanced indexing): the
+    indices as one row number into those dimensions flattened (`_flat_rows`); then, when
+    they start at dimension 0, an `embedding` of x viewed as [rows, rest]; else a `gather`
+    along the middle axis of x viewed as [before, rows, after]. Their backward ops sum
+    repeated rows, as PyTorch's index backward (`index_put` accumulating) does."""
+    if all(v is None for v in indices):
+        return x
+    rows, first, last = _flat_rows(t, x, indices)
+    count, width, lead = _product(x.shape[first:last]), _product(x.shape[last:]), _product(x.shape[:first])
     if first == 0:
         table = reshaped(t, x, [count, width], "table")
         picked = t.emit("embedding", [table, rows], fake=t.fake_like(rows.shape + [width], x.fake.dtype), final=False,
                         role="rows")
         return reshaped(t, picked, t.out_fake().shape, "index", final=True)
-    lead = 1
-    for d in before:
-        lead *= d
     n = rows.fake.numel()
     middle = reshaped(t, x, [lead, count, width], "table")
     line = reshaped(t, rows, [1, n, 1], "row_line")
@@ -435,6 +440,56 @@ def index(t, x, indices):
     picked = t.emit("gather", [middle, spread], [("axis", 1)], fake=t.fake_like([lead, n, width], x.fake.dtype),
                     final=False, role="rows")
     return reshaped(t, picked, t.out_fake().shape, "index", final=True)
+
+
+def index_put_accumulate(t, x, indices, values):
+    """`x[i, j] += values` (`index_put(..., accumulate=True)`) with integer indices: the
+    rows as `index` numbers them, and a `scatter_add` along the middle axis of x viewed as
+    [before, rows, after], the values broadcast to what `x[i, j]` would be (repeated rows
+    add up, as in PyTorch)."""
+    rows, first, last = _flat_rows(t, x, indices)
+    count, width, lead = _product(x.shape[first:last]), _product(x.shape[last:]), _product(x.shape[:first])
+    n = rows.fake.numel()
+    picked_shape = x.shape[:first] + rows.shape + x.shape[last:]
+    values = cast_to(t, values, x.fake.dtype)
+    if values.shape != picked_shape:
+        values = t.emit("expand", [values], [("shape", picked_shape)], fake=t.fake_like(picked_shape, x.fake.dtype),
+                        final=False, role="values")
+    source = reshaped(t, values, [lead, n, width], "source")
+    middle = reshaped(t, x, [lead, count, width], "table")
+    line = reshaped(t, rows, [1, n, 1], "row_line")
+    spread = t.emit("expand", [line], [("shape", [lead, n, width])], fake=t.fake_like([lead, n, width], torch.int64),
+                    final=False, role="row_index")
+    added = t.emit("scatter_add", [middle, spread, source], [("axis", 1)], fake=middle.fake, final=False, role="added")
+    return reshaped(t, added, x.shape, "index_put", final=True)
+
+
+@handles(aten.index_add.default)
+def index_add(t, x, dim, positions, source, alpha=1):
+    """`x.index_add(dim, index, source)`: `scatter_add` along dim with the index viewed
+    along it and expanded to the source's shape (a view); `alpha` scales the source."""
+    axis = dim % max(x.rank, 1)
+    source = cast_to(t, source, x.fake.dtype)
+    if alpha != 1:
+        source = t.emit("mul_scalar", [source], [("value", float(alpha))], fake=source.fake, final=False, role="scaled")
+    along = [1] * source.rank
+    along[axis] = positions.fake.numel()
+    line = reshaped(t, cast_to(t, positions, torch.int64), along, "index_line")
+    spread = t.emit("expand", [line], [("shape", source.shape)], fake=t.fake_like(source.shape, torch.int64),
+                    final=False, role="index")
+    return t.emit("scatter_add", [x, spread, source], [("axis", axis)])
+
+
+@handles(aten.scatter_add.default)
+def scatter_add(t, x, dim, positions, src):
+    """`x.scatter_add(dim, index, src)`: memplan's `scatter_add` (src cut to index's shape,
+    the part PyTorch reads: a view)."""
+    axis = dim % max(x.rank, 1)
+    src = cast_to(t, src, x.fake.dtype)
+    for d, size in enumerate(positions.shape):
+        if src.shape[d] != size:
+            src = _slice_of(t, src, d, 0, size, final=False)
+    return t.emit("scatter_add", [x, positions, src], [("axis", axis)])
 
 
 @handles(aten.topk.default)

@@ -222,6 +222,17 @@ pub fn lower_op(
             let args = vec![t(y(0)), t(&narrowed), t(x(1)), int(n), int(inner), int(narrowed.shape[a])];
             elementwise(GATHER, y(0).numel(), args)
         }
+        ScatterAdd => {
+            // y = x (a copy, unless the plan put y in x's bytes), then each element of y
+            // narrowed to index's shape adds the src its index picks along the axis.
+            let (out, a) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
+            let narrowed = narrowed_to(out, &x(1).shape, a);
+            let (_, n, inner) = split_shape(&x(1).shape, a);
+            let mut commands = unary(OP_COPY, out, x(0), 0.0);
+            let args = vec![t(&narrowed), t(x(2)), t(x(1)), int(n), int(inner), int(narrowed.shape[a])];
+            commands.extend(elementwise(SCATTER_ADD, narrowed.numel(), args));
+            commands
+        }
         GatherBackward => {
             // Zeros, then each element of dx narrowed to index's shape summing the dy its
             // index picks along the axis.

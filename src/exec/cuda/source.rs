@@ -82,6 +82,7 @@ pub const ATTENTION_BIAS_BACKWARD: &str = "attention_bias_backward";
 pub const CUMSUM: &str = "cumsum";
 pub const ARGMAX: &str = "argmax";
 pub const TOPK: &str = "topk";
+pub const SCATTER_ADD: &str = "scatter_add";
 pub const GATHER: &str = "gather";
 pub const GATHER_BACKWARD: &str = "gather_backward";
 pub const DROPOUT: &str = "dropout";
@@ -103,7 +104,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 59] = [
+pub const KERNELS: [&str; 60] = [
     BINARY,
     UNARY,
     FILL,
@@ -149,6 +150,7 @@ pub const KERNELS: [&str; 59] = [
     CUMSUM,
     ARGMAX,
     TOPK,
+    SCATTER_ADD,
     GATHER,
     GATHER_BACKWARD,
     DROPOUT,
@@ -282,6 +284,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Cumsum => &[CUMSUM],
         Argmax => &[ARGMAX],
         Topk => &[TOPK],
+        ScatterAdd => &[UNARY, SCATTER_ADD],
         SoftmaxBackward => &[SOFTMAX_BACKWARD],
         Matmul => &[CUBLAS_GEMM, IGEMM, IGEMM_F32, FILL],
         Attention => &[ATTENTION, ATTENTION_TC],

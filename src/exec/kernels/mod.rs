@@ -70,6 +70,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Sin => vec![elementwise::unary(&x[0], f64::sin)],
         OpKind::Cos => vec![elementwise::unary(&x[0], f64::cos)],
         OpKind::Erf => vec![elementwise::unary(&x[0], libm::erf)],
+        OpKind::ScatterAdd => vec![nn::scatter_add(&x[0], &x[1], &x[2], attrs.int("axis"))?],
         OpKind::Exp => vec![elementwise::unary(&x[0], f64::exp)],
         OpKind::Log => vec![elementwise::unary(&x[0], f64::ln)],
         OpKind::Sqrt => vec![elementwise::unary(&x[0], f64::sqrt)],
@@ -842,6 +843,21 @@ mod tests {
         assert_eq!((rows.shape.clone(), rows.data), (vec![2], vec![1.0, 1.0]));
         let columns = along(0, true);
         assert_eq!((columns.shape.clone(), columns.data), (vec![1, 3], vec![1.0, 1.0, 1.0]));
+    }
+
+    #[test]
+    fn scatter_add_sums_repeated_indices_and_its_gradient_is_a_gather() {
+        let x = Dense::new(vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let index = Dense::new(vec![2, 2], vec![2.0, 0.0, 2.0, 2.0]);
+        let src = Dense::new(vec![2, 2], vec![10.0, 20.0, 30.0, 40.0]);
+        let axis = [("axis", Attr::Int(0))];
+        let y = run(OpKind::ScatterAdd, &axis, &[x.clone(), index.clone(), src.clone()]).remove(0);
+        assert_eq!(y.data, [1.0, 22.0, 3.0, 4.0, 45.0, 46.0]);
+        let out_of_range = Dense::new(vec![2, 2], vec![3.0, 0.0, 0.0, 0.0]);
+        assert!(try_run(OpKind::ScatterAdd, &axis, &[x.clone(), out_of_range, src.clone()]).is_err());
+        grad_check(OpKind::ScatterAdd, &axis, &[x, index.clone(), src], &[(0, "x"), (2, "src")], &|_, dy| {
+            vec![dy.clone(), run(OpKind::Gather, &axis, &[dy.clone(), index.clone()]).remove(0)]
+        });
     }
 
     #[test]

@@ -385,6 +385,17 @@ pub(super) fn gather_backward(dy: &Dense, index: &Dense, shape: &[usize], axis: 
     Ok(dx)
 }
 
+/// y = x, plus each src[p] added at p with p[axis] = index[p] (in index order).
+pub(super) fn scatter_add(x: &Dense, index: &Dense, src: &Dense, axis: i64) -> Result<Dense, ExecError> {
+    let a = resolve_axis(axis, x.shape.len());
+    let at = indices("scatter_add", index, x.shape[a])?;
+    let mut y = x.clone();
+    for (p, &i) in at.iter().enumerate() {
+        y.data[gathered(&x.shape, &index.shape, p, a, i)] += src.data[p];
+    }
+    Ok(y)
+}
+
 /// softmax of one row of logits, max-subtracted.
 fn softmax_row(row: &[f64]) -> Vec<f64> {
     let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));

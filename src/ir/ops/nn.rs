@@ -66,6 +66,11 @@ pub(super) const GATHER_BACKWARD: OpDef = OpDef::new("gather_backward", &["dy", 
     .flops(per_input::<1>)
     .indices(&[Indices { input: 1, below: Below::DimAt { input: usize::MAX, axis: "axis" }, ignored: None }]);
 
+pub(super) const SCATTER_ADD: OpDef = OpDef::new("scatter_add", &["x", "index", "src"], &["y"], infer_scatter_add, "x plus each src[p] added at p with p[axis] = index[p] (PyTorch's scatter_add; index_add and index_put accumulating are written with it)")
+    .attrs(&[attr("axis", K::Int, None)])
+    .flops(per_input::<1>)
+    .indices(&[Indices { input: 1, below: Below::DimAt { input: 0, axis: "axis" }, ignored: None }]);
+
 pub(super) const TOPK: OpDef = OpDef::new("topk", &["x"], &["values", "indices"], infer_topk, "the k largest (smallest) elements of x along axis, in order, and their positions (PyTorch's topk)")
     .attrs(&[attr("k", K::Int, None), attr("axis", K::Int, Some(AttrDefault::Int(-1))), attr("largest", K::Bool, Some(AttrDefault::Bool(true)))])
     .flops(per_input::<1>);
@@ -201,6 +206,18 @@ pub(super) fn infer_gather(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
         return Err(format!("index {index} must have x's rank and no dimension larger than x's {x} but along axis {a}"));
     }
     done(vec![TensorType::new(x.dtype, index.dims().to_vec())])
+}
+
+/// `scatter_add(x, index, src, axis)`: x float, src of x's dtype and index's shape, index
+/// fitting x as in `gather`; y has x's type.
+pub(super) fn infer_scatter_add(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, index, src) = (inputs[0], inputs[1], inputs[2]);
+    float_input(x, "x")?;
+    if src.dtype != x.dtype || src.dims() != index.dims() {
+        return Err(format!("src must have x's dtype and index's shape, found x {x}, index {index} and src {src}"));
+    }
+    infer_gather(&[x, index], attrs)?;
+    done(vec![x.clone()])
 }
 
 /// `topk(x, k, axis, largest)`: x numeric (not bool), 0 ≤ k ≤ its length along the axis;

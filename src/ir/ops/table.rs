@@ -135,4 +135,6 @@ op_table! {
     Topk = nn::TOPK,
     // The error function (ESM's and BERT-era GELUs written out).
     Erf = elementwise::ERF,
+    // Additions at indexed positions (scatter_add, index_add, index_put accumulating).
+    ScatterAdd = nn::SCATTER_ADD,
 }

@@ -772,7 +772,8 @@ impl Gen {
     }
 
     /// gather of a float value along a random axis by a new index input (each of its
-    /// dimensions at most x's but along the axis), recorded for its backward op.
+    /// dimensions at most x's but along the axis), recorded for its backward op; and
+    /// scatter_add of the gathered values back into x sometimes.
     fn gather(&mut self) {
         let x = self.float_value(1, 4);
         let dims = self.ty(x).dims().to_vec();
@@ -786,8 +787,13 @@ impl Gen {
         let name = self.name("index");
         let index = self.arg(name, TensorType::new(dtype, shape), Role::Input);
         let axis = axis as i64 - if self.chance(0.5) { dims.len() as i64 } else { 0 };
-        if self.emit_recorded(OpKind::Gather, &[x, index], &[("axis", Attr::Int(axis))]).is_some() && self.chance(0.5) {
+        let Some(picked) = self.emit_recorded(OpKind::Gather, &[x, index], &[("axis", Attr::Int(axis))]) else { return };
+        if self.chance(0.5) {
             self.backward_of(self.records.len() - 1);
+        }
+        if self.chance(0.5) {
+            // The picked values added back where they came from (repeated indices add up).
+            self.emit(OpKind::ScatterAdd, &[x, index, picked], &[("axis", Attr::Int(axis))]);
         }
     }
 

@@ -142,6 +142,20 @@ extern "C" __global__ void gather_backward(Tensor dx, Tensor dy, Tensor index, i
     }
 }
 
+// scatter_add: element (o, k, j) of y (narrowed like gather's x, [outer, m, inner]; y holds
+// x already) adds src[(o, q, j)] over the q < n whose index picks k, in order.
+extern "C" __global__ void scatter_add(Tensor y, Tensor src, Tensor index, i64 n, i64 inner, i64 m) {
+    GRID_STRIDE(i, y.numel) {
+        const i64 o = i / (m * inner), k = (i / inner) % m, j = i % inner;
+        double total = load_d(y, i);
+        for (i64 q = 0; q < n; ++q) {
+            const i64 at = (o * n + q) * inner + j;
+            if (load_index(index, at) == k) total += load_d(src, at);
+        }
+        store_d(y, i, total);
+    }
+}
+
 // dx = y·(dy − Σ dy·y) along the line.
 extern "C" __global__ void softmax_backward(Tensor dx, Tensor dy, Tensor y, i64 lines, i64 n, i64 inner) {
     for (i64 line = blockIdx.x; line < lines; line += gridDim.x) {
