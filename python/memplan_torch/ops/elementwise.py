@@ -509,5 +509,7 @@ def pow_number(t, base, exponent):
 
 @handles(aten.reciprocal.default)
 def reciprocal(t, x):
-    """`1 / x`: a `div` of a constant 1 by x (the same division)."""
-    return t.emit("div", [constant(t, [], x.fake.dtype, 1.0, "one"), x])
+    """`1 / x`: a `div` of a constant 1 by x (the same division; an integer x is cast to
+    the float result first, as PyTorch promotes it)."""
+    dtype = t.out_fake().dtype
+    return t.emit("div", [constant(t, [], dtype, 1.0, "one"), cast_to(t, x, dtype)])
