@@ -136,6 +136,7 @@ class Translator:
         self.roles: dict[str, str] = {}  # memplan argument name -> role
         self._grad_for: dict[tuple[int, int], Value] = {}  # (call, input) -> the input
         self.arg_sources: dict[str, str] = {}  # memplan argument name -> state-dict or input name
+        self.hinted: set[str] = set()  # ops whose extern hint (_EXTERN_HINTS) was given
 
     # -- the walk ------------------------------------------------------------------------
 
@@ -445,6 +446,12 @@ class Translator:
         if schema is None:
             raise ExportError(f"{node.name}: {node.target} is not an ATen op, so memplan cannot even write it as extern")
         target = f"{schema.name}.{schema.overload_name or 'default'}"
+        hint = _EXTERN_HINTS.get(schema.name)
+        if hint is not None and schema.name not in self.hinted:
+            self.hinted.add(schema.name)
+            loc = source_loc(node)
+            where = f"{os.path.basename(loc[0])}:{loc[1]}: " if loc else ""
+            warnings.warn(f"{where}{target} is written as extern: {hint}", ExportWarning, stacklevel=2)
         inputs = [a for a in _flatten(list(args) + list(kwargs.values())) if isinstance(a, Value)]
         val = node.meta.get("val")
         outputs = list(val) if isinstance(val, (list, tuple)) else [val]
@@ -559,6 +566,15 @@ def _flatten(items):
             yield from _flatten(item)
         else:
             yield item
+
+
+# What to do about an op that becomes `extern`, where the library that wrote it offers a
+# form memplan can express (said once per export).
+_EXTERN_HINTS = {
+    "transformers::grouped_mm_fallback": (
+        "transformers' grouped_mm experts sort the tokens into groups of data-dependent sizes; build "
+        "the model with experts_implementation='batched_mm' (the same values, with ops memplan has)"),
+}
 
 
 def _flops(node) -> int:

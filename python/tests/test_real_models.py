@@ -30,3 +30,18 @@ def test_a_library_model_trains_in_memplan_as_in_pytorch(memplan, tmp_path, name
     memplan("check", step)
     report = memplan("report", step, "--by", "module").stdout
     assert "model." in report, report
+
+
+def test_transformers_grouped_mm_experts_say_how_to_export_them():
+    """Mixtral's default experts on the CPU (`grouped_mm`: tokens sorted into groups of
+    data-dependent sizes) stay extern, with a warning naming the form memplan can express."""
+    from transformers import MixtralConfig
+
+    import memplan_torch
+    from memplan_torch.step import ExportWarning
+
+    model, inputs = suite._causal_lm(MixtralConfig(**suite.SMALL, num_key_value_heads=2, num_local_experts=4,
+                                                   num_experts_per_tok=2), 2)
+    with pytest.warns(ExportWarning, match="experts_implementation='batched_mm'"):
+        text = memplan_torch.export_step(model, inputs)
+    assert 'target="transformers::grouped_mm_fallback' in text
