@@ -297,15 +297,7 @@ def group_norm(t, x, groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=Tru
 @handles(aten.mse_loss.default)
 def mse_loss(t, a, b, reduction=1):
     """`F.mse_loss`: `(a − b)²` (`sub`, `mul`), then its mean (the default), sum, or itself."""
-    if reduction not in (0, 1, 2):
-        raise ExportError(f"mse_loss with reduction {reduction}")
-    diff = t.emit("sub", [a, b], fake=t.fake_like(torch.broadcast_shapes(a.fake.shape, b.fake.shape), a.fake.dtype),
-                  final=False, role="diff")
-    if reduction == 0:
-        return t.emit("mul", [diff, diff])
-    squared = t.emit("mul", [diff, diff], fake=diff.fake, final=False, role="squared")
-    axes = [("axes", list(range(squared.rank)))]
-    return t.emit("mean", [squared], axes, role="mse_loss") if reduction == 1 else t.emit("sum", [squared], axes, role="mse_loss")
+    return _elementwise_loss(t, a, b, reduction, lambda d: t.emit("mul", [d, d], fake=d.fake, final=False, role="squared"))
 
 
 @handles(aten._weight_norm.default)

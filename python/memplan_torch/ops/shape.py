@@ -409,6 +409,15 @@ def _flat_rows(t, x, indices):
     return rows, at[0], at[-1] + 1
 
 
+def _spread_rows(t, rows: Value, lead: int, width: int) -> Value:
+    """The row numbers as the [lead, n, width] index of a gather or scatter along the middle
+    axis of x viewed as [before, rows, after] (a view of the n numbers)."""
+    n = rows.fake.numel()
+    line = reshaped(t, rows, [1, n, 1], "row_line")
+    return t.emit("expand", [line], [("shape", [lead, n, width])], fake=t.fake_like([lead, n, width], torch.int64),
+                  final=False, role="row_index")
+
+
 def _product(sizes) -> int:
     total = 1
     for d in sizes:
@@ -434,11 +443,8 @@ def index(t, x, indices):
         return reshaped(t, picked, t.out_fake().shape, "index", final=True)
     n = rows.fake.numel()
     middle = reshaped(t, x, [lead, count, width], "table")
-    line = reshaped(t, rows, [1, n, 1], "row_line")
-    spread = t.emit("expand", [line], [("shape", [lead, n, width])], fake=t.fake_like([lead, n, width], torch.int64),
-                    final=False, role="row_index")
-    picked = t.emit("gather", [middle, spread], [("axis", 1)], fake=t.fake_like([lead, n, width], x.fake.dtype),
-                    final=False, role="rows")
+    picked = t.emit("gather", [middle, _spread_rows(t, rows, lead, width)], [("axis", 1)],
+                    fake=t.fake_like([lead, n, width], x.fake.dtype), final=False, role="rows")
     return reshaped(t, picked, t.out_fake().shape, "index", final=True)
 
 
@@ -457,10 +463,8 @@ def index_put_accumulate(t, x, indices, values):
                         final=False, role="values")
     source = reshaped(t, values, [lead, n, width], "source")
     middle = reshaped(t, x, [lead, count, width], "table")
-    line = reshaped(t, rows, [1, n, 1], "row_line")
-    spread = t.emit("expand", [line], [("shape", [lead, n, width])], fake=t.fake_like([lead, n, width], torch.int64),
-                    final=False, role="row_index")
-    added = t.emit("scatter_add", [middle, spread, source], [("axis", 1)], fake=middle.fake, final=False, role="added")
+    added = t.emit("scatter_add", [middle, _spread_rows(t, rows, lead, width), source], [("axis", 1)], fake=middle.fake,
+                   final=False, role="added")
     return reshaped(t, added, x.shape, "index_put", final=True)
 
 

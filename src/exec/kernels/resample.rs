@@ -82,13 +82,13 @@ pub(super) fn upsample_bilinear2d(x: &Dense, out_shape: &[usize], align_corners:
 pub(super) fn upsample_bilinear2d_backward(dy: &Dense, x_shape: &[usize], align_corners: bool) -> Dense {
     let (n, h, w) = planes(x_shape);
     let (oh, ow) = (dy.shape[2], dy.shape[3]);
+    let columns: Vec<_> = (0..ow).map(|j| linear_sources(j, w, ow, align_corners)).collect();
     let mut dx = Dense::zeros(x_shape.to_vec());
     for p in 0..n {
         let plane = &mut dx.data[p * h * w..(p + 1) * h * w];
         for i in 0..oh {
             let (r0, r1, wr0, wr1) = linear_sources(i, h, oh, align_corners);
-            for j in 0..ow {
-                let (c0, c1, wc0, wc1) = linear_sources(j, w, ow, align_corners);
+            for (j, &(c0, c1, wc0, wc1)) in columns.iter().enumerate() {
                 let g = dy.data[(p * oh + i) * ow + j];
                 plane[r0 * w + c0] += wr0 * wc0 * g;
                 plane[r0 * w + c1] += wr0 * wc1 * g;
