@@ -396,6 +396,59 @@ fn masked_attention_matches_the_cpu_reference() {
     }
 }
 
+/// dropout_attention (and its two backward ops) against the CPU reference: the same mask,
+/// drawn from the seed in each kernel as the CPU draws it, across tiles (70 query rows, 40
+/// keys), with and without a learned bias, causal and not, grouped-query heads, f32 and
+/// bf16; and never on the tensor-core kernels, which have no dropout.
+#[test]
+fn dropout_attention_matches_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // (dtype, B, H, Hkv, T, S, E, Ev, causal, bias shape (none: a [] zero), p)
+    let cases = [
+        ("f32", 2, 4, 2, 5, 7, 8, 6, false, Some("4,5,7"), 0.3),
+        ("f32", 1, 2, 2, 70, 40, 8, 8, true, None, 0.5),
+        ("bf16", 1, 4, 2, 6, 6, 16, 16, false, Some("1,1,6"), 0.2),
+    ];
+    for (seed, (dt, b, h, hkv, t, s, e, ev, causal, bias, p)) in cases.into_iter().enumerate() {
+        let scale = 1.0 / (e as f64).sqrt();
+        let (bias_arg, bias_op) = match bias {
+            Some(shape) => (format!("%bias: {dt}[{shape}] param,"), String::new()),
+            None => (String::new(), format!("  %bias = fill(shape=[], dtype={dt}, value=0.0)\n")),
+        };
+        let text = format!(
+            "step @dropout_attention(
+  %q: {dt}[{b},{h},{t},{e}] param,
+  %k: {dt}[{b},{hkv},{s},{e}] param,
+  %v: {dt}[{b},{hkv},{s},{ev}] param,
+  {bias_arg}
+  %seed: i64[] input,
+  %r: {dt}[{b},{h},{t},{ev}] input,
+) {{
+{bias_op}  %o, %lse = dropout_attention(%q, %k, %v, %bias, %seed, causal={causal}, scale={scale:?}, p={p:?}, stream=0)
+  %w = mul(%o, %r)
+  %loss = sum(%w, axes=[0, 1, 2, 3])
+  backward %loss with sgd(lr=0.5)
+  return %loss, %o, %lse
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let (launches, _) = emulated_matches_reference(&graph, &plan, 2, 70 + seed as u64)
+            .unwrap_or_else(|err| panic!("case {seed} ({dt}): {err}\n{text}"));
+        let mut kernels = vec![ATTENTION, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV];
+        if bias.is_some() {
+            kernels.push(ATTENTION_BIAS_BACKWARD);
+        }
+        for kernel in kernels {
+            assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run");
+        }
+        assert!(!launches.contains(&ATTENTION_TC), "case {seed}: dropout on the tensor-core kernel");
+    }
+}
+
 /// The tiled attention kernels' results themselves (out, lse, dq, dk, dv returned, not
 /// folded into an update) against the CPU reference, for shapes that cross their tiles (64
 /// query rows per forward block, 32 per dq block, 32 keys per tile, 64-column chunks of E

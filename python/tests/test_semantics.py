@@ -854,6 +854,173 @@ def test_stochastic_depth_masks_are_memplans_draw(memplan, tmp_path):
     assert "loss" in memplan("run", step).stdout
 
 
+def _splitmix64(state: int, n: int) -> int:
+    """SplitMix64's output `n` from `state` (docs/IR.md, `dropout`), in Python integers."""
+    z = (state + (n + 1) * 0x9E3779B97F4A7C15) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+
+
+def memplans_keep_mask(seed: int, stream: int, shape, p: float) -> torch.Tensor:
+    """The elements memplan's dropout with (seed, stream) keeps, as IR.md defines them:
+    element i kept iff the top 53 bits of sm(key, i) over 2^53 are >= p."""
+    key = _splitmix64(_splitmix64(seed % 2**64, 0), stream)
+    count = 1
+    for d in shape:
+        count *= d
+    kept = [(_splitmix64(key, i) >> 11) / 2.0**53 >= p for i in range(count)]
+    return torch.tensor(kept).reshape(shape)
+
+
+class AttentionDropout(nn.Module):
+    """Two attention layers trained with dropout on their probabilities (SDPA's
+    `dropout_p`): one with a padding mask (bool), one causal without a mask. With `keep`
+    set (the masks memplan draws, by layer) the same layers written out in PyTorch's math:
+    softmax, the mask times 1 / (1 - p), the product with v."""
+
+    P = (0.4, 0.25)
+
+    def __init__(self):
+        super().__init__()
+        self.qkv1, self.qkv2, self.o = nn.Linear(8, 24), nn.Linear(8, 24), nn.Linear(8, 4)
+        pad = torch.ones(2, 1, 1, 16, dtype=torch.bool)
+        pad[1, ..., 13:] = False
+        self.register_buffer("pad", pad, persistent=False)
+        self.keep = None
+
+    def attend(self, layer, h, qkv, mask, causal):
+        b = h.shape[0]
+        q, k, v = qkv(h).view(b, 16, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        if self.keep is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.P[layer], is_causal=causal)
+        else:
+            scores = q @ k.transpose(-1, -2) / 2.0
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            if causal:
+                scores = scores.masked_fill(torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf"))
+            probs = scores.softmax(-1) * self.keep[layer] / (1 - self.P[layer])
+            out = probs @ v
+        return out.transpose(1, 2).reshape(b, 16, 8)
+
+    def forward(self, x, y):
+        h = x.reshape(2, 16, 8)
+        h = h + self.attend(0, h, self.qkv1, self.pad, False)
+        h = h + self.attend(1, h, self.qkv2, None, True)
+        return F.mse_loss(self.o(h), y)
+
+
+def test_attention_dropout_is_pytorchs_attention_with_memplans_mask(memplan, tmp_path):
+    """SDPA with dropout_p > 0 exports as `dropout_attention` (a stream per site, the step's
+    seed), and trains three SGD steps as PyTorch's own math of attention does with the mask
+    memplan draws from that seed (computed here from IR.md's hash, independently), losses
+    and parameters: the same dropout, the same gradients through it."""
+    torch.manual_seed(5)
+    model, inputs = AttentionDropout(), (torch.randn(32, 8), torch.randn(2, 16, 4))
+    text = memplan_torch.export_step(model, inputs, optimizer="sgd")
+    sites = [line for line in text.splitlines() if "= dropout_attention(" in line]
+    assert len(sites) == 2 and "extern" not in text, text
+    streams = [int(re.search(r"stream=(\d+)", s).group(1)) for s in sites]
+    assert [f"p={p}" in s for p, s in zip(AttentionDropout.P, sites)] == [True, True] and len(set(streams)) == 2
+    assert "causal=true" in sites[1] and "%dropout_seed" in sites[0]
+    step, weights = tmp_path / "drop.step", tmp_path / "w.safetensors"
+    step.write_text(text)
+    seed = 1234567
+    arguments = step_arguments(model, inputs)
+    arguments["dropout_seed"] = torch.tensor(seed, dtype=torch.int64)
+    safetensors.write_new(weights, arguments)
+    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
+    model.keep = [memplans_keep_mask(seed, stream, (2, 2, 16, 16), p) for stream, p in zip(streams, AttentionDropout.P)]
+    assert all(0.4 < float(k.float().mean()) < 0.9 for k in model.keep)
+    expected, largest_grad = torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=LR))
+    assert losses == pytest.approx(expected, rel=1e-5), f"memplan {losses}, PyTorch {expected}"
+    for name, param in model.named_parameters():
+        difference = (after[name].double() - param.detach().double()).abs()
+        assert float(difference.max()) <= 0.05 * 3 * LR * largest_grad[name], name
+    # Another seed draws other masks: another loss.
+    arguments["dropout_seed"] = torch.tensor(seed + 1, dtype=torch.int64)
+    safetensors.write_new(tmp_path / "w2.safetensors", arguments)
+    assert memplan_steps(memplan, tmp_path, step, tmp_path / "w2.safetensors", 1)[0][0] != losses[0]
+
+
+def memplans_random(seed: int, stream: int, shape, normal: bool) -> torch.Tensor:
+    """memplan's `random` f32 numbers (docs/IR.md), computed here independently: uniform,
+    the top 24 bits of sm(key, i) over 2^24; normal, Box-Muller of the 53-bit uniforms of
+    2i and 2i + 1 in f64."""
+    import math
+
+    key = _splitmix64(_splitmix64(seed % 2**64, 0), stream)
+    count = math.prod(shape)
+    if normal:
+        u = [(_splitmix64(key, n) >> 11) / 2.0**53 for n in range(2 * count)]
+        values = [math.sqrt(-2.0 * math.log(1.0 - u[2 * i])) * math.cos(2 * math.pi * u[2 * i + 1]) for i in range(count)]
+    else:
+        values = [(_splitmix64(key, i) >> 40) / 2.0**24 for i in range(count)]
+    return torch.tensor(values, dtype=torch.float64).to(torch.float32).reshape(shape)
+
+
+class Denoiser(nn.Module):
+    """A diffusion model's training step: timesteps from `randint` pick a noise level from
+    a table, noise from `randn_like` (and `normal_`), a random mix from `rand`; the network
+    predicts the noise. With `draws` set (memplan's numbers by site, in order) the same
+    step with those numbers in place of PyTorch's draws."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(9, 16), nn.SiLU(), nn.Linear(16, 8))
+        self.register_buffer("levels", torch.linspace(0.1, 0.9, 10), persistent=False)
+        self.draws = None
+
+    def draw(self, make):
+        return make() if self.draws is None else self.draws.pop(0)
+
+    def forward(self, x):
+        steps = self.draw(lambda: torch.randint(0, 10, (x.shape[0],)))
+        noise = self.draw(lambda: torch.randn_like(x))
+        extra = self.draw(lambda: torch.empty_like(x).normal_(0.0, 0.5))
+        mix = self.draw(lambda: torch.rand(x.shape[0], 1))
+        level = self.levels[steps].unsqueeze(1)
+        noisy = x * (1 - level) + (noise + extra * mix) * level
+        predicted = self.net(torch.cat([noisy, level], dim=1))
+        return F.mse_loss(predicted, noise)
+
+
+def test_random_tensors_are_memplans_draws_and_train_as_pytorch_with_them(memplan, tmp_path):
+    """randint, randn_like, normal_ and rand export as memplan's `random` (a stream each, no
+    extern), and the step trains three SGD steps as PyTorch trains the same model fed the
+    numbers memplan draws (computed here from IR.md's definition): losses and parameters."""
+    torch.manual_seed(6)
+    model, inputs = Denoiser(), (torch.randn(12, 8),)
+    text = memplan_torch.export_step(model, inputs, optimizer="sgd")
+    sites = [line for line in text.splitlines() if "= random(" in line]
+    assert len(sites) == 4 and "extern" not in text, text
+    streams = [int(re.search(r"stream=(\d+)", s).group(1)) for s in sites]
+    assert len(set(streams)) == 4 and ["normal=true" in s for s in sites] == [False, True, True, False]
+    step, weights = tmp_path / "denoise.step", tmp_path / "w.safetensors"
+    step.write_text(text)
+    seed = 424242
+    arguments = step_arguments(model, inputs)
+    arguments["dropout_seed"] = torch.tensor(seed, dtype=torch.int64)
+    safetensors.write_new(weights, arguments)
+    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
+    steps = (memplans_random(seed, streams[0], (12,), False) * 10).long()
+    assert 0 <= int(steps.min()) and int(steps.max()) <= 9 and len(set(steps.tolist())) > 3
+    draws = [
+        steps,
+        memplans_random(seed, streams[1], (12, 8), True),
+        memplans_random(seed, streams[2], (12, 8), True) * 0.5,
+        memplans_random(seed, streams[3], (12, 1), False),
+    ]
+    assert abs(float(draws[1].mean())) < 0.4 and 0.5 < float(draws[1].std()) < 1.5
+    model.draws = [d for _ in range(3) for d in draws]  # the same seed every step: the same draws
+    expected, largest_grad = torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=LR))
+    assert losses == pytest.approx(expected, rel=1e-5), f"memplan {losses}, PyTorch {expected}"
+    for name, param in model.named_parameters():
+        difference = (after[name].double() - param.detach().double()).abs()
+        assert float(difference.max()) <= 0.05 * 3 * LR * largest_grad[name], name
+
+
 class MaskedAttention(nn.Module):
     """Attention with PyTorch's attn_mask: a padding mask (bool data), a learned position
     bias (a float mask with a gradient), grouped-query heads (`enable_gqa`)."""

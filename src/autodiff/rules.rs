@@ -63,6 +63,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::AttentionBackward => None,
         OpKind::MaskedAttention => Some(grad_masked_attention),
         OpKind::MaskedAttentionBackward | OpKind::AttentionBiasBackward => None,
+        OpKind::DropoutAttention => Some(grad_dropout_attention),
+        OpKind::DropoutAttentionBackward | OpKind::DropoutAttentionBiasBackward => None,
         OpKind::Sum => Some(grad_sum),
         OpKind::Mean => Some(grad_mean),
         OpKind::Reshape => Some(grad_reshape),
@@ -72,7 +74,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Expand => Some(grad_expand),
         OpKind::Contiguous => Some(grad_contiguous),
         OpKind::Cast => Some(grad_cast),
-        OpKind::Fill => None,
+        OpKind::Fill | OpKind::Random => None,
         OpKind::Embedding => Some(grad_embedding),
         OpKind::EmbeddingBackward => None,
         OpKind::LayerNorm => Some(grad_layer_norm),
@@ -491,6 +493,34 @@ fn grad_masked_attention(b: &mut Builder, call: &GradCall) -> Rule {
         None
     };
     grads.push(dmask);
+    Ok(grads)
+}
+
+/// `dropout_attention(q, k, v, bias, seed)`: as `masked_attention`, its backward ops
+/// reading the seed too and drawing the forward's mask again from it and the forward's
+/// attributes (so no mask is saved). The seed takes no gradient (its row's
+/// `inputs_without_gradient`).
+fn grad_dropout_attention(b: &mut Builder, call: &GradCall) -> Rule {
+    let dout = call.dy()?;
+    if call.dy.get(1).is_some_and(Option::is_some) {
+        return Err("dropout_attention was given a gradient of its lse, which has none".into());
+    }
+    let (q, k, v, bias, seed) = (call.inputs[0], call.inputs[1], call.inputs[2], call.inputs[3], call.inputs[4]);
+    let (out, lse) = (call.outputs[0], call.outputs[1]);
+    let inputs = vec![dout, q, k, v, bias, seed, out, lse];
+    let mut grads: Vec<Option<ValueId>> = if (0..3).any(|k| call.wants(k)) {
+        let outputs = b.op_attrs(&[q, k, v], OpKind::DropoutAttentionBackward, inputs.clone(), call.attrs.clone())?;
+        outputs.into_iter().enumerate().map(|(k, g)| call.wants(k).then_some(g)).collect()
+    } else {
+        vec![None; 3]
+    };
+    let dbias = if call.wants(3) {
+        Some(b.op_attrs(&[bias], OpKind::DropoutAttentionBiasBackward, inputs, call.attrs.clone())?[0])
+    } else {
+        None
+    };
+    grads.push(dbias);
+    grads.push(None);
     Ok(grads)
 }
 

@@ -53,6 +53,17 @@ impl DType {
         matches!(self, DType::F32 | DType::F16 | DType::Bf16)
     }
 
+    /// A float type's significand bits, the implicit one included (24 for f32, 11 for f16,
+    /// 8 for bf16): the integers up to 2^bits and the fractions k / 2^bits it holds exactly.
+    pub fn significand_bits(self) -> Option<u32> {
+        match self {
+            DType::F32 => Some(24),
+            DType::F16 => Some(11),
+            DType::Bf16 => Some(8),
+            DType::I32 | DType::I64 | DType::Bool => None,
+        }
+    }
+
     /// Integer types usable as labels or indices.
     pub fn is_index(self) -> bool {
         matches!(self, DType::I32 | DType::I64)

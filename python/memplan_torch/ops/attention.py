@@ -1,8 +1,10 @@
 """The attention handler: `scaled_dot_product_attention` as memplan's fused `attention`,
 or `masked_attention` with an `attn_mask` (a float mask is the bias added to the scores; a
 bool one becomes `where(mask, 0, -inf)` first, as PyTorch's SDPA converts it), grouped
-query heads (`enable_gqa`) as they are. Attention dropout (`dropout_p > 0`) becomes
-`extern`. The output keeps PyTorch's flash layout (see `attention` below), so merging the
+query heads (`enable_gqa`) as they are. With `dropout_p > 0` (training) it is
+`dropout_attention`, which draws its mask from the step's dropout seed and a stream of its
+own, as `dropout` does, and saves no mask (its bias is 0, of shape [], without a mask).
+The output keeps PyTorch's flash layout (see `attention` below), so merging the
 heads afterwards copies nothing.
 """
 
@@ -29,8 +31,6 @@ def _bias(t, mask, dtype):
 
 @handles(aten.scaled_dot_product_attention.default)
 def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    if dropout_p:
-        raise ExportError("scaled_dot_product_attention with dropout_p > 0 is not supported")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     # PyTorch's flash attention writes out [..., T, H, Ev] and returns a transposed view of it,
     # so the usual `y.transpose(1, 2).contiguous().view(B, T, C)` copies nothing: the same
@@ -42,7 +42,15 @@ def attention(t, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     lse = t.fake_like(out.shape[:-1], torch.float32)
     attrs = [("causal", True)] if is_causal else []
     attrs += [("scale", scale), ("transpose_out", True)]
-    if attn_mask is None:
+    if dropout_p:
+        p = float(dropout_p)
+        if not 0.0 < p < 1.0:
+            raise ExportError(f"scaled_dot_product_attention with dropout_p={p} (memplan's takes 0 <= p < 1)")
+        bias = constant(t, [], q.fake.dtype, 0.0, "mask.zero") if attn_mask is None else _bias(t, attn_mask, q.fake.dtype)
+        attrs += [("p", p), ("stream", t.next_stream())]
+        result, _lse = t.emit_multi("dropout_attention", [q, k, v, bias, t.dropout_seed()], [rows_first, lse],
+                                    ["attention", "attention.lse"], attrs)
+    elif attn_mask is None:
         result, _lse = t.emit_multi("attention", [q, k, v], [rows_first, lse], ["attention", "attention.lse"], attrs)
     else:
         bias = _bias(t, attn_mask, q.fake.dtype)

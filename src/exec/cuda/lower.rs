@@ -139,28 +139,43 @@ pub fn lower_op(
         Attention => {
             let attention_attrs = AttentionAttrs::of(attrs);
             let out = heads_first(y(0), &attention_attrs);
-            attention([&out, y(1)], [x(0), x(1), x(2)], None, &attention_attrs, options)
+            attention([&out, y(1)], [x(0), x(1), x(2)], Extras::NONE, &attention_attrs, options)
         }
-        MaskedAttention => {
+        MaskedAttention | DropoutAttention => {
             let attention_attrs = AttentionAttrs::of(attrs);
             let out = heads_first(y(0), &attention_attrs);
-            attention([&out, y(1)], [x(0), x(1), x(2)], Some(x(3)), &attention_attrs, options)
+            let extras = Extras { bias: Some(x(3)), seed: (op.kind == DropoutAttention).then(|| x(4)) };
+            attention([&out, y(1)], [x(0), x(1), x(2)], extras, &attention_attrs, options)
         }
         AttentionBackward => {
             let attention_attrs = AttentionAttrs::of(attrs);
             let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(4), &attention_attrs));
-            attention_backward([y(0), y(1), y(2)], [&dout, x(1), x(2), x(3), &out, x(5)], None, &attention_attrs, options, scratch)
+            let saved = [&dout, x(1), x(2), x(3), &out, x(5)];
+            attention_backward([y(0), y(1), y(2)], saved, Extras::NONE, &attention_attrs, options, scratch)
         }
         MaskedAttentionBackward => {
             let attention_attrs = AttentionAttrs::of(attrs);
             let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(5), &attention_attrs));
             let saved = [&dout, x(1), x(2), x(3), &out, x(6)];
-            attention_backward([y(0), y(1), y(2)], saved, Some(x(4)), &attention_attrs, options, scratch)
+            let extras = Extras { bias: Some(x(4)), seed: None };
+            attention_backward([y(0), y(1), y(2)], saved, extras, &attention_attrs, options, scratch)
+        }
+        DropoutAttentionBackward => {
+            let attention_attrs = AttentionAttrs::of(attrs);
+            let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(6), &attention_attrs));
+            let saved = [&dout, x(1), x(2), x(3), &out, x(7)];
+            let extras = Extras { bias: Some(x(4)), seed: Some(x(5)) };
+            attention_backward([y(0), y(1), y(2)], saved, extras, &attention_attrs, options, scratch)
         }
         AttentionBiasBackward => {
             let attention_attrs = AttentionAttrs::of(attrs);
             let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(5), &attention_attrs));
-            attention_bias_backward(y(0), [&dout, x(1), x(2), x(3), x(4), &out, x(6)], &attention_attrs)
+            attention_bias_backward(y(0), [&dout, x(1), x(2), x(3), x(4), &out, x(6)], None, &attention_attrs)
+        }
+        DropoutAttentionBiasBackward => {
+            let attention_attrs = AttentionAttrs::of(attrs);
+            let (dout, out) = (heads_first(x(0), &attention_attrs), heads_first(x(6), &attention_attrs));
+            attention_bias_backward(y(0), [&dout, x(1), x(2), x(3), x(4), &out, x(7)], Some(x(5)), &attention_attrs)
         }
         Sum => reduce(y(0), x(0), attrs.ints("axes"), false, scratch),
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
@@ -307,6 +322,12 @@ pub fn lower_op(
                 Arg::F64(attrs.float("momentum")),
             ];
             elementwise(SGD_MOMENTUM, y(0).numel(), args)
+        }
+        Random => {
+            let bits = y(0).dtype.significand_bits().expect("random's type rule takes float dtypes");
+            let normal = Arg::I32(i32::from(attrs.bool("normal")));
+            let args = vec![t(y(0)), t(x(0)), Arg::I64(attrs.int("stream")), normal, Arg::I32(bits as i32)];
+            elementwise(RANDOM_FILL, y(0).numel(), args)
         }
         Dropout | DropoutBackward => {
             let args = vec![t(y(0)), t(x(0)), t(x(1)), Arg::I64(attrs.int("stream")), Arg::F64(attrs.float("p"))];
@@ -510,7 +531,7 @@ fn on_tensor_cores(sizes: &AttentionSizes, operands: &[&View], options: LowerOpt
 fn attention(
     [out, lse]: [&View; 2],
     [q, k, v]: [&View; 3],
-    bias: Option<&View>,
+    extras: Extras,
     attrs: &AttentionAttrs,
     options: LowerOptions,
 ) -> Vec<Command> {
@@ -520,11 +541,11 @@ fn attention(
     }
     let mut args = vec![t(out), t(lse), t(q), t(k), t(v), int(sizes.rows)];
     args.extend(sizes.args(attrs));
-    if bias.is_none() && on_tensor_cores(&sizes, &[q, k, v], options) {
+    if extras.is_none() && on_tensor_cores(&sizes, &[q, k, v], options) {
         let grid = [line_blocks(sizes.query_tiles(TC_ROWS)), 1, 1];
         return vec![launch(ATTENTION_TC, grid, [TC_THREADS, 1, 1], args)];
     }
-    args.extend(bias_args(bias, q, &sizes));
+    args.extend(extras.args(q, &sizes, attrs));
     let grid = [line_blocks(sizes.query_tiles(ATTN_FWD_ROWS)), column_chunks(sizes.ev), 1];
     vec![launch(ATTENTION, grid, [ATTN_FWD_THREADS, 1, 1], args)]
 }
@@ -536,18 +557,45 @@ fn scores_shape(q: &View, sizes: &AttentionSizes) -> Vec<u64> {
     shape
 }
 
-/// The scalar attention kernels' last two arguments: masked_attention's bias viewed
-/// broadcast to the scores and 1, or any tensor (q) and 0 without one.
-fn bias_args(bias: Option<&View>, q: &View, sizes: &AttentionSizes) -> [Arg; 2] {
-    match bias {
-        Some(b) => [t(&b.broadcast_to(&scores_shape(q, sizes))), Arg::I32(1)],
-        None => [t(q), Arg::I32(0)],
+/// What an attention op reads beyond q, k and v (and its saved values): masked_attention's
+/// bias, dropout_attention's bias and seed. Only the scalar kernels read them.
+#[derive(Clone, Copy)]
+struct Extras<'a> {
+    bias: Option<&'a View>,
+    seed: Option<&'a View>,
+}
+
+impl Extras<'_> {
+    const NONE: Extras<'static> = Extras { bias: None, seed: None };
+
+    fn is_none(&self) -> bool {
+        self.bias.is_none() && self.seed.is_none()
+    }
+
+    /// The scalar attention kernels' last five arguments: the bias viewed broadcast to the
+    /// scores and 1 (any tensor, q, and 0 without one); the seed (q without one), the
+    /// dropout's stream and p (0: no dropout).
+    fn args(&self, q: &View, sizes: &AttentionSizes, attrs: &AttentionAttrs) -> [Arg; 5] {
+        let (bias, has_bias) = match self.bias {
+            Some(b) => (t(&b.broadcast_to(&scores_shape(q, sizes))), Arg::I32(1)),
+            None => (t(q), Arg::I32(0)),
+        };
+        let (seed, (p, stream)) = match (self.seed, attrs.dropout) {
+            (Some(seed), Some(dropout)) => (t(seed), dropout),
+            _ => (t(q), (0.0, 0)),
+        };
+        [bias, has_bias, seed, Arg::I64(stream), Arg::F64(p)]
     }
 }
 
 /// dbias of masked_attention: one thread per bias element, summing the scores' gradient
 /// over the dimensions the bias broadcasts (attention.cu's `attention_bias_backward`).
-fn attention_bias_backward(dbias: &View, [dout, q, k, v, bias, out, lse]: [&View; 7], attrs: &AttentionAttrs) -> Vec<Command> {
+fn attention_bias_backward(
+    dbias: &View,
+    [dout, q, k, v, bias, out, lse]: [&View; 7],
+    seed: Option<&View>,
+    attrs: &AttentionAttrs,
+) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
     let scores = scores_shape(q, &sizes);
     let mut args = vec![
@@ -562,6 +610,8 @@ fn attention_bias_backward(dbias: &View, [dout, q, k, v, bias, out, lse]: [&View
         int(dbias.numel()),
     ];
     args.extend(sizes.args(attrs));
+    // The seed, stream and p of Extras::args (the bias is already in).
+    args.extend(Extras { bias: Some(bias), seed }.args(q, &sizes, attrs).into_iter().skip(2));
     elementwise(ATTENTION_BIAS_BACKWARD, dbias.numel(), args)
 }
 
@@ -572,14 +622,14 @@ fn attention_bias_backward(dbias: &View, [dout, q, k, v, bias, out, lse]: [&View
 fn attention_backward(
     [dq, dk, dv]: [&View; 3],
     [dout, q, k, v, out, lse]: [&View; 6],
-    bias: Option<&View>,
+    extras: Extras,
     attrs: &AttentionAttrs,
     options: LowerOptions,
     scratch: &mut Scratch,
 ) -> Vec<Command> {
     let sizes = AttentionSizes::of(q, k, v);
     let deltas = if sizes.rows > 0 { Arg::Ptr(scratch.alloc(sizes.rows * 4)) } else { Arg::Null };
-    let tensor_cores = bias.is_none() && on_tensor_cores(&sizes, &[q, k, v, dout], options);
+    let tensor_cores = extras.is_none() && on_tensor_cores(&sizes, &[q, k, v, dout], options);
     let (rows_per_block, threads) =
         if tensor_cores { (TC_ROWS, [TC_THREADS, 1, 1]) } else { (ATTN_BWD_ROWS, [ATTN_BWD_THREADS, 1, 1]) };
     let (dq_kernel, dkv_kernel, dq_chunks, dkv_chunks) = if tensor_cores {
@@ -592,7 +642,7 @@ fn attention_backward(
         let mut args = vec![t(dq), deltas.clone(), t(dout), t(q), t(k), t(v), t(out), t(lse), int(sizes.rows)];
         args.extend(sizes.args(attrs));
         if !tensor_cores {
-            args.extend(bias_args(bias, q, &sizes));
+            args.extend(extras.args(q, &sizes, attrs));
         }
         let grid = [line_blocks(sizes.query_tiles(rows_per_block)), dq_chunks, 1];
         commands.push(launch(dq_kernel, grid, threads, args));
@@ -601,7 +651,7 @@ fn attention_backward(
         let mut args = vec![t(dk), t(dv), deltas, t(dout), t(q), t(k), t(v), t(lse), int(sizes.keys)];
         args.extend(sizes.args(attrs));
         if !tensor_cores {
-            args.extend(bias_args(bias, q, &sizes));
+            args.extend(extras.args(q, &sizes, attrs));
         }
         let grid = [line_blocks(sizes.key_tiles(rows_per_block)), dkv_chunks, 1];
         commands.push(launch(dkv_kernel, grid, threads, args));
@@ -1024,20 +1074,20 @@ mod tests {
 
     #[test]
     fn attention_tiles_rows_keys_and_columns() {
-        let attrs = AttentionAttrs { causal: true, scale: 0.125, transpose_out: false };
+        let attrs = AttentionAttrs { causal: true, scale: 0.125, transpose_out: false, dropout: None };
         let dense = |at: u64, shape: &[u64]| View::dense(Addr::arena(at << 20), DType::F32, shape);
         // 2 batches × 4 query heads of T = 100 rows over 2 key/value heads of S = 37 keys;
         // E = 80 (two chunks of columns), Ev = 24 (one).
         let (q, k, v) = (dense(0, &[2, 4, 100, 80]), dense(1, &[2, 2, 37, 80]), dense(2, &[2, 2, 37, 24]));
         let (out, lse) = (dense(3, &[2, 4, 100, 24]), dense(4, &[2, 4, 100]));
         let options = LowerOptions::default();
-        let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], None, &attrs, options)[..] else { panic!() };
+        let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], Extras::NONE, &attrs, options)[..] else { panic!() };
         // 8 query heads × ceil(100 / 64) tiles, one chunk of out's 24 columns.
         assert_eq!((forward.kernel, forward.grid, forward.block), (ATTENTION, [16, 1, 1], [256, 1, 1]));
         assert_eq!(forward.args[5..8], [Arg::I64(800), Arg::I64(2), Arg::I64(100)]);
         let (dq, dk, dv) = (dense(5, &[2, 4, 100, 80]), dense(6, &[2, 2, 37, 80]), dense(7, &[2, 2, 37, 24]));
         let mut scratch = Scratch::default();
-        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], None, &attrs, options, &mut scratch);
+        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], Extras::NONE, &attrs, options, &mut scratch);
         let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
         // dq: 8 heads × ceil(100 / 32) tiles, dq's 80 columns in 2 chunks; D: a float per row.
         assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ, [32, 2, 1], [128, 1, 1]));
@@ -1048,20 +1098,20 @@ mod tests {
         // A head dim of 0 still launches one chunk (lse; D for dk and dv); no query rows, none.
         assert_eq!((column_chunks(0), column_chunks(64), column_chunks(65)), (1, 1, 2));
         let none = dense(8, &[2, 4, 0, 80]);
-        assert!(attention([&out, &lse], [&none, &k, &v], None, &attrs, options).is_empty());
+        assert!(attention([&out, &lse], [&none, &k, &v], Extras::NONE, &attrs, options).is_empty());
         // Widths past what gridDim.y can split saturate (and validation refuses the grid).
         assert_eq!(column_chunks(u64::MAX), u32::MAX);
     }
 
     #[test]
     fn half_attention_with_small_equal_head_dims_runs_on_tensor_cores() {
-        let attrs = AttentionAttrs { causal: true, scale: 0.125, transpose_out: false };
+        let attrs = AttentionAttrs { causal: true, scale: 0.125, transpose_out: false, dropout: None };
         let view = |at: u64, dtype: DType, shape: &[u64]| View::dense(Addr::arena(at << 20), dtype, shape);
         let options = LowerOptions::default();
         let kernel = |dtype: DType, e: u64, ev: u64, options: LowerOptions| {
             let (q, k, v) = (view(0, dtype, &[2, 4, 100, e]), view(1, dtype, &[2, 2, 37, e]), view(2, dtype, &[2, 2, 37, ev]));
             let (out, lse) = (view(3, dtype, &[2, 4, 100, ev]), view(4, DType::F32, &[2, 4, 100]));
-            let commands = attention([&out, &lse], [&q, &k, &v], None, &attrs, options);
+            let commands = attention([&out, &lse], [&q, &k, &v], Extras::NONE, &attrs, options);
             let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
             (launch.kernel, launch.grid, launch.block)
         };
@@ -1081,13 +1131,13 @@ mod tests {
         let (out, lse) = (view(3, DType::Bf16, &[2, 4, 100, 64]), view(4, DType::F32, &[2, 4, 100]));
         let (dq, dk, dv) = (view(5, DType::Bf16, &[2, 4, 100, 64]), view(6, DType::Bf16, &[2, 2, 37, 64]), view(7, DType::Bf16, &[2, 2, 37, 64]));
         let mut scratch = Scratch::default();
-        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], None, &attrs, options, &mut scratch);
+        let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], Extras::NONE, &attrs, options, &mut scratch);
         let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
         assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ_TC, [16, 1, 1], [128, 1, 1]));
         assert_eq!((keys.kernel, keys.grid, keys.block), (ATTENTION_BACKWARD_DKV_TC, [4, 1, 1], [128, 1, 1]));
         assert_eq!(scratch.used(), 800 * 4);
         let dout = view(8, DType::F32, &[2, 4, 100, 64]);
-        let commands = attention_backward([&dq, &dk, &dv], [&dout, &q, &k, &v, &out, &lse], None, &attrs, options, &mut scratch);
+        let commands = attention_backward([&dq, &dk, &dv], [&dout, &q, &k, &v, &out, &lse], Extras::NONE, &attrs, options, &mut scratch);
         let [Command::Launch(rows), _] = &commands[..] else { panic!("{commands:?}") };
         assert_eq!(rows.kernel, ATTENTION_BACKWARD_DQ);
     }

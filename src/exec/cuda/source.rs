@@ -86,6 +86,7 @@ pub const SCATTER_ADD: &str = "scatter_add";
 pub const GATHER: &str = "gather";
 pub const GATHER_BACKWARD: &str = "gather_backward";
 pub const DROPOUT: &str = "dropout";
+pub const RANDOM_FILL: &str = "random_fill";
 pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
 pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
 pub const UPSAMPLE_NEAREST2D: &str = "upsample_nearest2d";
@@ -104,7 +105,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 60] = [
+pub const KERNELS: [&str; 61] = [
     BINARY,
     UNARY,
     FILL,
@@ -154,6 +155,7 @@ pub const KERNELS: [&str; 60] = [
     GATHER,
     GATHER_BACKWARD,
     DROPOUT,
+    RANDOM_FILL,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
     UPSAMPLE_NEAREST2D,
@@ -300,9 +302,9 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         SliceScatter => &[UNARY],
         Cat => &[UNARY],
         // Never lowered: a program with extern ops is refused before any launch.
-        MaskedAttention => &[ATTENTION],
-        MaskedAttentionBackward => &[ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV],
-        AttentionBiasBackward => &[ATTENTION_BIAS_BACKWARD],
+        MaskedAttention | DropoutAttention => &[ATTENTION],
+        MaskedAttentionBackward | DropoutAttentionBackward => &[ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV],
+        AttentionBiasBackward | DropoutAttentionBiasBackward => &[ATTENTION_BIAS_BACKWARD],
         Extern | ExternView | ExternBackward => &[],
         Embedding => &[EMBEDDING],
         Gather => &[GATHER],
@@ -323,6 +325,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         SgdMomentum => &[SGD_MOMENTUM],
         Adam | Adamw => &[ADAM],
         Dropout | DropoutBackward => &[DROPOUT],
+        Random => &[RANDOM_FILL],
         AdaptiveAvgPool2d => &[ADAPTIVE_AVG_POOL2D],
         AdaptiveAvgPool2dBackward => &[ADAPTIVE_AVG_POOL2D_BACKWARD],
         UpsampleNearest2d => &[UPSAMPLE_NEAREST2D],

@@ -18,9 +18,43 @@
 //! the dimensions the mask broadcasts. A row that sees no key (S = 0, or every key masked)
 //! gives `out` = 0 (the empty sum) and `lse` = −∞ (the logsumexp of nothing), and passes no
 //! gradient.
+//!
+//! `dropout_attention` drops probabilities after the softmax (PyTorch's SDPA `dropout_p`):
+//! the probability of query row r (over all heads, B·H·T rows) and key j is kept, times
+//! 1 / (1 − p), iff `dropout_uniform(seed, stream, r·S + j) >= p` (the score's row-major
+//! index in `[..., H, T, S]`), else 0; `lse` stays the logsumexp of the scores. The backward
+//! draws the same mask: with z that factor, dv += p·z·dout, and ds = p·(z·dp − D) with
+//! D = dout·out as before (D = Σ p·z·dp).
 
+use super::dropout::dropout_uniform;
 use crate::exec::Dense;
 use crate::ir::ops::AttentionAttrs;
+
+/// dropout_attention's mask: the factor of each probability.
+#[derive(Clone, Copy)]
+struct Dropout {
+    p: f64,
+    stream: i64,
+    seed: i64,
+}
+
+impl Dropout {
+    /// The dropout of an op with `attrs` and its `seed` input; `None` without one.
+    fn of(attrs: &AttentionAttrs, seed: Option<&Dense>) -> Option<Dropout> {
+        let ((p, stream), seed) = attrs.dropout.zip(seed)?;
+        Some(Dropout { p, stream, seed: seed.data[0] as i64 })
+    }
+
+    /// The factor of the probability of query row `r` and key `j` of `s` keys: 1 / (1 − p)
+    /// where the mask keeps it, else 0.
+    fn factor(this: Option<Dropout>, r: usize, s: usize, j: usize) -> f64 {
+        match this {
+            None => 1.0,
+            Some(d) if dropout_uniform(d.seed, d.stream, (r * s + j) as u64) >= d.p => 1.0 / (1.0 - d.p),
+            Some(_) => 0.0,
+        }
+    }
+}
 
 /// `x` with its axes −3 and −2 swapped: `[..., H, T, Ev]` ↔ `[..., T, H, Ev]`.
 fn swap_heads_and_rows(x: &Dense) -> Dense {
@@ -128,8 +162,16 @@ fn score(q_row: &[f64], k_row: &[f64], scale: f64, mask: Option<(&Dense, &MaskIn
 /// `(out, lse)`: per query row, scores = scale·q·kⱼ (+ the mask's value) over the keys it
 /// sees, max-subtracted exponentials p, out = Σ p·vⱼ / Σ p, lse = max + ln Σ p. A row
 /// whose every score is −∞ (no key, or every key masked) gives out = 0 and lse = −∞.
-pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, mask: Option<&Dense>, attrs: &AttentionAttrs) -> Vec<Dense> {
+pub(super) fn attention(
+    q: &Dense,
+    k: &Dense,
+    v: &Dense,
+    mask: Option<&Dense>,
+    seed: Option<&Dense>,
+    attrs: &AttentionAttrs,
+) -> Vec<Dense> {
     let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let dropout = Dropout::of(attrs, seed);
     let index = mask.map(|m| MaskIndex::of(m, q, d.s));
     let mask = mask.zip(index.as_ref());
     let rank = q.shape.len();
@@ -156,7 +198,7 @@ pub(super) fn attention(q: &Dense, k: &Dense, v: &Dense, mask: Option<&Dense>, a
             }
             let o = &mut out.data[r * d.ev..(r + 1) * d.ev];
             for (j, &p) in scores[..n].iter().enumerate() {
-                axpy(o, p / total, row(v, kv * d.s + j, d.ev));
+                axpy(o, p / total * Dropout::factor(dropout, r, d.s, j), row(v, kv * d.s + j, d.ev));
             }
             lse.data[r] = max + total.ln();
         }
@@ -171,17 +213,21 @@ pub(super) struct Saved<'a> {
     pub k: &'a Dense,
     pub v: &'a Dense,
     pub mask: Option<&'a Dense>,
+    /// dropout_attention's seed.
+    pub seed: Option<&'a Dense>,
     pub out: &'a Dense,
     pub lse: &'a Dense,
 }
 
-/// Calls `each(head, i, key, p, ds)` for every (query row, key) pair a row sees, in order:
+/// Calls `each(head, i, key, pz, ds)` for every (query row, key) pair a row sees, in order:
 /// FlashAttention-2's backward, per query row i, D = Σ dout·out, then for each key j,
-/// p = exp(score − lse), dp = dout·vⱼ, ds = p·(dp − D), the gradient of the score. A row
-/// with lse = −∞ saw nothing and passes no gradient.
+/// p = exp(score − lse), z its dropout factor (1 without dropout), pz = p·z,
+/// dp = dout·vⱼ, ds = p·(z·dp − D), the gradient of the score. A row with lse = −∞ saw
+/// nothing and passes no gradient.
 fn each_pair(saved: &Saved, attrs: &AttentionAttrs, mut each: impl FnMut(usize, usize, usize, usize, f64, f64)) {
-    let Saved { dout, q, k, v, mask, out, lse } = *saved;
+    let Saved { dout, q, k, v, mask, seed, out, lse } = *saved;
     let (d, scale) = (Dims::of(q, k, v), attrs.scale);
+    let dropout = Dropout::of(attrs, seed);
     let index = mask.map(|m| MaskIndex::of(m, q, d.s));
     let mask = mask.zip(index.as_ref());
     let swapped = attrs.transpose_out.then(|| (swap_heads_and_rows(dout), swap_heads_and_rows(out)));
@@ -198,14 +244,15 @@ fn each_pair(saved: &Saved, attrs: &AttentionAttrs, mut each: impl FnMut(usize, 
             for j in 0..d.keys(i, attrs.causal) {
                 let key = kv * d.s + j;
                 let p = (score(qi, row(k, key, d.e), scale, mask, head, i, j) - lse.data[r]).exp();
-                let ds = p * (dot(doi, row(v, key, d.ev)) - delta);
-                each(head, i, j, key, p, ds);
+                let z = Dropout::factor(dropout, r, d.s, j);
+                let ds = p * (z * dot(doi, row(v, key, d.ev)) - delta);
+                each(head, i, j, key, p * z, ds);
             }
         }
     }
 }
 
-/// `(dq, dk, dv)` of attention (masked or not): dvⱼ += p·dout, dq += scale·ds·kⱼ,
+/// `(dq, dk, dv)` of attention (masked or not, dropped or not): dvⱼ += p·z·dout, dq += scale·ds·kⱼ,
 /// dkⱼ += scale·ds·q. dk and dv sum over the query heads of a group and their rows, in
 /// order.
 pub(super) fn attention_backward(saved: &Saved, attrs: &AttentionAttrs) -> Vec<Dense> {

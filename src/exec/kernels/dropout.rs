@@ -16,11 +16,18 @@
 //! tests/cuda_emulated.rs holds the CUDA program to this file's masks. Kept elements are
 //! `x_i / (1 − p)` in f64. With `p = 0` every `u` passes and `x_i / 1` is `x_i`: the identity.
 //!
+//! `random` draws from the same hash: uniform, element i is `(sm(key, i) >> (64 − b)) / 2^b`
+//! with b the dtype's significand bits (24 for f32, 11 for f16, 8 for bf16), so every value
+//! is exact in the dtype and below 1 (PyTorch's `rand` is so too); normal, Box-Muller of the
+//! 53-bit uniforms `u(2i)` and `u(2i + 1)`: `√(−2 ln(1 − u(2i))) · cos(2π · u(2i + 1))` in f64,
+//! rounded to the dtype where it is stored.
+//!
 //! Nothing is saved between the forward and the backward: `dropout_backward` draws the same
 //! mask from the same seed value and attributes, and so does a recomputed `dropout`. The
 //! seed arrives as an `f64` like every number here, exact for |seed| <= 2^53.
 
 use crate::exec::Dense;
+use crate::ir::types::DType;
 
 /// SplitMix64's increment, the golden ratio as a 64-bit fraction.
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -40,6 +47,23 @@ pub fn dropout_uniform(seed: i64, stream: i64, i: u64) -> f64 {
     (splitmix64(key, i) >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// `random`: a new `dtype[shape]` tensor of draws from (seed, stream), uniform in [0, 1) or
+/// standard normal (see the module docs).
+pub(super) fn random(shape: &[usize], dtype: DType, seed: &Dense, stream: i64, normal: bool) -> Dense {
+    let key = splitmix64(splitmix64(seed.data[0] as i64 as u64, 0), stream as u64);
+    let u53 = |n: u64| (splitmix64(key, n) >> 11) as f64 / (1u64 << 53) as f64;
+    let bits = dtype.significand_bits().expect("random's type rule takes float dtypes");
+    let numel: usize = shape.iter().product();
+    let data = (0..numel as u64).map(|i| {
+        if normal {
+            (-2.0 * (1.0 - u53(2 * i)).ln()).sqrt() * (std::f64::consts::TAU * u53(2 * i + 1)).cos()
+        } else {
+            (splitmix64(key, i) >> (64 - bits)) as f64 / (1u64 << bits) as f64
+        }
+    });
+    Dense::new(shape.to_vec(), data.collect())
+}
+
 /// `x_i / (1 − p)` where element `i` is kept, else 0: dropout of `x`, and dropout_backward of
 /// `dy` (the same mask). `seed` is the `i64[]` seed tensor.
 pub(super) fn dropout(x: &Dense, seed: &Dense, p: f64, stream: i64) -> Dense {
@@ -55,6 +79,7 @@ mod tests {
     use super::*;
     use crate::exec::kernels::OpKind;
     use crate::ir::ops::Attr;
+    use crate::ir::types::DType;
     use crate::rng::Rng;
 
     fn attrs(p: f64, stream: i64) -> [(&'static str, Attr); 2] {
@@ -121,6 +146,50 @@ mod tests {
         // Neighbouring elements are not correlated either.
         let shifted = agree(&base[1..], &base[..base.len() - 1]);
         assert!((shifted - 0.5).abs() < 0.03, "{shifted}");
+    }
+
+    fn random_of(dtype: DType, stream: i64, normal: bool, n: usize) -> Dense {
+        let given = [
+            ("shape", Attr::Ints(vec![n as i64])),
+            ("dtype", Attr::DType(dtype)),
+            ("stream", Attr::Int(stream)),
+            ("normal", Attr::Bool(normal)),
+        ];
+        run(OpKind::Random, &given, &[seed(11)]).remove(0)
+    }
+
+    #[test]
+    fn random_uniform_draws_are_exact_in_their_dtype_and_below_one() {
+        let key = splitmix64(splitmix64(11, 0), 4);
+        for (dtype, bits) in [(DType::F32, 24), (DType::F16, 11), (DType::Bf16, 8)] {
+            let u = random_of(dtype, 4, false, 20_000);
+            let scale = (1u64 << bits) as f64;
+            for (i, &x) in u.data.iter().enumerate() {
+                // The top `bits` bits of the element's hash, a multiple of 2^-bits in [0, 1).
+                assert_eq!(x, (splitmix64(key, i as u64) >> (64 - bits)) as f64 / scale, "{dtype} element {i}");
+                assert!((0.0..1.0).contains(&x) && (x * scale).fract() == 0.0, "{dtype}: {x}");
+            }
+            let mean = u.data.iter().sum::<f64>() / u.data.len() as f64;
+            assert!((mean - 0.5).abs() < 0.01, "{dtype}: mean {mean}");
+        }
+        // Another stream, other numbers; the same stream, the same ones.
+        assert_ne!(random_of(DType::F32, 5, false, 100), random_of(DType::F32, 4, false, 100));
+        assert_eq!(random_of(DType::F32, 4, false, 100), random_of(DType::F32, 4, false, 100));
+    }
+
+    #[test]
+    fn random_normal_draws_are_box_muller_of_two_uniforms() {
+        let z = random_of(DType::F32, 2, true, 40_000);
+        let n = z.data.len() as f64;
+        let mean = z.data.iter().sum::<f64>() / n;
+        let variance = z.data.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+        assert!(mean.abs() < 0.02 && (variance - 1.0).abs() < 0.03, "mean {mean}, variance {variance}");
+        let beyond = |t: f64| z.data.iter().filter(|x| x.abs() > t).count() as f64 / n;
+        // P(|Z| > 1) = 0.3173, P(|Z| > 2) = 0.0455 for a standard normal.
+        assert!((beyond(1.0) - 0.3173).abs() < 0.01 && (beyond(2.0) - 0.0455).abs() < 0.005);
+        let (u1, u2) = (dropout_uniform(11, 2, 14), dropout_uniform(11, 2, 15));
+        let seventh = (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        assert_eq!(z.data[7], seventh);
     }
 
     #[test]

@@ -98,19 +98,25 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Matmul => {
             vec![linalg::matmul(&x[0], &x[1], MatmulAttrs::of(attrs), &shapes[0])]
         }
-        OpKind::Attention => attention::attention(&x[0], &x[1], &x[2], None, &AttentionAttrs::of(attrs)),
-        OpKind::MaskedAttention => attention::attention(&x[0], &x[1], &x[2], Some(&x[3]), &AttentionAttrs::of(attrs)),
+        OpKind::Attention => attention::attention(&x[0], &x[1], &x[2], None, None, &AttentionAttrs::of(attrs)),
+        OpKind::MaskedAttention => attention::attention(&x[0], &x[1], &x[2], Some(&x[3]), None, &AttentionAttrs::of(attrs)),
+        OpKind::DropoutAttention => {
+            attention::attention(&x[0], &x[1], &x[2], Some(&x[3]), Some(&x[4]), &AttentionAttrs::of(attrs))
+        }
         OpKind::AttentionBackward => {
-            let saved = attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: None, out: &x[4], lse: &x[5] };
+            let saved =
+                attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: None, seed: None, out: &x[4], lse: &x[5] };
             attention::attention_backward(&saved, &AttentionAttrs::of(attrs))
         }
-        OpKind::MaskedAttentionBackward => {
-            let saved = attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: Some(&x[4]), out: &x[5], lse: &x[6] };
-            attention::attention_backward(&saved, &AttentionAttrs::of(attrs))
-        }
+        OpKind::MaskedAttentionBackward => attention::attention_backward(&masked_saved(x, None), &AttentionAttrs::of(attrs)),
         OpKind::AttentionBiasBackward => {
-            let saved = attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: Some(&x[4]), out: &x[5], lse: &x[6] };
-            vec![attention::attention_bias_backward(&saved, &AttentionAttrs::of(attrs))]
+            vec![attention::attention_bias_backward(&masked_saved(x, None), &AttentionAttrs::of(attrs))]
+        }
+        OpKind::DropoutAttentionBackward => {
+            attention::attention_backward(&masked_saved(x, Some(&x[5])), &AttentionAttrs::of(attrs))
+        }
+        OpKind::DropoutAttentionBiasBackward => {
+            vec![attention::attention_bias_backward(&masked_saved(x, Some(&x[5])), &AttentionAttrs::of(attrs))]
         }
         OpKind::Sum => vec![shape::sum(&x[0], attrs.ints("axes"), &shapes[0])],
         OpKind::Mean => vec![shape::mean(&x[0], attrs.ints("axes"), &shapes[0])],
@@ -166,6 +172,9 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Cat => vec![shape::cat(x, resolve_axis(attrs.int("axis"), shapes[0].len()), &shapes[0])],
         OpKind::Extern | OpKind::ExternView | OpKind::ExternBackward => {
             return Err(ExecError::Extern { ops: attrs.str("target").to_string() });
+        }
+        OpKind::Random => {
+            vec![dropout::random(&shapes[0], outputs[0].dtype, &x[0], attrs.int("stream"), attrs.bool("normal"))]
         }
         OpKind::Dropout | OpKind::DropoutBackward => {
             vec![dropout::dropout(&x[0], &x[1], attrs.float("p"), attrs.int("stream"))]
@@ -340,6 +349,13 @@ fn walk<const N: usize>(shape: &[usize], strides: [&[usize]; N], mut f: impl FnM
 }
 
 /// An axis attribute resolved against a rank (the type rule has checked its range).
+/// The saved values of a masked or dropout attention backward op, from its inputs
+/// `(dout, q, k, v, bias, [seed,] out, lse)`.
+fn masked_saved<'a>(x: &'a [Dense], seed: Option<&'a Dense>) -> attention::Saved<'a> {
+    let at = if seed.is_some() { 6 } else { 5 };
+    attention::Saved { dout: &x[0], q: &x[1], k: &x[2], v: &x[3], mask: Some(&x[4]), seed, out: &x[at], lse: &x[at + 1] }
+}
+
 fn resolve_axis(axis: i64, rank: usize) -> usize {
     if axis < 0 { (axis + rank as i64) as usize } else { axis as usize }
 }
@@ -797,6 +813,78 @@ mod tests {
         let (q, k, v) = (rand(&[1, 1, 2, 4], 4), rand(&[1, 1, 5, 4], 5), rand(&[1, 1, 5, 2], 6));
         let none = run(OpKind::MaskedAttention, &given, &[q, k, v, all]);
         assert!(none[0].data.iter().all(|&x| x == 0.0) && none[1].data.iter().all(|&x| x == f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn grad_dropout_attention() {
+        // A fixed seed fixes the mask, so the op is a smooth function of q, k, v and the
+        // bias, and its backward ops (which draw the mask again) are its exact gradients.
+        // (q, k, v, bias shapes, causal): a [] bias (no mask) with GQA, a broadcast bias.
+        type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], bool);
+        let cases: [Case; 2] = [
+            (&[1, 4, 3, 2], &[1, 2, 5, 2], &[1, 2, 5, 3], &[], true),
+            (&[2, 2, 3, 4], &[2, 2, 4, 4], &[2, 2, 4, 2], &[2, 1, 3, 4], false),
+        ];
+        for (i, (q, k, v, b, causal)) in cases.into_iter().enumerate() {
+            let given = [
+                ("causal", Attr::Bool(causal)),
+                ("scale", Attr::Float(0.7)),
+                ("p", Attr::Float(0.4)),
+                ("stream", Attr::Int(3)),
+            ];
+            let seed = 90 + 4 * i as u64;
+            let inputs = [rand(q, seed), rand(k, seed + 1), rand(v, seed + 2), rand(b, seed + 3), t(&[], &[17.0])];
+            let wrt: &[(usize, &str)] = &[(0, "q"), (1, "k"), (2, "v"), (3, "bias")];
+            grad_check(OpKind::DropoutAttention, &given, &inputs, wrt, &|xs, dy| {
+                let forward = run(OpKind::DropoutAttention, &given, xs);
+                let (out, lse) = (forward[0].clone(), forward[1].clone());
+                let saved = [std::slice::from_ref(dy), xs, &[out, lse]].concat();
+                let mut grads = run(OpKind::DropoutAttentionBackward, &given, &saved);
+                grads.extend(run(OpKind::DropoutAttentionBiasBackward, &given, &saved));
+                grads
+            });
+        }
+    }
+
+    #[test]
+    fn dropout_attention_drops_probabilities_by_the_dropout_hash() {
+        let attrs = |p: f64, stream: i64| {
+            [("causal", Attr::Bool(false)), ("scale", Attr::Float(0.5)), ("p", Attr::Float(p)), ("stream", Attr::Int(stream))]
+        };
+        let (q, k, v) = (rand(&[2, 3, 4], 1), rand(&[2, 5, 4], 2), rand(&[2, 5, 3], 3));
+        let (bias, seed) = (rand(&[5], 4), t(&[], &[-7.0]));
+        let plain = run(OpKind::MaskedAttention, &attrs(0.0, 0)[..2], &[q.clone(), k.clone(), v.clone(), bias.clone()]);
+        // p = 0 keeps every probability: masked_attention.
+        let kept = run(OpKind::DropoutAttention, &attrs(0.0, 0), &[q.clone(), k.clone(), v.clone(), bias.clone(), seed.clone()]);
+        assert_eq!(plain, kept);
+        // p = 0.5: row r weighs key j by softmax · z, z = 2 where the hash of (−7, 1, r·5 + j)
+        // is >= 0.5, else 0; lse is the softmax's, before dropout.
+        let given = attrs(0.5, 1);
+        let dropped = run(OpKind::DropoutAttention, &given, &[q.clone(), k.clone(), v.clone(), bias.clone(), seed]);
+        assert_eq!(dropped[1], plain[1]);
+        let mut zeroed = 0;
+        for r in 0..6 {
+            let (head, i) = (r / 3, r % 3);
+            let scores: Vec<f64> = (0..5)
+                .map(|j| {
+                    let qk: f64 = (0..4).map(|x| q.data[r * 4 + x] * k.data[(head * 5 + j) * 4 + x]).sum();
+                    0.5 * qk + bias.data[j]
+                })
+                .collect();
+            let lse = plain[1].data[head * 3 + i];
+            for c in 0..3 {
+                let want: f64 = (0..5)
+                    .map(|j| {
+                        let keep = dropout_uniform(-7, 1, (r * 5 + j) as u64) >= 0.5;
+                        let z = if keep { 2.0 } else { 0.0 };
+                        (scores[j] - lse).exp() * z * v.data[(head * 5 + j) * 3 + c]
+                    })
+                    .sum();
+                assert!((dropped[0].data[r * 3 + c] - want).abs() < 1e-12, "row {r} column {c}");
+            }
+            zeroed += (0..5).filter(|&j| dropout_uniform(-7, 1, (r * 5 + j) as u64) < 0.5).count();
+        }
+        assert!(zeroed > 0 && zeroed < 30, "the mask drops some of the 30 probabilities, not all: {zeroed}");
     }
 
     #[test]

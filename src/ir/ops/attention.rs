@@ -3,8 +3,11 @@
 //! `lse`, never the T×S scores. `masked_attention` adds a mask to the scaled scores as they
 //! are formed (PyTorch's float `attn_mask`, broadcast; −inf where a key is not attended);
 //! the gradient of a float mask is its own op (`attention_bias_backward`), emitted only
-//! when the mask needs one, since it is as large as the mask. The FLOPs count the pairs a call scores (fewer under
-//! `causal`).
+//! when the mask needs one, since it is as large as the mask. `dropout_attention` is
+//! `masked_attention` with dropout on its probabilities (PyTorch's SDPA `dropout_p`), the
+//! mask drawn from (seed, stream, score index) as `dropout` draws it and drawn again by its
+//! backward ops, so no T×S mask is saved either. The FLOPs count the pairs a call scores
+//! (fewer under `causal`).
 
 use super::rules::*;
 use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, attr};
@@ -19,6 +22,16 @@ const ATTENTION_ATTRS: &[AttrSpec] = &[
     attr("causal", K::Bool, Some(AttrDefault::Bool(false))),
     attr("scale", K::Float, None),
     attr("transpose_out", K::Bool, Some(AttrDefault::Bool(false))),
+];
+
+/// dropout_attention's arguments: attention's, dropout's probability of zeroing a
+/// probability, and the stream it draws from (as `dropout`'s).
+const DROPOUT_ATTENTION_ATTRS: &[AttrSpec] = &[
+    attr("causal", K::Bool, Some(AttrDefault::Bool(false))),
+    attr("scale", K::Float, None),
+    attr("transpose_out", K::Bool, Some(AttrDefault::Bool(false))),
+    attr("p", K::Float, None),
+    attr("stream", K::Int, None),
 ];
 
 pub(super) const ATTENTION: OpDef = OpDef::new("attention", &["q", "k", "v"], &["out", "lse"], infer_attention, "softmax(scale * q @ kᵀ, causal mask) @ v per (grouped-query) head (rows first: transpose_out), and row logsumexps")
@@ -44,6 +57,23 @@ pub(super) const MASKED_ATTENTION_BACKWARD: OpDef = OpDef::new("masked_attention
 
 pub(super) const ATTENTION_BIAS_BACKWARD: OpDef = OpDef::new("attention_bias_backward", &["dout", "q", "k", "v", "bias", "out", "lse"], &["dbias"], infer_attention_bias_backward, "the gradient of masked_attention's bias: the scores' gradient summed over the bias's broadcast dimensions")
     .attrs(ATTENTION_ATTRS)
+    .backward()
+    .flops(flops_attention_bias_backward);
+
+pub(super) const DROPOUT_ATTENTION: OpDef = OpDef::new("dropout_attention", &["q", "k", "v", "bias", "seed"], &["out", "lse"], infer_dropout_attention, "masked_attention with each probability kept (times 1 / (1 - p)) where the uniform number hashed from (seed, stream, score index) is >= p, else 0; lse is of the probabilities before dropout; saves no mask")
+    .attrs(DROPOUT_ATTENTION_ATTRS)
+    .flops(flops_attention)
+    .outputs_without_gradient(&[1])
+    .inputs_without_gradient(&[4])
+    .draws("stream");
+
+pub(super) const DROPOUT_ATTENTION_BACKWARD: OpDef = OpDef::new("dropout_attention_backward", &["dout", "q", "k", "v", "bias", "seed", "out", "lse"], &["dq", "dk", "dv"], infer_dropout_attention_backward, "dropout_attention's gradients w.r.t. q, k and v, recomputing the probabilities from lse and the dropout mask from (seed, stream)")
+    .attrs(DROPOUT_ATTENTION_ATTRS)
+    .backward()
+    .flops(flops_attention_backward);
+
+pub(super) const DROPOUT_ATTENTION_BIAS_BACKWARD: OpDef = OpDef::new("dropout_attention_bias_backward", &["dout", "q", "k", "v", "bias", "seed", "out", "lse"], &["dbias"], infer_dropout_attention_bias_backward, "the gradient of dropout_attention's bias: the scores' gradient (through the regenerated mask) summed over the bias's broadcast dimensions")
+    .attrs(DROPOUT_ATTENTION_ATTRS)
     .backward()
     .flops(flops_attention_bias_backward);
 
@@ -142,6 +172,44 @@ pub(super) fn infer_masked_attention_backward(inputs: &[&TensorType], attrs: &At
     done(vec![q.clone(), k.clone(), v.clone()])
 }
 
+/// `dropout_attention(q, k, v, bias, seed)`: `masked_attention`'s rule for q, k, v and
+/// bias (a bias of shape `[]`, 0, where PyTorch gave no mask), `seed` an `i64[]` scalar,
+/// `p` a probability in [0, 1), `stream` at least 0 (as for `dropout`).
+pub(super) fn infer_dropout_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let seed = inputs[4];
+    if *seed != TensorType::new(DType::I64, vec![]) {
+        return Err(format!("seed must be an i64[] scalar, found {seed}"));
+    }
+    float_attr(attrs, "p", |p| (0.0..1.0).contains(&p), "a probability in [0, 1)")?;
+    let stream = attrs.int("stream");
+    if stream < 0 {
+        return Err(format!("stream={stream} must be at least 0"));
+    }
+    infer_masked_attention(&inputs[..4], attrs)
+}
+
+/// `dropout_attention_backward(dout, q, k, v, bias, seed, out, lse)`: q, k, v, bias and
+/// seed as for `dropout_attention`, dout, out and lse of its outputs' types. Gives dq, dk,
+/// dv.
+pub(super) fn infer_dropout_attention_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (q, k, v) = (inputs[1], inputs[2], inputs[3]);
+    let forward = infer_dropout_attention(&inputs[1..6], attrs)?;
+    let saved = [(inputs[0], "dout", &forward[0]), (inputs[6], "out", &forward[0]), (inputs[7], "lse", &forward[1])];
+    for (t, name, want) in saved {
+        if t != want {
+            return Err(format!("{name} must be {want} for q {q}, k {k} and v {v}, found {t}"));
+        }
+    }
+    done(vec![q.clone(), k.clone(), v.clone()])
+}
+
+/// `dropout_attention_bias_backward(...)`: the inputs of `dropout_attention_backward`.
+/// Gives `dbias` of the bias's type.
+pub(super) fn infer_dropout_attention_bias_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    infer_dropout_attention_backward(inputs, attrs)?;
+    done(vec![inputs[4].clone()])
+}
+
 /// `attention_bias_backward(...)`: the inputs of `masked_attention_backward`. Gives
 /// `dbias` of the bias's type.
 pub(super) fn infer_attention_bias_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
@@ -209,11 +277,22 @@ pub struct AttentionAttrs {
     pub scale: f64,
     /// `out` (and so `dout`) is laid out `[..., T, H, Ev]`, rows before heads.
     pub transpose_out: bool,
+    /// dropout_attention's dropout: `(p, stream)`; `None` for the other attention ops.
+    pub dropout: Option<(f64, i64)>,
 }
 
 impl AttentionAttrs {
     /// The attributes of an op that passed its type rule.
     pub fn of(attrs: &Attrs) -> AttentionAttrs {
-        AttentionAttrs { causal: attrs.bool("causal"), scale: attrs.float("scale"), transpose_out: attrs.bool("transpose_out") }
+        let dropout = match (attrs.get("p"), attrs.get("stream")) {
+            (Some(Attr::Float(p)), Some(Attr::Int(stream))) => Some((*p, *stream)),
+            _ => None,
+        };
+        AttentionAttrs {
+            causal: attrs.bool("causal"),
+            scale: attrs.float("scale"),
+            transpose_out: attrs.bool("transpose_out"),
+            dropout,
+        }
     }
 }

@@ -63,6 +63,9 @@ op_table! {
     MaskedAttention = attention::MASKED_ATTENTION,
     MaskedAttentionBackward = attention::MASKED_ATTENTION_BACKWARD,
     AttentionBiasBackward = attention::ATTENTION_BIAS_BACKWARD,
+    DropoutAttention = attention::DROPOUT_ATTENTION,
+    DropoutAttentionBackward = attention::DROPOUT_ATTENTION_BACKWARD,
+    DropoutAttentionBiasBackward = attention::DROPOUT_ATTENTION_BIAS_BACKWARD,
     // Reductions and broadcasts.
     Sum = shape::SUM,
     Mean = shape::MEAN,
@@ -112,6 +115,7 @@ op_table! {
     // Dropout: a mask drawn from (seed, stream, element index), regenerated, never saved.
     Dropout = dropout::DROPOUT,
     DropoutBackward = dropout::DROPOUT_BACKWARD,
+    Random = dropout::RANDOM,
     // Transposed convolution.
     ConvTranspose2d = conv::CONV_TRANSPOSE2D,
     ConvTranspose2dBackward = conv::CONV_TRANSPOSE2D_BACKWARD,

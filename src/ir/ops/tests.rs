@@ -286,6 +286,53 @@ fn attention_heads_and_lengths() {
 }
 
 #[test]
+fn random_makes_a_float_tensor_from_a_seed() {
+    let r = OpKind::Random;
+    let given = |dtype: DType, stream: i64| {
+        [("shape", Attr::Ints(vec![2, 3])), ("dtype", Attr::DType(dtype)), ("stream", Attr::Int(stream))]
+    };
+    assert_eq!(ok(r, &["i64[]"], &given(DType::Bf16, 0)), ["bf16[2,3]"]);
+    err(r, &["i64[]"], &given(DType::I64, 0), "f32, f16 or bf16");
+    err(r, &["i64[]"], &given(DType::F32, -2), "stream=-2");
+    err(r, &["i32[]"], &given(DType::F32, 0), "seed must be an i64[] scalar");
+    err(r, &["i64[2]"], &given(DType::F32, 0), "seed must be an i64[] scalar");
+    assert_eq!(r.def().draws, Some("stream"));
+}
+
+#[test]
+fn dropout_attention_takes_a_bias_a_seed_a_probability_and_a_stream() {
+    let a = OpKind::DropoutAttention;
+    let given = [("scale", float(0.5)), ("p", float(0.1)), ("stream", Attr::Int(2))];
+    let q_k_v = ["bf16[2,4,5,8]", "bf16[2,2,7,8]", "bf16[2,2,7,3]"];
+    let ins = [q_k_v[0], q_k_v[1], q_k_v[2], "bf16[]", "i64[]"];
+    assert_eq!(ok(a, &ins, &given), ["bf16[2,4,5,3]", "f32[2,4,5]"]);
+    let with = |i: usize, t: &'static str| {
+        let mut changed = ins;
+        changed[i] = t;
+        changed
+    };
+    assert_eq!(ok(a, &with(3, "bf16[2,1,1,7]"), &given), ["bf16[2,4,5,3]", "f32[2,4,5]"]);
+    err(a, &with(3, "bf16[2,1,2,7]"), &given, "does not broadcast");
+    err(a, &with(3, "f32[]"), &given, "q's dtype");
+    err(a, &with(4, "i32[]"), &given, "seed must be an i64[] scalar");
+    err(a, &with(4, "i64[1]"), &given, "seed must be an i64[] scalar");
+    for bad in [1.0, -0.1, f64::NAN] {
+        err(a, &ins, &[("scale", float(0.5)), ("p", float(bad)), ("stream", Attr::Int(0))], "probability");
+    }
+    err(a, &ins, &[("scale", float(0.5)), ("p", float(0.1)), ("stream", Attr::Int(-1))], "stream=-1");
+    // The backward ops: the forward's inputs between dout and its outputs.
+    let saved = ["bf16[2,4,5,3]", q_k_v[0], q_k_v[1], q_k_v[2], "bf16[]", "i64[]", "bf16[2,4,5,3]", "f32[2,4,5]"];
+    assert_eq!(ok(OpKind::DropoutAttentionBackward, &saved, &given), q_k_v);
+    assert_eq!(ok(OpKind::DropoutAttentionBiasBackward, &saved, &given), ["bf16[]"]);
+    let mut bad_lse = saved;
+    bad_lse[7] = "f32[2,4]";
+    err(OpKind::DropoutAttentionBackward, &bad_lse, &given, "lse must be f32[2,4,5]");
+    let mut bad_seed = saved;
+    bad_seed[5] = "f32[]";
+    err(OpKind::DropoutAttentionBiasBackward, &bad_seed, &given, "seed must be an i64[] scalar");
+}
+
+#[test]
 fn attention_backward_takes_the_forward_types() {
     let b = OpKind::AttentionBackward;
     let scale = [("scale", float(0.5))];

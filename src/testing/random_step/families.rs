@@ -240,9 +240,23 @@ impl Gen {
         } else {
             None
         };
-        let recorded = match bias {
-            Some(bias) => self.emit_recorded(OpKind::MaskedAttention, &[q, k, v, bias], &given),
-            None => self.emit_recorded(OpKind::Attention, &[q, k, v], &given),
+        // Sometimes dropout on the probabilities (PyTorch's dropout_p): dropout_attention,
+        // with a bias of [] (0) where there is no mask.
+        let recorded = if self.chance(0.25) {
+            let bias = match bias {
+                Some(bias) => bias,
+                None => self.new_input(TensorType::new(dtype, vec![])),
+            };
+            let seed = self.dropout_seed();
+            let mut given = given.to_vec();
+            given.push(("p", Attr::Float(self.choose(&[0.0, 0.2, 0.5]))));
+            given.push(("stream", Attr::Int(self.next_stream())));
+            self.emit_recorded(OpKind::DropoutAttention, &[q, k, v, bias, seed], &given)
+        } else {
+            match bias {
+                Some(bias) => self.emit_recorded(OpKind::MaskedAttention, &[q, k, v, bias], &given),
+                None => self.emit_recorded(OpKind::Attention, &[q, k, v], &given),
+            }
         };
         if recorded.is_some() && self.chance(0.3) {
             self.backward_of(self.records.len() - 1);
@@ -798,12 +812,31 @@ impl Gen {
     }
 
     /// dropout of a float value, recorded for its backward op: p from 0 (the identity) to
-    /// 0.9, each site its own stream (the verifier requires it), every site reading the one
+    /// 0.9 (or, sometimes, `random` noise added to the value instead), each site its own stream (the verifier requires it), every site reading the one
     /// `i64[]` seed input (made at the first dropout; `init_args` fills it like any integer
     /// input).
     pub(super) fn dropout(&mut self) {
         let x = self.float_value(0, 4);
-        let seed = match self.dropout_seed {
+        let seed = self.dropout_seed();
+        if self.chance(0.3) {
+            // Noise added to x: `random`, uniform or normal, of x's type from its own stream.
+            let ty = self.ty(x).clone();
+            let shape = Attr::Ints(ty.dims().iter().map(|&d| d as i64).collect());
+            let normal = Attr::Bool(self.chance(0.5));
+            let given = [("shape", shape), ("dtype", Attr::DType(ty.dtype)), ("stream", Attr::Int(self.next_stream())), ("normal", normal)];
+            if let Some(noise) = self.emit(OpKind::Random, &[seed], &given) {
+                self.emit(OpKind::Add, &[x, noise], &[]);
+            }
+            return;
+        }
+        let p = self.choose(&[0.0, 0.1, 0.5, 0.9]);
+        let stream = self.next_stream();
+        self.emit_recorded(OpKind::Dropout, &[x, seed], &[("p", Attr::Float(p)), ("stream", Attr::Int(stream))]);
+    }
+
+    /// The step's one `i64[]` seed input, made at its first reader.
+    fn dropout_seed(&mut self) -> usize {
+        match self.dropout_seed {
             Some(seed) => seed,
             None => {
                 let name = self.name("seed");
@@ -811,9 +844,12 @@ impl Gen {
                 self.dropout_seed = Some(seed);
                 seed
             }
-        };
-        let p = self.choose(&[0.0, 0.1, 0.5, 0.9]);
-        let stream = self.ops.iter().filter(|op| op.kind == OpKind::Dropout).count() as i64;
-        self.emit_recorded(OpKind::Dropout, &[x, seed], &[("p", Attr::Float(p)), ("stream", Attr::Int(stream))]);
+        }
+    }
+
+    /// A stream no op drawing random numbers has used yet (the verifier requires each
+    /// site's own).
+    fn next_stream(&self) -> i64 {
+        self.ops.iter().filter(|op| op.kind.def().draws.is_some()).count() as i64
     }
 }

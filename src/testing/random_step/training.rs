@@ -97,7 +97,9 @@ impl Gen {
                 vec![r.inputs[0], r.inputs[1]]
             }
             OpKind::Embedding | OpKind::Gather => vec![r.inputs[1]],
-            OpKind::Attention | OpKind::MaskedAttention => [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat(),
+            OpKind::Attention | OpKind::MaskedAttention | OpKind::DropoutAttention => {
+                [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat()
+            }
             _ => vec![],
         };
         needed.iter().all(|&v| self.readable(v))
@@ -207,6 +209,23 @@ impl Gen {
                     && let Some(dbias) = self.emit(OpKind::AttentionBiasBackward, &saved, &given)
                 {
                     self.grads.insert(r.inputs[3], dbias);
+                }
+            }
+            OpKind::DropoutAttention => {
+                // The forward's seed and attributes: the same mask, drawn again.
+                let dout = self.derive(&out_ty, None);
+                let [q, k, v, bias, seed] = r.inputs[..] else { return };
+                let saved = [dout, q, k, v, bias, seed, r.output, r.later_outputs[0]];
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                if let Some(outs) = self.emit_named(OpKind::DropoutAttentionBackward, &saved, &given, None) {
+                    for (&x, g) in r.inputs.iter().zip(outs) {
+                        self.grads.insert(x, g);
+                    }
+                }
+                if self.chance(0.5)
+                    && let Some(dbias) = self.emit(OpKind::DropoutAttentionBiasBackward, &saved, &given)
+                {
+                    self.grads.insert(bias, dbias);
                 }
             }
             OpKind::Dropout => {

@@ -147,23 +147,39 @@ __device__ __forceinline__ float attn_bias(const Tensor& bias, int has_bias, i64
     return has_bias ? load_f(bias, row * s + j) : 0.0f;
 }
 
+// dropout_attention's mask (exec/kernels/attention.rs draws the same): the key of
+// (seed, stream) as elementwise.cu's dropout makes it, and the factor of the probability
+// of query row `row` (bh·T + i) and key j, 1 / (1 − p) where dropout_uniform(key, row·S + j)
+// >= p, else 0; 1 without dropout (p = 0, the other attention ops: seed is then any tensor
+// and never read).
+__device__ __forceinline__ u64 attn_drop_key(const Tensor& seed, i64 stream, double p) {
+    return p > 0.0 ? splitmix64(splitmix64((u64)load_index(seed, 0), 0ULL), (u64)stream) : 0ULL;
+}
+
+__device__ __forceinline__ float attn_keep(u64 key, double p, i64 row, i64 s, i64 j) {
+    if (p == 0.0) return 1.0f;
+    return dropout_uniform(key, (u64)(row * s + j)) >= p ? (float)(1.0 / (1.0 - p)) : 0.0f;
+}
+
 // p = exp(x − lse) for a score x (scale·q·k plus the bias), 0 where x = −inf (a masked
 // key, also in a row with every key masked, whose lse is −inf too).
 __device__ __forceinline__ float attn_p(float x, float row_lse) { return x == -f_inf() ? 0.0f : expf(x - row_lse); }
 
-// out[r] = Σ_j p_j·v[j] / Σ_j p_j and lse[r] = m + log Σ_j p_j over the keys j row r sees,
-// p_j = exp(scale·q[r]·k[j] − m), m the row's largest score. Block (x, y): tiles x, x +
+// out[r] = Σ_j p_j·z_j·v[j] / Σ_j p_j (z_j the dropout factor, attn_keep) and lse[r] =
+// m + log Σ_j p_j over the keys j row r sees, p_j = exp(scale·q[r]·k[j] − m), m the row's
+// largest score. Block (x, y): tiles x, x +
 // gridDim.x, ... of ATTN_FWD_ROWS query rows (ceil(T / 64) per head) and the 64 columns of
 // out from y·64; block y = 0 writes lse. A row that sees no key gives 0 and −inf.
 extern "C" __global__ void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, i64 rows, i64 group,
                                      i64 t, i64 s, i64 e, i64 ev, int causal, double scale, Tensor bias,
-                                     int has_bias) {
+                                     int has_bias, Tensor seed, i64 stream, double drop_p) {
     __shared__ float qs[ATTN_FWD_ROWS * ATTN_LD];
     __shared__ float kvs[ATTN_KEYS * ATTN_LD];  // a chunk of k, then of v
     __shared__ float ps[ATTN_FWD_ROWS * ATTN_PLD];
     __shared__ i64 q_at[ATTN_FWD_ROWS], out_at[ATTN_FWD_ROWS], k_at[ATTN_KEYS], v_at[ATTN_KEYS];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, rs = ATTN_FWD_THREADS / 16;
     const float sc = (float)scale, inf = f_inf();
+    const u64 drop_key = attn_drop_key(seed, stream, drop_p);
     const i64 c0 = (i64)blockIdx.y * ATTN_CHUNK;
     const i64 per_head = (t + ATTN_FWD_ROWS - 1) / ATTN_FWD_ROWS, tiles = rows / t * per_head;
     for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -210,7 +226,9 @@ extern "C" __global__ void attention(Tensor out, Tensor lse, Tensor q, Tensor k,
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const float p = m_new == -inf ? 0.0f : expf(score[i][j] - m_new);
-                    ps[r * ATTN_PLD + tx + 16 * j] = p;
+                    // The sum is of the probabilities before dropout; out weighs the kept.
+                    const float kept = p > 0.0f ? p * attn_keep(drop_key, drop_p, first + r, s, j0 + tx + 16 * j) : 0.0f;
+                    ps[r * ATTN_PLD + tx + 16 * j] = kept;
                     sum += p;
                 }
                 l[i] = l[i] * rescale + attn_row_sum(sum);
@@ -237,13 +255,14 @@ extern "C" __global__ void attention(Tensor out, Tensor lse, Tensor q, Tensor k,
     }
 }
 
-// dq[r] = scale·Σ_j ds_j·k[j], ds_j = p_j·(dout[r]·v[j] − D), p_j = exp(scale·q[r]·k[j] −
+// dq[r] = scale·Σ_j ds_j·k[j], ds_j = p_j·(z_j·dout[r]·v[j] − D), p_j = exp(scale·q[r]·k[j] −
 // lse[r]), D = dout[r]·out[r]; D also goes to deltas[r] (floats in the workspace) for
 // attention_backward_dkv, which runs after this kernel. Block (x, y): tiles of ATTN_BWD_ROWS
 // query rows and the 64 columns of dq from y·64; block y = 0 writes D.
 extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor dout, Tensor q, Tensor k, Tensor v,
                                                  Tensor out, Tensor lse, i64 rows, i64 group, i64 t, i64 s, i64 e,
-                                                 i64 ev, int causal, double scale, Tensor bias, int has_bias) {
+                                                 i64 ev, int causal, double scale, Tensor bias, int has_bias,
+                                                 Tensor seed, i64 stream, double drop_p) {
     __shared__ float qs[ATTN_BWD_ROWS * ATTN_LD], dos[ATTN_BWD_ROWS * ATTN_LD];
     __shared__ float ks[ATTN_KEYS * ATTN_LD], vs[ATTN_KEYS * ATTN_LD];
     __shared__ float dss[ATTN_BWD_ROWS * ATTN_PLD];
@@ -253,6 +272,7 @@ extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor d
     float* delta = (float*)deltas;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, rs = ATTN_BWD_THREADS / 16;
     const float sc = (float)scale;
+    const u64 drop_key = attn_drop_key(seed, stream, drop_p);
     const i64 c0 = (i64)blockIdx.y * ATTN_CHUNK;
     const i64 per_head = (t + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS, tiles = rows / t * per_head;
     const i64 do_cs = attn_col_stride(dout), out_cs = attn_col_stride(out);
@@ -312,7 +332,8 @@ extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor d
                     float ds = 0.0f;
                     if (r < count && key < s && attn_sees(i0 + r, key, causal)) {
                         const float x = sc * score[i][j] + attn_bias(bias, has_bias, first + r, s, key);
-                        ds = attn_p(x, row_lse[r]) * (dp[i][j] - row_d[r]);
+                        const float z = attn_keep(drop_key, drop_p, first + r, s, key);
+                        ds = attn_p(x, row_lse[r]) * (dp[i][j] * z - row_d[r]);
                     }
                     dss[r * ATTN_PLD + tx + 16 * j] = ds;
                 }
@@ -336,14 +357,15 @@ extern "C" __global__ void attention_backward_dq(Tensor dq, u64 deltas, Tensor d
     }
 }
 
-// dk[key] = scale·Σ ds·q[r] and dv[key] = Σ p·dout[r] over the query rows r that see key j
+// dk[key] = scale·Σ ds·q[r] and dv[key] = Σ p·z·dout[r] over the query rows r that see key j
 // of key/value head kv (key = kv·S + j): rows i >= j with causal, else all T, of each of
 // the group's query heads, head by head, in tiles of 32 rows. p and ds as in
 // attention_backward_dq, with D from deltas. Block (x, y): tiles of ATTN_BWD_ROWS keys
 // (ceil(S / 32) per key/value head) and the 64 columns of dk and dv from y·64.
 extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 deltas, Tensor dout, Tensor q, Tensor k,
                                                   Tensor v, Tensor lse, i64 keys, i64 group, i64 t, i64 s, i64 e,
-                                                  i64 ev, int causal, double scale, Tensor bias, int has_bias) {
+                                                  i64 ev, int causal, double scale, Tensor bias, int has_bias,
+                                                  Tensor seed, i64 stream, double drop_p) {
     __shared__ float ks[ATTN_BWD_ROWS * ATTN_LD], vs[ATTN_BWD_ROWS * ATTN_LD];
     __shared__ float qs[ATTN_KEYS * ATTN_LD], dos[ATTN_KEYS * ATTN_LD];
     __shared__ float pt[ATTN_BWD_ROWS * ATTN_PLD], dst[ATTN_BWD_ROWS * ATTN_PLD];  // P and dS, key-major
@@ -353,6 +375,7 @@ extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 delt
     const float* delta = (const float*)deltas;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, rs = ATTN_BWD_THREADS / 16;
     const float sc = (float)scale;
+    const u64 drop_key = attn_drop_key(seed, stream, drop_p);
     const i64 c0 = (i64)blockIdx.y * ATTN_CHUNK;
     const i64 per_head = (s + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS, tiles = keys / s * per_head;
     for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -404,8 +427,10 @@ extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 delt
                         float p = 0.0f, ds = 0.0f;
                         if (r < kcount && x < count && attn_sees(i0 + x, j0 + r, causal)) {
                             const float y = sc * score[i][j] + attn_bias(bias, has_bias, first + x, s, j0 + r);
+                            const float z = attn_keep(drop_key, drop_p, first + x, s, j0 + r);
                             p = attn_p(y, row_lse[x]);
-                            ds = p * (dp[i][j] - row_d[x]);
+                            ds = p * (dp[i][j] * z - row_d[x]);
+                            p *= z;
                         }
                         pt[r * ATTN_PLD + x] = p;
                         dst[r * ATTN_PLD + x] = ds;
@@ -905,7 +930,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
     }
 }
 
-// attention_bias_backward: dbias = the scores' gradient ds = p·(dout[r]·v[j] − D[r]) (the
+// attention_bias_backward: dbias = the scores' gradient ds = p·(z·dout[r]·v[j] − D[r]) (z
+// the dropout factor, 1 without dropout; the
 // bias is added to the scores) summed over the dimensions the bias broadcasts. `dbias` is
 // viewed broadcast to the scores [..., H, T, S] (zero strides where the bias broadcasts,
 // the others its own dense strides, decreasing): thread by thread over its n elements
@@ -914,9 +940,11 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
 // buffer, no atomics, runs repeat bit for bit. A row with every key masked passes nothing.
 extern "C" __global__ void attention_bias_backward(Tensor dbias, Tensor bias, Tensor dout, Tensor q, Tensor k, Tensor v,
                                                    Tensor out, Tensor lse, i64 n, i64 group, i64 t, i64 s, i64 e,
-                                                   i64 ev, int causal, double scale) {
+                                                   i64 ev, int causal, double scale, Tensor seed, i64 stream,
+                                                   double drop_p) {
     const int rank = dbias.rank;
     const float sc = (float)scale;
+    const u64 drop_key = attn_drop_key(seed, stream, drop_p);
     const i64 q_cs = attn_col_stride(q), k_cs = attn_col_stride(k), v_cs = attn_col_stride(v);
     const i64 do_cs = attn_col_stride(dout), out_cs = attn_col_stride(out);
     GRID_STRIDE(o, n) {
@@ -953,7 +981,7 @@ extern "C" __global__ void attention_bias_backward(Tensor dbias, Tensor bias, Te
                 dd += g * load_at_f(out, out_at + x * out_cs);
             }
             const float p = attn_p(sc * qk + load_f(bias, row * s + j), load_f(lse, row));
-            acc += p * (dp - dd);
+            acc += p * (dp * attn_keep(drop_key, drop_p, row, s, j) - dd);
         }
         store_at_f(dbias, o, acc);
     }

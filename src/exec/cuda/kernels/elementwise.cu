@@ -193,6 +193,24 @@ extern "C" __global__ void dropout(Tensor out, Tensor a, Tensor seed, i64 stream
     }
 }
 
+// random: a new tensor of draws from (seed, stream), exec/kernels/dropout.rs's `random`
+// step for step: uniform, the top `bits` bits of splitmix64(key, i) over 2^bits (exact in
+// out's dtype, below 1); normal (normal = 1), Box-Muller of the 53-bit uniforms of 2i and
+// 2i + 1 in double, rounded where stored.
+extern "C" __global__ void random_fill(Tensor out, Tensor seed, i64 stream, int normal, int bits) {
+    const u64 key = splitmix64(splitmix64((u64)load_index(seed, 0), 0ULL), (u64)stream);
+    GRID_STRIDE(i, out.numel) {
+        double x;
+        if (normal) {
+            const double u1 = dropout_uniform(key, 2ULL * (u64)i), u2 = dropout_uniform(key, 2ULL * (u64)i + 1ULL);
+            x = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+        } else {
+            x = (double)(splitmix64(key, (u64)i) >> (64 - bits)) / (double)(1ULL << bits);
+        }
+        store_d(out, i, x);
+    }
+}
+
 // out = a where cond else b; cond, a and b arrive as views broadcast to out's shape.
 // Copies: a float element goes through double unchanged.
 extern "C" __global__ void where_select(Tensor out, Tensor cond, Tensor a, Tensor b) {
