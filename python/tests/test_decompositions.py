@@ -2,6 +2,9 @@
 to PyTorch: each small model below uses several of them and trains three SGD steps in
 memplan as in PyTorch from the same weights and batch (test_semantics.compare_three_steps:
 losses to 1e-5, every parameter within 5% of SGD's move of it), with no `extern` op.
+Ops whose values are integers or copies (rounding, norms' maxima, unfold/fold, writes at
+indices, histc) are also held to PyTorch bit for bit on edge values; forms with no exact
+decomposition stay `extern`, with a warning that says why.
 """
 
 import pytest
@@ -10,8 +13,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import memplan_torch
+from memplan_torch import safetensors, step_arguments
 from memplan_torch.step import ExportWarning
 from test_semantics import compare_three_steps
+from test_zoo import memplan_steps
 
 
 class Audio(nn.Module):
@@ -228,6 +233,50 @@ def _scatter():
     return Scatter(), (torch.randn(5, 4), torch.tensor([0, 2, 2, 1, 0]), torch.tensor([1, 0]))
 
 
+class Bags(nn.Module):
+    """DLRM's, fastText's, XCiT's and Canine's ops: EmbeddingBag (sum with per-sample weights
+    and offsets, mean with padding_idx, max), Canine's hash (integer % and //), norms (the
+    inf norm with ties between u and v: half the gradient each; 1, 3 and F.normalize's 2),
+    unfold and fold, a float floor division by 0.25 (its values in the loss), trunc
+    division by a tensor, remainder and fmod by powers of two (gradient 1), histc, and
+    `x[i] = v` with a repeated row (the last write wins; every write's value gets the
+    gradient of its row, as in PyTorch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sum_bag = nn.EmbeddingBag(12, 4, mode="sum")
+        self.mean_bag = nn.EmbeddingBag(6, 4, mode="mean", padding_idx=0)
+        self.max_bag = nn.EmbeddingBag(12, 4, mode="max")
+        self.u, self.v = nn.Parameter(torch.full((4,), 0.7)), nn.Parameter(torch.full((4,), 0.7))
+        self.slots = nn.Parameter(torch.randn(3, 4))
+        self.conv = nn.Conv2d(2, 3, 1)
+        self.head = nn.Linear(4 + 3 * 9 + 3 + 4, 3)
+
+    def forward(self, ids, offsets, weights, image, y):
+        batch = y.shape[0]
+        hashed = ((ids + 1) * 31) % 12
+        h = self.sum_bag(hashed, offsets, per_sample_weights=weights)  # 1-D ids, 3 bags (one empty)
+        h = h + self.mean_bag((ids // 2).view(batch, -1)) + self.max_bag(torch.fmod(ids * 5, 7).view(batch, -1))
+        pair = torch.stack([self.u * h, self.v * h], dim=1)  # u = v: every maximum is tied
+        h = h + torch.linalg.vector_norm(pair, float("inf"), dim=(1, 2), keepdim=True).squeeze(-1) * 0.1
+        h = F.normalize(h, dim=-1) * torch.linalg.vector_norm(h, 1, dim=-1, keepdim=True) \
+            + torch.linalg.vector_norm(h, 3.0, dim=0)
+        h = h + torch.div(h, 0.25, rounding_mode="floor") * 0.05 + torch.div(h, self.u + 2, rounding_mode="trunc") * 0.1
+        h = torch.remainder(h * 3, 2.0) - torch.fmod(h, 0.5) + torch.histc(h.detach(), bins=4, min=-2, max=2).sum() * 0.01
+        board = h.unsqueeze(1).repeat(1, 5, 1)  # [B, 5, 4]
+        board[:, torch.tensor([3, 0, 3])] = self.slots  # row 3 twice: slots[2] wins
+        cols = F.unfold(self.conv(image), 3, padding=1, stride=2)  # [B, 27, 9]
+        folded = F.fold(cols, (5, 5), 3, padding=1, stride=2)  # [B, 3, 5, 5]
+        features = torch.cat([board.mean(dim=1), cols.mean(dim=-1), folded.mean(dim=(2, 3)), h], dim=-1)
+        return F.cross_entropy(self.head(features), y)
+
+
+def _bags():
+    torch.manual_seed(19)
+    ids = torch.tensor([3, 7, 1, 0, 11, 4, 2, 9, 5, 6, 8, 10])
+    return Bags(), (ids, torch.tensor([0, 5, 5]), torch.rand(12), torch.randn(3, 2, 5, 5), torch.tensor([2, 0, 1]))
+
+
 def _router():
     torch.manual_seed(14)
     return Router(), (torch.randn(10, 5), torch.randint(0, 3, (10,)))
@@ -249,8 +298,10 @@ def _segmentation():
     return Segmentation(), (torch.randn(2, 3, 10, 10), torch.randint(0, 4, (2, 9, 9)))
 
 
-@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite, _scatter],
-                         ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite", "scatter"])
+@pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite, _scatter,
+                                   _bags],
+                         ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite", "scatter",
+                              "bags"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     if build is _recurrent and not _lstm_states_traced_as_they_run():
@@ -270,7 +321,8 @@ def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
               "recurrent": ["l1_reverse.t0.forget_gate", "sigmoid(", "relu("],
               "pointwise": ['op="le"', 'op="ge"', "layer_norm(", "exp("],
               "composite": ["matmul(", "div(", "embedding("],
-              "scatter": ["scatter_add("]}
+              "scatter": ["scatter_add("],
+              "bags": ["embedding(", "cumsum(", "topk(", "slice_scatter(", 'to=i64', "pow_scalar("]}
     for piece in wanted[build.__name__[1:]]:
         assert piece in text, (piece, text)
 
@@ -286,3 +338,124 @@ def test_a_power_of_a_base_that_may_be_negative_is_not_rewritten():
                       "pow of a tensor base and a tensor exponent is supported for a positive constant base only"):
         text = memplan_torch.export_step(Power(), (torch.randn(3), torch.randn(3)))
     assert 'target="aten::pow.Tensor_Tensor"' in text and "exp(" not in text, text
+
+
+class Exact(nn.Module):
+    """Ops whose values must be PyTorch's to the bit (a floor is off by one, not by a
+    rounding): each result is written into a buffer (times 1: a buffer's new value must be
+    computed, not a view), which memplan saves after the step. Edge values: ±0, ±inf, NaN,
+    subnormals, halves, floats past 2^23, a repeated row written with ±inf and NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+        for name in ("out_trunc", "out_floor", "out_ceil", "out_div_trunc", "out_div_floor", "out_floor_divide",
+                     "out_remainder", "out_fmod", "out_remainder_negative", "out_fmod_negative"):
+            self.register_buffer(name, torch.zeros(26))
+        for name in ("out_int_trunc", "out_int_floor", "out_int_remainder", "out_int_fmod", "out_int_remainder_number",
+                     "out_int_floor_number"):
+            self.register_buffer(name, torch.zeros(10, dtype=torch.int64))
+        for name, shape in (("out_norm2", [4]), ("out_norm1", [4, 1]), ("out_norm0", []), ("out_norm_inf", [4]),
+                            ("out_norm_minus_inf", [4]), ("out_norm_p", [4]), ("out_norm_half", [5])):
+            self.register_buffer(name, torch.zeros(shape))
+        self.register_buffer("out_unfolded", torch.zeros(2, 3 * 6, 12))
+        self.register_buffer("out_unfolded_unbatched", torch.zeros(12, 9))
+        self.register_buffer("out_folded", torch.zeros(2, 3, 7, 6))
+        self.register_buffer("out_put", torch.zeros(6, 3))
+        self.register_buffer("out_put_middle", torch.zeros(2, 5, 3))
+        self.register_buffer("out_put_bool", torch.zeros(4, 4, dtype=torch.bool))
+        self.register_buffer("out_filled", torch.zeros(6, 3))
+        self.register_buffer("out_histogram", torch.zeros(7))
+
+    def forward(self, a, b, ia, ib, x, image, cols, values, rows):
+        a = a * self.w
+        self.out_trunc, self.out_floor, self.out_ceil = torch.trunc(a) * 1, torch.floor(a) * 1, torch.ceil(a) * 1
+        self.out_div_trunc = torch.div(a, b, rounding_mode="trunc") * 1
+        self.out_div_floor = torch.div(a, 2, rounding_mode="floor") * 1
+        self.out_floor_divide = a // 0.5 * 1
+        self.out_remainder, self.out_fmod = torch.remainder(a, 2.0) * 1, torch.fmod(a, 2) * 1
+        self.out_remainder_negative, self.out_fmod_negative = torch.remainder(a, -0.25) * 1, torch.fmod(a, -4.0) * 1
+        self.out_int_trunc = torch.div(ia, ib, rounding_mode="trunc")
+        self.out_int_floor, self.out_int_remainder, self.out_int_fmod = ia // ib, ia % ib, torch.fmod(ia, ib)
+        self.out_int_remainder_number, self.out_int_floor_number = ia % -3, torch.div(ia, 3, rounding_mode="floor")
+        self.out_norm2 = torch.linalg.vector_norm(x, dim=-1) * 1
+        self.out_norm1 = torch.linalg.vector_norm(x, 1, dim=1, keepdim=True) * 1
+        self.out_norm0 = torch.linalg.vector_norm(x, 0) * 1
+        self.out_norm_inf = torch.linalg.vector_norm(x, float("inf"), dim=1) * 1
+        self.out_norm_minus_inf = torch.linalg.vector_norm(x, -float("inf"), dim=1) * 1
+        self.out_norm_p = torch.linalg.vector_norm(x, 3.5, dim=-1) * 1
+        self.out_norm_half = torch.linalg.vector_norm(x, 0.5, dim=0) * 1
+        self.out_unfolded = F.unfold(image, (2, 3), dilation=(2, 1), padding=1, stride=(2, 2)) * 1
+        self.out_unfolded_unbatched = F.unfold(image[0, :, :5, :5], 2, stride=2, padding=1) * 1
+        self.out_folded = F.fold(cols, (7, 6), (2, 3), dilation=(2, 1), padding=1, stride=(2, 2)) * 1
+        put = a[:18].reshape(6, 3).clone()
+        put[rows] = values  # rows 4 twice
+        self.out_put = put * 1
+        middle = a[:15].reshape(1, 5, 3).repeat(2, 1, 1)
+        middle[:, rows[:3]] = -values[:3]
+        self.out_put_middle = middle * 1
+        mask = torch.zeros(4, 4, dtype=torch.bool)
+        mask[ia[:4].abs() % 4, ib[:4].abs() % 4] = True
+        self.out_put_bool = mask | mask
+        filled = a[:18].reshape(6, 3).clone()
+        filled[rows] = 7.5
+        self.out_filled = filled * 1
+        self.out_histogram = torch.histc(torch.cat([a.detach(), x.flatten()]), bins=7, min=-0.3, max=2.1)
+        return (torch.remainder(a, 2.0)[:5] * 2).sum()
+
+
+def test_rounding_norms_windows_and_writes_are_pytorchs_to_the_bit(memplan, tmp_path):
+    """Each value of `Exact` after a step in memplan is PyTorch's bit for bit (NaN where
+    PyTorch's is NaN, each zero's sign), and no op is `extern`."""
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([-4., 4., -0.0, 0.0, inf, -inf, nan, -1e-45, 1e-45, -0.5, 0.5, 1.5, -1.5, 2.5, -2.5, 1e30, -1e30,
+                      8388607.5, -8388607.5, 3.0, -7.75, 7.75, 0.1, -0.1, 1.0, 2.0])
+    b = torch.tensor([3., -3., 2., -2., 0.1, 0.2, 0.3, 0.7, -0.7, 7., 9., 1e-20, -1e-20, 0., -0., 0.5, 4., 2., 3., 7.,
+                      3., -3., 1., 1., 1., 1.])
+    ia, ib = torch.tensor([7, -7, 7, -7, 0, 6, -6, 5, -5, 1]), torch.tensor([2, 2, -2, -2, 3, 3, 3, -5, 5, 7])
+    x = torch.tensor([[0., 0., 0., 0., 0.], [1., -2., 3., -3., 0.5], [inf, 1., 2., 3., 4.], [nan, 1., -inf, 0., 2.]])
+    torch.manual_seed(20)
+    image, cols = torch.randn(2, 3, 7, 6), torch.randn(2, 18, 12) * 1e3
+    image[0, 0, 1, 1], image[1, 2, 3, 3], image[0, 1, 2, 2], cols[1, 0, 0] = inf, nan, -0.0, -0.0
+    values = torch.randn(5, 3)
+    values[0, 0], values[1, 0], values[2, 1], values[3, 2] = -inf, inf, nan, -0.0
+    rows = torch.tensor([4, -1, 0, 4, 2])
+    model, inputs = Exact(), (a, b, ia, ib, x, image, cols, values, rows)
+    text = memplan_torch.export_step(model, inputs, optimizer="sgd")
+    assert "extern" not in text, text
+    step, weights = tmp_path / "exact.step", tmp_path / "w.safetensors"
+    step.write_text(text)
+    safetensors.write_new(weights, step_arguments(model, inputs))
+    _, after = memplan_steps(memplan, tmp_path, step, weights, 1)
+    model(*inputs)
+    for name, want in model.named_buffers():
+        got, want = after[name], want.detach()
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        if want.is_floating_point():
+            same = torch.equal(got.isnan(), want.isnan()) and torch.equal(got[~got.isnan()], want[~want.isnan()]) and \
+                torch.equal(got[~got.isnan()].signbit(), want[~want.isnan()].signbit())
+        else:
+            same = torch.equal(got, want)
+        assert same, (name, got, want)
+
+
+@pytest.mark.parametrize("forward,why", [
+    (lambda a, b: torch.div(a, b, rounding_mode="floor"),
+     "div with rounding_mode='floor' of floats is supported for a divisor that is a power-of-two number only"),
+    (lambda a, b: torch.remainder(a, 0.3), "remainder of floats is supported for a divisor that is a power-of-two number only"),
+    (lambda a, b: F.embedding_bag(torch.tensor([1, 2, 0]), a.reshape(3, 2), torch.tensor([0, 1]), mode="max"),
+     "embedding_bag in max mode is supported for bags of one length"),
+    (lambda a, b: torch.histc(a, bins=3), r"histc with min ≥ max \(a range taken from the data\) is not supported"),
+    (lambda a, b: torch.linalg.vector_norm(a, -2.0), r"linalg_vector_norm with ord=-2.0 is not supported"),
+], ids=["float-floor-by-tensor", "float-remainder-by-0.3", "bag-max-offsets", "histc-data-range", "norm-negative-p"])
+def test_forms_without_an_exact_decomposition_stay_extern(forward, why):
+    """What cannot be written exactly with memplan's ops is `extern`, with a warning that
+    says why (memplan would need a floor/fmod op, a per-segment max, a min/max of the data)."""
+
+    class Refused(nn.Module):
+        def forward(self, a, b):
+            return forward(a, b).sum()
+
+    with pytest.warns(ExportWarning, match=why):
+        text = memplan_torch.export_step(Refused(), (torch.randn(6), torch.randn(6)))
+    assert "extern(" in text, text

@@ -1,4 +1,5 @@
-"""Convolution handlers: `conv2d`, `conv1d` and `conv_transpose2d`.
+"""Convolution handlers: `conv2d`, `conv1d` and `conv_transpose2d`, and `im2col`/`col2im`
+(`F.unfold`/`F.fold`) as the window slices they copy and add.
 
 Attributes are written as memplan prints them, defaults left out. A bias is a separate
 `add` of the bias viewed as [C, 1, 1], as memplan's convolutions take none.
@@ -76,3 +77,99 @@ def conv1d(t, x, w, bias=None, stride=(1,), padding=(0,), dilation=(1,), groups=
     y = t.emit("conv2d", [image, kernel], _conv_attrs([1, s], [0, p], [1, d], groups), fake=flat, final=False, role="conv")
     y = reshaped(t, y, [n, o, length], "conv1d", final=bias is None)
     return _bias_per_channel(t, y, bias, 1)
+
+
+def _windows(x_shape, kernel, dilation, padding, stride, grid=None):
+    """(kh, kw), (dh, dw), (ph, pw), (sh, sw) and the grid of window positions (oh, ow)."""
+    pair = lambda v: [int(v[0]), int(v[-1])]  # noqa: E731
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pair(kernel), pair(dilation), pair(padding), pair(stride)
+    h, w = x_shape
+    if grid is None:
+        grid = [(h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1]
+    return (kh, kw), (dh, dw), (ph, pw), (sh, sw), grid
+
+
+def _window(t, x: Value, i: int, j: int, dilation, stride, grid) -> Value:
+    """x[..., i·dh :: sh][..., j·dw :: sw], oh × ow positions: the pixels kernel tap (i, j)
+    reads at each window (a strided view)."""
+    from .shape import _slice_of
+
+    (dh, dw), (sh, sw), (oh, ow) = dilation, stride, grid
+    rows = _slice_of(t, x, 2, i * dh, i * dh + sh * (oh - 1) + 1, sh, final=False)
+    return _slice_of(t, rows, 3, j * dw, j * dw + sw * (ow - 1) + 1, sw, final=False)
+
+
+@handles(aten.im2col.default)
+def im2col(t, x, kernel_size, dilation, padding, stride):
+    """`F.unfold` (im2col): [N, C, H, W] to [N, C·kh·kw, L], each kernel tap's pixels at every
+    window a strided slice of x (zero-padded first: `pad`, as PyTorch pads), viewed as
+    [N, C, 1, oh, ow] and concatenated along that axis in im2col's order (c, i, j): copies
+    of x's values, exactly, into one buffer of the output's size (PyTorch's own im2col
+    copies likewise). Its gradient is the slices' and the cat's: each tap's gradient summed
+    into x (col2im's sums)."""
+    if x.rank not in (3, 4):
+        raise ExportError(f"im2col of a rank-{x.rank} tensor")
+    batched = x.rank == 4
+    if not batched:
+        x = reshaped(t, x, [1] + x.shape, "batched")
+    n, c = x.shape[:2]
+    (kh, kw), dilation, (ph, pw), stride, grid = _windows(x.shape[2:], kernel_size, dilation, padding, stride)
+    if ph or pw:
+        from .shape import pad
+
+        x = pad(t, x, [pw, pw, ph, ph])
+    taps = [reshaped(t, _window(t, x, i, j, dilation, stride, grid), [n, c, 1] + grid, f"tap{i}_{j}")
+            for i in range(kh) for j in range(kw)]
+    fake = t.fake_like([n, c, kh * kw] + grid, x.fake.dtype)
+    if len(taps) == 1:
+        columns = t.emit("contiguous", taps, fake=fake, final=False, role="columns")
+    else:
+        columns = t.emit("cat", taps, [("axis", 2)], fake=fake, final=False, role="columns")
+    return reshaped(t, columns, t.out_fake().shape, "im2col", final=True)
+
+
+@handles(aten.col2im.default)
+def col2im(t, cols, output_size, kernel_size, dilation, padding, stride):
+    """`F.fold` (col2im): [N, C·kh·kw, L] summed into [N, C, H, W]: zeros of the padded image,
+    then for each kernel tap (i, j) in order its [N, C, oh, ow] columns added into the
+    strided slice of the image it came from (`slice`, `add`, `slice_scatter`), then the
+    padding cut off (a view). Each output pixel's sum is 0 + its taps in PyTorch's order
+    (c, i, j), so the same roundings."""
+    if cols.rank not in (2, 3):
+        raise ExportError(f"col2im of a rank-{cols.rank} tensor")
+    batched = cols.rank == 3
+    if not batched:
+        cols = reshaped(t, cols, [1] + cols.shape, "batched")
+    h, w = [int(s) for s in output_size]
+    (kh, kw), dilation, (ph, pw), stride, grid = _windows([h, w], kernel_size, dilation, padding, stride)
+    n, c = cols.shape[0], cols.shape[1] // (kh * kw)
+    dtype = cols.fake.dtype
+    taps = reshaped(t, cols, [n, c, kh * kw] + grid, "taps")
+    image_shape = [n, c, h + 2 * ph, w + 2 * pw]
+    image = t.emit("fill", [], [("shape", image_shape), ("dtype", dtype), ("value", 0.0)],
+                   fake=t.fake_like(image_shape, dtype), final=False, role="image")
+    from .shape import _slice_of
+
+    (dh, dw), (sh, sw), (oh, ow) = dilation, stride, grid
+    for i in range(kh):
+        for j in range(kw):
+            tap = t.emit("select", [taps], [("axis", 2), ("index", i * kw + j)], fake=t.fake_like([n, c] + grid, dtype),
+                         final=False, role=f"tap{i}_{j}")
+            band = _slice_of(t, image, 2, i * dh, i * dh + sh * (oh - 1) + 1, sh, final=False)
+            part = _slice_of(t, band, 3, j * dw, j * dw + sw * (ow - 1) + 1, sw, final=False)
+            added = t.emit("add", [part, tap], fake=t.fake_like(part.shape, dtype), final=False, role=f"sum{i}_{j}")
+            band = _scattered(t, band, added, 3, j * dw, sw, f"band{i}_{j}")
+            image = _scattered(t, image, band, 2, i * dh, sh, f"image{i}_{j}")
+    cropped = _slice_of(t, image, 2, ph, ph + h, final=False)
+    cropped = _slice_of(t, cropped, 3, pw, pw + w, final=False)
+    return reshaped(t, cropped, t.out_fake().shape, "col2im", final=True)
+
+
+def _scattered(t, x: Value, part: Value, axis: int, start: int, step: int, role: str) -> Value:
+    """x with `part` written over x[start :: step] along `axis` (`part` itself where that
+    is all of x)."""
+    end = start + step * (part.shape[axis] - 1) + 1
+    if part.shape == x.shape:
+        return part
+    attrs = [("axis", axis), ("start", start), ("end", end)] + ([("step", step)] if step != 1 else [])
+    return t.emit("slice_scatter", [x, part], attrs, fake=t.fake_like(x.shape, x.fake.dtype), final=False, role=role)

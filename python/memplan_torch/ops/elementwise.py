@@ -1,6 +1,7 @@
 """Elementwise handlers: arithmetic, math functions and activations, comparisons, `where`
-and `masked_fill`, dtype casts, and the fills (`full`, `zeros`, `ones`, `empty`, their `_like`
-and `new_` forms, `arange`).
+and `masked_fill`, dtype casts, the fills (`full`, `zeros`, `ones`, `empty`, their `_like`
+and `new_` forms, `arange`), and rounding (`trunc`, `floor`, `ceil`, division with a
+`rounding_mode`, `remainder`, `fmod`: see the rounding section).
 
 Arithmetic with a Python number is memplan's `add_scalar` or `mul_scalar` (`a - s` adds
 -s, `a / s` multiplies by 1/s). Mixed dtypes are cast to the output's first, as PyTorch
@@ -70,7 +71,7 @@ def mul(t, a, b):
 @handles(aten.div.Tensor, aten.div.Tensor_mode)
 def div(t, a, b, rounding_mode=None):
     if rounding_mode is not None:
-        raise ExportError(f"div with rounding_mode={rounding_mode!r} is not supported")
+        return rounded_division(t, a, b, rounding_mode)
     return _scalar_or_tensor(t, a, b, "div", lambda x, s: t.emit("mul_scalar", [x], [("value", 1.0 / s)]))
 
 
@@ -157,13 +158,14 @@ def index_put(t, x, indices, values, accumulate=False):
     """`x[mask] = values` with a bool mask over x's leading dimensions, functionalized:
     `where(mask, values, x)` (values broadcast over the masked elements, as PyTorch
     requires of them). `x[i, j] += values` with integer indices (`accumulate=True`):
-    `scatter_add` (shape.py's `index_put_accumulate`). Integer indices without accumulating
-    (an overwrite, whose repeated indices PyTorch leaves undefined) are not supported."""
+    `scatter_add` (shape.py's `index_put_accumulate`). `x[i, j] = values` with integer
+    indices (an overwrite): shape.py's `index_put_overwrite` (the last write of a
+    repeated row wins)."""
     integer = [v for v in indices if v is not None and v.fake.dtype != torch.bool]
-    if accumulate and integer:
-        from .shape import index_put_accumulate
+    if integer:
+        from .shape import index_put_accumulate, index_put_overwrite
 
-        return index_put_accumulate(t, x, indices, values)
+        return (index_put_accumulate if accumulate else index_put_overwrite)(t, x, indices, values)
     if accumulate or len(indices) != 1 or not isinstance(indices[0], Value) or indices[0].fake.dtype != torch.bool:
         raise ExportError("index_put with integer indices and no accumulate has no memplan op")
     mask, part = indices[0], x.shape[indices[0].rank:]
@@ -513,3 +515,206 @@ def reciprocal(t, x):
     the float result first, as PyTorch promotes it)."""
     dtype = t.out_fake().dtype
     return t.emit("div", [constant(t, [], dtype, 1.0, "one"), cast_to(t, x, dtype)])
+
+
+# Rounding: `trunc`, `floor`, `ceil`, division with `rounding_mode` ('trunc', 'floor',
+# and `//`: floor_divide), `remainder` (Python's %) and `fmod` (C's). memplan has no
+# rounding op; a float is rounded toward zero exactly by a `cast` to i64 and back (memplan's
+# cast truncates), where that is exact: |x| below 2^(mantissa bits), beyond which every
+# float is an integer already (kept as it is, with ±inf and NaN); below 1 the result is
+# x·0, a zero with x's sign (PyTorch's trunc(-0.5) is -0.0). PyTorch gives these ops no
+# gradient (zeros): the rounded value is computed from x `detach`ed. Integer division is
+# memplan's `div` (it truncates, as C and PyTorch's 'trunc' mode); floor and the
+# remainders are exact corrections of it by comparisons. A float floor division, remainder
+# or fmod is PyTorch's only through an exact fmod (it computes the quotient from
+# a − fmod(a, b)): exact here for a divisor that is a number and a power of two (the
+# quotient a·2⁻ᵏ is exact, so is trunc(q)·b); any other float divisor is refused (extern:
+# memplan would need a floor or fmod op).
+
+_WHOLE_FROM = {torch.float32: 2.0**23, torch.float16: 2.0**10, torch.bfloat16: 2.0**7}
+
+
+def _detached(t, x: Value) -> Value:
+    return x if t.writes(x) == "detach" else t.emit("detach", [x], fake=x.fake, final=False, role="detached")
+
+
+def _within(t, x: Value, bound: float, role: str) -> Value:
+    """-bound < x < bound (false for NaN), a bool tensor."""
+    bools = t.fake_like(x.shape, torch.bool)
+    above = t.emit("compare_scalar", [x], [("value", -bound), ("op", "gt")], fake=bools, final=False, role=f"{role}.above")
+    below = t.emit("compare_scalar", [x], [("value", bound), ("op", "lt")], fake=bools, final=False, role=f"{role}.below")
+    return t.emit("where", [above, below, constant(t, [], torch.bool, 0, "false")], fake=bools, final=False, role=role)
+
+
+def _trunc(t, x: Value, final=False) -> Value:
+    """x (float) rounded toward zero, exactly as C's trunc, with no gradient (see above)."""
+    dtype = x.fake.dtype
+    x = _detached(t, x)
+    fractional = _within(t, x, _WHOLE_FROM[dtype], "fractional")
+    below_one = _within(t, x, 1.0, "below_one")
+    whole = t.emit("cast", [x], [("to", torch.int64)], fake=t.fake_like(x.shape, torch.int64), final=False, role="whole")
+    back = t.emit("cast", [whole], [("to", dtype)], fake=x.fake, final=False, role="whole_float")
+    kept = t.emit("where", [fractional, back, x], fake=x.fake, final=False, role="truncated")
+    zero = t.emit("mul_scalar", [x], [("value", 0.0)], fake=x.fake, final=False, role="signed_zero")
+    return t.emit("where", [below_one, zero, kept], fake=None if final else x.fake, final=final,
+                  role="trunc" if not final else None)
+
+
+def _float_rounding(t, x: Value, what: str) -> None:
+    if x.fake.dtype not in _WHOLE_FROM:
+        raise ExportError(f"{what} of a {x.fake.dtype} tensor is not supported")
+
+
+@handles(aten.trunc.default, aten.floor.default, aten.ceil.default)
+def round_to_integer(t, x):
+    """`trunc`, `floor`, `ceil`: trunc as above; floor is trunc(x) − 1 where x < trunc(x),
+    ceil trunc(x) + 1 where x > trunc(x) (−0.0, ±inf and NaN kept). An integer tensor is
+    itself."""
+    if not x.fake.dtype.is_floating_point:
+        return x
+    _float_rounding(t, x, str(t.node.target))
+    name = t.node.target._schema.name.split("::")[-1]
+    if name == "trunc":
+        return _trunc(t, x, final=True)
+    cut = _trunc(t, x)
+    x = _detached(t, x)
+    past = t.emit("compare", [x, cut], [("op", "lt" if name == "floor" else "gt")], fake=t.fake_like(x.shape, torch.bool),
+                  final=False, role="past")
+    moved = t.emit("add_scalar", [cut], [("value", -1.0 if name == "floor" else 1.0)], fake=x.fake, final=False,
+                   role="moved")
+    return t.emit("where", [past, moved, cut])
+
+
+def _operands(t, a, b, what: str):
+    """a and b in the output's dtype (b a tensor, or a number kept as the number), and
+    whether b is that number. Refuses a number first, bool, and half floats."""
+    dtype = t.out_fake().dtype
+    if not isinstance(a, Value):
+        raise ExportError(f"{what} with a Python number first ({a!r}) is not supported")
+    if dtype == torch.bool or (dtype.is_floating_point and dtype != torch.float32):
+        raise ExportError(f"{what} in {dtype} is not supported (f32 and integers only)")
+    a = cast_to(t, a, dtype)
+    if isinstance(b, Value):
+        return a, cast_to(t, b, dtype), None
+    number = float(torch.tensor(b, dtype=dtype).item())
+    return a, constant(t, [], dtype, number, "divisor"), number
+
+
+def _power_of_two(number) -> bool:
+    if number is None or number == 0 or not math.isfinite(number):
+        return False
+    return math.frexp(abs(number))[0] == 0.5
+
+
+def _sign_differs(t, r: Value, b: Value, number) -> Value:
+    """r ≠ 0 and r's sign is not b's (the correction of a truncated quotient to floor)."""
+    bools = t.fake_like(r.shape, torch.bool)
+    if number is not None:
+        return t.emit("compare_scalar", [r], [("value", 0.0), ("op", "lt" if number > 0 else "gt")], fake=bools,
+                      final=False, role="sign_differs")
+    shape = [int(d) for d in torch.broadcast_shapes(r.fake.shape, b.fake.shape)]
+    nonzero = t.emit("compare_scalar", [r], [("value", 0.0), ("op", "ne")], fake=bools, final=False, role="nonzero")
+    r_negative = t.emit("compare_scalar", [r], [("value", 0.0), ("op", "lt")], fake=bools, final=False, role="r_negative")
+    b_negative = t.emit("compare_scalar", [b], [("value", 0.0), ("op", "lt")], fake=t.fake_like(b.shape, torch.bool),
+                        final=False, role="b_negative")
+    differ = t.emit("compare", [r_negative, b_negative], [("op", "ne")], fake=t.fake_like(shape, torch.bool), final=False,
+                    role="signs")
+    return t.emit("where", [nonzero, differ, constant(t, [], torch.bool, 0, "false")], fake=t.fake_like(shape, torch.bool),
+                  final=False, role="sign_differs")
+
+
+def _integer_parts(t, a: Value, b: Value):
+    """The truncated quotient and C's remainder a − q·b of integer tensors."""
+    out = t.out_fake()
+    q = t.emit("div", [a, b], fake=out, final=False, role="quotient")
+    product = t.emit("mul", [q, b], fake=out, final=False, role="product")
+    return q, t.emit("sub", [a, product], fake=out, final=False, role="remainder")
+
+
+def _float_fmod(t, a: Value, number: float, final=False) -> tuple[Value, Value]:
+    """fmod(a, number) for a power of two `number`, exactly C's (the sign of a, ±0 at a
+    multiple; NaN for ±inf), its gradient 1 to a as PyTorch's; and trunc(a / number)."""
+    out = t.out_fake()
+    held = _detached(t, a)
+    q = t.emit("mul_scalar", [held], [("value", 1.0 / number)], fake=out, final=False, role="quotient")
+    cut = _trunc(t, q)
+    product = t.emit("mul_scalar", [cut], [("value", number)], fake=out, final=False, role="product")
+    bools = t.fake_like(out.shape, torch.bool)
+    # a − trunc(q)·b is exact; its zero takes a's sign: −(t·b − a) for a negative a, and a
+    # itself where a is ±0.
+    negative = t.emit("compare_scalar", [held], [("value", 0.0), ("op", "lt")], fake=bools, final=False, role="negative")
+    zero = t.emit("compare_scalar", [held], [("value", 0.0), ("op", "eq")], fake=bools, final=False, role="zero")
+    up = t.emit("sub", [a, product], fake=out, final=False, role="rest")
+    down = t.emit("sub", [product, a], fake=out, final=False, role="rest_below")
+    down = t.emit("neg", [down], fake=out, final=False, role="rest_negative")
+    signed = t.emit("where", [negative, down, up], fake=out, final=False, role="signed_rest")
+    return t.emit("where", [zero, a, signed], fake=None if final else out, final=final, role=None if final else "fmod"), cut
+
+
+def _refuse_float(what: str, number) -> None:
+    if not _power_of_two(number):
+        raise ExportError(f"{what} of floats is supported for a divisor that is a power-of-two number only "
+                          "(memplan has no floor or fmod op to compute PyTorch's exactly)")
+
+
+def rounded_division(t, a, b, mode: str) -> Value:
+    """`div(a, b, rounding_mode=...)` (see the rounding section above). 'trunc' of floats is
+    trunc(a / b), PyTorch's own; 'floor' of floats follows PyTorch's algorithm
+    (div_floor_floating: (a − fmod(a, b)) / b, less 1 where the remainder's sign is not
+    b's, 0 signed as a / b)."""
+    if mode not in ("trunc", "floor"):
+        raise ExportError(f"div with rounding_mode={mode!r}")
+    what = f"div with rounding_mode={mode!r}"
+    dtype = t.out_fake().dtype
+    if dtype.is_floating_point and mode == "floor":
+        _refuse_float(what, None if isinstance(b, Value) else float(b))
+    a, b, number = _operands(t, a, b, what)
+    out = t.out_fake()
+    if not dtype.is_floating_point:
+        if mode == "trunc":
+            return t.emit("div", [a, b])
+        q, r = _integer_parts(t, a, b)
+        lower = t.emit("add_scalar", [q], [("value", -1.0)], fake=out, final=False, role="lower")
+        return t.emit("where", [_sign_differs(t, r, b, number), lower, q])
+    if mode == "trunc":
+        q = t.emit("div", [_detached(t, a), _detached(t, b) if number is None else b], fake=out, final=False,
+                   role="quotient")
+        return _trunc(t, q, final=True)
+    held = _detached(t, a)
+    mod, cut = _float_fmod(t, held, number)
+    whole = t.emit("sub", [held, mod], fake=out, final=False, role="multiple")
+    d = t.emit("mul_scalar", [whole], [("value", 1.0 / number)], fake=out, final=False, role="whole_quotient")
+    lower = t.emit("add_scalar", [d], [("value", -1.0)], fake=out, final=False, role="lower")
+    d = t.emit("where", [_sign_differs(t, mod, b, number), lower, d], fake=out, final=False, role="floor")
+    zero = t.emit("compare_scalar", [d], [("value", 0.0), ("op", "eq")], fake=t.fake_like(out.shape, torch.bool),
+                  final=False, role="is_zero")
+    return t.emit("where", [zero, cut, d])
+
+
+@handles(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(t, a, b):
+    """`a // b`: div with rounding_mode='floor'."""
+    return rounded_division(t, a, b, "floor")
+
+
+@handles(aten.remainder.Tensor, aten.remainder.Scalar, aten.fmod.Tensor, aten.fmod.Scalar)
+def remainder(t, a, b):
+    """`remainder` (Python's %, the sign of b) and `fmod` (C's, the sign of a): of integers
+    a − trunc(a / b)·b, plus b where the remainder's sign is not b's (remainder); of floats
+    (a power-of-two number b) the exact fmod above, plus b likewise (PyTorch's kernel).
+    The gradient to a is 1, as PyTorch's."""
+    name = t.node.target._schema.name.split("::")[-1]
+    what = f"{name} of a tensor by {'a tensor' if isinstance(b, Value) else b!r}"
+    dtype = t.out_fake().dtype
+    if dtype.is_floating_point:
+        _refuse_float(name, None if isinstance(b, Value) else float(b))
+    a, b, number = _operands(t, a, b, what)
+    out = t.out_fake()
+    if dtype.is_floating_point:
+        mod, _ = _float_fmod(t, a, number, final=name == "fmod")
+    else:
+        _, mod = _integer_parts(t, a, b)
+    if name == "fmod":
+        return mod
+    shifted = t.emit("add", [mod, b], fake=out, final=False, role="shifted")
+    return t.emit("where", [_sign_differs(t, mod, b, number), shifted, mod])

@@ -1,7 +1,9 @@
 """Neural-network layer handlers: softmax, embedding, the norms, max pooling and the losses.
 
 Each is one memplan op that its backward op differentiates as a whole (docs/AUTODIFF.md),
-so a layer PyTorch keeps whole in the training IR stays whole in the step. A missing
+so a layer PyTorch keeps whole in the training IR stays whole in the step; a layer memplan
+has no op for (`avg_pool2d`, `group_norm`, `embedding_bag`, ...) is written as the several
+ops it is, each handler's docstring saying which and what they keep. A missing
 affine weight or bias of a norm is a constant `fill`. An f32 loss of f16/bf16 logits (CUDA
 autocast's `cross_entropy`, or the model's own cast that nothing else reads) is one
 `cross_entropy(..., f32_loss=true)`: no f32 copy of the logits.
@@ -399,3 +401,103 @@ def max_pool1d(t, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=F
     pooled = t.emit("max_pool2d", [image], [("kernel", [1, k]), ("stride", [1, s]), ("padding", [0, p])],
                     fake=t.fake_like(pooled_shape, x.fake.dtype), final=False, role="pooled")
     return reshaped(t, pooled, out.shape, "max_pool1d", final=True)
+
+
+_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+
+
+@handles(aten.embedding_bag.padding_idx, aten.embedding_bag.default, aten._embedding_bag.default)
+def embedding_bag(t, weight, ids, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+                  include_last_offset=False, padding_idx=None):
+    """`F.embedding_bag` / `nn.EmbeddingBag` (sum, mean, max of each bag's rows): the rows
+    gathered by `embedding` ([n, D] for n indices, which the fused op never makes: the
+    cost of this decomposition), scaled by `per_sample_weights` (sum mode), rows of
+    `padding_idx` zeroed (`where`; they take no gradient and are not counted), then
+    reduced per bag. Bags of one length L (a 2-D input, whose offsets F.embedding_bag makes
+    with `arange`, a constant here) are the rows viewed as [B, L, D]: `sum`, `mean` (or the
+    sum divided by the rows that count, at least 1, with padding), max a `topk` of one (the
+    first maximum wins, as PyTorch's, and takes the gradient). Bags given by other offsets:
+    each index's bag (offsets marked by `scatter_add`, `cumsum` − 1), a `scatter_add` of the
+    rows into [B, D], the mean divided by each bag's count (an empty bag is 0, as PyTorch's).
+    Refused (extern): max mode with such offsets or with padding_idx, scale_grad_by_freq,
+    sparse gradients, and a graph that reads the op's other outputs (offset2bag,
+    bag_size, max_indices)."""
+    import operator
+
+    if scale_grad_by_freq or sparse:
+        raise ExportError("embedding_bag with scale_grad_by_freq or sparse gradients is not supported")
+    if any(user.target is not operator.getitem or user.args[1] != 0 for user in t.node.users):
+        raise ExportError("embedding_bag's offset2bag, bag_size or max_indices are read: the decomposition does not give them")
+    if ids.rank != 1 or offsets.rank != 1:
+        raise ExportError("embedding_bag with indices that are not 1-D")
+    how = _BAG_MODES.get(int(mode))
+    padding = padding_idx is not None and padding_idx >= 0
+    n, bags, width = ids.fake.numel(), offsets.fake.numel() - (1 if include_last_offset else 0), weight.shape[1]
+    given = t.constant_values(offsets)
+    length = n // bags if bags and n % bags == 0 else None
+    regular = given is not None and length is not None and length > 0 and \
+        torch.equal(given.to(torch.int64)[:bags], torch.arange(bags, dtype=torch.int64) * length) and \
+        (not include_last_offset or int(given[-1]) == n)
+    if how is None:
+        raise ExportError(f"embedding_bag with mode={mode!r}")
+    if how == "max" and (padding or not regular):
+        raise ExportError("embedding_bag in max mode is supported for bags of one length (a 2-D input) without "
+                          "padding_idx only (memplan has no per-segment max)")
+    if per_sample_weights is not None and how != "sum":
+        raise ExportError("embedding_bag: per_sample_weights are for mode='sum' only")
+    dtype = weight.fake.dtype
+    rows_fake = t.fake_like([n, width], dtype)
+    rows = t.emit("embedding", [weight, ids], fake=rows_fake, final=False, role="rows")
+    if per_sample_weights is not None:
+        scale = reshaped(t, cast_to(t, per_sample_weights, dtype), [n, 1], "sample_weights")
+        rows = t.emit("mul", [rows, scale], fake=rows_fake, final=False, role="weighted_rows")
+    counted = None
+    if padding:
+        keep = t.emit("compare_scalar", [ids], [("value", float(padding_idx)), ("op", "ne")],
+                      fake=t.fake_like([n], torch.bool), final=False, role="counted")
+        rows = t.emit("where", [reshaped(t, keep, [n, 1], "counted_rows"), rows, constant(t, [], dtype, 0.0, "zero")],
+                      fake=rows_fake, final=False, role="kept_rows")
+        counted = t.emit("cast", [keep], [("to", dtype)], fake=t.fake_like([n], dtype), final=False, role="counts")
+    out = t.out_fake(0)
+    if regular:
+        grouped = reshaped(t, rows, [bags, length, width], "bags")
+        if how == "max":
+            top, _ = t.emit_multi("topk", [grouped], [t.fake_like([bags, 1, width], dtype),
+                                  t.fake_like([bags, 1, width], torch.int64)], ["max", "max_index"], [("k", 1), ("axis", 1)])
+            return (reshaped(t, top, out.shape, "embedding_bag"), None, None, None)
+        if how == "mean" and counted is None:
+            return (t.emit("mean", [grouped], [("axes", [1])], fake=out), None, None, None)
+        sums = t.emit("sum", [grouped], [("axes", [1])], fake=out, final=how == "sum", role="sums")
+        if how == "sum":
+            return (sums, None, None, None)
+        counts = t.emit("sum", [reshaped(t, counted, [bags, length], "bag_counts")], [("axes", [1])],
+                        fake=t.fake_like([bags], dtype), final=False, role="count")
+    else:
+        starts = offsets if not include_last_offset else t.emit(
+            "slice", [offsets], [("axis", 0), ("start", 0), ("end", bags)], fake=t.fake_like([bags], offsets.fake.dtype),
+            final=False, role="starts")
+        starts = cast_to(t, starts, torch.int64)
+        f32 = torch.float32
+        marks = t.emit("scatter_add", [constant(t, [n + 1], f32, 0.0, "no_starts"), starts,
+                                       constant(t, [bags], f32, 1.0, "one")],
+                       [("axis", 0)], fake=t.fake_like([n + 1], f32), final=False, role="starts_at")
+        marks = t.emit("slice", [marks], [("axis", 0), ("start", 0), ("end", n)], fake=t.fake_like([n], f32), final=False,
+                       role="starts_before")
+        running = t.emit("cumsum", [marks], [("axis", 0)], fake=marks.fake, final=False, role="bags_begun")
+        bag = t.emit("cast", [running], [("to", torch.int64)], fake=t.fake_like([n], torch.int64), final=False,
+                     role="bags_begun_count")
+        bag = t.emit("add_scalar", [bag], [("value", -1.0)], fake=bag.fake, final=False, role="bag")
+        spread = t.emit("expand", [reshaped(t, bag, [n, 1], "bag_column")], [("shape", [n, width])],
+                        fake=t.fake_like([n, width], torch.int64), final=False, role="bag_index")
+        zeros = constant(t, [bags, width], dtype, 0.0, "no_rows")
+        sums = t.emit("scatter_add", [zeros, spread, rows], [("axis", 0)], fake=out, final=how == "sum", role="sums")
+        if how == "sum":
+            return (sums, None, None, None)
+        each = counted if counted is not None else constant(t, [n], dtype, 1.0, "each")
+        counts = t.emit("scatter_add", [constant(t, [bags], dtype, 0.0, "no_counts"), bag, each], [("axis", 0)],
+                        fake=t.fake_like([bags], dtype), final=False, role="count")
+    bools = t.fake_like([bags], torch.bool)
+    empty = t.emit("compare_scalar", [counts], [("value", 0.0), ("op", "eq")], fake=bools, final=False, role="empty")
+    counts = t.emit("where", [empty, constant(t, [], dtype, 1.0, "one"), counts], fake=counts.fake, final=False,
+                    role="divisor")
+    return (t.emit("div", [sums, reshaped(t, counts, [bags, 1], "divisor_column")], fake=out), None, None, None)

@@ -1,5 +1,7 @@
 """Shape handlers: views, slicing and splitting, concatenation, copies and identities,
-and the reductions `sum` and `mean`.
+the reductions `sum` and `mean`, and indexing: `index`, `gather`, the scatters
+(`scatter_add`, `index_add`, `index_put` accumulating or overwriting, `index_fill`) and
+`histc` (a `scatter_add` of ones at computed bins).
 
 Views stay views: `view`, `reshape`, `flatten`, `unsqueeze`, `squeeze`, `transpose`,
 `permute`, `t`, `expand`, `slice`, `select`, `narrow`, `split`, `chunk` and `unbind` become
@@ -12,6 +14,8 @@ memplan's `detach`, a view through which no gradient flows (as in PyTorch).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -570,3 +574,132 @@ def sort(t, x, dim=-1, descending=False):
 @handles(aten.sort.stable)
 def sort_stable(t, x, stable=None, dim=-1, descending=False):
     return sort(t, x, dim, descending)
+
+
+def index_put_overwrite(t, x, indices, values):
+    """`x[i, j] = values` (`index_put`, accumulate=False) with integer indices, exactly with
+    PyTorch's values and gradients. With the rows as `index` numbers them, x viewed as
+    [before, rows, after]: the written rows set to −0.0 (`where`; x's gradient there is 0,
+    as PyTorch's), then a `scatter_add` of the values into them: −0.0 + v is v for every v
+    (−0.0, ±inf and NaN included). A row written more than once (PyTorch leaves which value
+    wins undefined; its deterministic kernels and its CPU loop keep the last) keeps the
+    last: the rows are sorted (`topk` of all of them, smallest first, equal ones in index
+    order), the last of each run of equal rows marks its value the winner (a `scatter_add`
+    of the marks back to index order), and every other value adds −(v̄ − v) = −0.0, with
+    v̄ v detached, which gives it the gradient PyTorch gives every value (that of the
+    element it targets) without changing the sum; a losing ±inf or NaN adds −0.0 itself
+    (no gradient). Costs beyond the output: the sort of the n row numbers, and the
+    values' [n, ...] helpers. Bool x is done in f32 and compared back; integer x is refused."""
+    dtype = x.fake.dtype
+    if not (dtype.is_floating_point or dtype == torch.bool):
+        raise ExportError(f"index_put of a {dtype} tensor with integer indices and no accumulate is not supported "
+                          "(memplan's scatter_add adds floats)")
+    if not isinstance(values, (Value, int, float, bool)):
+        raise ExportError("index_put: values must be a tensor or a number")
+    work = torch.float32 if dtype == torch.bool else dtype
+    rows, first, last = _flat_rows(t, x, indices)
+    if rows.fake.numel() == 0:
+        return x
+    if not isinstance(values, Value):
+        from ._helpers import constant
+
+        values = constant(t, [], work, float(torch.tensor(values, dtype=dtype).item()), "value")
+    count, width, lead = _product(x.shape[first:last]), _product(x.shape[last:]), _product(x.shape[:first])
+    n = rows.fake.numel()
+    picked_shape = x.shape[:first] + rows.shape + x.shape[last:]
+    values = cast_to(t, values, work)
+    if values.shape != picked_shape:
+        values = t.emit("expand", [values], [("shape", picked_shape)], fake=t.fake_like(picked_shape, work),
+                        final=False, role="values")
+    source = reshaped(t, values, [lead, n, width], "source")
+    middle = reshaped(t, cast_to(t, x, work), [lead, count, width], "table")
+    flat = reshaped(t, rows, [n], "row_list")
+    from ._helpers import constant
+
+    line = lambda v, shape, role: reshaped(t, v, shape, role)  # noqa: E731
+    # −0.0 (a `fill` computes value + i·step, which makes −0.0 a +0.0: the negation of 0).
+    negative_zero = t.emit("neg", [constant(t, [], work, 0.0, "zero")], fake=t.fake_like([], work), final=False,
+                           role="negative_zero")
+    ones = constant(t, [n], torch.float32, 1.0, "ones")
+    hits = t.emit("scatter_add", [constant(t, [count], torch.float32, 0.0, "no_hits"), flat, ones], [("axis", 0)],
+                  fake=t.fake_like([count], torch.float32), final=False, role="hits")
+    written = t.emit("compare_scalar", [hits], [("value", 0.0), ("op", "gt")], fake=t.fake_like([count], torch.bool),
+                     final=False, role="written")
+    cleared = t.emit("where", [line(written, [1, count, 1], "written_rows"), negative_zero,
+                               middle], fake=middle.fake, final=False, role="cleared")
+    # The last write of each row wins.
+    ranked, order = t.emit_multi("topk", [flat], [flat.fake, flat.fake], ["sorted_rows", "sort_order"],
+                                 [("k", n), ("largest", False)])
+    true = constant(t, [1], torch.bool, 1, "true")
+    if n > 1:
+        bools = t.fake_like([n - 1], torch.bool)
+        ends = t.emit("compare", [_slice_of(t, ranked, 0, 0, n - 1, final=False), _slice_of(t, ranked, 0, 1, n, final=False)],
+                      [("op", "ne")], fake=bools, final=False, role="run_ends")
+        ends = t.emit("cat", [ends, true], [("axis", 0)], fake=t.fake_like([n], torch.bool), final=False, role="run_ends")
+    else:
+        ends = true
+    marks = t.emit("cast", [ends], [("to", torch.float32)], fake=t.fake_like([n], torch.float32), final=False, role="marks")
+    wins = t.emit("scatter_add", [constant(t, [n], torch.float32, 0.0, "no_wins"), order, marks], [("axis", 0)],
+                  fake=t.fake_like([n], torch.float32), final=False, role="wins")
+    winner = t.emit("compare_scalar", [wins], [("value", 0.0), ("op", "gt")], fake=t.fake_like([n], torch.bool),
+                    final=False, role="winner")
+    held = t.emit("detach", [source], fake=source.fake, final=False, role="held")
+    ghost = t.emit("sub", [held, source], fake=source.fake, final=False, role="ghost")
+    ghost = t.emit("neg", [ghost], fake=source.fake, final=False, role="negative_ghost")
+    sbools = t.fake_like(source.shape, torch.bool)
+    above = t.emit("compare_scalar", [held], [("value", -math.inf), ("op", "gt")], fake=sbools, final=False, role="above")
+    below = t.emit("compare_scalar", [held], [("value", math.inf), ("op", "lt")], fake=sbools, final=False, role="below")
+    finite = t.emit("where", [above, below, constant(t, [], torch.bool, 0, "false")], fake=sbools, final=False, role="finite")
+    loser = t.emit("where", [finite, ghost, negative_zero], fake=source.fake, final=False,
+                   role="loser")
+    src = t.emit("where", [line(winner, [1, n, 1], "winner_rows"), source, loser], fake=source.fake, final=False,
+                 role="written_values")
+    put = t.emit("scatter_add", [cleared, _spread_rows(t, rows, lead, width), src], [("axis", 1)], fake=middle.fake,
+                 final=False, role="put")
+    if dtype == torch.bool:
+        put = t.emit("compare_scalar", [put], [("value", 0.0), ("op", "ne")], fake=t.fake_like(put.shape, torch.bool),
+                     final=False, role="put_bool")
+    return reshaped(t, put, x.shape, "index_put", final=True)
+
+
+@handles(aten.histc.default)
+def histc(t, x, bins=100, min=0, max=0):
+    """`torch.histc` of an f32 tensor with a given range (min < max), as PyTorch's CPU kernel
+    bins: an element e with min ≤ e ≤ max (not NaN) falls in bin trunc((e − min)·bins /
+    (max − min)), the same f32 operations (`add_scalar`, `mul_scalar`, a `div` by the
+    constant max − min, a `cast` to i64, which truncates), bin `bins` moved to the last;
+    the counts are a `scatter_add` of 1 (0 for an element outside) into `bins` zeros. It
+    has no gradient (as in PyTorch). A range from the data (min = max) is refused, as are
+    other dtypes."""
+    if x.fake.dtype != torch.float32:
+        raise ExportError(f"histc of a {x.fake.dtype} tensor is not supported (f32 only)")
+    low, high = torch.tensor(float(min), dtype=torch.float32), torch.tensor(float(max), dtype=torch.float32)
+    if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+        raise ExportError("histc with min ≥ max (a range taken from the data) is not supported")
+    n, f32, bins = x.fake.numel(), torch.float32, int(bins)
+    flat = reshaped(t, t.emit("detach", [x], fake=x.fake, final=False, role="detached"), [n], "flat")
+    bools = t.fake_like([n], torch.bool)
+    above = t.emit("compare_scalar", [flat], [("value", float(low)), ("op", "ge")], fake=bools, final=False, role="above")
+    below = t.emit("compare_scalar", [flat], [("value", float(high)), ("op", "le")], fake=bools, final=False, role="below")
+    from ._helpers import constant
+
+    inside = t.emit("where", [above, below, constant(t, [], torch.bool, 0, "false")], fake=bools, final=False, role="inside")
+    line = t.fake_like([n], f32)
+    shifted = t.emit("add_scalar", [flat], [("value", -float(low))], fake=line, final=False, role="shifted")
+    scaled = t.emit("mul_scalar", [shifted], [("value", float(bins))], fake=line, final=False, role="scaled")
+    width = constant(t, [], f32, float(high - low), "range")  # max − min in f32, as PyTorch subtracts
+    place = t.emit("div", [scaled, width], fake=line, final=False, role="place")
+    place = t.emit("where", [inside, place, constant(t, [], f32, 0.0, "zero")], fake=line, final=False, role="place_inside")
+    index = t.emit("cast", [place], [("to", torch.int64)], fake=t.fake_like([n], torch.int64), final=False, role="bin")
+    last = t.emit("compare_scalar", [index], [("value", float(bins)), ("op", "eq")], fake=bools, final=False, role="at_max")
+    index = t.emit("where", [last, constant(t, [], torch.int64, bins - 1, "last_bin"), index], fake=index.fake, final=False,
+                   role="bin_index")
+    counts = t.emit("cast", [inside], [("to", f32)], fake=line, final=False, role="counted")
+    return t.emit("scatter_add", [constant(t, [bins], f32, 0.0, "empty_bins"), index, counts], [("axis", 0)])
+
+
+@handles(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(t, x, dim, positions, value):
+    """`x.index_fill(dim, index, value)` (`x[:, idx] = 2.0`, as newer torch functionalizes
+    it): `index_put_overwrite` of the value at those positions along `dim`."""
+    return index_put_overwrite(t, x, [None] * (dim % max(x.rank, 1)) + [positions], value)
