@@ -24,7 +24,7 @@ use memplan::exec::cuda::program::Program;
 use memplan::exec::cuda::source::{
     ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DKV_TC,
     ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DQ_TC, ATTENTION_BIAS_BACKWARD, ATTENTION_TC,
-    BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, DROPOUT, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
+    BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, CONV3D, CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT, DROPOUT, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
     UPSAMPLE_NEAREST2D_BACKWARD, WHERE_SELECT,
 };
 use memplan::exec::cuda::view::{Addr, Arg, Launch, View, grid_1d};
@@ -650,6 +650,45 @@ fn conv_variants_match_the_cpu_reference() {
         finished |= launches.contains(&"igemm_finish");
     }
     assert!(finished, "no case split its depth (igemm_finish)");
+}
+
+/// conv3d on the emulated GPU, forward and backward (conv3d_backward through `backward`),
+/// against the CPU reference: strides, padding and dilation per dimension, groups, bf16,
+/// and the gradient read through a strided view (a slice of the channels).
+#[test]
+fn conv3d_matches_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    // (x, w, attributes)
+    let cases = [
+        ("f32[2,3,4,5,5]", "f32[4,3,2,3,3]", "padding=[0, 1, 1]"),
+        ("f32[1,4,5,6,5]", "f32[4,2,3,2,3]", "stride=[2, 1, 2], padding=[1, 0, 1], dilation=[1, 2, 1], groups=2"),
+        ("bf16[2,2,3,4,4]", "bf16[3,2,1,3,3]", "stride=[1, 2, 2], padding=[0, 1, 1]"),
+    ];
+    for (seed, (x, w, attrs)) in cases.into_iter().enumerate() {
+        let text = format!(
+            "step @conv3d(
+  %x: {x} param,
+  %w: {w} param,
+) {{
+  %y = conv3d(%x, %w, {attrs})
+  %sq = mul(%y, %y)
+  %part = slice(%sq, axis=1, start=1, end=3)
+  %loss = sum(%part, axes=[0, 1, 2, 3, 4])
+  backward %loss with sgd(lr=0.01)
+  return %loss, %y
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let (launches, _) = emulated_matches_reference(&graph, &plan, 2, 90 + seed as u64)
+            .unwrap_or_else(|err| panic!("case {seed} ({attrs}): {err}\n{text}"));
+        for kernel in [CONV3D, CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT] {
+            assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run: {launches:?}");
+        }
+    }
 }
 
 /// Resampling, masks and binary cross-entropy on the emulated GPU, forward and backward

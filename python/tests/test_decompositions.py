@@ -282,6 +282,28 @@ def _router():
     return Router(), (torch.randn(10, 5), torch.randint(0, 3, (10,)))
 
 
+class Video(nn.Module):
+    """A video model's layers: a tubelet patch embedding (VideoMAE's conv3d, stride = kernel),
+    a padded, dilated, grouped conv3d with 'same' padding, and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.patches = nn.Conv3d(3, 8, (2, 2, 2), stride=(2, 2, 2))
+        self.mix = nn.Conv3d(8, 8, 3, padding="same", dilation=(1, 2, 1), groups=2, bias=False)
+        self.strided = nn.Conv3d(8, 6, (1, 3, 3), stride=(1, 2, 1), padding=(0, 1, 0))
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x, y):
+        h = F.gelu(self.patches(x))
+        h = self.strided(self.mix(h) + h)
+        return F.cross_entropy(self.head(h.mean(dim=(2, 3, 4))), y)
+
+
+def _video():
+    torch.manual_seed(14)
+    return Video(), (torch.randn(2, 3, 4, 8, 8), torch.tensor([1, 3]))
+
+
 def _audio():
     torch.manual_seed(11)
     return Audio(), (torch.randn(4, 3, 12), torch.randn(4, 5))
@@ -299,9 +321,9 @@ def _segmentation():
 
 
 @pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite, _scatter,
-                                   _bags],
+                                   _bags, _video],
                          ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite", "scatter",
-                              "bags"])
+                              "bags", "video"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     if build is _recurrent and not _lstm_states_traced_as_they_run():
@@ -322,6 +344,7 @@ def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
               "pointwise": ['op="le"', 'op="ge"', "layer_norm(", "exp("],
               "composite": ["matmul(", "div(", "embedding("],
               "scatter": ["scatter_add("],
+              "video": ["conv3d(", "stride=[2, 2, 2]", "dilation=[1, 2, 1]", "groups=2"],
               "bags": ["embedding(", "cumsum(", "topk(", "slice_scatter(", 'to=i64', "pow_scalar("]}
     for piece in wanted[build.__name__[1:]]:
         assert piece in text, (piece, text)

@@ -87,6 +87,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::BatchNormStats => None,
         OpKind::Conv2d => Some(grad_conv2d),
         OpKind::Conv2dBackward => None,
+        OpKind::Conv3d => Some(grad_conv3d),
+        OpKind::Conv3dBackward => None,
         OpKind::MaxPool2d => Some(grad_max_pool2d),
         OpKind::MaxPool2dBackward => None,
         OpKind::CrossEntropy => Some(grad_cross_entropy),
@@ -694,6 +696,11 @@ fn grad_conv(b: &mut Builder, call: &GradCall, backward: OpKind) -> Rule {
 /// correlation of x with dy, group by group).
 fn grad_conv2d(b: &mut Builder, call: &GradCall) -> Rule {
     grad_conv(b, call, OpKind::Conv2dBackward)
+}
+
+/// `conv3d(x, w, ...)`: `dx, dw = conv3d_backward(dy, x, w, ...)`, as conv2d's.
+fn grad_conv3d(b: &mut Builder, call: &GradCall) -> Rule {
+    grad_conv(b, call, OpKind::Conv3dBackward)
 }
 
 /// `conv_transpose2d(x, w, ...)`: `dx, dw = conv_transpose2d_backward(dy, x, w, ...)` with

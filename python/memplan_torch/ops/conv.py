@@ -1,4 +1,4 @@
-"""Convolution handlers: `conv2d`, `conv1d` and `conv_transpose2d`, and `im2col`/`col2im`
+"""Convolution handlers: `conv2d`, `conv1d`, `conv3d` and `conv_transpose2d`, and `im2col`/`col2im`
 (`F.unfold`/`F.fold`) as the window slices they copy and add.
 
 Attributes are written as memplan prints them, defaults left out. A bias is a separate
@@ -49,6 +49,35 @@ def conv_transpose2d(t, x, w, bias=None, stride=(1, 1), padding=(0, 0), output_p
     attrs = _conv_attrs(stride, padding, dilation, groups, output_padding)
     y = t.emit("conv_transpose2d", [x, w], attrs, final=bias is None, role="conv_transpose")
     return _bias_per_channel(t, y, bias, 2)
+
+
+@handles(aten.conv3d.default, aten.conv3d.padding)
+def conv3d(t, x, w, bias=None, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1), groups=1):
+    """memplan's `conv3d` (x [N,C,D,H,W]; an unbatched [C,D,H,W] input is refused), the bias
+    an `add` of it viewed as [K,1,1,1]. padding='same' (odd dilated windows: equal padding
+    on both sides) and 'valid' are written as numbers."""
+    if x.rank != 5:
+        raise ExportError(f"conv3d of a rank-{x.rank} input (memplan's takes [N,C,D,H,W])")
+    triple = lambda v: [int(e) for e in v] * (3 // len(v)) if isinstance(v, (list, tuple)) else [int(v)] * 3  # noqa: E731
+    stride, dilation = triple(stride), triple(dilation)
+    if padding == "valid":
+        padding = [0, 0, 0]
+    elif padding == "same":
+        extents = [d * (k - 1) for d, k in zip(dilation, w.shape[2:])]
+        if any(e % 2 for e in extents):
+            raise ExportError("conv3d with padding='same' pads one side more (an even window): not supported")
+        padding = [e // 2 for e in extents]
+    elif isinstance(padding, str):
+        raise ExportError(f"conv3d with padding={padding!r} is not supported")
+    else:
+        padding = triple(padding)
+    attrs = [("stride", stride), ("padding", padding)]
+    if dilation != [1, 1, 1]:
+        attrs.append(("dilation", dilation))
+    if groups != 1:
+        attrs.append(("groups", int(groups)))
+    y = t.emit("conv3d", [x, w], attrs, final=bias is None, role="conv")
+    return _bias_per_channel(t, y, bias, 3)
 
 
 @handles(aten.conv1d.default, aten.conv1d.padding)

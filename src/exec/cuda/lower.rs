@@ -22,7 +22,7 @@ use crate::exec::cuda::view::{
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
-use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::DType;
 
 /// Choices the lowering leaves to its caller.
@@ -280,6 +280,14 @@ pub fn lower_op(
             let g = conv_geom(xv, w, dy, &ConvAttrs::of(attrs))?;
             let mut commands = gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, ConvAttrs::of(attrs).groups, options)?, y(0), w, dy, scratch);
             commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, ConvAttrs::of(attrs).groups, options)?, y(1), dy, xv, scratch));
+            commands
+        }
+        // conv3d: direct kernels, one thread per element written (conv.cu).
+        Conv3d => conv3d(CONV3D, y(0), x(0), x(1), &Conv3dAttrs::of(attrs)),
+        Conv3dBackward => {
+            let (dy, xv, w) = (x(0), x(1), x(2));
+            let mut commands = conv3d(CONV3D_BACKWARD_DATA, y(0), dy, w, &Conv3dAttrs::of(attrs));
+            commands.extend(conv3d(CONV3D_BACKWARD_WEIGHT, y(1), dy, xv, &Conv3dAttrs::of(attrs)));
             commands
         }
         // conv_transpose2d is conv2d's index space run the other way (kernels/nn.rs): its y
@@ -876,6 +884,14 @@ fn conv_geom(big: &View, w: &View, small: &View, conv: &ConvAttrs) -> Result<Geo
         (dilation[0], "dilation"),
         (dilation[1], "dilation"),
     ])
+}
+
+/// A conv3d kernel writing `out` from `a` and `b` (its sizes from their shapes), one thread
+/// per element of `out`; nothing for an empty `out`.
+fn conv3d(kernel: &'static str, out: &View, a: &View, b: &View, conv: &Conv3dAttrs) -> Vec<Command> {
+    let mut args = vec![t(out), t(a), t(b), int(conv.groups)];
+    args.extend(conv.stride.into_iter().chain(conv.padding).chain(conv.dilation).map(int));
+    elementwise(kernel, out.numel(), args)
 }
 
 /// One implicit GEMM of a conv's index space `g` in `mode`, once per group (the groups are

@@ -87,6 +87,9 @@ pub const GATHER: &str = "gather";
 pub const GATHER_BACKWARD: &str = "gather_backward";
 pub const DROPOUT: &str = "dropout";
 pub const RANDOM_FILL: &str = "random_fill";
+pub const CONV3D: &str = "conv3d";
+pub const CONV3D_BACKWARD_DATA: &str = "conv3d_backward_data";
+pub const CONV3D_BACKWARD_WEIGHT: &str = "conv3d_backward_weight";
 pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
 pub const ADAPTIVE_AVG_POOL2D_BACKWARD: &str = "adaptive_avg_pool2d_backward";
 pub const UPSAMPLE_NEAREST2D: &str = "upsample_nearest2d";
@@ -105,7 +108,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 61] = [
+pub const KERNELS: [&str; 64] = [
     BINARY,
     UNARY,
     FILL,
@@ -156,6 +159,9 @@ pub const KERNELS: [&str; 61] = [
     GATHER_BACKWARD,
     DROPOUT,
     RANDOM_FILL,
+    CONV3D,
+    CONV3D_BACKWARD_DATA,
+    CONV3D_BACKWARD_WEIGHT,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
     UPSAMPLE_NEAREST2D,
@@ -326,6 +332,8 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Adam | Adamw => &[ADAM],
         Dropout | DropoutBackward => &[DROPOUT],
         Random => &[RANDOM_FILL],
+        Conv3d => &[CONV3D],
+        Conv3dBackward => &[CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT],
         AdaptiveAvgPool2d => &[ADAPTIVE_AVG_POOL2D],
         AdaptiveAvgPool2dBackward => &[ADAPTIVE_AVG_POOL2D_BACKWARD],
         UpsampleNearest2d => &[UPSAMPLE_NEAREST2D],

@@ -1,13 +1,14 @@
-//! Convolution kernels and their gradients (NCHW): conv2d and conv_transpose2d, with
-//! stride, padding, dilation and groups, both walking one index space (`ConvIndex`) in
-//! opposite directions, so conv_transpose2d is conv2d's adjoint by construction.
+//! Convolution kernels and their gradients (NCHW, NCDHW): conv2d, conv3d and
+//! conv_transpose2d, with stride, padding, dilation and groups, all walking one index space
+//! (`ConvIndex`, 3-d; a 2-d op has depth 1), conv_transpose2d in the opposite direction, so
+//! it is conv2d's adjoint by construction.
 //!
 //! Backward kernels compute the exact gradients of their forward kernels (checked against
 //! finite differences in `kernels/mod.rs`, against direct loops and the adjoint identity
 //! below).
 
 use crate::exec::Dense;
-use crate::ir::ops::ConvAttrs;
+use crate::ir::ops::{Conv3dAttrs, ConvAttrs};
 
 
 /// The input position read by output position `out` at kernel tap offset `tap` (the tap's
@@ -17,64 +18,89 @@ pub(super) fn source(out: usize, tap: usize, stride: usize, pad: usize, size: us
     (out * stride + tap).checked_sub(pad).filter(|&i| i < size)
 }
 
-/// The index space of a convolution in conv2d's terms: an input side `[N, C, H, W]`, an
-/// output side `[N, K, P, Q]` and a weight `[K, C/groups, R, S]`. Output channel k belongs to
-/// group k / (K/groups) and meets that group's C/groups input channels; output (p, q) at tap
-/// (r, s) meets input (p·sh + r·dh − ph, q·sw + s·dw − pw). conv2d reads the input side and
-/// writes the output side; conv_transpose2d is the same space the other way round (its x
-/// is the output side, its y the input side), which makes it conv2d's transpose.
+/// The index space of a convolution in conv3d's terms: an input side `[N, C, D, H, W]`, an
+/// output side `[N, K, O, P, Q]` and a weight `[K, C/groups, T, R, S]` (conv2d's and
+/// conv_transpose2d's with depth 1: D = O = T = 1). Output channel k belongs to group
+/// k / (K/groups) and meets that group's C/groups input channels; output (o, p, q) at tap
+/// (t, r, s) meets input (o·sd + t·dd − pd, p·sh + r·dh − ph, q·sw + s·dw − pw). conv2d and
+/// conv3d read the input side and write the output side; conv_transpose2d is the same space
+/// the other way round (its x is the output side, its y the input side), which makes it
+/// conv2d's transpose.
 struct ConvIndex {
-    /// The input side's N, C, H, W.
-    input: [usize; 4],
-    /// The output side's K, P, Q.
-    output: [usize; 3],
-    /// R, S.
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
+    /// The input side's N, C, D, H, W.
+    input: [usize; 5],
+    /// The output side's K, O, P, Q.
+    output: [usize; 4],
+    /// T, R, S.
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    padding: [usize; 3],
+    dilation: [usize; 3],
     groups: usize,
 }
 
 impl ConvIndex {
-    /// The space of an op with attributes `attrs` whose input side has shape `input`, weight
-    /// `w` and output side `output` (all rank 4 by the type rule).
+    /// The space of a 2-d op with attributes `attrs` whose input side has shape `input`,
+    /// weight `w` and output side `output` (all rank 4 by the type rule): depth 1.
     fn new(attrs: &ConvAttrs, input: &[usize], w: &[usize], output: &[usize]) -> ConvIndex {
-        let pair = |p: [u64; 2]| p.map(|x| x as usize);
+        let with_depth = |p: [u64; 2], depth: usize| [depth, p[0] as usize, p[1] as usize];
         ConvIndex {
-            input: [input[0], input[1], input[2], input[3]],
-            output: [output[1], output[2], output[3]],
-            kernel: [w[2], w[3]],
-            stride: pair(attrs.stride),
-            padding: pair(attrs.padding),
-            dilation: pair(attrs.dilation),
+            input: [input[0], input[1], 1, input[2], input[3]],
+            output: [output[1], 1, output[2], output[3]],
+            kernel: [1, w[2], w[3]],
+            stride: with_depth(attrs.stride, 1),
+            padding: with_depth(attrs.padding, 0),
+            dilation: with_depth(attrs.dilation, 1),
+            groups: attrs.groups as usize,
+        }
+    }
+
+    /// The space of conv3d (all rank 5 by the type rule).
+    fn new3d(attrs: &Conv3dAttrs, input: &[usize], w: &[usize], output: &[usize]) -> ConvIndex {
+        let each = |p: [u64; 3]| p.map(|x| x as usize);
+        ConvIndex {
+            input: [input[0], input[1], input[2], input[3], input[4]],
+            output: [output[1], output[2], output[3], output[4]],
+            kernel: [w[2], w[3], w[4]],
+            stride: each(attrs.stride),
+            padding: each(attrs.padding),
+            dilation: each(attrs.dilation),
             groups: attrs.groups as usize,
         }
     }
 
     /// Calls `f(input, output, weight)` with the offsets of the three elements of every
-    /// product input·weight that adds into output, in the order (b, k, p, q, c, r, s); taps
-    /// that fall in the padding are skipped.
+    /// product input·weight that adds into output, in the order (b, k, o, p, q, c, t, r, s);
+    /// taps that fall in the padding are skipped.
     fn each_product(&self, mut f: impl FnMut(usize, usize, usize)) {
-        let [n, c, h, w] = self.input;
-        let [k, p, q] = self.output;
-        let [r, s] = self.kernel;
+        let [n, c, d, h, w] = self.input;
+        let [k, o, p, q] = self.output;
+        let [t, r, s] = self.kernel;
         let (c_group, k_group) = (c / self.groups, k / self.groups);
         for b in 0..n {
             for kk in 0..k {
                 let first_c = kk / k_group * c_group;
-                for pp in 0..p {
-                    for qq in 0..q {
-                        let out = ((b * k + kk) * p + pp) * q + qq;
-                        for ci in 0..c_group {
-                            let plane = (b * c + first_c + ci) * h;
-                            for rr in 0..r {
-                                let tap = rr * self.dilation[0];
-                                let Some(hh) = source(pp, tap, self.stride[0], self.padding[0], h) else { continue };
-                                for ss in 0..s {
-                                    let tap = ss * self.dilation[1];
-                                    let Some(ww) = source(qq, tap, self.stride[1], self.padding[1], w) else { continue };
-                                    f((plane + hh) * w + ww, out, ((kk * c_group + ci) * r + rr) * s + ss);
+                for oo in 0..o {
+                    for pp in 0..p {
+                        for qq in 0..q {
+                            let out = (((b * k + kk) * o + oo) * p + pp) * q + qq;
+                            for ci in 0..c_group {
+                                let volume = (b * c + first_c + ci) * d;
+                                for tt in 0..t {
+                                    let tap = tt * self.dilation[0];
+                                    let Some(dd) = source(oo, tap, self.stride[0], self.padding[0], d) else { continue };
+                                    for rr in 0..r {
+                                        let tap = rr * self.dilation[1];
+                                        let Some(hh) = source(pp, tap, self.stride[1], self.padding[1], h) else { continue };
+                                        for ss in 0..s {
+                                            let tap = ss * self.dilation[2];
+                                            let Some(ww) = source(qq, tap, self.stride[2], self.padding[2], w) else {
+                                                continue;
+                                            };
+                                            let weight = (((kk * c_group + ci) * t + tt) * r + rr) * s + ss;
+                                            f(((volume + dd) * h + hh) * w + ww, out, weight);
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -99,6 +125,25 @@ pub(super) fn conv2d_backward(dy: &Dense, x: &Dense, w: &Dense, attrs: &ConvAttr
     let mut dx = Dense::zeros(x.shape.clone());
     let mut dw = Dense::zeros(w.shape.clone());
     ConvIndex::new(attrs, &x.shape, &w.shape, &dy.shape).each_product(|i, o, k| {
+        dx.data[i] += dy.data[o] * w.data[k];
+        dw.data[k] += dy.data[o] * x.data[i];
+    });
+    vec![dx, dw]
+}
+
+/// y[b,k,o,p,q] = Σ_{c,t,r,s} x[b, g·C/groups + c, o·sd + t·dd − pd, p·sh + r·dh − ph,
+/// q·sw + s·dw − pw] · w[k,c,t,r,s], added in order c, t, r, s.
+pub(super) fn conv3d(x: &Dense, w: &Dense, attrs: &Conv3dAttrs, out_shape: &[usize]) -> Dense {
+    let mut y = Dense::zeros(out_shape.to_vec());
+    ConvIndex::new3d(attrs, &x.shape, &w.shape, out_shape).each_product(|i, o, k| y.data[o] += x.data[i] * w.data[k]);
+    y
+}
+
+/// (dx, dw) of conv3d, as conv2d's.
+pub(super) fn conv3d_backward(dy: &Dense, x: &Dense, w: &Dense, attrs: &Conv3dAttrs) -> Vec<Dense> {
+    let mut dx = Dense::zeros(x.shape.clone());
+    let mut dw = Dense::zeros(w.shape.clone());
+    ConvIndex::new3d(attrs, &x.shape, &w.shape, &dy.shape).each_product(|i, o, k| {
         dx.data[i] += dy.data[o] * w.data[k];
         dw.data[k] += dy.data[o] * x.data[i];
     });

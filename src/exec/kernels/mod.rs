@@ -39,7 +39,7 @@ mod shape;
 pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
@@ -143,6 +143,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::BatchNormStats => nn::batch_norm_stats(&x[0], attrs.int("correction") as usize),
         OpKind::Conv2d => vec![conv::conv2d(&x[0], &x[1], &ConvAttrs::of(attrs), &shapes[0])],
         OpKind::Conv2dBackward => conv::conv2d_backward(&x[0], &x[1], &x[2], &ConvAttrs::of(attrs)),
+        OpKind::Conv3d => vec![conv::conv3d(&x[0], &x[1], &Conv3dAttrs::of(attrs), &shapes[0])],
+        OpKind::Conv3dBackward => conv::conv3d_backward(&x[0], &x[1], &x[2], &Conv3dAttrs::of(attrs)),
         OpKind::MaxPool2d => vec![nn::max_pool2d(&x[0], &PoolAttrs::of(attrs), &shapes[0])],
         OpKind::MaxPool2dBackward => vec![nn::max_pool2d_backward(&x[0], &x[1], &PoolAttrs::of(attrs))],
         OpKind::CrossEntropy => vec![nn::cross_entropy(&x[0], &x[1], &CrossEntropyAttrs::of(attrs))?],
@@ -1099,6 +1101,60 @@ mod tests {
             grad_check(OpKind::Conv2d, &given, &inputs, &[(0, "x"), (1, "w")], &|xs, dy| {
                 run(OpKind::Conv2dBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
             });
+        }
+    }
+
+    #[test]
+    fn grad_conv3d() {
+        // (x shape, w shape, stride, padding, dilation, groups): plain, strided and padded
+        // per dimension, dilated, grouped.
+        type Case<'a> = (&'a [usize], &'a [usize], [i64; 3], [i64; 3], [i64; 3], i64);
+        let cases: [Case; 3] = [
+            (&[2, 2, 3, 4, 4], &[3, 2, 2, 3, 3], [1, 2, 1], [0, 1, 1], [1, 1, 1], 1),
+            (&[1, 2, 5, 3, 4], &[2, 2, 2, 2, 2], [2, 1, 1], [1, 0, 1], [2, 1, 2], 1),
+            (&[1, 4, 3, 3, 3], &[2, 2, 3, 1, 2], [1, 1, 2], [1, 1, 0], [1, 2, 1], 2),
+        ];
+        for (x_shape, w_shape, stride, padding, dilation, groups) in cases {
+            let given = [
+                ("stride", ints(&stride)),
+                ("padding", ints(&padding)),
+                ("dilation", ints(&dilation)),
+                ("groups", Attr::Int(groups)),
+            ];
+            let inputs = [rand(x_shape, 44), rand(w_shape, 45)];
+            grad_check(OpKind::Conv3d, &given, &inputs, &[(0, "x"), (1, "w")], &|xs, dy| {
+                run(OpKind::Conv3dBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()])
+            });
+        }
+    }
+
+    #[test]
+    fn conv3d_of_depth_one_is_conv2d_and_each_depth_tap_a_conv2d() {
+        // Depth 1 (D = T = 1): conv2d bit for bit.
+        let (x, w) = (rand(&[2, 4, 5, 6], 50), rand(&[6, 2, 3, 2], 51));
+        let flat = conv_attrs([2, 1], [1, 1], [1, 2], 2);
+        let deep = [("stride", ints(&[1, 2, 1])), ("padding", ints(&[0, 1, 1])), ("dilation", ints(&[1, 1, 2])), ("groups", Attr::Int(2))];
+        let depth = |t: &Dense| Dense::new([&t.shape[..2], &[1], &t.shape[2..]].concat(), t.data.clone());
+        let y2 = run(OpKind::Conv2d, &flat, &[x.clone(), w.clone()]).remove(0);
+        let y3 = run(OpKind::Conv3d, &deep, &[depth(&x), depth(&w)]).remove(0);
+        assert_eq!(y3.data, y2.data);
+        assert_eq!(y3.shape, [&y2.shape[..2], &[1], &y2.shape[2..]].concat());
+        // Depth 3, kernel depth 2, stride 1, no padding: output depth o is the sum over taps t
+        // of conv2d(x at depth o + t, w at tap t).
+        let (x, w) = (rand(&[1, 2, 3, 4, 4], 52), rand(&[3, 2, 2, 3, 3], 53));
+        let given = [("padding", ints(&[0, 1, 1]))];
+        let y = run(OpKind::Conv3d, &given, &[x.clone(), w.clone()]).remove(0);
+        assert_eq!(y.shape, [1, 3, 2, 4, 4]);
+        let plane = |t: &Dense, d: usize| {
+            let (c, size) = (t.shape[1], t.shape[3] * t.shape[4]);
+            let data = (0..t.shape[0] * c).flat_map(|bc| t.data[(bc * t.shape[2] + d) * size..][..size].to_vec()).collect();
+            Dense::new(vec![t.shape[0], c, t.shape[3], t.shape[4]], data)
+        };
+        for o in 0..2 {
+            let sum: Vec<f64> = (0..2)
+                .map(|t| run(OpKind::Conv2d, &conv_attrs([1, 1], [1, 1], [1, 1], 1), &[plane(&x, o + t), plane(&w, t)]).remove(0))
+                .fold(vec![0.0; 48], |acc, y| acc.iter().zip(&y.data).map(|(a, b)| a + b).collect());
+            assert_close(&plane(&y, o), &sum, 1e-12);
         }
     }
 

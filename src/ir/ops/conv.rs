@@ -1,6 +1,7 @@
-//! Convolutions: `conv2d` and `conv_transpose2d` (strided, padded, dilated, grouped; NCHW,
-//! PyTorch's output sizes) and their backward ops, which give both the input's and the
-//! weight's gradient. FLOPs: a multiply-add per element of one side per weight tap.
+//! Convolutions: `conv2d`, `conv3d` and `conv_transpose2d` (strided, padded, dilated,
+//! grouped; NCHW and NCDHW, PyTorch's output sizes) and their backward ops, which give both
+//! the input's and the weight's gradient. FLOPs: a multiply-add per element of one side per
+//! weight tap.
 
 use super::rules::*;
 use super::{Attr, AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, attr};
@@ -34,6 +35,23 @@ pub(super) const CONV2D_BACKWARD: OpDef = OpDef::new("conv2d_backward", &["dy", 
     .attrs(CONV_ATTRS)
     .backward()
     .flops(flops_conv2d_backward);
+
+/// PyTorch's conv3d arguments, conv2d's with a third (depth) entry first.
+const CONV3D_ATTRS: &[AttrSpec] = &[
+    attr("stride", K::Ints, Some(AttrDefault::Ints(&[1, 1, 1]))),
+    attr("padding", K::Ints, Some(AttrDefault::Ints(&[0, 0, 0]))),
+    attr("dilation", K::Ints, Some(AttrDefault::Ints(&[1, 1, 1]))),
+    attr("groups", K::Int, Some(AttrDefault::Int(1))),
+];
+
+pub(super) const CONV3D: OpDef = OpDef::new("conv3d", &["x", "w"], &["y"], infer_conv3d, "3-d cross-correlation of x[N,C,D,H,W] with w[K,C/groups,T,R,S]: zero padding, dilated taps, channel groups")
+    .attrs(CONV3D_ATTRS)
+    .flops(flops_conv3d);
+
+pub(super) const CONV3D_BACKWARD: OpDef = OpDef::new("conv3d_backward", &["dy", "x", "w"], &["dx", "dw"], infer_conv3d_backward, "conv3d's gradients w.r.t. x and w")
+    .attrs(CONV3D_ATTRS)
+    .backward()
+    .flops(flops_conv3d_backward);
 
 pub(super) const CONV_TRANSPOSE2D: OpDef = OpDef::new("conv_transpose2d", &["x", "w"], &["y"], infer_conv_transpose2d, "the transpose of conv2d: x[N,C,H,W] spread through w[C,K/groups,R,S] into y[N,K,P,Q]")
     .attrs(CONV_TRANSPOSE_ATTRS)
@@ -148,6 +166,92 @@ pub(super) fn infer_conv2d_backward(inputs: &[&TensorType], attrs: &Attrs) -> Ru
         return Err(format!("dy must be conv2d(x {x}, w {w})'s type {y}, found {dy}"));
     }
     done(vec![x.clone(), w.clone()])
+}
+
+/// conv3d's attributes (and its backward op's), decoded once: (depth, height, width)
+/// entries.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Conv3dAttrs {
+    pub stride: [u64; 3],
+    pub padding: [u64; 3],
+    /// The spacing of the kernel's taps.
+    pub dilation: [u64; 3],
+    /// Channels split into this many independent convolutions.
+    pub groups: u64,
+}
+
+impl Conv3dAttrs {
+    /// The attributes of an op that passed its type rule.
+    pub fn of(attrs: &Attrs) -> Conv3dAttrs {
+        Self::checked(attrs).unwrap_or_else(|e| panic!("conv3d attributes the type rule accepted: {e}"))
+    }
+
+    /// `stride` and `dilation` entries ≥ 1, `padding` entries ≥ 0, three of each; `groups` ≥ 1.
+    fn checked(attrs: &Attrs) -> Result<Conv3dAttrs, String> {
+        let groups = attrs.int("groups");
+        if groups < 1 {
+            return Err(format!("groups={groups} must be at least 1"));
+        }
+        let triple = |name: &str, min: i64| -> Result<[u64; 3], String> {
+            match *attrs.ints(name) {
+                [d, h, w] if d >= min && h >= min && w >= min => Ok([d as u64, h as u64, w as u64]),
+                [_, _, _] => Err(format!("{name}={}: each entry must be at least {min}", shown(attrs, name))),
+                _ => Err(format!("{name}={} must have 3 entries (depth, height, width)", shown(attrs, name))),
+            }
+        };
+        Ok(Conv3dAttrs {
+            stride: triple("stride", 1)?,
+            padding: triple("padding", 0)?,
+            dilation: triple("dilation", 1)?,
+            groups: groups as u64,
+        })
+    }
+}
+
+/// `conv3d(x, w)`: `x[N,C,D,H,W]` and `w[K,C/groups,T,R,S]` of one float dtype, `groups`
+/// dividing C and K; gives `y[N,K,O,P,Q]`, each output extent as conv2d's (PyTorch's sizes).
+pub(super) fn infer_conv3d(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, w) = (inputs[0], inputs[1]);
+    let dtype = same_dtype(inputs)?;
+    float_input(x, "x")?;
+    let (&[n, c, d, h, wd], &[k, wc, t, r, s]) = (x.dims(), w.dims()) else {
+        return Err(format!("x must be [N,C,D,H,W] and w [K,C/groups,T,R,S], found {x} and {w}"));
+    };
+    let conv = Conv3dAttrs::checked(attrs)?;
+    let g = conv.groups;
+    let per_group = divides(g, c, &format!("the input channels: x {x} has C={c}"))?;
+    divides(g, k, &format!("the output channels: w {w} has K={k}"))?;
+    if wc != per_group {
+        return Err(format!("channels differ: x {x} has C={c}, so with groups={g} w needs C/groups={per_group}, but w {w} has {wc}"));
+    }
+    let in_context = |e: String| format!("{e} (x {x}, w {w})");
+    let mut out = vec![n, k];
+    for (i, (size, taps, dim)) in [(d, t, "depth"), (h, r, "height"), (wd, s, "width")].into_iter().enumerate() {
+        let extent = dilated(taps, conv.dilation[i], dim)?;
+        out.push(window(size, extent, conv.stride[i], conv.padding[i], dim).map_err(in_context)?);
+    }
+    done(vec![TensorType::new(dtype, out)])
+}
+
+pub(super) fn infer_conv3d_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x, w) = (inputs[0], inputs[1], inputs[2]);
+    let y = infer_conv3d(&[x, w], attrs)?.remove(0);
+    if *dy != y {
+        return Err(format!("dy must be conv3d(x {x}, w {w})'s type {y}, found {dy}"));
+    }
+    done(vec![x.clone(), w.clone()])
+}
+
+/// 2·N·K·O·P·Q·(C/groups)·T·R·S: a multiply-add per element of y per tap of w.
+pub(super) fn flops_conv3d(inputs: &[&TensorType], outputs: &[&TensorType], _: &Attrs) -> u64 {
+    let taps = inputs.get(1).map_or(0, |w| w.dims().iter().skip(1).fold(1u64, |n, &d| n.saturating_mul(d)));
+    outputs.first().map_or(0, |y| numel(y)).saturating_mul(taps).saturating_mul(2)
+}
+
+/// dx and dw each cost as much as the forward.
+pub(super) fn flops_conv3d_backward(inputs: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    let taps = inputs.get(2).map_or(0, |w| w.dims().iter().skip(1).fold(1u64, |n, &d| n.saturating_mul(d)));
+    inputs.first().map_or(0, |dy| numel(dy)).saturating_mul(taps).saturating_mul(4)
 }
 
 /// An Ints attribute as the IR writes it.

@@ -604,7 +604,7 @@ mod table;
 mod tests;
 
 pub use attention::AttentionAttrs;
-pub use conv::ConvAttrs;
+pub use conv::{Conv3dAttrs, ConvAttrs};
 pub use elementwise::Comparison;
 pub use linalg::MatmulAttrs;
 pub use nn::{CrossEntropyAttrs, PoolAttrs};

@@ -92,6 +92,8 @@ op_table! {
     // Convolution and pooling.
     Conv2d = conv::CONV2D,
     Conv2dBackward = conv::CONV2D_BACKWARD,
+    Conv3d = conv::CONV3D,
+    Conv3dBackward = conv::CONV3D_BACKWARD,
     MaxPool2d = nn::MAX_POOL2D,
     MaxPool2dBackward = nn::MAX_POOL2D_BACKWARD,
     // Losses.

@@ -74,7 +74,7 @@ fn every_kind_has_a_row_and_a_unique_name() {
         assert!(row.pointwise.iter().all(|&k| k < row.inputs.len()) && row.pointwise.is_sorted(), "{}", row.name);
         assert!(row.pointwise.is_empty() || row.view_of().is_none(), "{}", row.name);
     }
-    assert_eq!(OpKind::from_name("conv3d"), None);
+    assert_eq!(OpKind::from_name("conv4d"), None);
 }
 
 #[test]
@@ -283,6 +283,35 @@ fn attention_heads_and_lengths() {
     let rows_first = [("scale", float(0.125)), ("transpose_out", Attr::Bool(true))];
     assert_eq!(ok(a, &gqa, &rows_first), ["bf16[2,5,8,32]", "f32[2,8,5]"]);
     assert_eq!(ok(a, &["f16[4,3,2]", "f16[1,6,2]", "f16[1,6,5]"], &rows_first), ["f16[3,4,5]", "f32[4,3]"]);
+}
+
+#[test]
+fn conv3d_output_sizes_and_errors() {
+    let c = OpKind::Conv3d;
+    let given = [("stride", Attr::Ints(vec![1, 2, 2])), ("padding", Attr::Ints(vec![0, 1, 1])), ("dilation", Attr::Ints(vec![1, 1, 2]))];
+    // Depth (8 − 3)/1 + 1 = 6, height (9 + 2 − 3)/2 + 1 = 5, width (10 + 2 − 5)/2 + 1 = 4.
+    assert_eq!(ok(c, &["f32[2,4,8,9,10]", "f32[6,4,3,3,3]"], &given), ["f32[2,6,6,5,4]"]);
+    assert_eq!(ok(c, &["bf16[1,4,2,2,2]", "bf16[4,2,1,1,1]"], &[("groups", Attr::Int(2))]), ["bf16[1,4,2,2,2]"]);
+    err(c, &["f32[2,4,8,9]", "f32[6,4,3,3]"], &[], "[N,C,D,H,W]");
+    err(c, &["f32[2,4,8,9,10]", "f32[6,3,3,3,3]"], &[], "channels differ");
+    err(c, &["f32[2,4,2,9,10]", "f32[6,4,3,3,3]"], &[], "depth 2 plus padding 2*0 is smaller than the window (3)");
+    err(c, &["f32[2,4,8,9,10]", "f32[6,4,3,3,3]"], &[("stride", Attr::Ints(vec![1, 1]))], "3 entries");
+    err(c, &["f32[2,4,8,9,10]", "f32[6,4,3,3,3]"], &[("dilation", Attr::Ints(vec![1, 0, 1]))], "at least 1");
+    err(c, &["f32[2,4,8,9,10]", "f32[6,4,3,3,3]"], &[("groups", Attr::Int(3))], "groups=3 must divide");
+    err(c, &["i32[2,4,8,9,10]", "i32[6,4,3,3,3]"], &[], "float");
+    let b = OpKind::Conv3dBackward;
+    assert_eq!(ok(b, &["f32[2,6,6,5,4]", "f32[2,4,8,9,10]", "f32[6,4,3,3,3]"], &given), ["f32[2,4,8,9,10]", "f32[6,4,3,3,3]"]);
+    err(b, &["f32[2,6,6,5,5]", "f32[2,4,8,9,10]", "f32[6,4,3,3,3]"], &given, "dy must be");
+    // 2·y·(C/groups·T·R·S) for the forward, twice that for the backward.
+    let flops = |kind: OpKind, inputs: &[&str]| {
+        let ins: Vec<TensorType> = inputs.iter().map(|s| ty(s)).collect();
+        let ins: Vec<&TensorType> = ins.iter().collect();
+        let attrs = attrs_for(kind, &given);
+        let outs = (kind.def().infer)(&ins, &attrs).unwrap();
+        (kind.def().flops)(&ins, &outs.iter().collect::<Vec<_>>(), &attrs)
+    };
+    assert_eq!(flops(c, &["f32[2,4,8,9,10]", "f32[6,4,3,3,3]"]), 2 * (2 * 6 * 6 * 5 * 4) * (4 * 27));
+    assert_eq!(flops(b, &["f32[2,6,6,5,4]", "f32[2,4,8,9,10]", "f32[6,4,3,3,3]"]), 4 * (2 * 6 * 6 * 5 * 4) * (4 * 27));
 }
 
 #[test]

@@ -589,8 +589,13 @@ impl Gen {
 
     /// A convolution, then maybe batch_norm, relu, max_pool2d: conv2d (sometimes grouped,
     /// depthwise among them, sometimes dilated) or, a third of the time, conv_transpose2d
-    /// (likewise, and with output_padding where its stride or dilation allows one).
+    /// (likewise, and with output_padding where its stride or dilation allows one); or,
+    /// sometimes, a conv3d instead.
     pub(super) fn conv_block(&mut self) {
+        if self.chance(0.2) {
+            self.conv3d();
+            return;
+        }
         let x = self.nchw();
         let t = self.ty(x).clone();
         let (c, h, w) = (t.dims()[1], t.dims()[2], t.dims()[3]);
@@ -649,6 +654,30 @@ impl Gen {
         }
         if self.chance(0.4) {
             self.backward_chain(first_record);
+        }
+    }
+
+    /// conv3d of a new small [N,C,D,H,W] input: grouped sometimes, strides, padding and
+    /// dilation per dimension, its backward op right away sometimes.
+    fn conv3d(&mut self) {
+        let dtype = self.float_dtype();
+        let groups = self.choose(&[1, 1, 2]);
+        let c = groups * (1 + self.below(2) as u64);
+        let k = groups * (1 + self.below(2) as u64);
+        let sizes: Vec<u64> = (0..3).map(|_| 2 + self.below(4) as u64).collect();
+        let dilation: Vec<u64> = (0..3).map(|_| 1 + u64::from(self.chance(0.25))).collect();
+        let stride: Vec<u64> = (0..3).map(|_| 1 + self.below(2) as u64).collect();
+        let padding: Vec<u64> = (0..3).map(|_| self.below(2) as u64).collect();
+        let taps: Vec<u64> = (0..3).map(|i| (1 + self.below(3) as u64).min((sizes[i] - 1) / dilation[i] + 1)).collect();
+        let n = 1 + self.below(2) as u64;
+        let x = self.new_input(TensorType::new(dtype, [&[n, c][..], &sizes].concat()));
+        let weight = self.param(TensorType::new(dtype, [&[k, c / groups][..], &taps].concat()));
+        let mut given = vec![("stride", ints(&stride)), ("padding", ints(&padding)), ("dilation", ints(&dilation))];
+        if groups > 1 {
+            given.push(("groups", Attr::Int(groups as i64)));
+        }
+        if self.emit_recorded(OpKind::Conv3d, &[x, weight], &given).is_some() && self.chance(0.5) {
+            self.backward_of(self.records.len() - 1);
         }
     }
 

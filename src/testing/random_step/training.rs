@@ -93,7 +93,7 @@ impl Gen {
             OpKind::Relu | OpKind::Sigmoid | OpKind::Tanh | OpKind::Softmax => vec![r.output],
             OpKind::Gelu | OpKind::Silu | OpKind::Hardswish | OpKind::Hardsigmoid | OpKind::MaxPool2d => vec![r.inputs[0]],
             OpKind::LayerNorm | OpKind::RmsNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
-            OpKind::Conv2d | OpKind::ConvTranspose2d | OpKind::CrossEntropy | OpKind::BceWithLogits => {
+            OpKind::Conv2d | OpKind::Conv3d | OpKind::ConvTranspose2d | OpKind::CrossEntropy | OpKind::BceWithLogits => {
                 vec![r.inputs[0], r.inputs[1]]
             }
             OpKind::Embedding | OpKind::Gather => vec![r.inputs[1]],
@@ -153,8 +153,14 @@ impl Gen {
                     self.grads.insert(r.inputs[2], outs[2]);
                 }
             }
-            OpKind::Conv2d | OpKind::ConvTranspose2d => {
-                let kind = if r.kind == OpKind::Conv2d { OpKind::Conv2dBackward } else { OpKind::ConvTranspose2dBackward };
+            OpKind::Conv2d | OpKind::Conv3d | OpKind::ConvTranspose2d => {
+                let kind = if r.kind == OpKind::Conv2d {
+                    OpKind::Conv2dBackward
+                } else if r.kind == OpKind::Conv3d {
+                    OpKind::Conv3dBackward
+                } else {
+                    OpKind::ConvTranspose2dBackward
+                };
                 let dy = self.derive(&out_ty, None);
                 let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
                 if let Some(outs) = self.emit_named(kind, &[dy, r.inputs[0], r.inputs[1]], &given, None) {

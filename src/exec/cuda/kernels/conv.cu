@@ -348,3 +348,126 @@ extern "C" __global__ void max_pool2d_backward(Tensor dx, Tensor dy, Tensor x, G
         store_f(dx, i, total);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// conv3d, direct: exec/kernels/conv.rs's index space in three dimensions. x [N,C,D,H,W],
+// w [K,C/groups,T,R,S], y (dy) [N,K,O,P,Q], sizes read from the tensors' shapes; output
+// (o, p, q) at tap (t, r, s) meets input (o·sd + t·dd − pd, p·sh + r·dh − ph,
+// q·sw + s·dw − pw), taps in the padding skipped. One thread per element written, each
+// summing its products in a fixed order in float: no atomics, runs repeat bit for bit.
+struct Conv3dArgs {
+    i64 groups, stride[3], pad[3], dil[3];
+};
+
+__device__ __forceinline__ Conv3dArgs conv3d_args(i64 groups, i64 sd, i64 sh, i64 sw, i64 pd, i64 ph, i64 pw, i64 dd,
+                                                  i64 dh, i64 dw) {
+    Conv3dArgs a;
+    a.groups = groups;
+    a.stride[0] = sd, a.stride[1] = sh, a.stride[2] = sw;
+    a.pad[0] = pd, a.pad[1] = ph, a.pad[2] = pw;
+    a.dil[0] = dd, a.dil[1] = dh, a.dil[2] = dw;
+    return a;
+}
+
+// The output position along one dimension that reads input position `in` at tap `tap`,
+// or −1 (none: between strides, or outside the output's `out` positions).
+__device__ __forceinline__ i64 conv3d_out(i64 in, i64 tap, i64 stride, i64 pad, i64 dil, i64 out) {
+    const i64 num = in + pad - tap * dil;
+    if (num < 0 || num % stride != 0 || num / stride >= out) return -1;
+    return num / stride;
+}
+
+// y[b,k,o,p,q] = Σ_{c,t,r,s} x[b, g·C/groups + c, ...]·w[k,c,t,r,s], in order c, t, r, s.
+extern "C" __global__ void conv3d(Tensor y, Tensor x, Tensor w, i64 groups, i64 sd, i64 sh, i64 sw, i64 pd, i64 ph,
+                                  i64 pw, i64 dd, i64 dh, i64 dw) {
+    const Conv3dArgs a = conv3d_args(groups, sd, sh, sw, pd, ph, pw, dd, dh, dw);
+    const i64 C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4];
+    const i64 K = w.shape[0], CG = w.shape[1], T = w.shape[2], R = w.shape[3], S = w.shape[4];
+    const i64 O = y.shape[2], P = y.shape[3], Q = y.shape[4];
+    GRID_STRIDE(i, y.numel) {
+        const i64 q = i % Q, p = (i / Q) % P, o = (i / (Q * P)) % O, k = (i / (Q * P * O)) % K;
+        const i64 b = i / (Q * P * O * K), first_c = k / (K / a.groups) * CG;
+        float acc = 0.0f;
+        for (i64 c = 0; c < CG; ++c) {
+            for (i64 t = 0; t < T; ++t) {
+                const i64 d = o * a.stride[0] + t * a.dil[0] - a.pad[0];
+                if (d < 0 || d >= D) continue;
+                for (i64 r = 0; r < R; ++r) {
+                    const i64 h = p * a.stride[1] + r * a.dil[1] - a.pad[1];
+                    if (h < 0 || h >= H) continue;
+                    for (i64 s = 0; s < S; ++s) {
+                        const i64 ww = q * a.stride[2] + s * a.dil[2] - a.pad[2];
+                        if (ww < 0 || ww >= W) continue;
+                        const i64 xi = (((b * C + first_c + c) * D + d) * H + h) * W + ww;
+                        acc += load_f(x, xi) * load_f(w, (((k * CG + c) * T + t) * R + r) * S + s);
+                    }
+                }
+            }
+        }
+        store_f(y, i, acc);
+    }
+}
+
+// dx[b,ch,d,h,w] = Σ dy[b,k,o,p,q]·w[k,c,t,r,s] over the group's output channels k and the
+// taps (t, r, s) whose output position (o, p, q) reads it, in order k, t, r, s.
+extern "C" __global__ void conv3d_backward_data(Tensor dx, Tensor dy, Tensor w, i64 groups, i64 sd, i64 sh, i64 sw,
+                                                i64 pd, i64 ph, i64 pw, i64 dd, i64 dh, i64 dw) {
+    const Conv3dArgs a = conv3d_args(groups, sd, sh, sw, pd, ph, pw, dd, dh, dw);
+    const i64 C = dx.shape[1], D = dx.shape[2], H = dx.shape[3], W = dx.shape[4];
+    const i64 K = w.shape[0], CG = w.shape[1], T = w.shape[2], R = w.shape[3], S = w.shape[4];
+    const i64 O = dy.shape[2], P = dy.shape[3], Q = dy.shape[4], KG = K / a.groups;
+    GRID_STRIDE(i, dx.numel) {
+        const i64 ww = i % W, h = (i / W) % H, d = (i / (W * H)) % D, ch = (i / (W * H * D)) % C;
+        const i64 b = i / (W * H * D * C), g = ch / CG, c = ch % CG;
+        float acc = 0.0f;
+        for (i64 k = g * KG; k < (g + 1) * KG; ++k) {
+            for (i64 t = 0; t < T; ++t) {
+                const i64 o = conv3d_out(d, t, a.stride[0], a.pad[0], a.dil[0], O);
+                if (o < 0) continue;
+                for (i64 r = 0; r < R; ++r) {
+                    const i64 p = conv3d_out(h, r, a.stride[1], a.pad[1], a.dil[1], P);
+                    if (p < 0) continue;
+                    for (i64 s = 0; s < S; ++s) {
+                        const i64 q = conv3d_out(ww, s, a.stride[2], a.pad[2], a.dil[2], Q);
+                        if (q < 0) continue;
+                        const i64 yi = (((b * K + k) * O + o) * P + p) * Q + q;
+                        acc += load_f(dy, yi) * load_f(w, (((k * CG + c) * T + t) * R + r) * S + s);
+                    }
+                }
+            }
+        }
+        store_f(dx, i, acc);
+    }
+}
+
+// dw[k,c,t,r,s] = Σ dy[b,k,o,p,q]·x[b, g·C/groups + c, o·sd + t·dd − pd, ...] over the batch
+// and the output positions whose input lies inside x, in order b, o, p, q.
+extern "C" __global__ void conv3d_backward_weight(Tensor dw_, Tensor dy, Tensor x, i64 groups, i64 sd, i64 sh, i64 sw,
+                                                  i64 pd, i64 ph, i64 pw, i64 dd, i64 dh, i64 dw) {
+    const Conv3dArgs a = conv3d_args(groups, sd, sh, sw, pd, ph, pw, dd, dh, dw);
+    const i64 N = x.shape[0], C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4];
+    const i64 K = dw_.shape[0], CG = dw_.shape[1], T = dw_.shape[2], R = dw_.shape[3], S = dw_.shape[4];
+    const i64 O = dy.shape[2], P = dy.shape[3], Q = dy.shape[4];
+    GRID_STRIDE(i, dw_.numel) {
+        const i64 s = i % S, r = (i / S) % R, t = (i / (S * R)) % T, c = (i / (S * R * T)) % CG;
+        const i64 k = i / (S * R * T * CG), ch = k / (K / a.groups) * CG + c;
+        float acc = 0.0f;
+        for (i64 b = 0; b < N; ++b) {
+            for (i64 o = 0; o < O; ++o) {
+                const i64 d = o * a.stride[0] + t * a.dil[0] - a.pad[0];
+                if (d < 0 || d >= D) continue;
+                for (i64 p = 0; p < P; ++p) {
+                    const i64 h = p * a.stride[1] + r * a.dil[1] - a.pad[1];
+                    if (h < 0 || h >= H) continue;
+                    for (i64 q = 0; q < Q; ++q) {
+                        const i64 ww = q * a.stride[2] + s * a.dil[2] - a.pad[2];
+                        if (ww < 0 || ww >= W) continue;
+                        const i64 yi = (((b * K + k) * O + o) * P + p) * Q + q;
+                        acc += load_f(dy, yi) * load_f(x, (((b * C + ch) * D + d) * H + h) * W + ww);
+                    }
+                }
+            }
+        }
+        store_f(dw_, i, acc);
+    }
+}
