@@ -24,7 +24,8 @@ use memplan::exec::cuda::program::Program;
 use memplan::exec::cuda::source::{
     ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DKV_TC,
     ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DQ_TC, ATTENTION_BIAS_BACKWARD, ATTENTION_TC,
-    BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, CONV3D, CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT, DROPOUT, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
+    BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, CONV3D, CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT, DROPOUT, GRID_SAMPLE,
+    GRID_SAMPLE_BACKWARD_DATA, GRID_SAMPLE_BACKWARD_GRID, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
     UPSAMPLE_NEAREST2D_BACKWARD, WHERE_SELECT,
 };
 use memplan::exec::cuda::view::{Addr, Arg, Launch, View, grid_1d};
@@ -650,6 +651,44 @@ fn conv_variants_match_the_cpu_reference() {
         finished |= launches.contains(&"igemm_finish");
     }
     assert!(finished, "no case split its depth (igemm_finish)");
+}
+
+/// grid_sample on the emulated GPU, forward and backward (dx and dgrid through
+/// `backward`, the grid a param), against the CPU reference: bilinear and nearest, zeros and
+/// border, both align_corners, positions outside the image (N(0, 1) grids), f32 and bf16.
+#[test]
+fn grid_sample_matches_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    let cases = [
+        ("f32", r#"mode="bilinear", padding_mode="zeros""#),
+        ("f32", r#"mode="bilinear", padding_mode="border", align_corners=true"#),
+        ("f32", r#"mode="nearest", padding_mode="zeros", align_corners=true"#),
+        ("bf16", r#"mode="bilinear", padding_mode="zeros""#),
+    ];
+    for (seed, (dt, attrs)) in cases.into_iter().enumerate() {
+        let text = format!(
+            "step @grid(
+  %x: {dt}[2,3,5,6] param,
+  %grid: {dt}[2,4,3,2] param,
+) {{
+  %y = grid_sample(%x, %grid, {attrs})
+  %sq = mul(%y, %y)
+  %loss = sum(%sq, axes=[0, 1, 2, 3])
+  backward %loss with sgd(lr=0.01)
+  return %loss, %y
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let (launches, _) = emulated_matches_reference(&graph, &plan, 2, 110 + seed as u64)
+            .unwrap_or_else(|err| panic!("case {seed} ({attrs}): {err}\n{text}"));
+        for kernel in [GRID_SAMPLE, GRID_SAMPLE_BACKWARD_DATA, GRID_SAMPLE_BACKWARD_GRID] {
+            assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run: {launches:?}");
+        }
+    }
 }
 
 /// conv3d on the emulated GPU, forward and backward (conv3d_backward through `backward`),

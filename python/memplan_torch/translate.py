@@ -385,15 +385,23 @@ class Translator:
         self.env[node] = self._extern(node, args, kwargs)
 
     def _decomposed(self, node, args, kwargs):
-        """An op with no handler that PyTorch itself defines through other ops (its
-        CompositeImplicitAutograd kernel: `einsum`, `meshgrid`, ...): those ops, as PyTorch
-        runs them (traced with `make_fx` on the node's fake tensors), each translated as
-        any node is, carrying the node's source line and module. None where the op has no
-        such kernel or its trace cannot be translated (then it is `extern`)."""
+        """An op with no handler that PyTorch itself defines through other ops: its
+        CompositeImplicitAutograd kernel (`einsum`, `meshgrid`, ...), else its entry in
+        PyTorch's decomposition table (`torch._decomp`: `affine_grid_generator`, ...): those
+        ops, as PyTorch writes them (traced with `make_fx` on the node's fake tensors), each
+        translated as any node is, carrying the node's source line and module. None where
+        the op has neither or its trace cannot be translated (then it is `extern`)."""
         target = node.target
-        if not isinstance(target, torch._ops.OpOverload) or not torch._C._dispatch_has_kernel_for_dispatch_key(
-                target.name(), "CompositeImplicitAutograd"):
+        if not isinstance(target, torch._ops.OpOverload):
             return None
+        if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
+            kernel = target
+        else:
+            from torch._decomp import decomposition_table
+
+            kernel = decomposition_table.get(target)
+            if kernel is None:
+                return None
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.utils import _pytree as pytree
 
@@ -409,7 +417,7 @@ class Translator:
             for i, tensor in zip(at, tensors):
                 filled[i] = tensor
             a, k = pytree.tree_unflatten(filled, spec)
-            return target(*a, **k)
+            return kernel(*a, **k)
 
         try:
             with mode:
@@ -420,23 +428,36 @@ class Translator:
         for placeholder, i in zip(placeholders, at):
             self.env[placeholder] = leaves[i]
         start, outer = len(self.w.ops), self.node
-        try:
-            result = None
-            for sub in traced.graph.nodes:
-                if sub.op == "call_function":
-                    sub.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
-                    self.node = sub
-                    self._translate(sub)
-                elif sub.op == "output":
-                    result = self._resolve(sub.args[0])
-            return result
-        except ExportError:
+
+        def undo():
             if self.w.block is None:
                 for op in self.w.ops[start:]:
                     self.w.remove(op)
+
+        # All or nothing: a decomposition with an `extern` op inside is undone (the node is
+        # one `extern` instead, and its parts' warnings are dropped).
+        with warnings.catch_warnings(record=True) as parts_warned:
+            warnings.simplefilter("always")
+            try:
+                result = None
+                for sub in traced.graph.nodes:
+                    if sub.op == "call_function":
+                        sub.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+                        self.node = sub
+                        self._translate(sub)
+                    elif sub.op == "output":
+                        result = self._resolve(sub.args[0])
+            except ExportError:
+                undo()
+                return None
+            finally:
+                self.node = outer
+        if self.w.block is None and any(op.op.startswith("extern") for op in self.w.ops[start:]):
+            undo()
             return None
-        finally:
-            self.node = outer
+        for warned in parts_warned:
+            warnings.warn_explicit(warned.message, warned.category, warned.filename, warned.lineno)
+        return result
 
     def _extern(self, node, args, kwargs):
         """`node` as `extern` ops, one per tensor output (see `extern` in docs/IR.md):

@@ -299,6 +299,36 @@ class Video(nn.Module):
         return F.cross_entropy(self.head(h.mean(dim=(2, 3, 4))), y)
 
 
+class Sampling(nn.Module):
+    """A spatial transformer (affine_grid from a learned theta, near the identity, then
+    bilinear grid_sample: PyTorch's decomposition of affine_grid_generator, linspace in it)
+    and deformable sampling at learned offsets (border padding, align_corners; and nearest)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Linear(3 * 6 * 6, 6)
+        nn.init.zeros_(self.loc.weight)
+        with torch.no_grad():
+            self.loc.bias.copy_(torch.tensor([1.0, 0.1, 0.05, -0.1, 0.9, 0.0]))
+        self.offsets = nn.Conv2d(3, 2, 3, padding=1)
+        self.head = nn.Linear(3 * 5 * 5 * 2 + 3 * 6 * 6, 3)
+
+    def forward(self, x, y):
+        theta = self.loc(x.flatten(1)).view(-1, 2, 3)
+        grid = F.affine_grid(theta, [x.shape[0], 3, 5, 5], align_corners=False)
+        warped = F.grid_sample(x, grid, align_corners=False)
+        moved = torch.tanh(self.offsets(x)).permute(0, 2, 3, 1) * 1.2
+        deformed = F.grid_sample(x, moved, padding_mode="border", align_corners=True)
+        picked = F.grid_sample(x, grid, mode="nearest", align_corners=False)
+        features = torch.cat([warped.flatten(1), picked.flatten(1), deformed.flatten(1)], dim=1)
+        return F.cross_entropy(self.head(features), y)
+
+
+def _sampling():
+    torch.manual_seed(15)
+    return Sampling(), (torch.randn(2, 3, 6, 6), torch.tensor([0, 2]))
+
+
 def _video():
     torch.manual_seed(14)
     return Video(), (torch.randn(2, 3, 4, 8, 8), torch.tensor([1, 3]))
@@ -321,9 +351,9 @@ def _segmentation():
 
 
 @pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite, _scatter,
-                                   _bags, _video],
+                                   _bags, _video, _sampling],
                          ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite", "scatter",
-                              "bags", "video"])
+                              "bags", "video", "sampling"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     if build is _recurrent and not _lstm_states_traced_as_they_run():
@@ -344,6 +374,7 @@ def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
               "pointwise": ['op="le"', 'op="ge"', "layer_norm(", "exp("],
               "composite": ["matmul(", "div(", "embedding("],
               "scatter": ["scatter_add("],
+              "sampling": ["grid_sample(", 'mode="nearest"', 'padding_mode="border"', "align_corners=true"],
               "video": ["conv3d(", "stride=[2, 2, 2]", "dilation=[1, 2, 1]", "groups=2"],
               "bags": ["embedding(", "cumsum(", "topk(", "slice_scatter(", 'to=i64', "pow_scalar("]}
     for piece in wanted[build.__name__[1:]]:

@@ -115,6 +115,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::UpsampleNearest2dBackward => None,
         OpKind::UpsampleBilinear2d => Some(grad_upsample_bilinear2d),
         OpKind::UpsampleBilinear2dBackward => None,
+        OpKind::GridSample => Some(grad_grid_sample),
+        OpKind::GridSampleBackward => None,
         OpKind::BceWithLogits => Some(grad_bce_with_logits),
         OpKind::BceWithLogitsBackward => None,
         OpKind::Where => Some(grad_where),
@@ -701,6 +703,13 @@ fn grad_conv2d(b: &mut Builder, call: &GradCall) -> Rule {
 /// `conv3d(x, w, ...)`: `dx, dw = conv3d_backward(dy, x, w, ...)`, as conv2d's.
 fn grad_conv3d(b: &mut Builder, call: &GradCall) -> Rule {
     grad_conv(b, call, OpKind::Conv3dBackward)
+}
+
+/// `grid_sample(x, grid, ...)`: `dx, dgrid = grid_sample_backward(dy, x, grid, ...)` with the
+/// same attributes: dy spread back into the pixels each sample read, and the grid's
+/// gradient through the bilinear weights (0 under nearest sampling, as PyTorch's).
+fn grad_grid_sample(b: &mut Builder, call: &GradCall) -> Rule {
+    grad_conv(b, call, OpKind::GridSampleBackward)
 }
 
 /// `conv_transpose2d(x, w, ...)`: `dx, dw = conv_transpose2d_backward(dy, x, w, ...)` with

@@ -1,4 +1,5 @@
-"""Resampling handlers: `adaptive_avg_pool2d` (and 1-d), nearest and bilinear upsampling.
+"""Resampling handlers: `adaptive_avg_pool2d` (and 1-d), nearest and bilinear upsampling,
+and `grid_sample` (2-d: bilinear or nearest, zeros or border padding).
 
 Global average pooling (output 1x1) is a `mean`, whose gradient is a broadcast view, not a
 buffer. Nearest upsampling is written by its output size; scale factors that are not
@@ -69,3 +70,27 @@ def adaptive_avg_pool1d(t, x, output_size):
     pooled = t.emit("adaptive_avg_pool2d", [image], [("output_size", [1, size])], fake=t.fake_like(out, x.fake.dtype),
                     final=False, role="pooled")
     return reshaped(t, pooled, t.out_fake().shape, "adaptive_avg_pool1d", final=True)
+
+
+_GRID_MODES = {0: "bilinear", 1: "nearest"}
+_GRID_PADDINGS = {0: "zeros", 1: "border"}
+
+
+@handles(aten.grid_sampler_2d.default)
+def grid_sampler_2d(t, x, grid, interpolation_mode, padding_mode, align_corners):
+    """`F.grid_sample` of images as memplan's `grid_sample` (bilinear or nearest; zeros or
+    border padding); bicubic interpolation and reflection padding are refused (extern).
+    PyTorch promotes nothing here: x and grid share a dtype."""
+    mode, padding = _GRID_MODES.get(int(interpolation_mode)), _GRID_PADDINGS.get(int(padding_mode))
+    if mode is None:
+        raise ExportError("grid_sample with mode='bicubic' is not supported (bilinear or nearest)")
+    if padding is None:
+        raise ExportError("grid_sample with padding_mode='reflection' is not supported (zeros or border)")
+    attrs = []
+    if mode != "bilinear":
+        attrs.append(("mode", mode))
+    if padding != "zeros":
+        attrs.append(("padding_mode", padding))
+    if align_corners:
+        attrs.append(("align_corners", True))
+    return t.emit("grid_sample", [x, grid], attrs)

@@ -278,7 +278,42 @@ def argmax(t, x, dim=None, keepdim=False):
 handles(aten.sum.dim_IntList, aten.sum.default)(reduce("sum"))
 
 
-@handles(aten.pad.default, aten.constant_pad_nd.default)
+@handles(aten.constant_pad_nd.default)
+def constant_pad_nd(t, x, pad_widths, value=0.0):
+    """`constant_pad_nd(x, pad, value)` (its third argument is the value): `pad`'s."""
+    return pad(t, x, pad_widths, "constant", value)
+
+
+@handles(aten.linspace.default)
+def linspace(t, start, end, steps, dtype=None, layout=None, device=None, pin_memory=None):
+    """`torch.linspace` of a float dtype, as aten's CPU kernel computes it in that dtype:
+    step = (end − start) / (steps − 1), the first steps/2 elements start + step·i, the rest
+    end − step·(steps − 1 − i). Each half is a `fill` counting 0, 1, ... (exact) times the
+    step plus its end (`mul_scalar`, `add_scalar`: one rounding each, as the f32 operations),
+    the halves joined (`cat`)."""
+    out = t.out_fake()
+    if not out.dtype.is_floating_point or out.dtype == torch.float64:
+        raise ExportError(f"linspace of {out.dtype} (memplan's is f32, f16 or bf16)")
+    steps = int(steps)
+    if steps <= 1:
+        return t.emit("fill", [], [("shape", [steps]), ("dtype", out.dtype), ("value", float(start))])
+    typed = lambda v: torch.tensor(float(v), dtype=out.dtype)  # noqa: E731
+    step = (typed(end) - typed(start)) / torch.tensor(steps - 1, dtype=out.dtype)
+    halfway = steps // 2
+
+    def half(count, first_index, scale, shift, role):
+        fake = t.fake_like([count], out.dtype)
+        counting = t.emit("fill", [], [("shape", [count]), ("dtype", out.dtype), ("value", float(first_index)),
+                                       ("step", 1.0 if first_index == 0 else -1.0)], fake=fake, final=False, role=role)
+        scaled = t.emit("mul_scalar", [counting], [("value", scale)], fake=fake, final=False, role=role)
+        return t.emit("add_scalar", [scaled], [("value", shift)], fake=fake, final=False, role=role)
+
+    low = half(halfway, 0, float(step), float(typed(start)), "low")
+    high = half(steps - halfway, steps - 1 - halfway, -float(step), float(typed(end)), "high")
+    return t.emit("cat", [low, high], [("axis", 0)])
+
+
+@handles(aten.pad.default)
 def pad(t, x, pad, mode="constant", value=None):
     """`F.pad` with a constant: a `fill` of the padded shape with the value and `x` written
     into it (`slice_scatter`, which memplan's in-place pass writes into the fill's buffer),

@@ -22,7 +22,7 @@ use crate::exec::cuda::view::{
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
-use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, GridSampleAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::DType;
 
 /// Choices the lowering leaves to its caller.
@@ -280,6 +280,22 @@ pub fn lower_op(
             let g = conv_geom(xv, w, dy, &ConvAttrs::of(attrs))?;
             let mut commands = gemm::igemm(conv_igemm(MODE_CONV_BWD_DATA, g, ConvAttrs::of(attrs).groups, options)?, y(0), w, dy, scratch);
             commands.extend(gemm::igemm(conv_igemm(MODE_CONV_BWD_WEIGHT, g, ConvAttrs::of(attrs).groups, options)?, y(1), dy, xv, scratch));
+            commands
+        }
+        // grid_sample: a thread per y element; its backward a thread per dx plane and one
+        // per grid position (resample.cu).
+        GridSample => {
+            let modes = grid_modes(&GridSampleAttrs::of(attrs));
+            elementwise(GRID_SAMPLE, y(0).numel(), [vec![t(y(0)), t(x(0)), t(x(1))], modes.to_vec()].concat())
+        }
+        GridSampleBackward => {
+            let (dy, xv, grid) = (x(0), x(1), x(2));
+            let modes = grid_modes(&GridSampleAttrs::of(attrs));
+            let planes = xv.shape[0] * xv.shape[1];
+            let positions = grid.numel() / 2;
+            let mut commands = elementwise(GRID_SAMPLE_BACKWARD_DATA, planes, [vec![t(y(0)), t(dy), t(grid)], modes.to_vec()].concat());
+            let args = [vec![t(y(1)), t(dy), t(xv), t(grid)], modes.to_vec()].concat();
+            commands.extend(elementwise(GRID_SAMPLE_BACKWARD_GRID, positions, args));
             commands
         }
         // conv3d: direct kernels, one thread per element written (conv.cu).
@@ -884,6 +900,11 @@ fn conv_geom(big: &View, w: &View, small: &View, conv: &ConvAttrs) -> Result<Geo
         (dilation[0], "dilation"),
         (dilation[1], "dilation"),
     ])
+}
+
+/// grid_sample's modes as its kernels' last three arguments: nearest, border, align_corners.
+fn grid_modes(attrs: &GridSampleAttrs) -> [Arg; 3] {
+    [attrs.nearest, attrs.border, attrs.align_corners].map(|b| Arg::I32(i32::from(b)))
 }
 
 /// A conv3d kernel writing `out` from `a` and `b` (its sizes from their shapes), one thread

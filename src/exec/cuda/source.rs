@@ -88,6 +88,9 @@ pub const GATHER_BACKWARD: &str = "gather_backward";
 pub const DROPOUT: &str = "dropout";
 pub const RANDOM_FILL: &str = "random_fill";
 pub const CONV3D: &str = "conv3d";
+pub const GRID_SAMPLE: &str = "grid_sample";
+pub const GRID_SAMPLE_BACKWARD_DATA: &str = "grid_sample_backward_data";
+pub const GRID_SAMPLE_BACKWARD_GRID: &str = "grid_sample_backward_grid";
 pub const CONV3D_BACKWARD_DATA: &str = "conv3d_backward_data";
 pub const CONV3D_BACKWARD_WEIGHT: &str = "conv3d_backward_weight";
 pub const ADAPTIVE_AVG_POOL2D: &str = "adaptive_avg_pool2d";
@@ -108,7 +111,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 64] = [
+pub const KERNELS: [&str; 67] = [
     BINARY,
     UNARY,
     FILL,
@@ -162,6 +165,9 @@ pub const KERNELS: [&str; 64] = [
     CONV3D,
     CONV3D_BACKWARD_DATA,
     CONV3D_BACKWARD_WEIGHT,
+    GRID_SAMPLE,
+    GRID_SAMPLE_BACKWARD_DATA,
+    GRID_SAMPLE_BACKWARD_GRID,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
     UPSAMPLE_NEAREST2D,
@@ -334,6 +340,8 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Random => &[RANDOM_FILL],
         Conv3d => &[CONV3D],
         Conv3dBackward => &[CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT],
+        GridSample => &[GRID_SAMPLE],
+        GridSampleBackward => &[GRID_SAMPLE_BACKWARD_DATA, GRID_SAMPLE_BACKWARD_GRID],
         AdaptiveAvgPool2d => &[ADAPTIVE_AVG_POOL2D],
         AdaptiveAvgPool2dBackward => &[ADAPTIVE_AVG_POOL2D_BACKWARD],
         UpsampleNearest2d => &[UPSAMPLE_NEAREST2D],

@@ -39,7 +39,7 @@ mod shape;
 pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, GridSampleAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
@@ -191,6 +191,8 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::UpsampleBilinear2dBackward => {
             vec![resample::upsample_bilinear2d_backward(&x[0], &shapes[0], attrs.bool("align_corners"))]
         }
+        OpKind::GridSample => vec![resample::grid_sample(&x[0], &x[1], &GridSampleAttrs::of(attrs))],
+        OpKind::GridSampleBackward => resample::grid_sample_backward(&x[0], &x[1], &x[2], &GridSampleAttrs::of(attrs)),
         OpKind::BceWithLogits => vec![nn::bce_with_logits(&x[0], &x[1])],
         OpKind::BceWithLogitsBackward => vec![nn::bce_with_logits_backward(&x[0], &x[1], &x[2])],
         OpKind::Where => vec![elementwise::where_select(&x[0], &x[1], &x[2], &shapes[0])],
@@ -1156,6 +1158,93 @@ mod tests {
                 .fold(vec![0.0; 48], |acc, y| acc.iter().zip(&y.data).map(|(a, b)| a + b).collect());
             assert_close(&plane(&y, o), &sum, 1e-12);
         }
+    }
+
+    fn grid_attrs(mode: &str, padding: &str, align_corners: bool) -> Vec<(&'static str, Attr)> {
+        vec![
+            ("mode", Attr::Str(mode.into())),
+            ("padding_mode", Attr::Str(padding.into())),
+            ("align_corners", Attr::Bool(align_corners)),
+        ]
+    }
+
+    /// Grid coordinates on a coarse binary lattice (multiples of 2^-6), so that the sample
+    /// positions, their neighbours a finite-difference step 2^-8 away and the float32
+    /// bilinear weights are all exact; drawn again where a position lies near a pixel
+    /// boundary, where the sampling is not smooth.
+    fn lattice_grid(shape: &[usize], seed: u64, size: [usize; 2], align_corners: bool) -> Dense {
+        let mut grid = rand(shape, seed);
+        for (i, g) in grid.data.iter_mut().enumerate() {
+            let size = size[1 - i % 2] as f64;
+            let position = |g: f64| if align_corners { (g + 1.0) / 2.0 * (size - 1.0) } else { ((g + 1.0) * size - 1.0) / 2.0 };
+            let mut k = (*g * 1.3 * 64.0).round();
+            while [0.5, 0.0].iter().any(|&half| ((position(k / 64.0) - half).fract().abs() - 0.5).abs() > 0.48) {
+                k += 1.0;
+            }
+            *g = k / 64.0;
+        }
+        grid
+    }
+
+    #[test]
+    fn grad_grid_sample() {
+        // The gradient of x by finite differences (y is linear in x); the grid's by exact
+        // central differences on lattice coordinates (bilinear sampling is linear in each
+        // coordinate inside a pixel cell): bilinear and nearest, zeros and border, both
+        // align_corners, positions outside the image among them (|g| up to 1.3).
+        for (i, (mode, padding, align)) in
+            [("bilinear", "zeros", false), ("bilinear", "border", true), ("bilinear", "zeros", true), ("nearest", "border", false)]
+                .into_iter()
+                .enumerate()
+        {
+            let given = grid_attrs(mode, padding, align);
+            let x = rand(&[2, 3, 4, 5], 60 + i as u64);
+            let grid = lattice_grid(&[2, 3, 2, 2], 70 + i as u64, [4, 5], align);
+            grad_check(OpKind::GridSample, &given, &[x.clone(), grid.clone()], &[(0, "x")], &|xs, dy| {
+                vec![run(OpKind::GridSampleBackward, &given, &[dy.clone(), xs[0].clone(), xs[1].clone()]).remove(0)]
+            });
+            let y = run(OpKind::GridSample, &given, &[x.clone(), grid.clone()]).remove(0);
+            let dy = rand(&y.shape, 71);
+            let dgrid = run(OpKind::GridSampleBackward, &given, &[dy.clone(), x.clone(), grid.clone()]).remove(1);
+            let h = 1.0 / 256.0;
+            for k in 0..grid.data.len() {
+                let loss = |offset: f64| {
+                    let mut moved = grid.clone();
+                    moved.data[k] += offset;
+                    dot(&run(OpKind::GridSample, &given, &[x.clone(), moved]).remove(0), &dy)
+                };
+                let numeric = (loss(h) - loss(-h)) / (2.0 * h);
+                assert!((dgrid.data[k] - numeric).abs() < 1e-9, "{mode} {padding} {align}: dgrid[{k}] {} vs {numeric}", dgrid.data[k]);
+            }
+            if mode == "nearest" {
+                assert!(dgrid.data.iter().all(|&g| g == 0.0));
+            } else {
+                assert!(dgrid.data.iter().filter(|&&g| g != 0.0).count() > dgrid.data.len() / 2, "{:?}", dgrid.data);
+            }
+        }
+    }
+
+    #[test]
+    fn grid_sample_reads_pixels_at_the_grid_positions() {
+        // x [1, 1, 2, 3] = 0..6; with align_corners the grid's -1 and 1 are the corner
+        // pixels' centres: (-1, -1) reads x[0, 0], (1, 1) x[1, 2], (0, 0) the mean of x[.., 0..2,
+        // 1] (rows 0 and 1 at column 1); (1.5, 0) lies half a pixel past the last column: with
+        // zeros its outside neighbours read 0 (half of column 2's mean), with border it is
+        // column 2.
+        let x = t(&[1, 1, 2, 3], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        let grid = t(&[1, 1, 4, 2], &[-1.0, -1.0, 1.0, 1.0, 0.0, 0.0, 1.5, 0.0]);
+        let zeros = run(OpKind::GridSample, &grid_attrs("bilinear", "zeros", true), &[x.clone(), grid.clone()]).remove(0);
+        assert_eq!(zeros.data, [0.0, 5.0, 2.5, 1.75]);
+        let border = run(OpKind::GridSample, &grid_attrs("bilinear", "border", true), &[x.clone(), grid.clone()]).remove(0);
+        assert_eq!(border.data, [0.0, 5.0, 2.5, 3.5]);
+        // Without align_corners -1 and 1 are the image's edges: (-1, -1) is a corner pixel's
+        // corner, a quarter of it inside.
+        let edges = run(OpKind::GridSample, &grid_attrs("bilinear", "zeros", false), &[x.clone(), grid.clone()]).remove(0);
+        assert_eq!(edges.data[1], 5.0 * 0.25);
+        // Nearest rounds half to even: (0, 0) with align_corners is column 1, row 0.5 → 0;
+        // (1.5, 0) is column 2.5 → 2.
+        let nearest = run(OpKind::GridSample, &grid_attrs("nearest", "zeros", true), &[x, grid]).remove(0);
+        assert_eq!(nearest.data, [0.0, 5.0, 1.0, 2.0]);
     }
 
     #[test]

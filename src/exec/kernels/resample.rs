@@ -17,6 +17,7 @@
 //! (`cuda/kernels/resample.cu`, one thread per dx element, no atomics) add them in.
 
 use crate::exec::Dense;
+use crate::ir::ops::GridSampleAttrs;
 
 /// `(N·C, H, W)` of an NCHW shape: planes, rows, columns.
 fn planes(shape: &[usize]) -> (usize, usize, usize) {
@@ -169,6 +170,129 @@ pub(super) fn upsample_nearest2d_backward(dy: &Dense, x_shape: &[usize]) -> Dens
         }
     }
     dx
+}
+
+/// Where grid_sample reads along one dimension of `size` pixels for the grid coordinate
+/// `g`, and the derivative of that position by `g`: aten's `grid_sampler_compute_source_index`
+/// in float32 (its arithmetic, in its order): unnormalized, ((g + 1) / 2)·(size − 1) with
+/// align_corners, else ((g + 1)·size − 1) / 2; under border padding clipped to
+/// [0, size − 1] (derivative 0 where clipped, also at exactly 0); a position that is not
+/// finite or beyond i32 reads as −100 (outside), as aten makes it.
+fn grid_source(g: f64, size: usize, attrs: &GridSampleAttrs) -> (f32, f32) {
+    let (g, size_f) = (g as f32, size as f32);
+    let (mut at, mut slope) = if attrs.align_corners {
+        ((g + 1.0) / 2.0 * (size_f - 1.0), (size_f - 1.0) / 2.0)
+    } else {
+        (((g + 1.0) * size_f - 1.0) / 2.0, size_f / 2.0)
+    };
+    if attrs.border {
+        if at <= 0.0 {
+            (at, slope) = (0.0, 0.0);
+        } else if at >= size_f - 1.0 {
+            (at, slope) = (size_f - 1.0, 0.0);
+        }
+    }
+    if !at.is_finite() || at > (i32::MAX - 1) as f32 || at < i32::MIN as f32 {
+        at = -100.0;
+    }
+    (at, slope)
+}
+
+/// The pixels one grid_sample position reads and their weights: bilinear, the four around
+/// (ix, iy) with aten's float32 weights (north-west, north-east, south-west, south-east);
+/// nearest, the one at (ix, iy) rounded half to even, weight 1. Pixels outside the image
+/// read 0 and are left out.
+struct Taps {
+    /// (row, column, weight) of each pixel inside the image.
+    taps: Vec<(usize, usize, f64)>,
+}
+
+fn inside(row: f32, col: f32, h: usize, w: usize) -> Option<(usize, usize)> {
+    (row >= 0.0 && col >= 0.0 && (row as usize) < h && (col as usize) < w).then_some((row as usize, col as usize))
+}
+
+impl Taps {
+    fn of(ix: f32, iy: f32, h: usize, w: usize, nearest: bool) -> Taps {
+        if nearest {
+            let taps = inside(iy.round_ties_even(), ix.round_ties_even(), h, w).map(|(r, c)| (r, c, 1.0));
+            return Taps { taps: taps.into_iter().collect() };
+        }
+        let (x0, y0) = (ix.floor(), iy.floor());
+        let (x1, y1) = (x0 + 1.0, y0 + 1.0);
+        let corners = [
+            (y0, x0, (x1 - ix) * (y1 - iy)),
+            (y0, x1, (ix - x0) * (y1 - iy)),
+            (y1, x0, (x1 - ix) * (iy - y0)),
+            (y1, x1, (ix - x0) * (iy - y0)),
+        ];
+        let taps = corners.into_iter().filter_map(|(r, c, weight)| inside(r, c, h, w).map(|(r, c)| (r, c, f64::from(weight))));
+        Taps { taps: taps.collect() }
+    }
+}
+
+/// `grid_sample`: y[n, c, p, q] = Σ over the taps of position grid[n, p, q] of x[n, c, row,
+/// col] · weight (see [`grid_source`] and [`Taps`]; grid[.., 0] is the column, grid[.., 1]
+/// the row, both in [−1, 1] across the image).
+pub(super) fn grid_sample(x: &Dense, grid: &Dense, attrs: &GridSampleAttrs) -> Dense {
+    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let (p, q) = (grid.shape[1], grid.shape[2]);
+    let mut y = Dense::zeros(vec![n, c, p, q]);
+    for b in 0..n {
+        for at in 0..p * q {
+            let g = (b * p * q + at) * 2;
+            let (ix, _) = grid_source(grid.data[g], w, attrs);
+            let (iy, _) = grid_source(grid.data[g + 1], h, attrs);
+            let taps = Taps::of(ix, iy, h, w, attrs.nearest);
+            for ch in 0..c {
+                let plane = (b * c + ch) * h * w;
+                y.data[(b * c + ch) * p * q + at] = taps.taps.iter().map(|&(r, col, wt)| x.data[plane + r * w + col] * wt).sum();
+            }
+        }
+    }
+    y
+}
+
+/// (dx, dgrid) of grid_sample: dy(n, c, p, q) added into each pixel its sample read, times
+/// the pixel's weight, positions and channels in row-major order; and the grid's gradient,
+/// aten's: Σ over channels of dy times the derivative of the bilinear sum by the position
+/// (each pixel's value times its weight's derivative), times the position's derivative by
+/// the grid coordinate ([`grid_source`]). Nearest sampling passes the grid none.
+pub(super) fn grid_sample_backward(dy: &Dense, x: &Dense, grid: &Dense, attrs: &GridSampleAttrs) -> Vec<Dense> {
+    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let (p, q) = (grid.shape[1], grid.shape[2]);
+    let mut dx = Dense::zeros(x.shape.clone());
+    let mut dgrid = Dense::zeros(grid.shape.clone());
+    for b in 0..n {
+        for at in 0..p * q {
+            let g = (b * p * q + at) * 2;
+            let (ix, slope_x) = grid_source(grid.data[g], w, attrs);
+            let (iy, slope_y) = grid_source(grid.data[g + 1], h, attrs);
+            let taps = Taps::of(ix, iy, h, w, attrs.nearest);
+            let (mut gx, mut gy) = (0.0, 0.0);
+            let (x0, y0) = (f64::from(ix.floor()), f64::from(iy.floor()));
+            let (fx, fy) = (f64::from(ix) - x0, f64::from(iy) - y0);
+            for ch in 0..c {
+                let plane = (b * c + ch) * h * w;
+                let d = dy.data[(b * c + ch) * p * q + at];
+                for &(r, col, wt) in &taps.taps {
+                    dx.data[plane + r * w + col] += d * wt;
+                    if !attrs.nearest {
+                        // The weight's derivatives: along x, ±(its row factor); along y,
+                        // ±(its column factor), by which side of (ix, iy) the pixel lies.
+                        let v = x.data[plane + r * w + col] * d;
+                        let (east, south) = (col as f64 > x0, r as f64 > y0);
+                        let row_factor = if south { fy } else { 1.0 - fy };
+                        let col_factor = if east { fx } else { 1.0 - fx };
+                        gx += if east { v * row_factor } else { -v * row_factor };
+                        gy += if south { v * col_factor } else { -v * col_factor };
+                    }
+                }
+            }
+            dgrid.data[g] = f64::from(slope_x) * gx;
+            dgrid.data[g + 1] = f64::from(slope_y) * gy;
+        }
+    }
+    vec![dx, dgrid]
 }
 
 #[cfg(test)]

@@ -606,6 +606,7 @@ mod tests;
 pub use attention::AttentionAttrs;
 pub use conv::{Conv3dAttrs, ConvAttrs};
 pub use elementwise::Comparison;
+pub use resample::GridSampleAttrs;
 pub use linalg::MatmulAttrs;
 pub use nn::{CrossEntropyAttrs, PoolAttrs};
 pub use optim::AdamAttrs;

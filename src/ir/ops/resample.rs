@@ -1,6 +1,8 @@
 //! Resampling of images: `adaptive_avg_pool2d`, `upsample_nearest2d` and
 //! `upsample_bilinear2d` (NCHW, PyTorch's bins, source indices and weights) and their
-//! backward ops, which name the forward input's shape.
+//! backward ops, which name the forward input's shape; and `grid_sample`, sampling at
+//! positions a tensor gives (PyTorch's `F.grid_sample`), whose backward gives the image's
+//! and the grid's gradients.
 //! FLOPs of the adaptive pool count each bin's elements, in closed form.
 
 use super::rules::*;
@@ -63,6 +65,80 @@ fn resampled(x: &TensorType, attrs: &Attrs) -> Result<TensorType, String> {
 
 pub(super) fn infer_resample(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     done(vec![resampled(inputs[0], attrs)?])
+}
+
+/// grid_sample's arguments: the interpolation (`"bilinear"` or `"nearest"`), what a position
+/// outside the image reads (`"zeros"`, or `"border"`: the nearest edge pixel), and
+/// `align_corners` (the grid's −1 and 1 are the corner pixels' centres, else the image's
+/// edges).
+const GRID_SAMPLE_ATTRS: &[AttrSpec] = &[
+    attr("mode", K::Str, Some(AttrDefault::Str("bilinear"))),
+    attr("padding_mode", K::Str, Some(AttrDefault::Str("zeros"))),
+    ALIGN_CORNERS,
+];
+
+pub(super) const GRID_SAMPLE: OpDef = OpDef::new("grid_sample", &["x", "grid"], &["y"], infer_grid_sample, "x[N,C,H,W] sampled at the positions grid[N,P,Q,2] gives ((x, y) in [-1, 1]): bilinear or nearest, zeros or border outside (PyTorch's grid_sample)")
+    .attrs(GRID_SAMPLE_ATTRS)
+    .flops(per_output::<8>);
+
+pub(super) const GRID_SAMPLE_BACKWARD: OpDef = OpDef::new("grid_sample_backward", &["dy", "x", "grid"], &["dx", "dgrid"], infer_grid_sample_backward, "grid_sample's gradients: dy added into the pixels each sample read, times their weights; and the grid's, through the weights")
+    .attrs(GRID_SAMPLE_ATTRS)
+    .backward()
+    .flops(per_input::<16>);
+
+/// grid_sample's attributes, decoded once.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct GridSampleAttrs {
+    /// Nearest pixel (rounding half to even), else bilinear.
+    pub nearest: bool,
+    /// Positions outside the image read the nearest edge pixel, else 0.
+    pub border: bool,
+    pub align_corners: bool,
+}
+
+impl GridSampleAttrs {
+    /// The attributes of an op that passed its type rule.
+    pub fn of(attrs: &Attrs) -> GridSampleAttrs {
+        Self::checked(attrs).unwrap_or_else(|e| panic!("grid_sample attributes the type rule accepted: {e}"))
+    }
+
+    fn checked(attrs: &Attrs) -> Result<GridSampleAttrs, String> {
+        let nearest = match attrs.str("mode") {
+            "bilinear" => false,
+            "nearest" => true,
+            other => return Err(format!("mode={other:?}: expected \"bilinear\" or \"nearest\"")),
+        };
+        let border = match attrs.str("padding_mode") {
+            "zeros" => false,
+            "border" => true,
+            other => return Err(format!("padding_mode={other:?}: expected \"zeros\" or \"border\"")),
+        };
+        Ok(GridSampleAttrs { nearest, border, align_corners: attrs.bool("align_corners") })
+    }
+}
+
+/// `grid_sample(x, grid)`: `x[N,C,H,W]` and `grid[N,P,Q,2]` of one float dtype; gives
+/// `y[N,C,P,Q]`.
+pub(super) fn infer_grid_sample(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, grid) = (inputs[0], inputs[1]);
+    let dtype = same_dtype(inputs)?;
+    float_input(x, "x")?;
+    GridSampleAttrs::checked(attrs)?;
+    match (x.dims(), grid.dims()) {
+        (&[n, c, _, _], &[gn, p, q, 2]) if gn == n => done(vec![TensorType::new(dtype, vec![n, c, p, q])]),
+        _ => Err(format!("x must be [N,C,H,W] and grid [N,P,Q,2] (the same N), found {x} and {grid}")),
+    }
+}
+
+/// `grid_sample_backward(dy, x, grid)`: `dy` of grid_sample(x, grid)'s type; gives dx and
+/// dgrid of x's and grid's types.
+pub(super) fn infer_grid_sample_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, x, grid) = (inputs[0], inputs[1], inputs[2]);
+    let y = infer_grid_sample(&[x, grid], attrs)?.remove(0);
+    if *dy != y {
+        return Err(format!("dy must be grid_sample(x {x}, grid {grid})'s type {y}, found {dy}"));
+    }
+    done(vec![x.clone(), grid.clone()])
 }
 
 /// `*_backward(dy, shape, output_size)`: `dy` must be exactly the forward's output for an

@@ -137,6 +137,8 @@ op_table! {
     // Bilinear resampling (DeepLabV3's and segmentation heads' upsampling).
     UpsampleBilinear2d = resample::UPSAMPLE_BILINEAR2D,
     UpsampleBilinear2dBackward = resample::UPSAMPLE_BILINEAR2D_BACKWARD,
+    GridSample = resample::GRID_SAMPLE,
+    GridSampleBackward = resample::GRID_SAMPLE_BACKWARD,
     // The k largest elements and their positions (mixture-of-experts routers).
     Topk = nn::TOPK,
     // The error function (ESM's and BERT-era GELUs written out).

@@ -286,6 +286,23 @@ fn attention_heads_and_lengths() {
 }
 
 #[test]
+fn grid_sample_samples_x_at_a_grid_of_positions() {
+    let g = OpKind::GridSample;
+    let nearest = [("mode", Attr::Str("nearest".into())), ("padding_mode", Attr::Str("border".into()))];
+    assert_eq!(ok(g, &["f32[2,3,8,9]", "f32[2,5,7,2]"], &[]), ["f32[2,3,5,7]"]);
+    assert_eq!(ok(g, &["bf16[1,4,2,2]", "bf16[1,1,1,2]"], &nearest), ["bf16[1,4,1,1]"]);
+    err(g, &["f32[2,3,8,9]", "f32[3,5,7,2]"], &[], "the same N");
+    err(g, &["f32[2,3,8,9]", "f32[2,5,7,3]"], &[], "grid [N,P,Q,2]");
+    err(g, &["f32[2,3,8]", "f32[2,5,7,2]"], &[], "x must be [N,C,H,W]");
+    err(g, &["f32[2,3,8,9]", "f16[2,5,7,2]"], &[], "dtypes differ");
+    err(g, &["f32[2,3,8,9]", "f32[2,5,7,2]"], &[("mode", Attr::Str("bicubic".into()))], "expected \"bilinear\" or \"nearest\"");
+    err(g, &["f32[2,3,8,9]", "f32[2,5,7,2]"], &[("padding_mode", Attr::Str("reflection".into()))], "\"zeros\" or \"border\"");
+    let b = OpKind::GridSampleBackward;
+    assert_eq!(ok(b, &["f32[2,3,5,7]", "f32[2,3,8,9]", "f32[2,5,7,2]"], &[]), ["f32[2,3,8,9]", "f32[2,5,7,2]"]);
+    err(b, &["f32[2,3,5,6]", "f32[2,3,8,9]", "f32[2,5,7,2]"], &[], "dy must be");
+}
+
+#[test]
 fn conv3d_output_sizes_and_errors() {
     let c = OpKind::Conv3d;
     let given = [("stride", Attr::Ints(vec![1, 2, 2])), ("padding", Attr::Ints(vec![0, 1, 1])), ("dilation", Attr::Ints(vec![1, 1, 2]))];

@@ -707,6 +707,22 @@ impl Gen {
     /// NCHW value, recorded for its backward op, which follows right away sometimes.
     pub(super) fn resample(&mut self) {
         let x = self.nchw();
+        if self.chance(0.25) {
+            // grid_sample at a new grid of N(0, 1) positions (a third of them outside the
+            // image), every mode and padding.
+            let t = self.ty(x).clone();
+            let (p, q) = (1 + self.below(3) as u64, 1 + self.below(4) as u64);
+            let grid = self.new_input(TensorType::new(t.dtype, vec![t.dims()[0], p, q, 2]));
+            let given = [
+                ("mode", Attr::Str(self.choose(&["bilinear", "bilinear", "nearest"]).to_string())),
+                ("padding_mode", Attr::Str(self.choose(&["zeros", "border"]).to_string())),
+                ("align_corners", Attr::Bool(self.chance(0.5))),
+            ];
+            if self.emit_recorded(OpKind::GridSample, &[x, grid], &given).is_some() && self.chance(0.5) {
+                self.backward_of(self.records.len() - 1);
+            }
+            return;
+        }
         let (h, w) = (self.ty(x).dims()[2], self.ty(x).dims()[3]);
         let upsample = self.chance(0.5);
         let size = |g: &mut Gen, d: u64| match g.below(3) {

@@ -93,7 +93,12 @@ impl Gen {
             OpKind::Relu | OpKind::Sigmoid | OpKind::Tanh | OpKind::Softmax => vec![r.output],
             OpKind::Gelu | OpKind::Silu | OpKind::Hardswish | OpKind::Hardsigmoid | OpKind::MaxPool2d => vec![r.inputs[0]],
             OpKind::LayerNorm | OpKind::RmsNorm | OpKind::BatchNorm => vec![r.inputs[0], r.inputs[1]],
-            OpKind::Conv2d | OpKind::Conv3d | OpKind::ConvTranspose2d | OpKind::CrossEntropy | OpKind::BceWithLogits => {
+            OpKind::Conv2d
+            | OpKind::Conv3d
+            | OpKind::ConvTranspose2d
+            | OpKind::CrossEntropy
+            | OpKind::BceWithLogits
+            | OpKind::GridSample => {
                 vec![r.inputs[0], r.inputs[1]]
             }
             OpKind::Embedding | OpKind::Gather => vec![r.inputs[1]],
@@ -252,6 +257,14 @@ impl Gen {
                     if r.kind == OpKind::CrossEntropy { OpKind::CrossEntropyBackward } else { OpKind::BceWithLogitsBackward };
                 let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
                 self.emit(kind, &[dloss, r.inputs[0], r.inputs[1]], &given);
+            }
+            OpKind::GridSample => {
+                let dy = self.derive(&out_ty, None);
+                let given: Vec<(&'static str, Attr)> = r.attrs.0.clone();
+                if let Some(outs) = self.emit_named(OpKind::GridSampleBackward, &[dy, r.inputs[0], r.inputs[1]], &given, None) {
+                    self.grads.insert(r.inputs[0], outs[0]);
+                    self.grads.insert(r.inputs[1], outs[1]);
+                }
             }
             OpKind::AdaptiveAvgPool2d | OpKind::UpsampleNearest2d | OpKind::UpsampleBilinear2d => {
                 let kind = match r.kind {

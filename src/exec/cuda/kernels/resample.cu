@@ -162,3 +162,138 @@ extern "C" __global__ void upsample_bilinear2d_backward(Tensor dx, Tensor dy, i6
         store_d(dx, e, total);
     }
 }
+
+// grid_sample: where a grid coordinate g reads along a dimension of `size` pixels, and the
+// derivative of that position by g (exec/kernels/resample.rs's grid_source, in float as
+// there): ((g + 1) / 2)·(size − 1) with align_corners, else ((g + 1)·size − 1) / 2; under
+// border padding clipped to [0, size − 1] (derivative 0 where clipped); not finite or
+// beyond int, −100 (outside).
+struct GridSource {
+    float at, slope;
+};
+
+__device__ GridSource grid_source(float g, i64 size, int align_corners, int border) {
+    const float sf = (float)size;
+    GridSource s;
+    if (align_corners) {
+        s.at = (g + 1.0f) / 2.0f * (sf - 1.0f);
+        s.slope = (sf - 1.0f) / 2.0f;
+    } else {
+        s.at = ((g + 1.0f) * sf - 1.0f) / 2.0f;
+        s.slope = sf / 2.0f;
+    }
+    if (border) {
+        if (s.at <= 0.0f) {
+            s.at = 0.0f;
+            s.slope = 0.0f;
+        } else if (s.at >= sf - 1.0f) {
+            s.at = sf - 1.0f;
+            s.slope = 0.0f;
+        }
+    }
+    if (!isfinite(s.at) || s.at > 2147483646.0f || s.at < -2147483648.0f) s.at = -100.0f;
+    return s;
+}
+
+// The pixels a sample at (ix, iy) reads, in the CPU reference's order and with its float
+// weights: bilinear, those of north-west, north-east, south-west, south-east inside the
+// image; nearest, the pixel at (ix, iy) rounded half to even, if inside.
+struct GridTaps {
+    i64 row[4], col[4];
+    float weight[4];
+    int n;
+};
+
+__device__ __forceinline__ void grid_tap(GridTaps& t, float row, float col, float weight, i64 h, i64 w) {
+    if (row >= 0.0f && col >= 0.0f && (i64)row < h && (i64)col < w) {
+        t.row[t.n] = (i64)row;
+        t.col[t.n] = (i64)col;
+        t.weight[t.n] = weight;
+        ++t.n;
+    }
+}
+
+__device__ GridTaps grid_taps(float ix, float iy, i64 h, i64 w, int nearest) {
+    GridTaps t;
+    t.n = 0;
+    if (nearest) {
+        grid_tap(t, rintf(iy), rintf(ix), 1.0f, h, w);
+        return t;
+    }
+    const float x0 = floorf(ix), y0 = floorf(iy), x1 = x0 + 1.0f, y1 = y0 + 1.0f;
+    grid_tap(t, y0, x0, (x1 - ix) * (y1 - iy), h, w);
+    grid_tap(t, y0, x1, (ix - x0) * (y1 - iy), h, w);
+    grid_tap(t, y1, x0, (x1 - ix) * (iy - y0), h, w);
+    grid_tap(t, y1, x1, (ix - x0) * (iy - y0), h, w);
+    return t;
+}
+
+// y[n, c, p, q] = Σ over the taps of grid[n, p, q] of x[n, c, row, col]·weight (double).
+extern "C" __global__ void grid_sample(Tensor y, Tensor x, Tensor grid, int nearest, int border, int align_corners) {
+    const i64 c = x.shape[1], h = x.shape[2], w = x.shape[3], p = y.shape[2], q = y.shape[3];
+    GRID_STRIDE(e, y.numel) {
+        const i64 at = e % (p * q), b = e / (p * q * c), plane = e / (p * q);
+        const i64 g = (b * p * q + at) * 2;
+        const GridSource sx = grid_source(load_f(grid, g), w, align_corners, border);
+        const GridSource sy = grid_source(load_f(grid, g + 1), h, align_corners, border);
+        const GridTaps t = grid_taps(sx.at, sy.at, h, w, nearest);
+        double acc = 0.0;
+        for (int k = 0; k < t.n; ++k) acc += load_d(x, (plane * h + t.row[k]) * w + t.col[k]) * (double)t.weight[k];
+        store_d(y, e, acc);
+    }
+}
+
+// dx of grid_sample: one thread per (n, c) plane of dx, which it zeroes, then adds dy times
+// each tap's weight into, positions in row-major order (no atomics: runs repeat bit for
+// bit; each addition rounds to dx's dtype, as PyTorch's atomic adds do).
+extern "C" __global__ void grid_sample_backward_data(Tensor dx, Tensor dy, Tensor grid, int nearest, int border,
+                                                     int align_corners) {
+    const i64 c = dx.shape[1], h = dx.shape[2], w = dx.shape[3], p = dy.shape[2], q = dy.shape[3];
+    GRID_STRIDE(plane, dx.shape[0] * c) {
+        const i64 b = plane / c;
+        for (i64 i = 0; i < h * w; ++i) store_d(dx, plane * h * w + i, 0.0);
+        for (i64 at = 0; at < p * q; ++at) {
+            const i64 g = (b * p * q + at) * 2;
+            const GridSource sx = grid_source(load_f(grid, g), w, align_corners, border);
+            const GridSource sy = grid_source(load_f(grid, g + 1), h, align_corners, border);
+            const GridTaps t = grid_taps(sx.at, sy.at, h, w, nearest);
+            const double d = load_d(dy, plane * p * q + at);
+            for (int k = 0; k < t.n; ++k) {
+                const i64 o = (plane * h + t.row[k]) * w + t.col[k];
+                store_d(dx, o, load_d(dx, o) + d * (double)t.weight[k]);
+            }
+        }
+    }
+}
+
+// dgrid of grid_sample: one thread per grid position, summing over channels dy times each
+// tap's value times its weight's derivative (± its row factor along x, ± its column factor
+// along y), times the position's derivative by the grid coordinate; 0 under nearest.
+extern "C" __global__ void grid_sample_backward_grid(Tensor dgrid, Tensor dy, Tensor x, Tensor grid, int nearest,
+                                                     int border, int align_corners) {
+    const i64 c = x.shape[1], h = x.shape[2], w = x.shape[3], p = dy.shape[2], q = dy.shape[3];
+    GRID_STRIDE(pos, x.shape[0] * p * q) {
+        const i64 b = pos / (p * q), at = pos % (p * q), g = pos * 2;
+        const GridSource sx = grid_source(load_f(grid, g), w, align_corners, border);
+        const GridSource sy = grid_source(load_f(grid, g + 1), h, align_corners, border);
+        double gx = 0.0, gy = 0.0;
+        if (!nearest) {
+            const GridTaps t = grid_taps(sx.at, sy.at, h, w, 0);
+            const double x0 = (double)floorf(sx.at), y0 = (double)floorf(sy.at);
+            const double fx = (double)sx.at - x0, fy = (double)sy.at - y0;
+            for (i64 ch = 0; ch < c; ++ch) {
+                const i64 plane = b * c + ch;
+                const double d = load_d(dy, plane * p * q + at);
+                for (int k = 0; k < t.n; ++k) {
+                    const double v = load_d(x, (plane * h + t.row[k]) * w + t.col[k]) * d;
+                    const bool east = (double)t.col[k] > x0, south = (double)t.row[k] > y0;
+                    const double row_factor = south ? fy : 1.0 - fy, col_factor = east ? fx : 1.0 - fx;
+                    gx += east ? v * row_factor : -v * row_factor;
+                    gy += south ? v * col_factor : -v * col_factor;
+                }
+            }
+        }
+        store_d(dgrid, g, (double)sx.slope * gx);
+        store_d(dgrid, g + 1, (double)sy.slope * gy);
+    }
+}
