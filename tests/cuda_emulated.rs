@@ -24,7 +24,7 @@ use memplan::exec::cuda::program::Program;
 use memplan::exec::cuda::source::{
     ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, ATTENTION, ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DKV_TC,
     ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DQ_TC, ATTENTION_BIAS_BACKWARD, ATTENTION_TC,
-    BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, CONV3D, CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT, DROPOUT, GRID_SAMPLE,
+    BCE_BACKWARD, BCE_MEAN, BCE_PARTIAL, CONV3D, CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT, DROPOUT, EMBEDDING_BAG, EMBEDDING_BAG_BACKWARD, GRID_SAMPLE,
     GRID_SAMPLE_BACKWARD_DATA, GRID_SAMPLE_BACKWARD_GRID, MASKED_FILL, OP_COPY, UNARY, UPSAMPLE_NEAREST2D,
     UPSAMPLE_NEAREST2D_BACKWARD, WHERE_SELECT,
 };
@@ -651,6 +651,42 @@ fn conv_variants_match_the_cpu_reference() {
         finished |= launches.contains(&"igemm_finish");
     }
     assert!(finished, "no case split its depth (igemm_finish)");
+}
+
+/// embedding_bag on the emulated GPU, forward and backward, against the CPU reference: sum
+/// and mean, bags of different lengths and an empty one (offsets an input), a bf16 table.
+#[test]
+fn embedding_bag_matches_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    for (seed, (dt, mode)) in [("f32", "sum"), ("f32", "mean"), ("bf16", "mean")].into_iter().enumerate() {
+        let text = format!(
+            "step @bags(
+  %table: {dt}[9,5] param,
+  %ids: i64[7] input,
+  %offsets: i64[4] input,
+) {{
+  %out = embedding_bag(%table, %ids, %offsets, mode=\"{mode}\")
+  %sq = mul(%out, %out)
+  %loss = sum(%sq, axes=[0, 1])
+  backward %loss with sgd(lr=0.1)
+  return %loss, %out
+}}"
+        );
+        let graph = memplan::expand(&memplan::parse(&text).unwrap()).unwrap();
+        let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+        memplan::check(&graph, &plan).unwrap();
+        let mut args = init_args(&graph, 120 + seed as u64).unwrap();
+        let int = |shape: u64, values: &[f64]| HostTensor::from_f64(TensorType::new(DType::I64, vec![shape]), values);
+        args.insert("ids".into(), int(7, &[3.0, 8.0, 3.0, 0.0, 5.0, 5.0, 1.0]));
+        args.insert("offsets".into(), int(4, &[0.0, 2.0, 2.0, 5.0]));
+        let (launches, _) = emulated_from(&graph, &plan, 2, args, LowerOptions::default())
+            .unwrap_or_else(|err| panic!("case {seed} ({dt}, {mode}): {err}\n{text}"));
+        for kernel in [EMBEDDING_BAG, EMBEDDING_BAG_BACKWARD] {
+            assert!(launches.contains(&kernel), "case {seed}: {kernel} did not run: {launches:?}");
+        }
+    }
 }
 
 /// grid_sample on the emulated GPU, forward and backward (dx and dgrid through

@@ -329,6 +329,27 @@ def _sampling():
     return Sampling(), (torch.randn(2, 3, 6, 6), torch.tensor([0, 2]))
 
 
+class Recommender(nn.Module):
+    """DLRM's sparse features: EmbeddingBag sum over bags given by offsets (one bag empty)
+    and mean over bags of one length (a 2-D input): memplan's embedding_bag, no row per id."""
+
+    def __init__(self):
+        super().__init__()
+        self.users = nn.EmbeddingBag(20, 6, mode="sum")
+        self.items = nn.EmbeddingBag(15, 6, mode="mean")
+        self.head = nn.Linear(12, 1)
+
+    def forward(self, user_ids, offsets, item_ids, y):
+        features = torch.cat([self.users(user_ids, offsets), self.items(item_ids)], dim=1)
+        return F.mse_loss(self.head(features), y)
+
+
+def _recommender():
+    torch.manual_seed(16)
+    return Recommender(), (torch.tensor([4, 19, 4, 0, 7, 12, 3]), torch.tensor([0, 3, 3, 5]),
+                           torch.randint(0, 15, (4, 3)), torch.randn(4, 1))
+
+
 def _video():
     torch.manual_seed(14)
     return Video(), (torch.randn(2, 3, 4, 8, 8), torch.tensor([1, 3]))
@@ -351,9 +372,9 @@ def _segmentation():
 
 
 @pytest.mark.parametrize("build", [_audio, _indexing, _segmentation, _router, _recurrent, _pointwise, _composite, _scatter,
-                                   _bags, _video, _sampling],
+                                   _bags, _video, _sampling, _recommender],
                          ids=["audio", "indexing", "segmentation", "router", "recurrent", "pointwise", "composite", "scatter",
-                              "bags", "video", "sampling"])
+                              "bags", "video", "sampling", "recommender"])
 def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
     model, inputs = build()
     if build is _recurrent and not _lstm_states_traced_as_they_run():
@@ -375,6 +396,7 @@ def test_decomposed_ops_train_as_in_pytorch(memplan, tmp_path, build):
               "composite": ["matmul(", "div(", "embedding("],
               "scatter": ["scatter_add("],
               "sampling": ["grid_sample(", 'mode="nearest"', 'padding_mode="border"', "align_corners=true"],
+              "recommender": ["= embedding_bag(%users.weight", 'mode="mean"'],
               "video": ["conv3d(", "stride=[2, 2, 2]", "dilation=[1, 2, 1]", "groups=2"],
               "bags": ["embedding(", "cumsum(", "topk(", "slice_scatter(", 'to=i64', "pow_scalar("]}
     for piece in wanted[build.__name__[1:]]:

@@ -77,6 +77,8 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Fill | OpKind::Random => None,
         OpKind::Embedding => Some(grad_embedding),
         OpKind::EmbeddingBackward => None,
+        OpKind::EmbeddingBag => Some(grad_embedding_bag),
+        OpKind::EmbeddingBagBackward => None,
         OpKind::LayerNorm => Some(grad_layer_norm),
         OpKind::LayerNormBackward => None,
         OpKind::RmsNorm => Some(grad_rms_norm),
@@ -653,6 +655,22 @@ fn grad_embedding(b: &mut Builder, call: &GradCall) -> Rule {
         }
         let vocab = i64::try_from(b.ty(table).dims()[0]).map_err(|_| "the vocabulary is too large".to_string())?;
         b.op1(table, OpKind::EmbeddingBackward, vec![dy, ids], &[("vocab", Attr::Int(vocab))])
+    })
+}
+
+/// `embedding_bag(table, ids, offsets, mode)`: `dtable = embedding_bag_backward(dy, ids,
+/// offsets, vocab, mode)`, each bag's dy row (over the bag's length for mean) added into
+/// the rows its ids name. ids and offsets have none.
+fn grad_embedding_bag(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let (table, ids, offsets) = (call.inputs[0], call.inputs[1], call.inputs[2]);
+    each(b, call, |b, k| {
+        if k != 0 {
+            return Err("the ids and offsets of embedding_bag have no gradient".into());
+        }
+        let vocab = i64::try_from(b.ty(table).dims()[0]).map_err(|_| "the vocabulary is too large".to_string())?;
+        let mode = call.attrs.get("mode").cloned().unwrap_or(Attr::Str("sum".into()));
+        b.op1(table, OpKind::EmbeddingBagBackward, vec![dy, ids, offsets], &[("vocab", Attr::Int(vocab)), ("mode", mode)])
     })
 }
 

@@ -10,8 +10,8 @@
 //! biases 0, embedding tables N(0, 0.02), other weights uniform in ±1/sqrt(fan_in)); state
 //! 0; float inputs N(0, 1); integer inputs in the smallest range of the ops reading them,
 //! directly or through views: labels' and ids' valid range (labels never hit a negative
-//! ignore_index), 0..10 for any other reader (a view op included) or none; bool inputs
-//! fair coins. Each tensor's bytes are allocated fallibly and encoded as they are drawn.
+//! ignore_index), 0..10 for any other reader (a view op included) or none (offsets, sorted
+//! from 0); bool inputs fair coins. Each tensor's bytes are allocated fallibly and encoded as they are drawn.
 
 use half::{bf16, f16};
 use indexmap::IndexMap;
@@ -19,7 +19,8 @@ use indexmap::IndexMap;
 use crate::exec::ExecError;
 use crate::index::ValueId;
 use crate::ir::graph::{Graph, Op, Role};
-use crate::ir::layout::layouts;
+use crate::index::IndexVec;
+use crate::ir::layout::{Layout, layouts};
 use crate::ir::ops::{Below, Init};
 use crate::ir::types::{DType, TensorType};
 use crate::rng::Rng;
@@ -102,7 +103,19 @@ pub fn init_args(graph: &Graph, seed: u64) -> Result<Tensors, ExecError> {
                     op.inputs.iter().enumerate().filter(|&(_, &v)| layouts[v].root == arg).map(|(k, _)| index_bound(graph, op, k))
                 });
                 let bound = bounds.min().unwrap_or(10).max(1);
-                fill(&mut |rng| rng.below(bound) as f64)
+                let drawn = fill(&mut |rng| rng.below(bound) as f64);
+                match drawn {
+                    // Offsets (embedding_bag's bags): sorted, the first 0, so the bags are valid.
+                    Ok(offsets) if reads_as_offsets(graph, &layouts, arg) => {
+                        let mut values = offsets.to_f64();
+                        values.sort_by(f64::total_cmp);
+                        if let Some(first) = values.first_mut() {
+                            *first = 0.0;
+                        }
+                        Ok(HostTensor::from_f64(offsets.ty, &values))
+                    }
+                    other => other,
+                }
             }
             (Role::Input, _) => fill(&mut |rng| rng.normal()),
             (Role::Param, _) => match first_use_init(graph, arg) {
@@ -140,10 +153,18 @@ fn filled(name: &str, ty: &TensorType, mut draw: impl FnMut() -> f64) -> Result<
 /// The range `op` gives the integers it reads at input `k`: its row's bound for an input
 /// of indices (labels' and ids' valid range), 0..10 for any other input (a view's
 /// included).
+/// Whether an op reads `arg` (or a view of it) as offsets (`Below::Offsets`).
+fn reads_as_offsets(graph: &Graph, layouts: &IndexVec<ValueId, Layout>, arg: ValueId) -> bool {
+    graph.ops.iter().any(|op| {
+        op.kind.def().indices.iter().any(|ix| matches!(ix.below, Below::Offsets { .. }) && layouts[op.inputs[ix.input]].root == arg)
+    })
+}
+
 fn index_bound(graph: &Graph, op: &Op, k: usize) -> u64 {
     match op.kind.def().indices.iter().find(|ix| ix.input == k).map(|ix| ix.below) {
         Some(Below::Dim { input, axis }) => graph.values[op.inputs[input]].ty.dims().get(axis).copied().unwrap_or(1),
         Some(Below::Attr(name)) => op.attrs.int(name).max(1) as u64,
+        Some(Below::Offsets { input }) => graph.values[op.inputs[input]].ty.dims().first().copied().unwrap_or(0) + 1,
         Some(Below::DimAt { input, axis }) => {
             let ty = if input == usize::MAX { &graph.values[op.outputs[0]].ty } else { &graph.values[op.inputs[input]].ty };
             let rank = ty.rank() as i64;

@@ -72,6 +72,10 @@ pub enum ExecError {
     #[error("{op}: index {index} is out of range 0..{bound}")]
     IndexOutOfRange { op: String, index: i64, bound: usize },
 
+    /// embedding_bag's offsets do not start at 0, decrease, or pass the number of ids.
+    #[error("{op}: bad offsets: {detail} (they must start at 0 and not decrease)")]
+    BadOffsets { op: String, detail: String },
+
     /// Op `op` (`text` as the IR prints it, at `span` in the step's file) failed with
     /// `error`.
     #[error("`{text}`: {error}")]

@@ -409,7 +409,10 @@ _BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
 @handles(aten.embedding_bag.padding_idx, aten.embedding_bag.default, aten._embedding_bag.default)
 def embedding_bag(t, weight, ids, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
                   include_last_offset=False, padding_idx=None):
-    """`F.embedding_bag` / `nn.EmbeddingBag` (sum, mean, max of each bag's rows): the rows
+    """`F.embedding_bag` / `nn.EmbeddingBag` (sum, mean, max of each bag's rows). Sum and
+    mean without per-sample weights or padding_idx are memplan's `embedding_bag` (offsets
+    as given; with include_last_offset only when the last offset is a constant n), which
+    holds no row per index. The other forms are decomposed: the rows
     gathered by `embedding` ([n, D] for n indices, which the fused op never makes: the
     cost of this decomposition), scaled by `per_sample_weights` (sum mode), rows of
     `padding_idx` zeroed (`where`; they take no gradient and are not counted), then
@@ -426,7 +429,7 @@ def embedding_bag(t, weight, ids, offsets, scale_grad_by_freq=False, mode=0, spa
 
     if scale_grad_by_freq or sparse:
         raise ExportError("embedding_bag with scale_grad_by_freq or sparse gradients is not supported")
-    if any(user.target is not operator.getitem or user.args[1] != 0 for user in t.node.users):
+    if any(user.target is not operator.getitem or (user.args[1] != 0 and user.users) for user in t.node.users):
         raise ExportError("embedding_bag's offset2bag, bag_size or max_indices are read: the decomposition does not give them")
     if ids.rank != 1 or offsets.rank != 1:
         raise ExportError("embedding_bag with indices that are not 1-D")
@@ -445,6 +448,13 @@ def embedding_bag(t, weight, ids, offsets, scale_grad_by_freq=False, mode=0, spa
                           "padding_idx only (memplan has no per-segment max)")
     if per_sample_weights is not None and how != "sum":
         raise ExportError("embedding_bag: per_sample_weights are for mode='sum' only")
+    last_is_n = not include_last_offset or (given is not None and int(given[-1]) == n)
+    if how in ("sum", "mean") and per_sample_weights is None and not padding and last_is_n:
+        if include_last_offset:
+            offsets = t.emit("slice", [offsets], [("axis", 0), ("start", 0), ("end", bags)],
+                             fake=t.fake_like([bags], offsets.fake.dtype), final=False, role="bag_starts")
+        attrs = [("mode", how)] if how == "mean" else []
+        return (t.emit("embedding_bag", [weight, ids, offsets], attrs, fake=t.out_fake(0)), None, None, None)
     dtype = weight.fake.dtype
     rows_fake = t.fake_like([n, width], dtype)
     rows = t.emit("embedding", [weight, ids], fake=rows_fake, final=False, role="rows")

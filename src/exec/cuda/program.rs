@@ -233,6 +233,8 @@ fn index_checks(graph: &Graph, views: &IndexVec<ValueId, View>) -> Vec<IndexChec
                     let a = op.attrs.int(axis);
                     view.shape[(if a < 0 { a + view.rank() as i64 } else { a }) as usize]
                 }
+                // The order of offsets is not checked here (the kernels clamp each bag).
+                Below::Offsets { input } => views[op.inputs[input]].numel() + 1,
             };
             let ignored = indices.ignored.map(|name| op.attrs.int(name));
             let root = layouts[index].root;

@@ -89,6 +89,8 @@ pub const DROPOUT: &str = "dropout";
 pub const RANDOM_FILL: &str = "random_fill";
 pub const CONV3D: &str = "conv3d";
 pub const GRID_SAMPLE: &str = "grid_sample";
+pub const EMBEDDING_BAG: &str = "embedding_bag";
+pub const EMBEDDING_BAG_BACKWARD: &str = "embedding_bag_backward";
 pub const GRID_SAMPLE_BACKWARD_DATA: &str = "grid_sample_backward_data";
 pub const GRID_SAMPLE_BACKWARD_GRID: &str = "grid_sample_backward_grid";
 pub const CONV3D_BACKWARD_DATA: &str = "conv3d_backward_data";
@@ -111,7 +113,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 67] = [
+pub const KERNELS: [&str; 69] = [
     BINARY,
     UNARY,
     FILL,
@@ -168,6 +170,8 @@ pub const KERNELS: [&str; 67] = [
     GRID_SAMPLE,
     GRID_SAMPLE_BACKWARD_DATA,
     GRID_SAMPLE_BACKWARD_GRID,
+    EMBEDDING_BAG,
+    EMBEDDING_BAG_BACKWARD,
     ADAPTIVE_AVG_POOL2D,
     ADAPTIVE_AVG_POOL2D_BACKWARD,
     UPSAMPLE_NEAREST2D,
@@ -341,6 +345,8 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Conv3d => &[CONV3D],
         Conv3dBackward => &[CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_WEIGHT],
         GridSample => &[GRID_SAMPLE],
+        EmbeddingBag => &[EMBEDDING_BAG],
+        EmbeddingBagBackward => &[EMBEDDING_BAG_BACKWARD],
         GridSampleBackward => &[GRID_SAMPLE_BACKWARD_DATA, GRID_SAMPLE_BACKWARD_GRID],
         AdaptiveAvgPool2d => &[ADAPTIVE_AVG_POOL2D],
         AdaptiveAvgPool2dBackward => &[ADAPTIVE_AVG_POOL2D_BACKWARD],

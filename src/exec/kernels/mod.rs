@@ -131,6 +131,10 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::Fill => vec![elementwise::fill(&shapes[0], attrs.float("value"), attrs.float("step"))],
         OpKind::Embedding => vec![nn::embedding(&x[0], &x[1])?],
         OpKind::EmbeddingBackward => vec![nn::embedding_backward(&x[0], &x[1], &shapes[0])?],
+        OpKind::EmbeddingBag => vec![nn::embedding_bag(&x[0], &x[1], &x[2], attrs.str("mode") == "mean")?],
+        OpKind::EmbeddingBagBackward => {
+            vec![nn::embedding_bag_backward(&x[0], &x[1], &x[2], &shapes[0], attrs.str("mode") == "mean")?]
+        }
         OpKind::Gather => vec![nn::gather(&x[0], &x[1], attrs.int("axis"))?],
         OpKind::Topk => nn::topk(&x[0], attrs.int("k") as usize, attrs.int("axis"), attrs.bool("largest")).to_vec(),
         OpKind::GatherBackward => vec![nn::gather_backward(&x[0], &x[1], &shapes[0], attrs.int("axis"))?],
@@ -271,7 +275,7 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
 fn input_dtype(name: &str, dtype: DType, attrs: &Attrs) -> DType {
     let f32_loss = matches!(attrs.get("f32_loss"), Some(Attr::Bool(true)));
     match name {
-        "ids" | "labels" | "seed" | "index" => DType::I64,
+        "ids" | "labels" | "seed" | "index" | "offsets" => DType::I64,
         "lse" => DType::F32,
         "cond" | "mask" => DType::Bool,
         "logits" if f32_loss => DType::Bf16,
@@ -889,6 +893,36 @@ mod tests {
             zeroed += (0..5).filter(|&j| dropout_uniform(-7, 1, (r * 5 + j) as u64) < 0.5).count();
         }
         assert!(zeroed > 0 && zeroed < 30, "the mask drops some of the 30 probabilities, not all: {zeroed}");
+    }
+
+    #[test]
+    fn embedding_bag_sums_or_averages_each_bags_rows() {
+        // table rows r = [r, 10r]; ids [2, 0, 2, 3, 1] in bags [0..2), [2..2) (empty), [2..5).
+        let table = Dense::new(vec![4, 2], (0..4).flat_map(|r| [r as f64, 10.0 * r as f64]).collect());
+        let ids = t(&[5], &[2.0, 0.0, 2.0, 3.0, 1.0]);
+        let offsets = t(&[3], &[0.0, 2.0, 2.0]);
+        let sum = [("mode", Attr::Str("sum".into()))];
+        let mean = [("mode", Attr::Str("mean".into()))];
+        let out = run(OpKind::EmbeddingBag, &sum, &[table.clone(), ids.clone(), offsets.clone()]).remove(0);
+        assert_eq!(out.data, [2.0, 20.0, 0.0, 0.0, 6.0, 60.0]);
+        let out = run(OpKind::EmbeddingBag, &mean, &[table.clone(), ids.clone(), offsets.clone()]).remove(0);
+        assert_eq!(out.data, [1.0, 10.0, 0.0, 0.0, 2.0, 20.0]);
+        // The backward: each bag's dy row (a third of it for the 3-id bag's mean) into the
+        // rows its ids name; the gradient of the sum and of the mean, by finite differences.
+        let dy = t(&[3, 2], &[1.0, 2.0, 5.0, 5.0, 3.0, 6.0]);
+        let given = [("vocab", Attr::Int(4)), ("mode", Attr::Str("mean".into()))];
+        let dtable = run(OpKind::EmbeddingBagBackward, &given, &[dy, ids.clone(), offsets.clone()]).remove(0);
+        assert_eq!(dtable.data, [0.5, 1.0, 1.0, 2.0, 1.5, 3.0, 1.0, 2.0]);
+        for mode in [sum.clone(), mean] {
+            let backward_attrs = [("vocab", Attr::Int(4)), mode[0].clone()];
+            grad_check(OpKind::EmbeddingBag, &mode, &[rand(&[4, 2], 80), ids.clone(), offsets.clone()], &[(0, "table")], &|xs, dy| {
+                run(OpKind::EmbeddingBagBackward, &backward_attrs, &[dy.clone(), xs[1].clone(), xs[2].clone()])
+            });
+        }
+        // Offsets that do not start at 0, or decrease, or pass the ids: errors.
+        for bad in [[1.0, 2.0, 2.0], [0.0, 3.0, 2.0], [0.0, 2.0, 6.0]] {
+            assert!(try_run(OpKind::EmbeddingBag, &sum, &[table.clone(), ids.clone(), t(&[3], &bad)]).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -340,6 +340,66 @@ pub(super) fn embedding(table: &Dense, ids: &Dense) -> Result<Dense, ExecError> 
     Ok(Dense::new(shape, out))
 }
 
+/// The bags of embedding_bag: bag b is ids offsets[b] .. offsets[b+1] (the last to n);
+/// offsets must start at 0 (with any ids), not decrease, and stay within n.
+fn bags(op: &str, offsets: &Dense, n: usize) -> Result<Vec<std::ops::Range<usize>>, ExecError> {
+    let starts = indices(op, offsets, n + 1)?;
+    let bad = |detail: String| ExecError::BadOffsets { op: op.to_string(), detail };
+    if n > 0 && starts.first().is_some_and(|&s| s != 0) {
+        return Err(bad(format!("the first offset is {}, not 0", starts[0])));
+    }
+    if let Some(b) = starts.windows(2).position(|w| w[1] < w[0]) {
+        return Err(bad(format!("offsets[{}] = {} is below offsets[{b}] = {}", b + 1, starts[b + 1], starts[b])));
+    }
+    let ends = starts.iter().skip(1).copied().chain(std::iter::once(n));
+    Ok(starts.iter().zip(ends).map(|(&s, e)| s..e).collect())
+}
+
+/// out[b, :] = Σ table[ids[k], :] over bag b's ids k (in order), over its length for mean;
+/// an empty bag gives 0.
+pub(super) fn embedding_bag(table: &Dense, ids: &Dense, offsets: &Dense, mean: bool) -> Result<Dense, ExecError> {
+    let (v, d) = (table.shape[0], table.shape[1]);
+    let rows = indices("embedding_bag", ids, v)?;
+    let bags = bags("embedding_bag", offsets, rows.len())?;
+    let mut out = Dense::zeros(vec![bags.len(), d]);
+    for (b, bag) in bags.iter().enumerate() {
+        let o = &mut out.data[b * d..(b + 1) * d];
+        for &row in &rows[bag.clone()] {
+            for (acc, &x) in o.iter_mut().zip(&table.data[row * d..(row + 1) * d]) {
+                *acc += x;
+            }
+        }
+        if mean && !bag.is_empty() {
+            o.iter_mut().for_each(|x| *x /= bag.len() as f64);
+        }
+    }
+    Ok(out)
+}
+
+/// dtable[vocab, D]: zero, plus for each id k (in order) its bag's dy row (divided by the
+/// bag's length for mean) added into row ids[k].
+pub(super) fn embedding_bag_backward(
+    dy: &Dense,
+    ids: &Dense,
+    offsets: &Dense,
+    out_shape: &[usize],
+    mean: bool,
+) -> Result<Dense, ExecError> {
+    let (vocab, d) = (out_shape[0], out_shape[1]);
+    let rows = indices("embedding_bag_backward", ids, vocab)?;
+    let bags = bags("embedding_bag_backward", offsets, rows.len())?;
+    let mut dtable = Dense::zeros(out_shape.to_vec());
+    for (b, bag) in bags.iter().enumerate() {
+        let scale = if mean { 1.0 / bag.len() as f64 } else { 1.0 };
+        for &row in &rows[bag.clone()] {
+            for i in 0..d {
+                dtable.data[row * d + i] += dy.data[b * d + i] * scale;
+            }
+        }
+    }
+    Ok(dtable)
+}
+
 /// dtable[vocab, D]: zero, plus each dy[..., :] added into row ids[...] (in ids' order).
 pub(super) fn embedding_backward(dy: &Dense, ids: &Dense, out_shape: &[usize]) -> Result<Dense, ExecError> {
     let (vocab, d) = (out_shape[0], out_shape[1]);

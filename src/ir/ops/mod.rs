@@ -417,6 +417,9 @@ pub enum Below {
     /// The size of the dimension that the integer attribute `axis` names (negative: from
     /// the end) of input `input`, or of the op's output 0 for `usize::MAX` (gather's).
     DimAt { input: usize, axis: &'static str },
+    /// Offsets into input `input` (a vector): at most its length, starting at 0 and never
+    /// decreasing (embedding_bag's bags), so below its length plus one.
+    Offsets { input: usize },
 }
 
 /// How `memplan run` seeds a param (a row's `init`).

@@ -55,6 +55,27 @@ pub(super) const EMBEDDING_BACKWARD: OpDef = OpDef::new("embedding_backward", &[
     .flops(per_input::<1>)
     .indices(&[Indices { input: 1, below: Below::Attr("vocab"), ignored: None }]);
 
+/// embedding_bag's reduction of each bag's rows: `"sum"` or `"mean"`.
+const BAG_MODE: AttrSpec = attr("mode", K::Str, Some(AttrDefault::Str("sum")));
+
+pub(super) const EMBEDDING_BAG: OpDef = OpDef::new("embedding_bag", &["table", "ids", "offsets"], &["out"], infer_embedding_bag, "out[b, :] = the sum (or mean) of the rows of table[V,D] that ids[offsets[b] .. offsets[b+1]] name (PyTorch's embedding_bag): no [n, D] rows held")
+    .attrs(&[BAG_MODE])
+    .flops(flops_embedding_bag)
+    .indices(&[
+        Indices { input: 1, below: Below::Dim { input: 0, axis: 0 }, ignored: None },
+        Indices { input: 2, below: Below::Offsets { input: 1 }, ignored: None },
+    ])
+    .init(&[(0, Init::Normal(0.02))]);
+
+pub(super) const EMBEDDING_BAG_BACKWARD: OpDef = OpDef::new("embedding_bag_backward", &["dy", "ids", "offsets"], &["dtable"], infer_embedding_bag_backward, "dtable[vocab,D]: each bag's dy row (over its length for mean) added into the rows its ids name")
+    .attrs(&[attr("vocab", K::Int, None), BAG_MODE])
+    .backward()
+    .flops(flops_embedding_bag_backward)
+    .indices(&[
+        Indices { input: 1, below: Below::Attr("vocab"), ignored: None },
+        Indices { input: 2, below: Below::Offsets { input: 1 }, ignored: None },
+    ]);
+
 pub(super) const GATHER: OpDef = OpDef::new("gather", &["x", "index"], &["out"], infer_gather, "x's elements picked along axis by index: out[p] = x[p with p[axis] = index[p]] (PyTorch's gather)")
     .attrs(&[attr("axis", K::Int, None)])
     .flops(per_output::<0>)
@@ -180,6 +201,68 @@ pub(super) fn infer_embedding(inputs: &[&TensorType], _: &Attrs) -> Rule {
     let mut dims = ids.dims().to_vec();
     dims.push(d);
     done(vec![TensorType::new(table.dtype, dims)])
+}
+
+/// embedding_bag's ids `[n]` and offsets `[B]`, both integer vectors, and its mode.
+fn bag_inputs(ids: &TensorType, offsets: &TensorType, attrs: &Attrs) -> Result<u64, String> {
+    index_input(ids, "ids")?;
+    index_input(offsets, "offsets")?;
+    if ids.rank() != 1 || offsets.rank() != 1 {
+        return Err(format!("ids must be [n] and offsets [B] (each bag's first id), found {ids} and {offsets}"));
+    }
+    match attrs.str("mode") {
+        "sum" | "mean" => Ok(offsets.dims()[0]),
+        other => Err(format!("mode={other:?}: expected \"sum\" or \"mean\"")),
+    }
+}
+
+/// `embedding_bag(table, ids, offsets)`: table `[V,D]` float, ids `[n]` and offsets `[B]`
+/// integers; gives `out[B,D]`. Bag b holds ids offsets[b] .. offsets[b+1] (the last to n);
+/// offsets must start at 0 and not decrease (an executor refuses others).
+pub(super) fn infer_embedding_bag(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (table, ids, offsets) = (inputs[0], inputs[1], inputs[2]);
+    float_input(table, "table")?;
+    let bags = bag_inputs(ids, offsets, attrs)?;
+    let [vocab, d] = *table.dims() else {
+        return Err(format!("table must be [V,D], found {table}"));
+    };
+    if vocab == 0 && numel(ids) > 0 {
+        return Err(format!("table {table} has no rows, so every id of {ids} would be out of range"));
+    }
+    done(vec![TensorType::new(table.dtype, vec![bags, d])])
+}
+
+/// `embedding_bag_backward(dy, ids, offsets)`: dy `[B,D]` float for offsets `[B]`; gives
+/// `dtable[vocab, D]`.
+pub(super) fn infer_embedding_bag_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (dy, ids, offsets) = (inputs[0], inputs[1], inputs[2]);
+    float_input(dy, "dy")?;
+    let bags = bag_inputs(ids, offsets, attrs)?;
+    let vocab = attrs.int("vocab");
+    if vocab < 1 {
+        return Err(format!("vocab={vocab} must be at least 1"));
+    }
+    let &[b, d] = dy.dims() else {
+        return Err(format!("dy must be [B,D], found {dy}"));
+    };
+    if b != bags {
+        return Err(format!("dy {dy} must have a row per bag of offsets {offsets}"));
+    }
+    done(vec![TensorType::new(dy.dtype, vec![vocab as u64, d])])
+}
+
+/// An add per id per column (and a divide per output element for mean, not counted).
+pub(super) fn flops_embedding_bag(inputs: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    let [table, ids] = [0, 1].map(|i| inputs.get(i).copied());
+    let (Some(table), Some(ids)) = (table, ids) else { return 0 };
+    numel(ids).saturating_mul(dim(table, 1))
+}
+
+/// An add per id per column.
+pub(super) fn flops_embedding_bag_backward(inputs: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    let [dy, ids] = [0, 1].map(|i| inputs.get(i).copied());
+    let (Some(dy), Some(ids)) = (dy, ids) else { return 0 };
+    numel(ids).saturating_mul(dim(dy, 1))
 }
 
 pub(super) fn infer_embedding_backward(inputs: &[&TensorType], attrs: &Attrs) -> Rule {

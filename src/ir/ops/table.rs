@@ -80,6 +80,8 @@ op_table! {
     // Embeddings and normalisation.
     Embedding = nn::EMBEDDING,
     EmbeddingBackward = nn::EMBEDDING_BACKWARD,
+    EmbeddingBag = nn::EMBEDDING_BAG,
+    EmbeddingBagBackward = nn::EMBEDDING_BAG_BACKWARD,
     Gather = nn::GATHER,
     GatherBackward = nn::GATHER_BACKWARD,
     LayerNorm = nn::LAYER_NORM,

@@ -286,6 +286,21 @@ fn attention_heads_and_lengths() {
 }
 
 #[test]
+fn embedding_bag_takes_ids_and_offsets() {
+    let e = OpKind::EmbeddingBag;
+    assert_eq!(ok(e, &["f32[10,4]", "i64[7]", "i64[3]"], &[]), ["f32[3,4]"]);
+    assert_eq!(ok(e, &["bf16[10,4]", "i32[0]", "i64[2]"], &[("mode", Attr::Str("mean".into()))]), ["bf16[2,4]"]);
+    err(e, &["f32[10,4]", "i64[2,3]", "i64[2]"], &[], "ids must be [n]");
+    err(e, &["f32[10,4]", "i64[7]", "f32[3]"], &[], "offsets");
+    err(e, &["f32[10]", "i64[7]", "i64[3]"], &[], "[V,D]");
+    err(e, &["f32[10,4]", "i64[7]", "i64[3]"], &[("mode", Attr::Str("max".into()))], "\"sum\" or \"mean\"");
+    let b = OpKind::EmbeddingBagBackward;
+    assert_eq!(ok(b, &["f32[3,4]", "i64[7]", "i64[3]"], &[("vocab", Attr::Int(10))]), ["f32[10,4]"]);
+    err(b, &["f32[2,4]", "i64[7]", "i64[3]"], &[("vocab", Attr::Int(10))], "a row per bag");
+    err(b, &["f32[3,4]", "i64[7]", "i64[3]"], &[("vocab", Attr::Int(0))], "vocab=0");
+}
+
+#[test]
 fn grid_sample_samples_x_at_a_grid_of_positions() {
     let g = OpKind::GridSample;
     let nearest = [("mode", Attr::Str("nearest".into())), ("padding_mode", Attr::Str("border".into()))];

@@ -822,7 +822,23 @@ impl Gen {
             let name = self.name("ids");
             self.arg(name, TensorType::new(dtype, dims), Role::Input)
         };
-        if self.emit_recorded(OpKind::Embedding, &[table, ids], &[]).is_some() && !reuse.contains(&ids) {
+        if self.chance(0.25) {
+            // embedding_bag of the ids read flat, in bags of `every` ids (offsets an arange,
+            // so the bags are valid whatever the ids), sum or mean.
+            let count = self.ty(ids).dims().iter().product::<u64>();
+            let flat = self.emit(OpKind::Reshape, &[ids], &[("shape", ints(&[count]))]);
+            let every = 1 + self.below(3) as u64;
+            let given = [
+                ("shape", ints(&[count.div_ceil(every)])),
+                ("dtype", Attr::DType(DType::I64)),
+                ("step", Attr::Float(every as f64)),
+            ];
+            let offsets = self.emit(OpKind::Fill, &[], &given);
+            if let (Some(flat), Some(offsets)) = (flat, offsets) {
+                let mode = Attr::Str(self.choose(&["sum", "mean"]).to_string());
+                self.emit_recorded(OpKind::EmbeddingBag, &[table, flat, offsets], &[("mode", mode)]);
+            }
+        } else if self.emit_recorded(OpKind::Embedding, &[table, ids], &[]).is_some() && !reuse.contains(&ids) {
             self.ids.entry(vocab).or_default().push(ids);
         }
         if self.chance(0.5) {

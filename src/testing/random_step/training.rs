@@ -102,6 +102,7 @@ impl Gen {
                 vec![r.inputs[0], r.inputs[1]]
             }
             OpKind::Embedding | OpKind::Gather => vec![r.inputs[1]],
+            OpKind::EmbeddingBag => vec![r.inputs[1], r.inputs[2]],
             OpKind::Attention | OpKind::MaskedAttention | OpKind::DropoutAttention => {
                 [&r.inputs[..], &[r.output], &r.later_outputs[..]].concat()
             }
@@ -181,6 +182,14 @@ impl Gen {
                 let dy = self.derive(&out_ty, None);
                 let vocab = self.ty(r.inputs[0]).dims()[0] as i64;
                 if let Some(d) = self.emit(OpKind::EmbeddingBackward, &[dy, r.inputs[1]], &[("vocab", Attr::Int(vocab))]) {
+                    self.grads.insert(r.inputs[0], d);
+                }
+            }
+            OpKind::EmbeddingBag => {
+                let dy = self.derive(&out_ty, None);
+                let vocab = Attr::Int(self.ty(r.inputs[0]).dims()[0] as i64);
+                let given = [("vocab", vocab), ("mode", r.attrs.get("mode").unwrap().clone())];
+                if let Some(d) = self.emit(OpKind::EmbeddingBagBackward, &[dy, r.inputs[1], r.inputs[2]], &given) {
                     self.grads.insert(r.inputs[0], d);
                 }
             }

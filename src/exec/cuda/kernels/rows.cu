@@ -451,3 +451,50 @@ extern "C" __global__ void embedding_backward(Tensor dtable, Tensor dy, Tensor i
         }
     }
 }
+
+// embedding_bag: bag b of `bags` holds ids offsets[b] .. offsets[b+1] (the last to n), the
+// offsets clamped into 0..n so that no read leaves ids (the CPU reference refuses offsets
+// that do not start at 0 or decrease; so does `run --check`'s comparison).
+__device__ __forceinline__ i64 bag_start(const Tensor& offsets, i64 b, i64 bags, i64 n) {
+    return b < bags ? imin(n, load_index(offsets, b) < 0 ? 0 : load_index(offsets, b)) : n;
+}
+
+// out[b, :] = Σ table[ids[k], :] over bag b's ids k in order (over its length for mean; an
+// empty bag gives 0; NaN for ids outside 0..V). One thread per element of out.
+extern "C" __global__ void embedding_bag(Tensor out, Tensor table, Tensor ids, Tensor offsets, i64 n, i64 d, i64 v,
+                                         int mean) {
+    const i64 bags = offsets.numel;
+    GRID_STRIDE(i, out.numel) {
+        const i64 b = i / d, col = i % d;
+        const i64 start = bag_start(offsets, b, bags, n), end = imax(start, bag_start(offsets, b + 1, bags, n));
+        float acc = 0.0f;
+        for (i64 k = start; k < end; ++k) {
+            const i64 id = load_index(ids, k);
+            acc += (id >= 0 && id < v) ? load_f(table, id * d + col) : f_nan();
+        }
+        store_f(out, i, mean && end > start ? acc / (float)(end - start) : acc);
+    }
+}
+
+// dtable[V, D] = Σ over ids k (in order) of their bag's dy row (over the bag's length for
+// mean) into row ids[k]: embedding_backward's threads (a column and a block of rows each,
+// zeroed, then every id scanned), the bag of id k followed along the offsets.
+extern "C" __global__ void embedding_bag_backward(Tensor dtable, Tensor dy, Tensor ids, Tensor offsets, i64 n, i64 d,
+                                                  i64 v, i64 rows_per_block, int mean) {
+    const i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= d) return;
+    const i64 bags = offsets.numel;
+    const i64 r0 = (i64)blockIdx.y * rows_per_block, r1 = imin(v, r0 + rows_per_block);
+    for (i64 r = r0; r < r1; ++r) store_f(dtable, r * d + col, 0.0f);
+    i64 b = 0;
+    for (i64 k = bag_start(offsets, 0, bags, n); k < n && bags > 0; ++k) {
+        while (b + 1 < bags && bag_start(offsets, b + 1, bags, n) <= k) ++b;
+        const i64 id = load_index(ids, k);
+        if (id >= r0 && id < r1) {
+            const i64 start = bag_start(offsets, b, bags, n), end = imax(start, bag_start(offsets, b + 1, bags, n));
+            const float g = load_f(dy, b * d + col);
+            const i64 at = id * d + col;
+            store_f(dtable, at, load_f(dtable, at) + (mean ? g / (float)(end - start) : g));
+        }
+    }
+}
