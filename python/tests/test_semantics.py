@@ -960,6 +960,60 @@ def memplans_random(seed: int, stream: int, shape, normal: bool) -> torch.Tensor
     return torch.tensor(values, dtype=torch.float64).to(torch.float32).reshape(shape)
 
 
+class StackedLstm(nn.Module):
+    """A 2-layer bidirectional LSTM with dropout between the layers; with `keep` set (the
+    mask memplan draws, time-major as aten applies it) the same as two 1-layer LSTMs with
+    that mask between them, in PyTorch's own modules."""
+
+    P = 0.3
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 5, num_layers=2, bidirectional=True, dropout=self.P)
+        self.head = nn.Linear(10, 3)
+        self.keep = None
+
+    def forward(self, x, y):
+        if self.keep is None:
+            out, _ = self.lstm(x)
+        else:
+            names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+            params = lambda layer: [getattr(self.lstm, f"{n}_l{layer}{s}") for s in ("", "_reverse") for n in names]  # noqa: E731
+            between, _, _ = torch._VF.lstm(x, (torch.zeros(2, 2, 5), torch.zeros(2, 2, 5)), params(0), True, 1, 0.0,
+                                           False, True, False)
+            between = between * self.keep / (1 - self.P)
+            out, _, _ = torch._VF.lstm(between, (torch.zeros(2, 2, 5), torch.zeros(2, 2, 5)), params(1), True, 1, 0.0,
+                                       False, True, False)
+        return F.cross_entropy(self.head(out[-1]), y)
+
+
+def test_dropout_between_recurrent_layers_is_memplans_dropout_held_to_pytorch(memplan, tmp_path):
+    """nn.LSTM(dropout=p) in training: the first layer's output goes through memplan's seeded
+    dropout (its own stream) into the second; three SGD steps equal PyTorch's training of
+    the same layers with memplan's mask between them (computed here from IR.md's hash)."""
+    torch.manual_seed(8)
+    model, inputs = StackedLstm(), (torch.randn(3, 2, 4), torch.tensor([0, 2]))
+    text = memplan_torch.export_step(model, inputs, optimizer="sgd")
+    assert "extern" not in text, text
+    [site] = [line for line in text.splitlines() if "= dropout(" in line]
+    assert "p=0.3" in site and "%dropout_seed" in site
+    stream = int(re.search(r"stream=(\d+)", site).group(1))
+    step, weights = tmp_path / "lstm.step", tmp_path / "w.safetensors"
+    step.write_text(text)
+    seed = 77
+    arguments = step_arguments(model, inputs)
+    arguments["dropout_seed"] = torch.tensor(seed, dtype=torch.int64)
+    safetensors.write_new(weights, arguments)
+    losses, after = memplan_steps(memplan, tmp_path, step, weights, 3)
+    model.keep = memplans_keep_mask(seed, stream, (3, 2, 10), StackedLstm.P)
+    assert 0 < int(model.keep.sum()) < 60
+    expected, largest_grad = torch_steps(model, inputs, torch.optim.SGD(model.parameters(), lr=LR))
+    assert losses == pytest.approx(expected, rel=1e-5), f"memplan {losses}, PyTorch {expected}"
+    for name, param in model.named_parameters():
+        difference = (after[name].double() - param.detach().double()).abs()
+        assert float(difference.max()) <= 0.05 * 3 * LR * largest_grad[name] + 1e-9, name
+
+
 class Denoiser(nn.Module):
     """A diffusion model's training step: timesteps from `randint` pick a noise level from
     a table, noise from `randn_like` (and `normal_`), a random mix from `rand`; the network

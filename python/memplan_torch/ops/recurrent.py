@@ -7,8 +7,10 @@ reverse direction runs the steps from the last; its outputs stand at their own s
 the two directions' outputs are concatenated on the feature axis (the next layer's input).
 
 So the step holds what the recurrence is: the gates of every step, kept for the backward
-as autograd keeps them, and the planner sees each step's values die. Unsupported forms are
-refused (`extern`): dropout between layers in training, LSTM projections (`proj_size`).
+as autograd keeps them, and the planner sees each step's values die. Dropout between
+layers in training (`dropout=p`) is memplan's seeded `dropout` of each layer's output but
+the last's (time-major, as aten applies it), a stream per layer. Unsupported forms are
+refused (`extern`): LSTM projections (`proj_size`).
 """
 
 from __future__ import annotations
@@ -81,8 +83,6 @@ def _cell(w: _Writer, kind: str, xw: Value, h: Value, c: Value | None, w_hh, b_h
 def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     directions = 2 if bidirectional else 1
     per = 4 if has_biases else 2
-    if dropout and train and num_layers > 1:
-        raise ExportError(f"{kind} with dropout={dropout} between layers is not supported (set dropout=0)")
     if len(params) != num_layers * directions * per:
         raise ExportError(f"{kind} with projections (proj_size) is not supported")
     if x.rank != 3:
@@ -91,7 +91,7 @@ def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dro
     # traced them with their real shape [layers·directions, batch, hidden]: torch 2.11 traces
     # nn.LSTM's as [layers·directions, 1, batch, hidden], so the code after it was traced on
     # a shape eager PyTorch never gives.
-    read = {user.args[1] for user in t.node.users if user.op == "call_function" and len(user.args) > 1}
+    read = {user.args[1] for user in t.node.users if user.op == "call_function" and len(user.args) > 1 and user.users}
     batch, hidden = x.shape[0 if batch_first else 1], params[1].shape[1]
     for k in sorted(read - {0}):
         if list(t.out_fake(k).shape) != [num_layers * directions, batch, hidden]:
@@ -129,6 +129,9 @@ def _recurrence(t, kind, x, hx: list[Value], params, has_biases, num_layers, dro
         else:
             shape = outputs[0].shape[:-1] + [2 * outputs[0].shape[-1]]
             layer_input = w.emit("cat", outputs, shape, f"l{layer}.output", [("axis", 2)])
+        if dropout and train and layer < num_layers - 1:
+            attrs = [("p", float(dropout)), ("stream", t.next_stream())]
+            layer_input = w.emit("dropout", [layer_input, t.dropout_seed()], layer_input.shape, f"l{layer}.dropout", attrs)
     out = layer_input
     if batch_first:
         out = w.emit("transpose", [out], [out.shape[1], out.shape[0], out.shape[2]], "output", [("perm", [1, 0, 2])])
