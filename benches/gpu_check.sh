@@ -38,7 +38,8 @@ for f in ir/models/mlp.step ir/models/mlp_adam.step ir/models/gpt2_tiny.step ir/
          ir/torch/resnet_small.step ir/features/writes.step ir/features/checkpoint.step \
          ir/features/masked_attention.step ir/features/rotary.step ir/features/custom_backward.step \
          ir/features/checkpoint_selective.step ir/features/routing.step \
-         ir/features/attention_dropout.step ir/features/noise.step ir/features/embedding_bag.step; do
+         ir/features/attention_dropout.step ir/features/noise.step ir/features/embedding_bag.step \
+         ir/features/volumes_and_sampling.step; do
   o=$(timeout 40 "$memplan" run "$f" --device cuda --steps 3 --check 2>&1); rc=$?
   echo "$f: exit $rc; $(echo "$o" | grep -E 'largest error|differs|error:' | tail -2 | tr '\n' ' ' | cut -c1-300)"
 done

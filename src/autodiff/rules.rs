@@ -702,8 +702,9 @@ fn grad_batch_norm(b: &mut Builder, call: &GradCall) -> Rule {
     grad_norm(b, call, OpKind::BatchNormBackward)
 }
 
-/// The convolutions: one `*_backward(dy, x, w, <the forward's attributes>)` op gives
-/// (dx, dw) at once; an output no input wants stays an unused temporary.
+/// The convolutions (and grid_sample, whose second input is the grid): one
+/// `*_backward(dy, x, w, <the forward's attributes>)` op gives (dx, dw) at once; an output
+/// no input wants stays an unused temporary.
 fn grad_conv(b: &mut Builder, call: &GradCall, backward: OpKind) -> Rule {
     let dy = call.dy()?;
     let (x, w) = (call.inputs[0], call.inputs[1]);
