@@ -9,7 +9,13 @@ The step is captured with fake tensors (nothing runs); build big models under
 `python -m memplan_torch export FILE.py:FUNC -o OUT.step` (see `--help`).
 """
 
-from .export import capture, export_step, optimizer_attrs, step_arguments, virtual
-from .step import ExportError
+import warnings
+
+# torch warns on import when NumPy is missing ("Failed to initialize NumPy"); memplan_torch
+# never uses NumPy, so the warning is noise on every command.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+from .export import capture, export_step, optimizer_attrs, step_arguments, virtual  # noqa: E402
+from .step import ExportError  # noqa: E402
 
 __all__ = ["ExportError", "capture", "export_step", "optimizer_attrs", "step_arguments", "virtual"]

@@ -1,23 +1,24 @@
 """`python -m memplan_torch`: the command line.
 
-    python -m memplan_torch export FILE.py:FUNC -o OUT.step [--optimizer sgd|momentum|adam|adamw]
+    python -m memplan_torch export FILE.py:FUNC -o OUT.step [--batch N] [--optimizer sgd|momentum|adam|adamw]
         [--lr F] [--weight-decay F] [--momentum F] [--amp bf16|f16] [--weights OUT.safetensors]
         [--user-checkpoint keep|drop]
     python -m memplan_torch fit FILE.py:FUNC --memory 80GiB [--budget B] [--memplan PATH]
 
-`FUNC()` returns `(model, example_inputs)`; `model(*example_inputs)` returns the scalar
-training loss. `export` calls it under `virtual()` (no weight memory) unless `--weights`
+`FUNC()` returns `(model, example_inputs)` (`FUNC(batch=N)` with `--batch N`, and for
+`fit`); `model(*example_inputs)` returns the scalar training loss. `export` calls it under `virtual()` (no weight memory) unless `--weights`
 asks for the initial parameters, which then need real tensors. `fit` calls `FUNC(batch=N)`
 for growing N, exports and plans each (planning, not running) and prints batch -> arena.
 
 Exit status as memplan's: 0 success, 1 bad input (an unreadable file, an op memplan
-cannot express, an output that exists), 2 nothing fits the memory given.
+cannot express, an output that exists, a flag misused), 2 nothing fits the memory given.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -34,6 +35,8 @@ from .export import OPTIMIZERS, TORCH_DETAILS, export_step, step_arguments, virt
 from .step import ExportError, ExportWarning
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+# torch's names of the autocast dtypes, beside memplan's.
+_AMP = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16"}
 
 
 class Failure(Exception):
@@ -57,18 +60,22 @@ def format_bytes(n: int) -> str:
 
 
 def parse_size(text: str) -> int:
-    """Bytes from `80GiB`, `800MB`, `1048576` (memplan's units, case-sensitive)."""
-    number = text.rstrip("BKMGTi")
-    unit = text[len(number):].strip() or "B"
-    if unit not in _UNITS:
-        raise Failure(f"`{text}`: unknown unit `{unit}` (units: {', '.join(_UNITS)})")
-    try:
-        value = float(number)
-    except ValueError:
-        raise Failure(f"`{text}` does not start with a number") from None
+    """Bytes from `80GiB`, `24gb`, `800 MB`, `1048576B`: a number and a unit, the unit in
+    any case (`gb` is GB, 10^9; `gib` is GiB, 2^30). A number without a unit is refused: `24`
+    is more likely 24 GiB meant than 24 bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if match is None:
+        raise Failure(f"`{text}`: expected a size like 80GiB, 24GB or 512MiB")
+    number, unit = match.groups()
+    if not unit:
+        raise Failure(f"`{text}` has no unit: say 24GiB (2^30 bytes), 24GB (10^9) or {text}B (bytes)")
+    by_lower = {name.lower(): name for name in _UNITS}
+    if unit.lower() not in by_lower:
+        raise Failure(f"`{text}`: unknown unit `{unit}` (units: {', '.join(_UNITS)}, in any case)")
+    value = float(number)
     if value <= 0:
         raise Failure(f"`{text}`: expected a positive size")
-    return int(value * _UNITS[unit])
+    return int(value * _UNITS[by_lower[unit.lower()]])
 
 
 def load_function(spec: str):
@@ -105,17 +112,42 @@ def _write_new(path: str, text: str) -> None:
         raise Failure(f"{path} exists; memplan never overwrites a file") from None
 
 
+def _new_file(path: str | None) -> None:
+    """Refuses, before any work, an output that exists or whose directory does not."""
+    if path is None:
+        return
+    if os.path.exists(path):
+        raise Failure(f"{path} exists; memplan never overwrites a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise Failure(f"{path}: the directory {os.path.dirname(path) or folder} does not exist")
+
+
+def _call(func, spec: str, batch: int | None):
+    """FUNC() or FUNC(batch=N), refusing a FUNC that takes no `batch` when one is asked."""
+    if batch is None:
+        return func()
+    try:
+        inspect.signature(func).bind(batch=batch)
+    except TypeError:
+        raise Failure(f"{spec} takes no `batch` argument: write `def {spec.rsplit(':', 1)[-1]}(batch=8):` "
+                      "and build the example inputs with that batch size") from None
+    except ValueError:
+        pass  # a callable whose signature Python cannot read: just call it
+    return func(batch=batch)
+
+
 def cmd_export(args) -> None:
-    if os.path.exists(args.output):
-        raise Failure(f"{args.output} exists; memplan never overwrites a file")
-    if args.weights and os.path.exists(args.weights):
-        raise Failure(f"{args.weights} exists; memplan never overwrites a file")
+    _new_file(args.output)
+    _new_file(args.weights)
+    if args.batch is not None and args.batch < 1:
+        raise Failure(f"--batch {args.batch}: expected a positive batch size")
     func = load_function(args.function)
     if args.weights:
-        model, inputs = _model_and_inputs(func(), args.function)
+        model, inputs = _model_and_inputs(_call(func, args.function, args.batch), args.function)
     else:
         with virtual():
-            model, inputs = _model_and_inputs(func(), args.function)
+            model, inputs = _model_and_inputs(_call(func, args.function, args.batch), args.function)
     text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                        momentum=args.momentum, amp=args.amp, name=args.name or Path(args.output).stem,
                        user_checkpoint=args.user_checkpoint)
@@ -185,7 +217,7 @@ def cmd_fit(args) -> None:
     def arena_at(batch: int) -> int:
         if batch not in arenas:
             with virtual():
-                model, inputs = _model_and_inputs(func(batch=batch), args.function)
+                model, inputs = _model_and_inputs(_call(func, args.function, batch), args.function)
             text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                                amp=args.amp, name="fit", user_checkpoint=args.user_checkpoint)
             arenas[batch] = plan_arena(memplan, text, args.budget)
@@ -215,15 +247,33 @@ def cmd_fit(args) -> None:
     print(f"largest batch that fits in {args.memory}: {best}")
 
 
+def _amp(text: str) -> str:
+    """`--amp`'s dtype, memplan's or torch's name."""
+    if text.lower() not in _AMP:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected bf16 or f16 (or torch's bfloat16, float16, half)")
+    return _AMP[text.lower()]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a misused flag an error of bad input (exit 1, as memplan's), not 2
+    (which says nothing fits)."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memplan_torch", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m memplan_torch", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     def optimizer_flags(p):
         p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="adamw", help="the optimizer (default adamw, as torch.optim.AdamW)")
         p.add_argument("--lr", type=float, help="learning rate (default: PyTorch's, 0.001)")
         p.add_argument("--weight-decay", type=float, help="weight decay (adamw; default 0.01)")
-        p.add_argument("--amp", choices=["bf16", "f16"], help="export the forward under autocast to this dtype")
+        p.add_argument("--amp", type=_amp, metavar="bf16|f16", help="export the forward under autocast to this dtype "
+                       "(torch's names too: bfloat16, float16, half)")
         p.add_argument("--user-checkpoint", choices=["keep", "drop"], default="keep",
                        help="torch.utils.checkpoint calls: keep (default; memplan recomputes what PyTorch recomputes) "
                             "or drop (planned without them; --budget chooses what to recompute)")
@@ -231,6 +281,7 @@ def main(argv=None) -> int:
     export = commands.add_parser("export", help="write the training step of FUNC()'s model as a .step file")
     export.add_argument("function", metavar="FILE.py:FUNC")
     export.add_argument("-o", "--output", required=True, metavar="OUT.step", help="the new .step file (never overwritten)")
+    export.add_argument("--batch", type=int, metavar="N", help="call FUNC(batch=N) (default: FUNC())")
     optimizer_flags(export)
     export.add_argument("--momentum", type=float, help="momentum (the momentum optimizer; default 0.9)")
     export.add_argument("--weights", metavar="OUT.safetensors", help="also write the initial parameters and inputs, named as in the step")
@@ -238,7 +289,7 @@ def main(argv=None) -> int:
 
     fit = commands.add_parser("fit", help="the largest batch whose planned arena fits in --memory")
     fit.add_argument("function", metavar="FILE.py:FUNC", help="FUNC(batch=N) returns (model, example_inputs)")
-    fit.add_argument("--memory", required=True, help="the memory to fit in: 80GiB, 800MB, 1048576")
+    fit.add_argument("--memory", required=True, help="the memory to fit in, with a unit in any case: 80GiB, 24gb, 800MB")
     fit.add_argument("--budget", help="plan with memplan's --budget (recompute to fit): a size or a fraction like 0.8x")
     fit.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
     fit.add_argument("--max-batch", type=int, default=1 << 16, help="the largest batch tried (default 65536)")

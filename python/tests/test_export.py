@@ -207,6 +207,46 @@ def test_data_dependent_python_is_one_screen_from_the_command_line(tmp_path):
     assert details.returncode == 1 and "Traceback" in details.stderr and lines[0] in details.stderr
 
 
+def test_the_command_line_reads_sizes_and_dtypes_as_users_write_them_and_fails_early(tmp_path):
+    """Units in any case, a bare number refused (24 is not 24 bytes), torch's dtype names,
+    a misused flag exit 1 (2 says nothing fits), a missing output directory refused before
+    any export, `--batch N` calling FUNC(batch=N), and a FUNC without `batch` a clear error."""
+    from memplan_torch.__main__ import Failure, parse_size
+
+    assert parse_size("24gb") == 24 * 10**9 and parse_size("24GiB") == parse_size("24 gib") == 24 << 30
+    assert parse_size("1.5KiB") == 1536 and parse_size("512B") == 512
+    for bad, why in [("24", "has no unit"), ("24 parsecs", "unknown unit"), ("GiB", "expected a size"), ("0MiB", "positive")]:
+        with pytest.raises(Failure, match=why):
+            parse_size(bad)
+    done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "24", "--memplan", memplan_binary(), cwd=tmp_path)
+    assert done.returncode == 1 and "`24` has no unit" in done.stderr
+    done = run_cli("export", f"{ZOO / 'mlp.py'}:make", "-o", tmp_path / "x.step", "--amp", "float16", "--bogus", cwd=tmp_path)
+    assert done.returncode == 1 and "unrecognized arguments: --bogus" in done.stderr
+    done = run_cli("export", f"{ZOO / 'mlp.py'}:make", "-o", tmp_path / "no" / "x.step", cwd=tmp_path)
+    assert done.returncode == 1 and "does not exist" in done.stderr and "Traceback" not in done.stderr
+    assert "NumPy" not in done.stderr
+    model = tmp_path / "sized.py"
+    model.write_text(textwrap.dedent("""
+        import torch
+        class Loss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 1)
+            def forward(self, x):
+                return self.lin(x).sum()
+        def make(batch=2):
+            return Loss(), (torch.randn(batch, 4),)
+        def fixed():
+            return Loss(), (torch.randn(3, 4),)
+    """))
+    done = run_cli("export", f"{model}:make", "-o", tmp_path / "b.step", "--batch", 5, "--amp", "bfloat16", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "%x: f32[5,4] input" in (tmp_path / "b.step").read_text()
+    done = run_cli("export", f"{model}:fixed", "-o", tmp_path / "c.step", "--batch", 5, cwd=tmp_path)
+    assert done.returncode == 1 and "takes no `batch` argument" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "c.step").exists()
+
+
 def test_fit_finds_the_largest_batch_that_fits(tmp_path):
     done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "8MiB", "--memplan", memplan_binary(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
