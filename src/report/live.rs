@@ -203,8 +203,46 @@ pub fn groups(set: &LiveSet, by: GroupBy) -> Vec<Group> {
         group.by_class[class] = group.by_class[class].saturating_add(entry.bytes);
     }
     let mut groups: Vec<Group> = groups.into_values().collect();
-    groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
+    groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| natural_order(&a.key, &b.key)));
     groups
+}
+
+/// Keys in the order people number things: runs of digits compared as numbers (`h.2`
+/// before `h.10`, as PyTorch lists a `ModuleList`), the rest as text; ties of that (`h.02`,
+/// `h.2`) by the text itself, so the order is total.
+fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn pieces(s: &str) -> impl Iterator<Item = (bool, &str)> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digits = first.is_ascii_digit();
+            let end = rest.find(|c: char| c.is_ascii_digit() != digits).unwrap_or(rest.len());
+            let (piece, tail) = rest.split_at(end);
+            rest = tail;
+            Some((digits, piece))
+        })
+    }
+    let numeric = |digits: &str| {
+        let trimmed = digits.trim_start_matches('0');
+        (trimmed.len(), trimmed.to_string())
+    };
+    let mut left = pieces(a);
+    let mut right = pieces(b);
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return std::cmp::Ordering::Less,
+            (Some(_), None) => return std::cmp::Ordering::Greater,
+            (Some((true, x)), Some((true, y))) => match numeric(x).cmp(&numeric(y)) {
+                std::cmp::Ordering::Equal => {}
+                order => return order,
+            },
+            (Some((_, x)), Some((_, y))) => match x.cmp(y) {
+                std::cmp::Ordering::Equal => {}
+                order => return order,
+            },
+        }
+    }
 }
 
 /// The text of `memplan report`: the step, then the groups and the `top` largest values,
@@ -457,5 +495,17 @@ fn table<const N: usize>(w: &mut String, header: [&str; N], right: &[bool; N], r
             .map(|((cell, width), &right)| if right { format!("{cell:>width$}") } else { format!("{cell:width$}") })
             .collect();
         let _ = writeln!(w, "{}", cells.join("  ").trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::natural_order;
+
+    #[test]
+    fn module_keys_sort_as_they_are_numbered() {
+        let mut keys = vec!["h.10", "h.2", "h.1.mlp", "h.1", "h.0", "wte", "h.11", "h.02", "(model)"];
+        keys.sort_by(|a, b| natural_order(a, b));
+        assert_eq!(keys, ["(model)", "h.0", "h.1", "h.1.mlp", "h.02", "h.2", "h.10", "h.11", "wte"]);
     }
 }
