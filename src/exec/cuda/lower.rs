@@ -215,13 +215,13 @@ pub fn lower_op(
             let (v, d) = (x(0).shape[0], x(0).shape[1]);
             elementwise(EMBEDDING, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), int(d), int(v)])
         }
-        EmbeddingBackward => embedding_backward(y(0), x(0), x(1)),
+        EmbeddingBackward => embedding_backward(y(0), x(0), x(1), None),
         EmbeddingBag => {
             let (v, d) = (x(0).shape[0], x(0).shape[1]);
             let mean = Arg::I32(i32::from(attrs.str("mode") == "mean"));
             elementwise(EMBEDDING_BAG, y(0).numel(), vec![t(y(0)), t(x(0)), t(x(1)), t(x(2)), int(x(1).numel()), int(d), int(v), mean])
         }
-        EmbeddingBagBackward => embedding_bag_backward(y(0), x(0), x(1), x(2), attrs.str("mode") == "mean"),
+        EmbeddingBagBackward => embedding_backward(y(0), x(0), x(1), Some((x(2), attrs.str("mode") == "mean"))),
         Argmax => {
             // One thread a line of x along the axis; y holds a line's answer at the line's
             // row-major position (keepdim or not, the same order).
@@ -1030,7 +1030,9 @@ pub fn embedding_rows_per_block(vocab: u64) -> u64 {
     vocab.div_ceil(MAX_GRID_YZ).max(256)
 }
 
-fn embedding_backward(dtable: &View, dy: &View, ids: &View) -> Vec<Command> {
+/// dtable of embedding, or with `bags` (offsets, mean) of embedding_bag (the bags followed
+/// along the offsets): a thread per column and block of rows.
+fn embedding_backward(dtable: &View, dy: &View, ids: &View, bags: Option<(&View, bool)>) -> Vec<Command> {
     let (v, d) = (dtable.shape[0], dtable.shape[1]);
     if v * d == 0 {
         return Vec::new();
@@ -1038,22 +1040,15 @@ fn embedding_backward(dtable: &View, dy: &View, ids: &View) -> Vec<Command> {
     let rows = embedding_rows_per_block(v);
     let threads = (d.div_ceil(32) * 32).min(256);
     let grid = [d.div_ceil(threads) as u32, v.div_ceil(rows) as u32, 1];
-    let args = vec![t(dtable), t(dy), t(ids), int(ids.numel()), int(d), int(v), int(rows)];
-    vec![launch(EMBEDDING_BACKWARD, grid, [threads as u32, 1, 1], args)]
-}
-
-/// dtable of embedding_bag: embedding_backward's launch, the bags followed along offsets.
-fn embedding_bag_backward(dtable: &View, dy: &View, ids: &View, offsets: &View, mean: bool) -> Vec<Command> {
-    let (v, d) = (dtable.shape[0], dtable.shape[1]);
-    if v * d == 0 {
-        return Vec::new();
-    }
-    let rows = embedding_rows_per_block(v);
-    let threads = (d.div_ceil(32) * 32).min(256);
-    let grid = [d.div_ceil(threads) as u32, v.div_ceil(rows) as u32, 1];
-    let args =
-        vec![t(dtable), t(dy), t(ids), t(offsets), int(ids.numel()), int(d), int(v), int(rows), Arg::I32(i32::from(mean))];
-    vec![launch(EMBEDDING_BAG_BACKWARD, grid, [threads as u32, 1, 1], args)]
+    let sizes = [int(ids.numel()), int(d), int(v), int(rows)];
+    let (kernel, args) = match bags {
+        None => (EMBEDDING_BACKWARD, [vec![t(dtable), t(dy), t(ids)], sizes.to_vec()].concat()),
+        Some((offsets, mean)) => {
+            let args = [vec![t(dtable), t(dy), t(ids), t(offsets)], sizes.to_vec(), vec![Arg::I32(i32::from(mean))]];
+            (EMBEDDING_BAG_BACKWARD, args.concat())
+        }
+    };
+    vec![launch(kernel, grid, [threads as u32, 1, 1], args)]
 }
 
 /// sum or mean of `x` over `axes` into `out`: x viewed with kept dimensions first.

@@ -176,15 +176,8 @@ pub(super) fn infer_masked_attention_backward(inputs: &[&TensorType], attrs: &At
 /// bias (a bias of shape `[]`, 0, where PyTorch gave no mask), `seed` an `i64[]` scalar,
 /// `p` a probability in [0, 1), `stream` at least 0 (as for `dropout`).
 pub(super) fn infer_dropout_attention(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
-    let seed = inputs[4];
-    if *seed != TensorType::new(DType::I64, vec![]) {
-        return Err(format!("seed must be an i64[] scalar, found {seed}"));
-    }
-    float_attr(attrs, "p", |p| (0.0..1.0).contains(&p), "a probability in [0, 1)")?;
-    let stream = attrs.int("stream");
-    if stream < 0 {
-        return Err(format!("stream={stream} must be at least 0"));
-    }
+    seed_and_stream(inputs[4], attrs)?;
+    drop_probability(attrs)?;
     infer_masked_attention(&inputs[..4], attrs)
 }
 

@@ -6,7 +6,7 @@
 
 use super::rules::*;
 use super::{AttrDefault, AttrKind, AttrSpec, Attrs, OpDef, attr};
-use crate::ir::types::{DType, TensorType};
+use crate::ir::types::TensorType;
 
 use AttrKind as K;
 
@@ -43,18 +43,11 @@ pub(super) const RANDOM: OpDef = OpDef::new("random", &["seed"], &["out"], infer
 /// `random(seed, shape, dtype, stream, normal)`: `seed` an `i64[]` scalar, `dtype` a float
 /// type, `stream` at least 0. The output is `dtype[shape]`.
 pub(super) fn infer_random(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
-    let seed = inputs[0];
-    if *seed != TensorType::new(DType::I64, vec![]) {
-        return Err(format!("seed must be an i64[] scalar, found {seed}"));
-    }
+    seed_and_stream(inputs[0], attrs)?;
     let dims = dims_attr(attrs, "shape")?;
     let dtype = attrs.dtype("dtype");
     if !dtype.is_float() {
         return Err(format!("dtype={dtype}: random numbers are f32, f16 or bf16"));
-    }
-    let stream = attrs.int("stream");
-    if stream < 0 {
-        return Err(format!("stream={stream} must be at least 0"));
     }
     done(vec![TensorType::new(dtype, dims)])
 }
@@ -65,14 +58,8 @@ pub(super) fn infer_random(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
 fn dropout_rule(inputs: &[&TensorType], attrs: &Attrs, what: &str) -> Rule {
     let (x, seed) = (inputs[0], inputs[1]);
     float_input(x, what)?;
-    if *seed != TensorType::new(DType::I64, vec![]) {
-        return Err(format!("seed must be an i64[] scalar, found {seed}"));
-    }
-    float_attr(attrs, "p", |p| (0.0..1.0).contains(&p), "a probability in [0, 1)")?;
-    let stream = attrs.int("stream");
-    if stream < 0 {
-        return Err(format!("stream={stream} must be at least 0"));
-    }
+    seed_and_stream(seed, attrs)?;
+    drop_probability(attrs)?;
     done(vec![x.clone()])
 }
 

@@ -146,3 +146,21 @@ pub(super) fn per_input<const K: u64>(inputs: &[&TensorType], _: &[&TensorType],
 
 pub(super) const STRIDE_1: AttrSpec = attr("stride", AttrKind::Ints, Some(AttrDefault::Ints(&[1, 1])));
 pub(super) const PADDING_0: AttrSpec = attr("padding", AttrKind::Ints, Some(AttrDefault::Ints(&[0, 0])));
+
+/// A random site's inputs: `seed` an `i64[]` scalar, the `stream` attribute at least 0
+/// (dropout's, dropout_attention's, random's).
+pub(super) fn seed_and_stream(seed: &TensorType, attrs: &Attrs) -> Result<(), String> {
+    if *seed != TensorType::new(DType::I64, vec![]) {
+        return Err(format!("seed must be an i64[] scalar, found {seed}"));
+    }
+    let stream = attrs.int("stream");
+    if stream < 0 {
+        return Err(format!("stream={stream} must be at least 0"));
+    }
+    Ok(())
+}
+
+/// Dropout's `p`: a probability in [0, 1) (NaN is not).
+pub(super) fn drop_probability(attrs: &Attrs) -> Result<f64, String> {
+    float_attr(attrs, "p", |p| (0.0..1.0).contains(&p), "a probability in [0, 1)")
+}
