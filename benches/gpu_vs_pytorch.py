@@ -65,14 +65,24 @@ def torch_step(name, steps, warmup, tf32, compiled=False):
     """Runs model `name` of ir/models in PyTorch (eager, or torch.compile'd); returns its
     memory peaks and step times."""
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+    model, batch, make_optimizer = ir_model(name, torch.device("cuda"))
+    opt = make_optimizer(model.parameters())
+    forward = torch.compile(model) if compiled else model
+    return measure(lambda: forward(*batch), opt, steps, warmup, tf32)
+
+
+def ir_model(name, dev):
+    """Model `name` of ir/models in PyTorch on device `dev`: (model, batch, a function from
+    parameters to its optimizer). Also what benches/predict_accuracy.py predicts."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
     torch.manual_seed(0)
     cfg = MODELS[name]
-    dev = torch.device("cuda")
 
     if cfg["kind"] == "gpt2":
         B, T, C, nh, V, L = cfg["batch"], cfg["seq"], cfg["hidden"], cfg["heads"], cfg["vocab"], cfg["layers"]
@@ -119,7 +129,7 @@ def torch_step(name, steps, warmup, tf32, compiled=False):
             torch.arange(T, device=dev),
             torch.randint(0, V, (B, T), device=dev),
         )
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["wd"], betas=(0.9, 0.999), eps=1e-8)
+        make_optimizer = lambda p: torch.optim.AdamW(p, lr=cfg["lr"], weight_decay=cfg["wd"], betas=(0.9, 0.999), eps=1e-8)
     elif cfg["kind"] == "vgg16":
         N, S, K = cfg["batch"], cfg["image"], cfg["classes"]
 
@@ -144,7 +154,7 @@ def torch_step(name, steps, warmup, tf32, compiled=False):
 
         model = VGG16().to(dev)
         batch = (torch.randn(N, 3, S, S, device=dev), torch.randint(0, K, (N,), device=dev))
-        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
+        make_optimizer = lambda p: torch.optim.SGD(p, lr=cfg["lr"])
     else:
         N, S, W, K = cfg["batch"], cfg["image"], cfg["widths"], cfg["classes"]
 
@@ -183,10 +193,9 @@ def torch_step(name, steps, warmup, tf32, compiled=False):
 
         model = ResNet18().to(dev)
         batch = (torch.randn(N, 3, S, S, device=dev), torch.randint(0, K, (N,), device=dev))
-        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
+        make_optimizer = lambda p: torch.optim.SGD(p, lr=cfg["lr"], momentum=cfg["momentum"])
 
-    forward = torch.compile(model) if compiled else model
-    return measure(lambda: forward(*batch), opt, steps, warmup, tf32)
+    return model, batch, make_optimizer
 
 
 def torch_zoo_step(name, steps, warmup, variant):

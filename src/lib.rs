@@ -17,6 +17,7 @@
 pub mod analysis;
 pub mod autodiff;
 pub mod bytes;
+pub mod caching;
 pub mod checker;
 pub mod diagnostics;
 pub mod exec;

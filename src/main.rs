@@ -64,6 +64,8 @@ enum Command {
     Expand(cli::expand::Args),
     /// Print a step in canonical form.
     Print(cli::print::Args),
+    /// Replay a trace of PyTorch's tensor allocations through a model of its CUDA caching allocator: max_memory_allocated, max_memory_reserved, segments, and memplan's arena for the same allocations.
+    Replay(cli::replay::Args),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
         Command::Remat(args) => cli::remat::run(args),
         Command::Expand(args) => cli::expand::run(args),
         Command::Print(args) => cli::print::run(args),
+        Command::Replay(args) => cli::replay::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

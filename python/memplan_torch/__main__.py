@@ -4,6 +4,8 @@
         [--lr F] [--weight-decay F] [--momentum F] [--amp bf16|f16] [--weights OUT.safetensors]
         [--user-checkpoint keep|drop]
     python -m memplan_torch fit FILE.py:FUNC --memory 80GiB [--budget B] [--memplan PATH]
+    python -m memplan_torch predict FILE.py:FUNC [--batch N] [--amp bf16] [--optimizer ...] [--device cuda|cpu]
+        [--expandable-segments] [--format json] [--trace OUT.trace]
 
 `FUNC()` returns `(model, example_inputs)` (`FUNC(batch=N)` with `--batch N`, and for
 `fit`); `model(*example_inputs)` returns the scalar training loss. `export` calls it under `virtual()` (no weight memory) unless `--weights`
@@ -247,6 +249,100 @@ def cmd_fit(args) -> None:
     print(f"largest batch that fits in {args.memory}: {best}")
 
 
+def predict_step(func, spec: str, batch: int | None, args, memplan: str, arena: bool = True) -> dict:
+    """PyTorch eager's predicted peaks for one steady-state step of FUNC's model (and
+    memplan's arena for the same step, when `arena`): the `predict` command's JSON."""
+    from .predict import CUBLAS_WORKSPACE, record, replay
+
+    with virtual():
+        model, inputs = _model_and_inputs(_call(func, spec, batch), spec)
+    try:
+        trace = record(model, inputs, optimizer=args.optimizer, amp=args.amp, device=args.device)
+    except Exception as e:  # noqa: BLE001 - the user's model failed under PyTorch: say where
+        frame = _users_frame(e)
+        raise Failure(f"{frame}PyTorch could not run the step on fake tensors: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                      "\nhint: `predict` runs the model without data (shapes only); a step whose shapes depend on values cannot be predicted") from None
+    figures = replay(trace, memplan, expandable_segments=args.expandable_segments)
+    result = {
+        "model": spec,
+        "batch": batch,
+        "device": args.device,
+        "optimizer": args.optimizer,
+        "amp": args.amp,
+        "allocator": {"expandable_segments": args.expandable_segments},
+        "eager": {
+            "max_memory_allocated": figures["max_memory_allocated"],
+            "max_memory_reserved": figures["max_memory_reserved"] if args.device == "cuda" else figures["max_requested"],
+            "max_requested": figures["max_requested"],
+        },
+        "fixed": {"cublas_workspace": CUBLAS_WORKSPACE if args.device == "cuda" else 0},
+        "ideal_arena": figures["ideal_arena"],
+        "live_at_peak": figures["live_at_peak"],
+        "trace": trace,
+    }
+    if args.device == "cpu":
+        # The CPU allocator neither rounds nor caches: the peak is the bytes live.
+        result["eager"]["max_memory_allocated"] = figures["max_requested"]
+    if arena:
+        with virtual():
+            model, inputs = _model_and_inputs(_call(func, spec, batch), spec)
+        text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
+                           amp=args.amp, name="predict", user_checkpoint=args.user_checkpoint)
+        result["memplan"] = {"arena": plan_arena(memplan, text, None)}
+    return result
+
+
+def _users_frame(exc: BaseException) -> str:
+    """`file:line: ` of the innermost frame of the user's own code in a traceback."""
+    from .datadep import is_users_file
+
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        if is_users_file(tb.tb_frame.f_code.co_filename):
+            found = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}: "
+        tb = tb.tb_next
+    return found
+
+
+def cmd_predict(args) -> None:
+    _new_file(args.trace)
+    if args.batch is not None and args.batch < 1:
+        raise Failure(f"--batch {args.batch}: expected a positive batch size")
+    memplan = find_memplan(args.memplan)
+    func = load_function(args.function)
+    result = predict_step(func, args.function, args.batch, args, memplan, arena=not args.no_arena)
+    trace = result.pop("trace")
+    if args.trace:
+        _write_new(args.trace, trace)
+    if args.format == "json":
+        result["live_at_peak"] = result["live_at_peak"][: args.top]
+        print(json.dumps(result, indent=2))
+        return
+    eager = result["eager"]
+    where = "a CUDA device" if args.device == "cuda" else "the CPU"
+    amp = f", {args.amp} autocast" if args.amp else ""
+    batch = f" at batch {args.batch}" if args.batch else ""
+    print(f"PyTorch eager, one steady-state training step of {args.function}{batch} ({args.optimizer}{amp}) on {where}, predicted:")
+    if args.device == "cuda":
+        print(f"  torch.cuda.max_memory_allocated()  {format_bytes(eager['max_memory_allocated'])}")
+        setting = "on" if args.expandable_segments else "off"
+        print(f"  torch.cuda.max_memory_reserved()   {format_bytes(eager['max_memory_reserved'])}  (expandable_segments {setting})")
+        print(f"  of which fixed: cuBLAS workspace {format_bytes(result['fixed']['cublas_workspace'])}; "
+              "not counted by PyTorch: the CUDA context (about 0.5 GiB of device memory per process)")
+    else:
+        print(f"  peak of live tensor bytes          {format_bytes(eager['max_memory_allocated'])}")
+    print(f"  the same allocations, placed by memplan: {format_bytes(result['ideal_arena'])}")
+    if "memplan" in result:
+        print(f"memplan's arena for the step (memplan plan; memplan run allocates exactly this): {format_bytes(result['memplan']['arena'])}")
+    if args.top:
+        print(f"largest tensors live at PyTorch's peak (of {len(result['live_at_peak'])}):")
+        for block in result["live_at_peak"][: args.top]:
+            print(f"  {format_bytes(block['block']):>26}  {block['label']}")
+    if args.trace:
+        print(f"wrote {args.trace} (memplan replay {args.trace} replays it)")
+
+
 def _amp(text: str) -> str:
     """`--amp`'s dtype, memplan's or torch's name."""
     if text.lower() not in _AMP:
@@ -295,6 +391,20 @@ def main(argv=None) -> int:
     fit.add_argument("--max-batch", type=int, default=1 << 16, help="the largest batch tried (default 65536)")
     optimizer_flags(fit)
 
+    predict = commands.add_parser("predict", help="PyTorch eager's own max_memory_allocated/reserved for one training step, before running it")
+    predict.add_argument("function", metavar="FILE.py:FUNC")
+    predict.add_argument("--batch", type=int, metavar="N", help="call FUNC(batch=N) (default: FUNC())")
+    optimizer_flags(predict)
+    predict.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                         help="the step as PyTorch runs it on a CUDA device (default) or on the CPU")
+    predict.add_argument("--expandable-segments", action="store_true",
+                         help="as with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    predict.add_argument("--format", choices=["text", "json"], default="text")
+    predict.add_argument("--top", type=int, default=10, metavar="N", help="how many tensors live at the peak to list (default 10)")
+    predict.add_argument("--trace", metavar="OUT.trace", help="also write the allocation trace (memplan replay reads it)")
+    predict.add_argument("--no-arena", action="store_true", help="skip exporting and planning the step for memplan's arena")
+    predict.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
+
     args = parser.parse_args(argv)
     # The exporter's warnings as one line each, `warning: ...` (not Python's file:line form).
     show = warnings.showwarning
@@ -307,7 +417,7 @@ def main(argv=None) -> int:
 
     warnings.showwarning = showwarning
     try:
-        (cmd_export if args.command == "export" else cmd_fit)(args)
+        {"export": cmd_export, "fit": cmd_fit, "predict": cmd_predict}[args.command](args)
     except BrokenPipeError:
         # The reader went away (`... | head`): stop quietly, as memplan does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,6 +1,6 @@
 //! The `memplan` command line, apart from the library: `src/main.rs` parses the arguments
 //! and dispatches; each command is a module here (`check`, `plan`, `report`, `diff`,
-//! `alloc`, `run`, `schedule`, `remat`, `expand`, `print`), with its clap arguments and
+//! `alloc`, `run`, `schedule`, `remat`, `expand`, `print`, `replay`), with its clap arguments and
 //! its `run`.
 //!
 //! Shared by the commands: [`Failure`] and [`Exit`], the ONE convention for exit statuses;
@@ -22,6 +22,7 @@ pub mod flags;
 pub mod plan;
 pub mod print;
 pub mod remat;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod schedule;

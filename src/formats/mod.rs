@@ -5,12 +5,15 @@
 //! - `emit.rs`: the files of `plan --emit` and their fixed names;
 //! - `buffer_list.rs`: minimalloc's CSV buffer lists (`alloc`, `plan --emit csv`);
 //! - `checkmate.rs`: Checkmate's and Moccasin's graphs (`schedule`, `remat`);
-//! - `safetensors.rs`: weights in and out of `run` (`--weights`, `--save`).
+//! - `safetensors.rs`: weights in and out of `run` (`--weights`, `--save`);
+//! - `alloc_trace.rs`: PyTorch's tensor allocations and frees in order (`replay`, written
+//!   by `memplan_torch predict`).
 //!
 //! Formats turn text or bytes into memplan's types and back; they open no files (the CLI
 //! reads and writes them, `src/cli/files.rs`). Reading trusts nothing: errors are located
 //! where the format allows, and a plan read back passes the checker before anyone uses it.
 
+pub mod alloc_trace;
 pub mod buffer_list;
 pub mod checkmate;
 pub mod emit;
