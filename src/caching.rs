@@ -109,7 +109,8 @@ pub struct Replay {
     /// The storages live at the allocated peak, as (id, requested bytes, block bytes),
     /// largest block first, then by id.
     pub live_at_peak: Vec<(u32, u64, u64)>,
-    /// The segments when the reserved peak was first reached, in the order they were made.
+    /// The segments when the allocated peak was first reached, in the order they were
+    /// made: what was reserved then, and how it was cut.
     pub segments_at_peak: Vec<Segment>,
     /// `cudaMalloc` calls (segments made, or expandable pages mapped) over the whole trace.
     pub segment_allocs: u64,
@@ -347,11 +348,9 @@ pub fn replay(events: &[Event], config: Config) -> Result<Replay, ReplayError> {
             peaks.0 = allocator.allocated;
             peak_event = Some(event);
             live_at_peak = allocator.live();
-        }
-        if allocator.reserved > peaks.1 {
-            peaks.1 = allocator.reserved;
             segments_at_peak = allocator.segments();
         }
+        peaks.1 = peaks.1.max(allocator.reserved);
         peaks.2 = peaks.2.max(allocator.requested);
         timeline.push((allocator.allocated, allocator.reserved));
     }

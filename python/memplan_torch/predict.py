@@ -153,10 +153,12 @@ def _fake_model(model: torch.nn.Module, inputs: tuple, mode: FakeTensorMode):
 
     def fake(t):
         if id(t) not in fakes:
-            with mode:
-                empty = torch.empty(t.shape, dtype=t.dtype, device="cpu")
-                if not t.is_floating_point() and t.device.type != "meta":
-                    empty = mode.from_tensor(t.detach().cpu())
+            if not t.is_floating_point() and t.device.type != "meta":
+                # Integer tensors keep their values where they have some (indices).
+                empty = mode.from_tensor(t.detach().cpu())
+            else:
+                with mode:
+                    empty = torch.empty(t.shape, dtype=t.dtype, device="cpu")
             fakes[id(t)] = torch.nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
         return fakes[id(t)]
 

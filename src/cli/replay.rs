@@ -108,9 +108,10 @@ fn text(file: &str, trace: &AllocTrace, r: &Replay, ideal: &Ideal, config: Confi
     outln!("  max_memory_allocated  {}", format_bytes(r.max_allocated));
     outln!("  max_memory_reserved   {}", format_bytes(r.max_reserved));
     outln!("  requested at most     {}  (before rounding to 512-byte blocks)", format_bytes(r.max_requested));
-    outln!("  segments              {} at the reserved peak ({} made over the trace)", r.segments_at_peak.len(), r.segment_allocs);
-    let in_use: u64 = r.segments_at_peak.iter().map(|s| s.allocated).sum();
-    outln!("  fragmentation         {} reserved but not allocated at the reserved peak", format_bytes(r.max_reserved.saturating_sub(in_use)));
+    let reserved: u64 = r.segments_at_peak.iter().map(|s| s.size).sum();
+    let split = r.segments_at_peak.iter().filter(|s| s.blocks > 1).count();
+    outln!("  at the allocated peak {} reserved in {} segments ({split} split), {} of it cached but free", format_bytes(reserved), r.segments_at_peak.len(), format_bytes(reserved - r.max_allocated.min(reserved)));
+    outln!("  cudaMalloc calls      {} over the trace", r.segment_allocs);
     outln!("memplan's placement of the same allocations:");
     outln!("  arena                 {}  (lower bound {})", format_bytes(ideal.arena), format_bytes(ideal.lower_bound));
     outln!("live at the allocated peak (largest {} of {}):", top.min(r.live_at_peak.len()), r.live_at_peak.len());
