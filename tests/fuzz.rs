@@ -16,6 +16,7 @@ fn cases(format: Format) -> u64 {
         Format::Checkmate => 3000,
         Format::PlanJson => 200,
         Format::Safetensors => 3000,
+        Format::TorchSnapshot => 3000,
     }
 }
 

@@ -6,6 +6,8 @@
 //! - `buffer_list.rs`: minimalloc's CSV buffer lists (`alloc`, `plan --emit csv`);
 //! - `checkmate.rs`: Checkmate's and Moccasin's graphs (`schedule`, `remat`);
 //! - `safetensors.rs`: weights in and out of `run` (`--weights`, `--save`);
+//! - `pickle.rs`: Python pickles of plain data (never code), for `torch_snapshot`;
+//! - `torch_snapshot/`: PyTorch's CUDA memory snapshots, replayed (`snapshot`);
 //! - `alloc_trace.rs`: PyTorch's tensor allocations and frees in order (`replay`, written
 //!   by `memplan_torch predict`).
 //!
@@ -17,5 +19,7 @@ pub mod alloc_trace;
 pub mod buffer_list;
 pub mod checkmate;
 pub mod emit;
+pub mod pickle;
 pub mod plan_json;
 pub mod safetensors;
+pub mod torch_snapshot;

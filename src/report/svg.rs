@@ -213,7 +213,7 @@ fn axes(out: &mut String, steps: usize, arena: u64, x: &dyn Fn(usize) -> f64, y:
 
 /// A tick step in bytes for `0..=arena` with fewer than `ticks` ticks: a round number of
 /// `unit`s (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, ... of them; at least one byte).
-fn byte_step(arena: u64, unit: u64, ticks: u64) -> u64 {
+pub fn byte_step(arena: u64, unit: u64, ticks: u64) -> u64 {
     const FRACTIONS: [(u64, u64); 4] = [(1, 10), (1, 5), (1, 4), (1, 2)];
     for (num, den) in FRACTIONS {
         let step = (unit / den).saturating_mul(num);
@@ -225,7 +225,7 @@ fn byte_step(arena: u64, unit: u64, ticks: u64) -> u64 {
 }
 
 /// A tick step for `range` with fewer than `ticks` ticks: 1, 2 or 5 times a power of ten.
-fn nice_step(range: u64, ticks: u64) -> u64 {
+pub fn nice_step(range: u64, ticks: u64) -> u64 {
     let mut base = 1u64;
     loop {
         for m in [1u64, 2, 5] {

@@ -155,7 +155,7 @@ pub fn class_pid(i: usize) -> u32 {
 
 /// A lane for each inclusive interval, the lowest free one, so that intervals sharing a
 /// lane never overlap; as few lanes as the most intervals live at once.
-fn pack_lanes(intervals: impl Iterator<Item = (usize, usize)>) -> Vec<u32> {
+pub fn pack_lanes(intervals: impl Iterator<Item = (usize, usize)>) -> Vec<u32> {
     let intervals: Vec<(usize, usize)> = intervals.collect();
     let mut order: Vec<usize> = (0..intervals.len()).collect();
     order.sort_by_key(|&i| (intervals[i].0, i));

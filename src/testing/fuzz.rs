@@ -2,7 +2,8 @@
 //! sanitizer runtime): the hunt for panics, hangs and silent wrong answers made permanent.
 //!
 //! Each [`Format`] has seed inputs (the corpus: `ir/**/*.step`, and what memplan itself
-//! writes from it: buffer lists, plan JSONs, safetensors; small Checkmate graphs made here),
+//! writes from it: buffer lists, plan JSONs, safetensors; small Checkmate graphs made here;
+//! the PyTorch memory snapshots under `tests/data/torch_snapshots`),
 //! a mutator that damages them the ways hostile or broken files are damaged (bit flips,
 //! cuts, splices, repeated lines, words from elsewhere in the corpus, numbers at the edges of
 //! every integer type), and a target that pushes the result through the same library calls
@@ -16,6 +17,9 @@
 //!   and unplanned with bit-identical results (the CPU executor);
 //! - a recomputation sequence re-evaluates at or under its budget;
 //! - safetensors and buffer lists written back read back the same;
+//! - a memory snapshot that reads replays to curves whose peaks are their maxima, its ideal
+//!   placement passes `check_offsets` at or above its lower bound, and every file of
+//!   `snapshot --emit` renders (the JSON parses);
 //! - no case takes longer than [`Limits::slow`] (a finding, with the input).
 //!
 //! A finding carries the input that caused it, so it can be saved and turned into a
@@ -29,6 +33,9 @@ use std::time::{Duration, Instant};
 use crate::diagnostics;
 use crate::exec::cpu::{Placement, run_step};
 use crate::exec::data::init_args;
+use crate::formats::torch_snapshot::picture::SnapshotEmit;
+use crate::formats::torch_snapshot::render::Subject as SnapshotSubject;
+use crate::formats::torch_snapshot::{self, timeline};
 use crate::formats::{buffer_list, checkmate, plan_json, safetensors};
 use crate::passes::{Budget, PlanOptions};
 use crate::report::locs::Locs;
@@ -51,10 +58,12 @@ pub enum Format {
     PlanJson,
     /// Weights (`run --weights`, `--save`).
     Safetensors,
+    /// A PyTorch memory snapshot (a pickle): `snapshot`.
+    TorchSnapshot,
 }
 
 impl Format {
-    pub const ALL: [Format; 5] = [Format::Step, Format::Csv, Format::Checkmate, Format::PlanJson, Format::Safetensors];
+    pub const ALL: [Format; 6] = [Format::Step, Format::Csv, Format::Checkmate, Format::PlanJson, Format::Safetensors, Format::TorchSnapshot];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -63,6 +72,7 @@ impl Format {
             Format::Checkmate => "checkmate",
             Format::PlanJson => "plan-json",
             Format::Safetensors => "safetensors",
+            Format::TorchSnapshot => "torch-snapshot",
         }
     }
 
@@ -135,7 +145,16 @@ pub fn seeds(format: Format, root: &Path) -> Vec<Vec<u8>> {
             small().filter_map(|(_, _, graph, _)| Some(safetensors::to_bytes(&init_args(&graph, 1).ok()?))).collect()
         }
         Format::Checkmate => (0..12u64).map(|seed| checkmate_graph(seed).into_bytes()).collect(),
+        Format::TorchSnapshot => pickles(root),
     }
+}
+
+/// Every `.pickle` under `root/tests/data/torch_snapshots`, by name.
+fn pickles(root: &Path) -> Vec<Vec<u8>> {
+    let Ok(entries) = std::fs::read_dir(root.join("tests/data/torch_snapshots")) else { return Vec::new() };
+    let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "pickle")).collect();
+    paths.sort();
+    paths.iter().filter_map(|p| std::fs::read(p).ok()).collect()
 }
 
 /// Every `.step` file under `root/ir` (valid and invalid), with its path, sorted.
@@ -518,6 +537,52 @@ fn safetensors_case(bytes: &[u8]) -> Checked {
     }
 }
 
+/// A memory snapshot read, replayed (the default device), placed, checked and rendered.
+fn torch_snapshot_case(bytes: &[u8]) -> Checked {
+    let snapshot = match torch_snapshot::parse(bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = e.to_string();
+            return Ok(Reached::Rejected);
+        }
+    };
+    let t = match timeline::replay(&snapshot, None) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = e.to_string();
+            return Ok(Reached::Rejected);
+        }
+    };
+    if t.allocated.len() != t.events + 1 || t.reserved.len() != t.events + 1 {
+        return Err(format!("{} events but {} and {} positions", t.events, t.allocated.len(), t.reserved.len()));
+    }
+    for (name, curve, peak) in [("allocated", &t.allocated, t.max_allocated), ("reserved", &t.reserved, t.max_reserved)] {
+        if curve.iter().copied().max().unwrap_or(0) != peak.bytes || curve.get(peak.at) != Some(&peak.bytes) {
+            return Err(format!("the {name} peak {peak:?} is not the curve's maximum"));
+        }
+    }
+    let options = SolveOptions { solver: offsets::Solver::Auto, capacity: None, time_limit: Duration::from_millis(100), search_nodes: 5_000, halt_heuristics: false };
+    let ideal = match timeline::ideal(&t, timeline::BLOCK_ROUNDING, &options) {
+        Ok(i) => i,
+        Err(e) => {
+            let _ = e.to_string();
+            return Ok(Reached::Rejected);
+        }
+    };
+    crate::checker::check_offsets(&ideal.intervals(&t), &ideal.offsets, None).map_err(|v| format!("the checker rejected the ideal placement: {v}"))?;
+    if ideal.arena < ideal.lower_bound {
+        return Err(format!("arena {} below the lower bound {}", ideal.arena, ideal.lower_bound));
+    }
+    let subject = SnapshotSubject { source: "fuzz.pickle", snapshot: &snapshot, timeline: &t, ideal: &ideal };
+    for emit in SnapshotEmit::ALL {
+        let text = emit.render(&subject, 5);
+        if emit == SnapshotEmit::Json {
+            serde_json::from_str::<serde_json::Value>(&text).map_err(|e| format!("the JSON report does not parse: {e}"))?;
+        }
+    }
+    Ok(Reached::Accepted)
+}
+
 /// Runs one case of `format` on `input`: `Ok(accepted)`, or what went wrong.
 pub fn exercise(format: Format, input: &[u8], limits: &Limits, case: u64) -> Result<bool, String> {
     let started = Instant::now();
@@ -527,6 +592,7 @@ pub fn exercise(format: Format, input: &[u8], limits: &Limits, case: u64) -> Res
         Format::Checkmate => checkmate_case(input),
         Format::PlanJson => plan_json_case(input),
         Format::Safetensors => safetensors_case(input),
+        Format::TorchSnapshot => torch_snapshot_case(input),
     }));
     let elapsed = started.elapsed();
     let outcome = match result {
