@@ -60,6 +60,8 @@ enum Command {
     Schedule(cli::schedule::Args),
     /// Choose what to recompute in a Checkmate/Moccasin graph so that its peak fits a budget, at the least extra compute.
     Remat(cli::remat::Args),
+    /// Read a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot): reserved and allocated peaks, what is live there and from which lines, fragmentation, and the arena an ideal placement of the same allocations needs.
+    Snapshot(cli::snapshot::Args),
     /// Expand a forward-only step (`backward %loss with ...`) and print the full step in canonical form.
     Expand(cli::expand::Args),
     /// Print a step in canonical form.
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::run(args),
         Command::Schedule(args) => cli::schedule::run(args),
         Command::Remat(args) => cli::remat::run(args),
+        Command::Snapshot(args) => cli::snapshot::run(args),
         Command::Expand(args) => cli::expand::run(args),
         Command::Print(args) => cli::print::run(args),
         Command::Replay(args) => cli::replay::run(args),

@@ -338,3 +338,43 @@ fn class_totals_past_64_bits_are_too_large() {
     let temps = json["classes"].as_array().unwrap().iter().find(|c| c["buffers"].is_null());
     assert!(temps.is_some(), "{}", json["classes"]);
 }
+
+/// Pickles given to `memplan snapshot` that would run code, claim lengths past the file,
+/// nest deeper than any stack, or open too many MARKs: each exits 1 with the byte offset,
+/// quickly, and nothing runs (the payload would create the marker file).
+#[test]
+fn hostile_pickles_are_refused_at_their_byte_offset() {
+    let dir = scratch_dir("hostile", "pickles");
+    let marker = dir.join("payload-ran");
+    let bytes = |name: &str, contents: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let mut payload = b"\x80\x02cposix\nsystem\n(X".to_vec();
+    let command = format!("touch {}", marker.display());
+    payload.extend((command.len() as u32).to_le_bytes());
+    payload.extend(command.as_bytes());
+    payload.extend(b"tR.");
+    let mut huge = b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8d".to_vec();
+    huge.extend(u64::MAX.to_le_bytes());
+    let mut nested = b"\x80\x02".to_vec();
+    nested.extend(std::iter::repeat_n(b']', 500_000));
+    nested.extend(std::iter::repeat_n(b'a', 499_999));
+    nested.push(b'.');
+    let mut marks = b"\x80\x02".to_vec();
+    marks.extend(std::iter::repeat_n(b'(', 5000));
+    let cases = [
+        (bytes("payload.pickle", &payload), "opcode GLOBAL (0x63) at byte offset 2 builds a Python object: this pickle holds Python objects"),
+        (bytes("huge.pickle", &huge), "the pickle is truncated: it ends at byte 20 inside BINUNICODE8 starting at byte offset 11"),
+        (bytes("nested.pickle", &nested), "`segments[0]`: expected a dict, found a list"),
+        (bytes("marks.pickle", &marks), "byte offset 1002: the pickle nests more than 1000 MARKs deep"),
+        (bytes("empty.pickle", b""), "the file is empty"),
+    ];
+    for (file, needle) in cases {
+        let (code, stderr, _) = run(&["snapshot", &file]);
+        assert_eq!(code, Some(1), "{file}: {stderr}");
+        assert!(stderr.contains(needle), "{file}: missing {needle:?} in {stderr}");
+    }
+    assert!(!marker.exists(), "nothing ran");
+}

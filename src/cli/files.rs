@@ -4,7 +4,8 @@
 //! - an output a user names (`alloc -o`, `schedule -o`, `remat -o`, `run --save`) must not
 //!   exist: [`refuse_existing`] says so before any work is done, and [`write_new`] creates
 //!   the file only if it still does not exist when written;
-//! - `plan --emit` writes memplan's own fixed names into a directory ([`write_report_files`]):
+//! - `plan --emit` and `snapshot --emit` write memplan's own fixed names into a directory
+//!   ([`write_report_files`], [`write_named_files`]):
 //!   it replaces an earlier run's files of those names and never deletes, renames or
 //!   writes any other file there. It refuses (and writes nothing) when the directory path
 //!   exists but is not a directory, or when one of the names it is about to write is
@@ -143,6 +144,14 @@ fn create_temp(target: &Path) -> std::io::Result<(PathBuf, File)> {
 /// Writes each `(format, contents)` to its file in `dir` (created if missing), as the
 /// module docs say; returns the paths written, in order.
 pub fn write_report_files(dir: &Path, outputs: &[(Emit, String)]) -> Result<Vec<PathBuf>, Failure> {
+    let named: Vec<(&str, &str)> = outputs.iter().map(|(emit, contents)| (emit.file_name(), contents.as_str())).collect();
+    write_named_files(dir, &named)
+}
+
+/// Writes each `(file name, contents)` into `dir` (created if missing), as
+/// [`write_report_files`] writes `plan --emit`'s files (`snapshot --emit` has names of its
+/// own); returns the paths written, in order.
+pub fn write_named_files(dir: &Path, outputs: &[(&str, &str)]) -> Result<Vec<PathBuf>, Failure> {
     match std::fs::metadata(dir) {
         Ok(meta) if !meta.is_dir() => {
             return Err(Failure::bad_input(format_args!(
@@ -153,7 +162,7 @@ pub fn write_report_files(dir: &Path, outputs: &[(Emit, String)]) -> Result<Vec<
         Ok(_) => {}
         Err(_) => std::fs::create_dir_all(dir).map_err(|e| cannot_write(dir, e))?,
     }
-    let targets: Vec<PathBuf> = outputs.iter().map(|(emit, _)| dir.join(emit.file_name())).collect();
+    let targets: Vec<PathBuf> = outputs.iter().map(|(name, _)| dir.join(name)).collect();
     for path in &targets {
         if let Ok(meta) = std::fs::symlink_metadata(path)
             && !meta.file_type().is_file()

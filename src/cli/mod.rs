@@ -1,7 +1,7 @@
 //! The `memplan` command line, apart from the library: `src/main.rs` parses the arguments
 //! and dispatches; each command is a module here (`check`, `plan`, `report`, `diff`,
-//! `alloc`, `run`, `schedule`, `remat`, `expand`, `print`, `replay`), with its clap arguments and
-//! its `run`.
+//! `alloc`, `run`, `schedule`, `remat`, `expand`, `print`, `replay`, `snapshot`), with its clap
+//! arguments and its `run`.
 //!
 //! Shared by the commands: [`Failure`] and [`Exit`], the ONE convention for exit statuses;
 //! `step.rs` (a .step file read, expanded, planned and checked), `flags.rs` (the flags
@@ -26,6 +26,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod schedule;
+pub mod snapshot;
 pub mod step;
 
 use std::fmt;
