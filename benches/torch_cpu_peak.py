@@ -39,17 +39,31 @@ def pytorch_peak(model, inputs) -> int:
         model(*inputs).backward()
         optimizer.step()
 
-    step()  # the optimizer's state now exists
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    # The CPU allocator's own events (every allocation and free, in bytes, in order), over
+    # every step from before the first: a tensor allocated before a profile starts and
+    # freed during it has no free event in the profile's memory timeline ("Memory block of
+    # unknown size was allocated before the profiling started"), so profiling only the
+    # measured step counts the previous step's gradients, which zero_grad frees, as live
+    # throughout. Before the first step only the parameters, buffers and inputs exist, and
+    # they live on: they are the baseline. The peak is the most bytes live during the last
+    # step, once the optimizer's state exists (a record_function marks that step).
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in [*model.parameters(), *model.buffers(), *(x for x in inputs if isinstance(x, torch.Tensor))]}
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-    live, now, peak = {}, 0, 0
-    for _, action, key, size in MemoryProfile(prof.profiler.kineto_results).timeline:
-        if action in (Action.PREEXISTING, Action.CREATE):
-            live[key] = size
-            now += size
-        elif action == Action.DESTROY:
-            now -= live.pop(key, 0)
-        peak = max(peak, now)
+        step()
+        with torch.profiler.record_function("memplan::measured_step"):
+            step()
+    events = prof.profiler.kineto_results.events()
+    marker = next(e for e in events if e.name() == "memplan::measured_step")
+    begin, end = marker.start_ns(), marker.end_ns()
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    live = sum(storages.values())
+    peak = 0
+    for t, nbytes in memory:
+        live += nbytes
+        if begin <= t <= end:
+            peak = max(peak, live)
     return peak
 
 

@@ -280,17 +280,20 @@ impl Allocator {
         self.requested -= request;
         let (mut start, mut size) = (address, block.size);
         let segment = block.segment;
-        if let Some((&before, b)) = self.blocks.range(..address).next_back() {
-            if b.segment == segment && b.holder.is_none() && before + b.size == address {
-                size += self.remove_free(before).size;
-                start = before;
-            }
+        if let Some((&before, b)) = self.blocks.range(..address).next_back()
+            && b.segment == segment
+            && b.holder.is_none()
+            && before + b.size == address
+        {
+            size += self.remove_free(before).size;
+            start = before;
         }
         let after = address + block.size;
-        if let Some(b) = self.blocks.get(&after) {
-            if b.segment == segment && b.holder.is_none() {
-                size += self.remove_free(after).size;
-            }
+        if let Some(b) = self.blocks.get(&after)
+            && b.segment == segment
+            && b.holder.is_none()
+        {
+            size += self.remove_free(after).size;
         }
         self.insert_free(start, size, segment);
     }

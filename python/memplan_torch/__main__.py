@@ -192,7 +192,14 @@ def find_memplan(given: str | None) -> str:
 
 
 def plan_arena(memplan: str, step_text: str, budget: str | None) -> int:
-    """The planned arena of a step, in bytes (memplan plan --format json)."""
+    """The planned arena of a step, in bytes (memplan plan --format json); -1 when the
+    budget cannot be met."""
+    return plan_figures(memplan, step_text, budget)["arena"]
+
+
+def plan_figures(memplan: str, step_text: str, budget: str | None) -> dict:
+    """`arena` (bytes; -1 when the budget cannot be met) and, under a budget, the
+    recomputation's `extra_flops` and `overhead_percent`, from memplan plan --format json."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "step.step")
         with open(path, "w") as f:
@@ -204,49 +211,104 @@ def plan_arena(memplan: str, step_text: str, budget: str | None) -> int:
             raise Failure(f"cannot run memplan ({memplan}): {e.strerror}; build it with `cargo build --release` "
                           "or name it with --memplan") from None
     if done.returncode == 2:
-        return -1  # the budget cannot be met at this batch
+        return {"arena": -1}  # the budget cannot be met at this batch
     if done.returncode != 0:
         raise Failure(f"memplan plan failed ({done.returncode}):\n{done.stderr}")
-    return int(json.loads(done.stdout)["arena_bytes"])
+    report = json.loads(done.stdout)
+    remat = report.get("remat") or {}
+    return {"arena": int(report["arena_bytes"]), "extra_flops": remat.get("extra_flops", 0), "overhead_percent": remat.get("overhead_percent", 0.0)}
+
+
+def _largest(fits, cap: int) -> tuple[int, bool]:
+    """The largest batch in 1..cap for which `fits` holds (taken to be monotone: doubling,
+    then bisection), and whether that is the cap (larger batches untried)."""
+    if not fits(1):
+        return 0, False
+    low, high, batch = 1, None, 2
+    while batch <= cap:
+        if not fits(batch):
+            high = batch
+            break
+        low, batch = batch, batch * 2
+    if high is None:
+        if low == cap or fits(cap):
+            return cap, True
+        high = cap
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low, False
 
 
 def cmd_fit(args) -> None:
     memory = parse_size(args.memory)
     memplan = find_memplan(args.memplan)
     func = load_function(args.function)
-    arenas: dict[int, int] = {}
+    if args.max_batch < 1:
+        raise Failure(f"--max-batch {args.max_batch}: expected a positive batch size")
+    plans: dict[int, dict] = {}
+    eager: dict[int, dict] = {}
 
-    def arena_at(batch: int) -> int:
-        if batch not in arenas:
+    def plan_at(batch: int) -> dict:
+        if batch not in plans:
             with virtual():
                 model, inputs = _model_and_inputs(_call(func, args.function, batch), args.function)
             text = export_step(model, inputs, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                                amp=args.amp, name="fit", user_checkpoint=args.user_checkpoint)
-            arenas[batch] = plan_arena(memplan, text, args.budget)
-        return arenas[batch]
+            figures = plan_figures(memplan, text, args.budget)
+            if figures["arena"] < 0:
+                # The budget is below what recomputation reaches at this batch: the plan
+                # without it is what memplan would run.
+                figures = {**plan_figures(memplan, text, None), "budget_not_met": True}
+            plans[batch] = figures
+        return plans[batch]
 
-    def fits(batch: int) -> bool:
-        arena = arena_at(batch)
-        return 0 <= arena <= memory
+    def eager_at(batch: int) -> dict:
+        if batch not in eager:
+            eager[batch] = predict_step(func, args.function, batch, args, memplan, arena=False)["eager"]
+        return eager[batch]
 
-    best, batch = 0, 1
-    while batch <= args.max_batch and fits(batch):
-        best, batch = batch, batch * 2
-    if best and batch <= args.max_batch:
-        low, high = best, batch  # fits(low), not fits(high)
-        while high - low > 1:
-            mid = (low + high) // 2
-            low, high = (mid, high) if fits(mid) else (low, mid)
-        best = low
-    print(f"{'batch':>8}  {'arena':>28}")
-    for b in sorted(arenas):
-        a = arenas[b]
-        shown = "budget not met" if a < 0 else format_bytes(a)
-        mark = "  fits" if 0 <= a <= memory else ""
-        print(f"{b:>8}  {shown:>28}{mark}")
-    if not best:
-        raise Failure(f"no batch fits in {args.memory} (batch 1 needs {arenas.get(1)} bytes)", status=2)
-    print(f"largest batch that fits in {args.memory}: {best}")
+    by_arena, arena_capped = _largest(lambda b: plan_at(b)["arena"] <= memory, args.max_batch)
+    by_eager, eager_capped = (0, False) if args.no_eager else _largest(lambda b: eager_at(b)["max_memory_reserved"] <= memory, args.max_batch)
+    for batch in sorted(set(plans) | set(eager)):
+        if batch not in plans:
+            plan_at(batch)
+        if batch not in eager and not args.no_eager:
+            eager_at(batch)
+    cuda = args.device == "cuda"
+    columns = [f"{'batch':>8}", f"{'memplan arena':>30}"]
+    if args.budget:
+        columns.append(f"{'extra FLOPs':>12}")
+    if not args.no_eager:
+        columns += [f"{'PyTorch eager allocated' if cuda else 'PyTorch eager peak':>30}"] + ([f"{'PyTorch eager reserved':>30}"] if cuda else [])
+    print("  ".join(columns))
+    for b in sorted(plans):
+        figures = plans[b]
+        arena = figures["arena"]
+        row = [f"{b:>8}", f"{format_bytes(arena):>24}{' fits' if arena <= memory else '     '}"]
+        if args.budget:
+            row.append(f"{'not met':>12}" if figures.get("budget_not_met") else f"{figures.get('overhead_percent', 0.0):>+11.1f}%")
+        if not args.no_eager:
+            e = eager[b]
+            row.append(f"{format_bytes(e['max_memory_allocated']):>30}")
+            if cuda:
+                row.append(f"{format_bytes(e['max_memory_reserved']):>24}{' fits' if e['max_memory_reserved'] <= memory else '     '}")
+        print("  ".join(row))
+    cap_note = f" (the --max-batch cap, {args.max_batch}: larger batches were not tried)"
+    budget_note = f" under --budget {args.budget}" if args.budget else ""
+    if by_arena:
+        print(f"largest batch whose memplan arena{budget_note} fits in {args.memory}: {by_arena}"
+              f"{cap_note if arena_capped else ''} (memplan run allocates exactly this arena)")
+    if not args.no_eager:
+        what = "predicted max_memory_reserved" if cuda else "predicted peak"
+        if by_eager:
+            print(f"largest batch PyTorch eager fits in {args.memory} ({what}, expandable_segments "
+                  f"{'on' if args.expandable_segments else 'off'}): {by_eager}{cap_note if eager_capped else ''}")
+        else:
+            print(f"PyTorch eager fits no batch in {args.memory} ({what} at batch 1: {format_bytes(eager_at(1)['max_memory_reserved'])})")
+    if not by_arena:
+        raise Failure(f"no batch fits in {args.memory}: batch 1's memplan arena is {plans.get(1, {}).get('arena')} bytes", status=2)
+    print(f"largest batch that fits in {args.memory}: {by_arena}")
 
 
 def predict_step(func, spec: str, batch: int | None, args, memplan: str, arena: bool = True) -> dict:
@@ -389,6 +451,9 @@ def main(argv=None) -> int:
     fit.add_argument("--budget", help="plan with memplan's --budget (recompute to fit): a size or a fraction like 0.8x")
     fit.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
     fit.add_argument("--max-batch", type=int, default=1 << 16, help="the largest batch tried (default 65536)")
+    fit.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="the device PyTorch eager's memory is predicted for")
+    fit.add_argument("--expandable-segments", action="store_true", help="PyTorch's allocator with expandable_segments:True")
+    fit.add_argument("--no-eager", action="store_true", help="plan only: skip predicting PyTorch eager's memory")
     optimizer_flags(fit)
 
     predict = commands.add_parser("predict", help="PyTorch eager's own max_memory_allocated/reserved for one training step, before running it")

@@ -35,7 +35,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map_only
+from torch.utils._pytree import tree_leaves as pytree_leaves
 
 # PyTorch's default cuBLAS workspace on Hopper GPUs (CUBLAS_WORKSPACE_CONFIG :4096:8,
 # 8 chunks of 4096 KiB), allocated from the caching allocator once per handle and stream.
@@ -69,6 +70,47 @@ def _cuda_scratch(func, args) -> list[tuple[int, str]]:
     return scratch
 
 
+_VIEWS_AND_FREE = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze",
+                   "alias", "detach", "as_strided", "split", "split_with_sizes", "unbind", "chunk", "narrow", "reshape",
+                   "empty", "empty_strided", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "lift_fresh",
+                   "_to_copy", "clone", "copy_", "zero_", "fill_", "arange"}
+
+
+def _real_like(t: torch.Tensor) -> torch.Tensor:
+    """A real tensor with `t`'s shape, strides and dtype, holding harmless values
+    (floats drawn from [0, 1), integers and booleans zero)."""
+    real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    if real.is_floating_point():
+        real.uniform_()
+    else:
+        real.zero_()
+    return real
+
+
+def _cpu_kernel_scratch(func, args, kwargs) -> int:
+    """The bytes the CPU kernel of `func` holds for its own use at its peak, above its
+    outputs (convolutions' column buffers, attention's per-thread blocks, ...): measured by
+    running it once on real tensors of the same shapes under PyTorch's memory profiler.
+    Zero for a kernel that cannot run on made-up values."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.profiler import ProfilerActivity, profile
+
+    with unset_fake_temporarily(), torch.no_grad():
+        try:
+            real_args, real_kwargs = tree_map_only(torch.Tensor, _real_like, (args, kwargs))
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                out = func(*real_args, **real_kwargs)
+            del out
+        except Exception:  # noqa: BLE001 - values the kernel refuses: no measurement
+            return 0
+    live = peak = 0
+    for event in prof.profiler.kineto_results.events():
+        if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU:
+            live += event.nbytes()
+            peak = max(peak, live)
+    return max(0, peak - live) if live >= 0 else 0
+
+
 class _Recorder(TorchDispatchMode):
     """Writes an `alloc` event for each new storage an op returns and a `free` event when
     PyTorch releases it (a weak reference's callback)."""
@@ -77,6 +119,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.paused = paused
         self.cuda = cuda
+        self.cpu_scratch: dict[tuple, int] = {}
         self.events: list[tuple] = []
         self.live: dict[int, int] = {}
         self.next_id = 0
@@ -102,7 +145,7 @@ class _Recorder(TorchDispatchMode):
         weakref.finalize(storage, freed)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        scratch = _cuda_scratch(func, args) if self.cuda and not self.paused else []
+        scratch = [] if self.paused else _cuda_scratch(func, args) if self.cuda else self._cpu_scratch(func, args, kwargs or {})
         for size, what in scratch:
             self.next_id += 1
             self.events.append(("alloc", ("scratch", self.next_id), size, f"{what} {self.phase[-1]} {self.where[-1]}".rstrip()))
@@ -120,6 +163,19 @@ class _Recorder(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.track(t, label)
         return out
+
+    def _cpu_scratch(self, func, args, kwargs) -> list[tuple[int, str]]:
+        """The CPU kernel's own scratch (`_cpu_kernel_scratch`), measured once per op and
+        argument shapes."""
+        if func.namespace != "aten" or func.overloadpacket.__name__ in _VIEWS_AND_FREE:
+            return []
+        key = (func, *(
+            (tuple(a.shape), tuple(a.stride()), a.dtype) if isinstance(a, torch.Tensor) else repr(a)
+            for a in pytree_leaves((args, kwargs))))
+        if key not in self.cpu_scratch:
+            self.cpu_scratch[key] = _cpu_kernel_scratch(func, args, kwargs)
+        size = self.cpu_scratch[key]
+        return [(size, f"{func.overloadpacket.__name__} kernel scratch")] if size else []
 
     def trace(self) -> str:
         """The events in memplan's allocation-trace format, the host tensors left out."""

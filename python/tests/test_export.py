@@ -253,6 +253,14 @@ def test_fit_finds_the_largest_batch_that_fits(tmp_path):
     best = int(done.stdout.strip().splitlines()[-1].split(": ")[-1])
     rows = {int(line.split()[0]): int(line.split()[1]) for line in done.stdout.splitlines()[1:-1] if line.split()[1].isdigit()}
     assert rows[best] <= 8 << 20 and best + 1 in rows and rows[best + 1] > 8 << 20, done.stdout
+    # Both terms, each named: memplan's arena and PyTorch eager's predicted memory (the
+    # mlp's eager step needs more than 8 MiB: cuBLAS's workspace alone is 32 MiB).
+    header = done.stdout.splitlines()[0]
+    assert "memplan arena" in header and "PyTorch eager allocated" in header and "PyTorch eager reserved" in header
+    assert "PyTorch eager fits no batch in 8MiB" in done.stdout
+    done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "10TiB", "--max-batch", "64", "--memplan", memplan_binary(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "the --max-batch cap, 64: larger batches were not tried" in done.stdout
     done = run_cli("fit", f"{ZOO / 'mlp.py'}:make", "--memory", "1KiB", "--memplan", memplan_binary(), cwd=tmp_path)
     assert done.returncode == 2 and "no batch fits" in done.stderr
 

@@ -81,10 +81,10 @@ fn ideal(trace: &AllocTrace) -> Option<Ideal> {
                 open.insert(id, (at, round_size(size)?));
             }
             Event::Free { id } => {
-                if let Some((from, size)) = open.remove(&id) {
-                    if at >= window {
-                        intervals.push(Live { first: from.max(window), last: at, size });
-                    }
+                if let Some((from, size)) = open.remove(&id)
+                    && at >= window
+                {
+                    intervals.push(Live { first: from.max(window), last: at, size });
                 }
             }
             Event::ResetPeaks => {}
