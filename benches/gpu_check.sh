@@ -2,7 +2,8 @@
 # One pass of every GPU check issue 20 asks for, sized to fit a short GPU lease (about 9
 # minutes on an H100): the GPU tests, `run --check` on the tiny models and the half-precision
 # corpus steps, compute-sanitizer on the tensor-core attention, a profile of each bf16 zoo
-# model, then benches/gpu_vs_pytorch.py. Build on a machine with the crates registry, carry
+# model, PyTorch's own memory for `predict` (benches/torch_memory.py), then
+# benches/gpu_vs_pytorch.py. Build on a machine with the crates registry, carry
 # the two binaries, run from the repository root on the GPU machine:
 #
 #   cargo build --release --features cuda
@@ -54,6 +55,14 @@ for m in gpt2.py:make llama.py:make_125m; do
   PYTHONPATH=python timeout 60 python3 -m memplan_torch export "python/zoo/$m" -o "$step" --amp bf16 > /dev/null 2>&1
   timeout 60 "$memplan" run "$step" --device cuda --steps 6 --profile > "$out/profile_$(basename "$step" .step).log" 2>&1
   echo "$step: exit $?"; grep -E 'step time|^  [a-z_0-9]+ +[0-9]+ ' "$out/profile_$(basename "$step" .step).log" | head -8
+done
+stage "PyTorch's own memory, against predict (issue 31)"
+# The step `python -m memplan_torch predict` predicts, measured: max_memory_* and a memory
+# snapshot per model. Here afterwards: benches/predict_accuracy.py --measured OUT/torch_memory/*/measured.json
+for spec in "python/zoo/gpt2.py:make --amp bf16" "python/zoo/llama.py:make_125m --amp bf16" "python/zoo/llama.py:make_125m" \
+            "benches/ir_twins.py:resnet18 --optimizer momentum" "python/zoo/llama.py:make_125m --amp bf16 --expandable-segments"; do
+  name=$(echo "$spec" | tr ' /:.' '____' | tr -s '_')
+  PYTHONPATH=python:benches timeout 45 python3 benches/torch_memory.py $spec -o "$out/torch_memory/$name" 2>&1 | tail -1
 done
 stage "side by side with PyTorch"
 timeout 300 python3 benches/gpu_vs_pytorch.py --memplan "$memplan" --steps 6 --warmup 2 --models gpt2,resnet18 --out-dir "$scratch" \

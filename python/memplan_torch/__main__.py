@@ -316,8 +316,13 @@ def predict_step(func, spec: str, batch: int | None, args, memplan: str, arena: 
     memplan's arena for the same step, when `arena`): the `predict` command's JSON."""
     from .predict import CUBLAS_WORKSPACE, record, replay
 
-    with virtual():
-        model, inputs = _model_and_inputs(_call(func, spec, batch), spec)
+    try:
+        with virtual():
+            model, inputs = _model_and_inputs(_call(func, spec, batch), spec)
+    except Failure:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's FUNC failed: say where, not a page of traceback
+        raise Failure(f"{_users_frame(e)}{spec} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
     try:
         trace = record(model, inputs, optimizer=args.optimizer, amp=args.amp, device=args.device)
     except Exception as e:  # noqa: BLE001 - the user's model failed under PyTorch: say where
