@@ -15,7 +15,8 @@ import warnings
 # never uses NumPy, so the warning is noise on every command.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
+from .checkpointing import apply_checkpointing  # noqa: E402
 from .export import capture, export_step, optimizer_attrs, step_arguments, virtual  # noqa: E402
 from .step import ExportError  # noqa: E402
 
-__all__ = ["ExportError", "capture", "export_step", "optimizer_attrs", "step_arguments", "virtual"]
+__all__ = ["ExportError", "apply_checkpointing", "capture", "export_step", "optimizer_attrs", "step_arguments", "virtual"]

@@ -6,6 +6,7 @@
     python -m memplan_torch fit FILE.py:FUNC --memory 80GiB [--budget B] [--memplan PATH]
     python -m memplan_torch predict FILE.py:FUNC [--batch N] [--amp bf16] [--optimizer ...] [--device cuda|cpu]
         [--expandable-segments] [--format json] [--trace OUT.trace]
+    python -m memplan_torch checkpoint FILE.py:FUNC --memory 24GiB [--batch N] [--amp bf16] [--by reserved|allocated]
 
 `FUNC()` returns `(model, example_inputs)` (`FUNC(batch=N)` with `--batch N`, and for
 `fit`); `model(*example_inputs)` returns the scalar training loss. `export` calls it under `virtual()` (no weight memory) unless `--weights`
@@ -410,6 +411,61 @@ def cmd_predict(args) -> None:
         print(f"wrote {args.trace} (memplan replay {args.trace} replays it)")
 
 
+def cmd_checkpoint(args) -> None:
+    from .checkpointing import advise
+    from .predict import record, replay
+
+    memory = parse_size(args.memory)
+    if args.batch is not None and args.batch < 1:
+        raise Failure(f"--batch {args.batch}: expected a positive batch size")
+    memplan = find_memplan(args.memplan)
+    func = load_function(args.function)
+    metric = "max_memory_reserved" if args.by == "reserved" else "max_memory_allocated"
+
+    def build():
+        try:
+            with virtual():
+                return _model_and_inputs(_call(func, args.function, args.batch), args.function)
+        except Failure:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's FUNC failed: say where
+            raise Failure(f"{_users_frame(e)}{args.function} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+
+    def predict(model, inputs):
+        trace = record(model, inputs, optimizer=args.optimizer, amp=args.amp, device=args.device)
+        figures = replay(trace, memplan, expandable_segments=args.expandable_segments)
+        allocated = figures["max_memory_allocated"] if args.device == "cuda" else figures["max_requested"]
+        reserved = figures["max_memory_reserved"] if args.device == "cuda" else figures["max_requested"]
+        return {"max_memory_allocated": allocated, "max_memory_reserved": reserved}
+
+    best, tried = advise(build, memory, predict, optimizer=args.optimizer, amp=args.amp, metric=metric)
+    base = tried[0]
+    extra = lambda plan: (plan.flops - base.flops) / base.flops * 100 if base.flops else 0.0
+    if args.format == "json":
+        plans = [{"modules": p.names, "selective": p.selective, "eager": p.eager, "flops": p.flops, "extra_flops_percent": extra(p)} for p in tried]
+        print(json.dumps({"target": memory, "by": metric, "advice": plans[tried.index(best)] if best else None, "tried": plans}, indent=2))
+    else:
+        where = "a CUDA device" if args.device == "cuda" else "the CPU"
+        print(f"PyTorch eager on {where}, {args.function}{f' at batch {args.batch}' if args.batch else ''}, target {args.memory} ({metric}):")
+        for plan in tried:
+            fits = "fits" if plan.eager[metric] <= memory else "does not fit"
+            print(f"  {plan.describe()}: allocated {format_bytes(plan.eager['max_memory_allocated'])}, "
+                  f"reserved {format_bytes(plan.eager['max_memory_reserved'])}, extra FLOPs {extra(plan):+.1f}%: {fits}")
+        if best is not None and best.names:
+            names = ", ".join(repr(n) for n in best.names)
+            print(f"advice: {best.describe()}")
+            print(f"  predicted {metric} {format_bytes(best.eager[metric])} (target {format_bytes(memory)}), "
+                  f"extra FLOPs {extra(best):+.1f}% of the step")
+            print("  apply it in one call, after building the model:")
+            print("    from memplan_torch import apply_checkpointing")
+            print(f"    apply_checkpointing(model, [{names}]{', selective=True' if best.selective else ''})")
+        elif best is not None:
+            print("advice: the step fits without checkpointing")
+    if best is None:
+        raise Failure(f"no checkpointing of {args.function}'s repeated blocks brings PyTorch eager's {metric} to {args.memory}; "
+                      f"the least tried is {format_bytes(min(p.eager[metric] for p in tried))}", status=2)
+
+
 def _amp(text: str) -> str:
     """`--amp`'s dtype, memplan's or torch's name."""
     if text.lower() not in _AMP:
@@ -475,6 +531,18 @@ def main(argv=None) -> int:
     predict.add_argument("--no-arena", action="store_true", help="skip exporting and planning the step for memplan's arena")
     predict.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
 
+    advice = commands.add_parser("checkpoint", help="which modules to wrap in torch.utils.checkpoint for PyTorch eager to fit --memory")
+    advice.add_argument("function", metavar="FILE.py:FUNC")
+    advice.add_argument("--memory", required=True, help="the memory PyTorch eager must fit in, with a unit: 24GiB, 80gb")
+    advice.add_argument("--batch", type=int, metavar="N", help="call FUNC(batch=N) (default: FUNC())")
+    advice.add_argument("--by", choices=["reserved", "allocated"], default="reserved",
+                        help="what must fit: max_memory_reserved (default: what the process needs) or max_memory_allocated")
+    advice.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    advice.add_argument("--expandable-segments", action="store_true", help="as with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    advice.add_argument("--format", choices=["text", "json"], default="text")
+    advice.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
+    optimizer_flags(advice)
+
     args = parser.parse_args(argv)
     # The exporter's warnings as one line each, `warning: ...` (not Python's file:line form).
     show = warnings.showwarning
@@ -487,7 +555,7 @@ def main(argv=None) -> int:
 
     warnings.showwarning = showwarning
     try:
-        {"export": cmd_export, "fit": cmd_fit, "predict": cmd_predict}[args.command](args)
+        {"export": cmd_export, "fit": cmd_fit, "predict": cmd_predict, "checkpoint": cmd_checkpoint}[args.command](args)
     except BrokenPipeError:
         # The reader went away (`... | head`): stop quietly, as memplan does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
