@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import traceback
 import warnings
@@ -186,10 +187,24 @@ _EXTERN = re.compile(r'= extern(?:_view)?\(.*?target="((?:[^"\\]|\\.)*)"')
 
 
 def find_memplan(given: str | None) -> str:
-    path = given or os.environ.get("MEMPLAN") or shutil.which("memplan")
+    """--memplan, else $MEMPLAN, else the memplan installed with this package (beside this
+    Python: found with its virtual environment not activated), else memplan on PATH."""
+    path = given or os.environ.get("MEMPLAN") or _installed_memplan() or shutil.which("memplan")
     if not path:
-        raise Failure("cannot find the memplan binary: give --memplan PATH or set MEMPLAN (cargo build --release builds target/release/memplan)")
+        raise Failure("cannot find the memplan binary: `pip install ./python` installs it with this package; or give --memplan PATH "
+                      "or set MEMPLAN (cargo build --release builds target/release/memplan)")
     return path
+
+
+def _installed_memplan() -> str | None:
+    """The `memplan` that `pip install` put in this Python's scripts directory (a virtual
+    environment's bin/, beside its python), if there is one."""
+    name = "memplan.exe" if os.name == "nt" else "memplan"
+    for directory in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 def plan_arena(memplan: str, step_text: str, budget: str | None) -> int:
