@@ -284,19 +284,49 @@ def cmd_fit(args) -> None:
             eager[batch] = predict_step(func, args.function, batch, args, memplan, arena=False)["eager"]
         return eager[batch]
 
+    checkpointed: dict[int, dict] = {}
+    blocks: list[str] = []
+    if not args.no_eager:
+        from .checkpointing import candidates
+
+        with virtual():
+            model, _ = _model_and_inputs(_call(func, args.function, 1), args.function)
+        found = candidates(model)
+        blocks = found[0] if found else []
+
+    def checkpointed_at(batch: int) -> dict:
+        """PyTorch eager with every repeated block in torch.utils.checkpoint: the most
+        `checkpoint` advises."""
+        from .checkpointing import apply_checkpointing
+        from .predict import record, replay
+
+        if batch not in checkpointed:
+            with virtual():
+                model, inputs = _model_and_inputs(_call(func, args.function, batch), args.function)
+            apply_checkpointing(model, blocks)
+            figures = replay(record(model, inputs, optimizer=args.optimizer, amp=args.amp, device=args.device), memplan,
+                             expandable_segments=args.expandable_segments)
+            checkpointed[batch] = figures["max_memory_reserved"] if args.device == "cuda" else figures["max_requested"]
+        return checkpointed[batch]
+
     by_arena, arena_capped = _largest(lambda b: plan_at(b)["arena"] <= memory, args.max_batch)
     by_eager, eager_capped = (0, False) if args.no_eager else _largest(lambda b: eager_at(b)["max_memory_reserved"] <= memory, args.max_batch)
-    for batch in sorted(set(plans) | set(eager)):
+    by_checkpointed, checkpointed_capped = (0, False) if not blocks else _largest(lambda b: checkpointed_at(b) <= memory, args.max_batch)
+    for batch in sorted(set(plans) | set(eager) | set(checkpointed)):
         if batch not in plans:
             plan_at(batch)
         if batch not in eager and not args.no_eager:
             eager_at(batch)
+        if batch not in checkpointed and blocks:
+            checkpointed_at(batch)
     cuda = args.device == "cuda"
     columns = [f"{'batch':>8}", f"{'memplan arena':>30}"]
     if args.budget:
         columns.append(f"{'extra FLOPs':>12}")
     if not args.no_eager:
         columns += [f"{'PyTorch eager allocated' if cuda else 'PyTorch eager peak':>30}"] + ([f"{'PyTorch eager reserved':>30}"] if cuda else [])
+    if blocks:
+        columns.append(f"{'eager, blocks checkpointed':>30}")
     print("  ".join(columns))
     for b in sorted(plans):
         figures = plans[b]
@@ -309,6 +339,9 @@ def cmd_fit(args) -> None:
             row.append(f"{format_bytes(e['max_memory_allocated']):>30}")
             if cuda:
                 row.append(f"{format_bytes(e['max_memory_reserved']):>24}{' fits' if e['max_memory_reserved'] <= memory else '     '}")
+        if blocks:
+            c = checkpointed[b]
+            row.append(f"{format_bytes(c):>24}{' fits' if c <= memory else '     '}")
         print("  ".join(row))
     cap_note = f" (the --max-batch cap, {args.max_batch}: larger batches were not tried)"
     budget_note = f" under --budget {args.budget}" if args.budget else ""
@@ -322,6 +355,14 @@ def cmd_fit(args) -> None:
                   f"{'on' if args.expandable_segments else 'off'}): {by_eager}{cap_note if eager_capped else ''}")
         else:
             print(f"PyTorch eager fits no batch in {args.memory} ({what} at batch 1: {format_bytes(eager_at(1)['max_memory_reserved'])})")
+    if blocks:
+        shown = f"{blocks[0]} ... {blocks[-1]}" if len(blocks) > 2 else ", ".join(blocks)
+        if by_checkpointed:
+            print(f"largest batch PyTorch eager fits with its {len(blocks)} repeated blocks ({shown}) in torch.utils.checkpoint: "
+                  f"{by_checkpointed}{cap_note if checkpointed_capped else ''} (`checkpoint --batch N --memory {args.memory}` "
+                  "finds the cheapest checkpointing for a batch)")
+        else:
+            print(f"PyTorch eager fits no batch in {args.memory} even with its {len(blocks)} repeated blocks ({shown}) checkpointed")
     if not by_arena:
         raise Failure(f"no batch fits in {args.memory}: batch 1's memplan arena is {plans.get(1, {}).get('arena')} bytes", status=2)
     print(f"largest batch that fits in {args.memory}: {by_arena}")
