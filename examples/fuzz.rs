@@ -1,5 +1,5 @@
 //! The fuzzer for as long as asked: `cargo run --release --example fuzz -- --minutes 10
-//! [--format step|csv|checkmate|plan-json|safetensors|torch-snapshot] [--seed S]
+//! [--format step|csv|checkmate|plan-json|safetensors|torch-snapshot|alloc-trace] [--seed S]
 //! [--out DIR]`. Runs the formats one after another, splitting the time evenly (or one
 //! format for all of it), prints cases run, accepted and findings per format, and saves
 //! each finding's input to DIR (default `target/fuzz-findings`) under a new name, never
@@ -88,6 +88,6 @@ fn save(dir: &Path, format: &str, case: u64, input: &[u8]) -> String {
 }
 
 fn usage(problem: &str) -> ! {
-    eprintln!("{problem}\nusage: fuzz [--minutes M] [--cases N] [--format step|csv|checkmate|plan-json|safetensors|torch-snapshot] [--seed S] [--out DIR]");
+    eprintln!("{problem}\nusage: fuzz [--minutes M] [--cases N] [--format step|csv|checkmate|plan-json|safetensors|torch-snapshot|alloc-trace] [--seed S] [--out DIR]");
     std::process::exit(2)
 }

@@ -17,6 +17,7 @@ fn cases(format: Format) -> u64 {
         Format::PlanJson => 200,
         Format::Safetensors => 3000,
         Format::TorchSnapshot => 3000,
+        Format::AllocTrace => 3000,
     }
 }
 

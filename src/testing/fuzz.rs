@@ -36,6 +36,8 @@ use crate::exec::data::init_args;
 use crate::formats::torch_snapshot::picture::SnapshotEmit;
 use crate::formats::torch_snapshot::render::Subject as SnapshotSubject;
 use crate::formats::torch_snapshot::{self, timeline};
+use crate::caching::{self, Event};
+use crate::formats::alloc_trace::{self, AllocTrace};
 use crate::formats::{buffer_list, checkmate, plan_json, safetensors};
 use crate::passes::{Budget, PlanOptions};
 use crate::report::locs::Locs;
@@ -60,10 +62,13 @@ pub enum Format {
     Safetensors,
     /// A PyTorch memory snapshot (a pickle): `snapshot`.
     TorchSnapshot,
+    /// An allocation trace: `replay`.
+    AllocTrace,
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [Format::Step, Format::Csv, Format::Checkmate, Format::PlanJson, Format::Safetensors, Format::TorchSnapshot];
+    pub const ALL: [Format; 7] =
+        [Format::Step, Format::Csv, Format::Checkmate, Format::PlanJson, Format::Safetensors, Format::TorchSnapshot, Format::AllocTrace];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -73,6 +78,7 @@ impl Format {
             Format::PlanJson => "plan-json",
             Format::Safetensors => "safetensors",
             Format::TorchSnapshot => "torch-snapshot",
+            Format::AllocTrace => "alloc-trace",
         }
     }
 
@@ -146,7 +152,29 @@ pub fn seeds(format: Format, root: &Path) -> Vec<Vec<u8>> {
         }
         Format::Checkmate => (0..12u64).map(|seed| checkmate_graph(seed).into_bytes()).collect(),
         Format::TorchSnapshot => pickles(root),
+        Format::AllocTrace => traces(root),
     }
+}
+
+/// Every `.trace` under `root/tests/data/traces`, and one written here: storages of every
+/// pool's sizes allocated and freed out of order around a peak reset.
+fn traces(root: &Path) -> Vec<Vec<u8>> {
+    let mut found: Vec<Vec<u8>> = std::fs::read_dir(root.join("tests/data/traces"))
+        .map(|entries| {
+            let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "trace")).collect();
+            paths.sort();
+            paths.iter().filter_map(|p| std::fs::read(p).ok()).collect()
+        })
+        .unwrap_or_default();
+    let mut events = Vec::new();
+    for (id, size) in [100u64, 600_000, 1 << 20, 3 << 20, 12 << 20, 40 << 20, 512].into_iter().enumerate() {
+        events.push(Event::Alloc { id: id as u32, size });
+    }
+    events.extend([Event::Free { id: 1 }, Event::Free { id: 4 }, Event::ResetPeaks, Event::Alloc { id: 9, size: 5 << 20 }, Event::Free { id: 0 }]);
+    let labels = events.iter().map(|_| "op".to_string()).collect();
+    let lines = (1..=events.len()).collect();
+    found.push(alloc_trace::write_alloc_trace(&AllocTrace { events, lines, labels }).into_bytes());
+    found
 }
 
 /// Every `.pickle` under `root/tests/data/torch_snapshots`, by name.
@@ -538,6 +566,51 @@ fn safetensors_case(bytes: &[u8]) -> Checked {
 }
 
 /// A memory snapshot read, replayed (the default device), placed, checked and rendered.
+/// An allocation trace through the caching allocator's model under three settings: the
+/// blocks cover the requests and the segments the blocks at every event, the peaks are the
+/// timeline's, and the trace writes and reads back to the same events.
+fn alloc_trace_case(bytes: &[u8]) -> Checked {
+    let Ok(text) = std::str::from_utf8(bytes) else { return Ok(Reached::Rejected) };
+    let trace = match alloc_trace::parse_alloc_trace(text) {
+        Ok(t) => t,
+        Err(e) => return rejected(&e, text),
+    };
+    let back = alloc_trace::parse_alloc_trace(&alloc_trace::write_alloc_trace(&trace)).map_err(|e| format!("the written trace does not read back: {e}"))?;
+    if back.events != trace.events {
+        return Err("the written trace reads back with other events".into());
+    }
+    let settings = [
+        caching::Config::default(),
+        caching::Config { expandable_segments: true, max_split_size: None },
+        caching::Config { expandable_segments: false, max_split_size: Some(4 << 20) },
+    ];
+    for config in settings {
+        let r = match caching::replay(&trace.events, config) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = e.to_string();
+                return Ok(Reached::Rejected);
+            }
+        };
+        if let Some(&(allocated, reserved)) = r.timeline.iter().find(|(a, r)| a > r) {
+            return Err(format!("{config:?}: {allocated} bytes allocated in {reserved} reserved"));
+        }
+        if r.max_allocated < r.max_requested || r.max_reserved < r.max_allocated {
+            return Err(format!("{config:?}: peaks out of order: requested {}, allocated {}, reserved {}", r.max_requested, r.max_allocated, r.max_reserved));
+        }
+        let window = trace.events.iter().rposition(|e| *e == caching::Event::ResetPeaks).unwrap_or(0);
+        let seen = r.timeline[window..].iter().map(|&(a, _)| a).max().unwrap_or(0);
+        if seen > r.max_allocated || (trace.events.iter().all(|e| *e != caching::Event::ResetPeaks) && seen != r.max_allocated) {
+            return Err(format!("{config:?}: max_allocated {} but the timeline reaches {seen}", r.max_allocated));
+        }
+        let in_segments: u64 = r.segments_at_peak.iter().map(|s| s.allocated).sum();
+        if r.peak_event.is_some() && in_segments != r.max_allocated {
+            return Err(format!("{config:?}: the segments at the peak hold {in_segments} bytes, the peak is {}", r.max_allocated));
+        }
+    }
+    Ok(Reached::Accepted)
+}
+
 fn torch_snapshot_case(bytes: &[u8]) -> Checked {
     let snapshot = match torch_snapshot::parse(bytes) {
         Ok(s) => s,
@@ -593,6 +666,7 @@ pub fn exercise(format: Format, input: &[u8], limits: &Limits, case: u64) -> Res
         Format::PlanJson => plan_json_case(input),
         Format::Safetensors => safetensors_case(input),
         Format::TorchSnapshot => torch_snapshot_case(input),
+        Format::AllocTrace => alloc_trace_case(input),
     }));
     let elapsed = started.elapsed();
     let outcome = match result {
