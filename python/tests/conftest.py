@@ -4,6 +4,7 @@ import json
 import os
 import struct
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,19 @@ ZOO = REPO / "python" / "zoo"
 COMMITTED = REPO / "ir" / "torch"
 
 
+def installed_memplan() -> Path:
+    """Where `pip install ./python` puts the memplan binary: this Python's scripts directory."""
+    return Path(sysconfig.get_path("scripts")) / "memplan"
+
+
 def memplan_binary() -> str:
     """$MEMPLAN, else the repository's release build, else its debug build (`.ci/run` runs
-    `cargo test` first, which builds target/debug/memplan)."""
-    for candidate in (os.environ.get("MEMPLAN"), REPO / "target/release/memplan", REPO / "target/debug/memplan"):
+    `cargo test` first, which builds target/debug/memplan), else the one installed with the
+    package."""
+    for candidate in (os.environ.get("MEMPLAN"), REPO / "target/release/memplan", REPO / "target/debug/memplan", installed_memplan()):
         if candidate and Path(candidate).is_file():
             return str(candidate)
-    pytest.fail("no memplan binary: run `cargo build` in the repository first, or set MEMPLAN")
+    pytest.fail("no memplan binary: run `cargo build` in the repository first, set MEMPLAN, or `pip install ./python`")
 
 
 @pytest.fixture(scope="session")
