@@ -172,6 +172,28 @@ def cmd_export(args) -> None:
         except FileExistsError:
             raise Failure(f"{args.weights} exists; memplan never overwrites a file") from None
         print(f"wrote {args.weights}")
+    if not args.no_predict:
+        _export_summary(func, args, text)
+
+
+def _export_summary(func, args, text: str) -> None:
+    """export's summary: memplan's arena for the step beside PyTorch eager's predicted
+    memory for it on a CUDA device (`predict`'s figures). Skipped, with a note, when the
+    memplan binary is not found or PyTorch cannot run the step on fake tensors."""
+    import types
+
+    try:
+        memplan = find_memplan(getattr(args, "memplan", None))
+        arena = plan_arena(memplan, text, None)
+        settings = types.SimpleNamespace(optimizer=args.optimizer, amp=args.amp, device="cuda", expandable_segments=False,
+                                         lr=args.lr, weight_decay=args.weight_decay, user_checkpoint=args.user_checkpoint)
+        eager = predict_step(func, args.function, args.batch, settings, memplan, arena=False)["eager"]
+    except Failure as e:
+        print(f"note: no summary: {e}", file=sys.stderr)
+        return
+    print(f"memplan arena {format_bytes(arena)}; PyTorch eager on a CUDA device, predicted: "
+          f"max_memory_allocated {format_bytes(eager['max_memory_allocated'])}, "
+          f"max_memory_reserved {format_bytes(eager['max_memory_reserved'])} (python -m memplan_torch predict says more)")
 
 
 def extern_ops(text: str) -> dict[str, int]:
@@ -561,6 +583,9 @@ def main(argv=None) -> int:
     export.add_argument("--momentum", type=float, help="momentum (the momentum optimizer; default 0.9)")
     export.add_argument("--weights", metavar="OUT.safetensors", help="also write the initial parameters and inputs, named as in the step")
     export.add_argument("--name", help="the step's name (default: the output file's stem)")
+    export.add_argument("--no-predict", action="store_true",
+                        help="skip the summary (memplan's arena, PyTorch eager's predicted memory), which needs the memplan binary")
+    export.add_argument("--memplan", help="the memplan binary for the summary (default: $MEMPLAN, the installed one, then PATH)")
 
     fit = commands.add_parser("fit", help="the largest batch whose planned arena fits in --memory")
     fit.add_argument("function", metavar="FILE.py:FUNC", help="FUNC(batch=N) returns (model, example_inputs)")
