@@ -36,9 +36,11 @@ def _autocast_ops() -> tuple[set[str], set[str]]:
 
 
 def _op(name: str):
-    """`aten::softmax.int` -> torch.ops.aten.softmax.int."""
-    base, _, overload = name.removeprefix("aten::").partition(".")
-    return getattr(getattr(torch.ops.aten, base), overload or "default")
+    """`aten::softmax.int` -> torch.ops.aten.softmax.int (any namespace: torchvision's
+    ops have autocast kernels too)."""
+    namespace, _, rest = name.partition("::")
+    base, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), base), overload or "default")
 
 
 class _Seen(Exception):
@@ -63,13 +65,13 @@ class CudaAutocast:
         self.dtype = AMP[amp] if amp is not None else None
         self.paused = paused
         self.cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-        self.library = None
+        self.libraries: dict[str, torch.library.Library] = {}
 
     def __enter__(self):
         if self.dtype is None:
             return self
         cuda, cpu = _autocast_ops()
-        self.library = torch.library.Library("aten", "IMPL")
+        self.libraries = {}
         with warnings.catch_warnings():
             # "Overriding a previously registered kernel": that is the point, for now.
             warnings.simplefilter("ignore", UserWarning)
@@ -78,16 +80,19 @@ class CudaAutocast:
 
     def _install(self, cuda: set[str], cpu: set[str]) -> None:
         for name in sorted(cuda | cpu):
-            short = name.removeprefix("aten::")
+            namespace, _, short = name.partition("::")
+            if namespace not in self.libraries:
+                self.libraries[namespace] = torch.library.Library(namespace, "IMPL")
+            library = self.libraries[namespace]
             kernel = self._kernel(_op(name)) if name in cuda else torch.library.fallthrough_kernel
-            self.library.impl(short, kernel, "AutocastCPU", allow_override=True)
+            library.impl(short, kernel, "AutocastCPU", allow_override=True)
             if name in cuda:
-                self.library.impl(short, _capture, "AutogradCUDA", allow_override=True)
+                library.impl(short, _capture, "AutogradCUDA", allow_override=True)
 
     def __exit__(self, *exc):
-        if self.library is not None:
-            self.library._destroy()
-            self.library = None
+        for library in self.libraries.values():
+            library._destroy()
+        self.libraries = {}
 
     @contextlib.contextmanager
     def region(self):

@@ -141,3 +141,16 @@ def test_predict_refuses_bad_input_clearly(args, message):
                           capture_output=True, text=True, cwd=REPO, env={"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 1
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_hugging_face_model_predicts_under_cuda_autocast():
+    sys.path.insert(0, str(REPO / "python" / "models"))
+    import suite
+
+    with torch.device("meta"):
+        model, inputs = suite.llama()
+    figures = {amp: replay(record(model, inputs, amp=amp), memplan_binary()) for amp in (None, "bf16")}
+    for f in figures.values():
+        assert 0 < f["max_memory_allocated"] <= f["max_memory_reserved"]
+    # Under bf16 autocast the weights' casts and the f32 logits' copies exist: not the f32 step.
+    assert figures["bf16"]["max_requested"] != figures[None]["max_requested"]
