@@ -603,7 +603,7 @@ fn the_report_lists_the_recomputes() {
     assert_eq!(remat.recomputed[0].op, "%h.remat1 = matmul(%x, %w1)");
     assert_eq!(remat.recomputed[0].of, "%h = matmul(%x, %w1)");
     assert_eq!(remat.extra_flops, Some(64 * 784 * 256 * 2 + 64 * 256 * 2));
-    let text = memplan::report::text::render(&report, 2);
+    let text = memplan::report::text::render(&report, 2, memplan::report::text::BufferRows::All);
     assert!(text.contains("after recomputation"), "{text}");
     assert!(text.contains("budget          none (the recomputation sequence was given)"), "{text}");
     assert!(text.contains("3 op(s), +") && text.contains("... and 1 more"), "{text}");
@@ -723,4 +723,51 @@ fn a_step_without_ops_under_a_budget() {
             assert!(stderr.contains(&format!("--budget {arena}")) && stderr.contains("the step has no ops"), "{stderr}");
         }
     }
+}
+
+/// `--recompute cheap`: on the tiny models and every committed PyTorch export, the arena is
+/// at most the arena without recomputation (lower on most), only cheap ops are cloned (FLOPs
+/// at most 4 per byte moved), the extra FLOPs stay within 1% of the step, and the plan is
+/// sound and runs bit-identical to the original unplanned.
+#[test]
+fn cheap_recomputation_lowers_the_arena_only_through_cheap_ops() {
+    use memplan::passes::Recompute;
+    use memplan::passes::remat::cheap;
+
+    let files = [
+        "ir/models/gpt2_tiny.step",
+        "ir/models/resnet18_tiny.step",
+        "ir/models/mlp.step",
+        "ir/torch/bert_small.step",
+        "ir/torch/gpt2_small.step",
+        "ir/torch/gpt2_small_bf16.step",
+        "ir/torch/llama_small.step",
+        "ir/torch/resnet_small_bf16.step",
+        "ir/torch/unet_small.step",
+        "ir/torch/vit_small.step",
+    ];
+    let mut lowered = 0;
+    for file in files {
+        let original = load(file);
+        let (_, plain) = plan_step(&original, &PlanOptions::default()).unwrap();
+        let (graph, plan) = plan_step(&original, &PlanOptions { recompute: Recompute::Cheap, ..PlanOptions::default() }).unwrap();
+        assert!(plan.arena_bytes <= plain.arena_bytes, "{file}: {} > {}", plan.arena_bytes, plain.arena_bytes);
+        let Some(remat) = &plan.remat else {
+            assert_eq!(plan.arena_bytes, plain.arena_bytes, "{file}: a lower arena without recomputing");
+            continue;
+        };
+        lowered += usize::from(plan.arena_bytes < plain.arena_bytes);
+        assert_sound(&original, &graph, &plan);
+        for r in &remat.recomputes {
+            assert!(cheap(&graph, r.clone), "{file}: {} is not cheap", print_op(&graph, r.clone));
+        }
+        let overhead = remat.overhead_percent().unwrap();
+        assert!(overhead <= 1.0, "{file}: +{overhead}% FLOPs");
+        assert_runs_identically(&original, &graph, &plan);
+    }
+    assert!(lowered >= files.len() / 2, "cheap recomputation lowered only {lowered} of {} arenas", files.len());
+}
+
+fn print_op(graph: &Graph, op: memplan::OpId) -> String {
+    graph.ops[op].outputs.iter().map(|&v| format!("%{}", graph.values[v].name)).collect::<Vec<_>>().join(", ")
 }

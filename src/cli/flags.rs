@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::ValueEnum;
-use memplan::passes::{Budget, PlanOptions, ScheduleKind};
+use memplan::passes::{Budget, PlanOptions, Recompute, ScheduleKind};
 use memplan::solve::offsets::Solver;
 use memplan::solve::remat::Strategy;
 
@@ -35,6 +35,17 @@ pub struct PassFlags {
     /// How to choose what to recompute under --budget (`none` recomputes nothing; an unknown name lists the strategies).
     #[arg(long, value_name = "STRATEGY")]
     checkpoint: Option<String>,
+    /// `cheap`: recompute values that are cheap functions of others (casts, activations, masks, elementwise ops) in the backward where that lowers the arena, at most 1% more FLOPs; with --budget, only such values. `none`: recompute nothing without a budget.
+    #[arg(long, value_enum, default_value_t = RecomputeArg::None)]
+    recompute: RecomputeArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RecomputeArg {
+    /// Nothing without a budget (any forward op under --budget).
+    None,
+    /// Cheap values only: without a budget where that lowers the arena, with one to meet it.
+    Cheap,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -94,6 +105,10 @@ impl PassFlags {
             search_nodes: self.search_nodes,
             budget,
             checkpoint,
+            recompute: match self.recompute {
+                RecomputeArg::None => Recompute::None,
+                RecomputeArg::Cheap => Recompute::Cheap,
+            },
             ..defaults
         })
     }

@@ -129,7 +129,29 @@ pub struct PlanOptions {
     pub budget: Option<Budget>,
     /// How to choose what to recompute under a budget.
     pub checkpoint: Strategy,
+    /// Without a budget: recompute nothing, or the cheap values ([`Recompute::Cheap`]).
+    pub recompute: Recompute,
 }
+
+/// What the plan recomputes when no budget is given.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Recompute {
+    /// Nothing.
+    #[default]
+    None,
+    /// Values that are cheap functions of others (`remat::cheap`: casts, activations,
+    /// masks, elementwise ops), recomputed in the backward where that lowers the arena, at
+    /// most [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs; with a budget, only cheap values
+    /// are recomputed to meet it.
+    Cheap,
+}
+
+/// The most extra compute cheap recomputation may add, as a fraction of one step's FLOPs.
+pub const CHEAP_MAX_OVERHEAD: f64 = 0.01;
+
+/// Steps with more ops than this are planned without cheap recomputation (each search
+/// plans the step several times).
+pub const CHEAP_MAX_OPS: usize = 200_000;
 
 impl Default for PlanOptions {
     fn default() -> Self {
@@ -143,6 +165,7 @@ impl Default for PlanOptions {
             stop_after: None,
             budget: None,
             checkpoint: Strategy::Auto,
+            recompute: Recompute::None,
         }
     }
 }
@@ -311,16 +334,73 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 /// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
 /// unless the remat pass rewrote it) and the plan.
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
+    let options = cheap_budget(graph, options)?;
     let strategy = remat::strategy_fn(options.checkpoint);
-    full(graph, options, budgeted(options, &strategy))
+    full(graph, &options, budgeted(&options, &strategy))
+}
+
+/// The options with the budget cheap recomputation reaches ([`Recompute::Cheap`] without a
+/// budget): the smallest arena recomputing only cheap ops gets, at most
+/// [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs more (bisected between that arena and the
+/// arena without recomputation when the smallest costs more). Unchanged options when no
+/// budget is needed: cheap recomputation does not lower the arena, the step has more than
+/// [`CHEAP_MAX_OPS`] ops, or another mode is asked for.
+fn cheap_budget(graph: &Graph, options: &PlanOptions) -> Result<PlanOptions, PlanError> {
+    if options.recompute != Recompute::Cheap || options.budget.is_some() || graph.ops.len() > CHEAP_MAX_OPS || graph.backward.is_some() {
+        return Ok(options.clone());
+    }
+    let strategy = remat::strategy_fn(options.checkpoint);
+    let with = |budget: u64| -> Result<Option<Plan>, PlanError> {
+        let options = PlanOptions { budget: Some(Budget::Bytes(budget)), ..options.clone() };
+        match full(graph, &options, budgeted(&options, &strategy)) {
+            Ok((_, plan)) => Ok(Some(plan)),
+            Err(PlanError::BudgetUnmet { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let affordable = |plan: &Plan| plan.remat.as_ref().is_none_or(|r| r.overhead_percent().is_some_and(|p| p <= CHEAP_MAX_OVERHEAD * 100.0));
+    let without = full(graph, &PlanOptions { recompute: Recompute::None, ..options.clone() }, None)?.1.arena_bytes;
+    // The smallest arena within reach: ask for 1 byte, the pass says what it reached.
+    let probe = PlanOptions { budget: Some(Budget::Bytes(1)), ..options.clone() };
+    let smallest = match full(graph, &probe, budgeted(&probe, &strategy)) {
+        Err(PlanError::BudgetUnmet { smallest, .. }) => smallest,
+        Ok(_) => 1,
+        Err(e) => return Err(e),
+    };
+    if smallest >= without {
+        return Ok(options.clone());
+    }
+    let chosen = match with(smallest)? {
+        Some(plan) if affordable(&plan) => Some(smallest),
+        _ => {
+            // Bisect on bytes for the smallest affordable arena.
+            let (mut low, mut high, mut best) = (smallest, without, None);
+            for _ in 0..6 {
+                let mid = low + (high - low) / 2;
+                match with(mid)? {
+                    Some(plan) if affordable(&plan) => {
+                        best = Some(mid);
+                        high = mid;
+                    }
+                    _ => low = mid,
+                }
+                if high - low <= options.alignment {
+                    break;
+                }
+            }
+            best
+        }
+    };
+    Ok(PlanOptions { budget: chosen.map(Budget::Bytes), ..options.clone() })
 }
 
 /// [`plan_step`] for a graph the caller gives away (returned as it is when the plan does
 /// not rewrite it: a 1,000,000-op step is not copied), showing the context to `observe`
 /// after each pass.
 pub fn plan_step_observed(graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
+    let options = cheap_budget(&graph, options)?;
     let strategy = remat::strategy_fn(options.checkpoint);
-    let options = PlanOptions { stop_after: None, ..options.clone() };
+    let options = PlanOptions { stop_after: None, ..options };
     let (plan, rewritten) = drive(&graph, &options, budgeted(&options, &strategy), observe)?.into_planned();
     Ok((rewritten.unwrap_or(graph), plan))
 }
@@ -332,7 +412,8 @@ pub fn plan_with_strategy(
     name: &str,
     strategy: &StrategyFn<'_>,
 ) -> Result<(Graph, Plan), PlanError> {
-    let sequence = options.budget.map(|budget| Sequence::Solve { name, strategy, budget });
+    let cheap_only = options.recompute == Recompute::Cheap;
+    let sequence = options.budget.map(|budget| Sequence::Solve { name, strategy, budget, cheap_only });
     full(graph, options, sequence)
 }
 
@@ -352,7 +433,8 @@ pub fn run<'g>(graph: &'g Graph, options: &PlanOptions) -> Result<Context<'g>, P
 /// The remat pass's sequence under `options.budget`, chosen by `strategy` (`None` without
 /// a budget: the pass then does nothing).
 fn budgeted<'a>(options: &PlanOptions, strategy: &'a StrategyFn<'a>) -> Option<Sequence<'a>> {
-    options.budget.map(|budget| Sequence::Solve { name: options.checkpoint.name(), strategy, budget })
+    let cheap_only = options.recompute == Recompute::Cheap;
+    options.budget.map(|budget| Sequence::Solve { name: options.checkpoint.name(), strategy, budget, cheap_only })
 }
 
 /// Every pass on `graph` (borrowed: copied into the result unless the remat pass rewrote it).

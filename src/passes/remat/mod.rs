@@ -94,8 +94,9 @@ pub fn strategy_fn(strategy: Strategy) -> impl Fn(&Problem, u64, Duration) -> Re
 /// Where the pass gets its sequence.
 #[derive(Clone, Copy)]
 pub enum Sequence<'a> {
-    /// From a strategy (named `name` in the plan and errors), under a budget.
-    Solve { name: &'a str, strategy: &'a StrategyFn<'a>, budget: Budget },
+    /// From a strategy (named `name` in the plan and errors), under a budget; with
+    /// `cheap_only`, only [`cheap`] ops may be recomputed.
+    Solve { name: &'a str, strategy: &'a StrategyFn<'a>, budget: Budget, cheap_only: bool },
     /// Given by the caller.
     Given(&'a [Node]),
 }
@@ -123,8 +124,8 @@ pub fn pass(
             let rewritten = apply_sequence(graph, schedule, alignment, seq)?;
             (Some(rewritten), None, measure(graph, schedule)?, "given")
         }
-        Sequence::Solve { name, strategy, budget } => {
-            let outcome = fit_budget(graph, schedule, budget, (alignment, inplace), name, strategy, measure, deadline)?;
+        Sequence::Solve { name, strategy, budget, cheap_only } => {
+            let outcome = fit_budget(graph, schedule, budget, (alignment, inplace, cheap_only), name, strategy, measure, deadline)?;
             (outcome.rewritten, Some(outcome.budget), outcome.arena_without, name)
         }
     };
@@ -157,15 +158,15 @@ pub struct Outcome {
 }
 
 /// Fits `graph`, run in `schedule`, into `budget` (see the module docs), for a plan with
-/// `alignment` that reuses bytes in place if `inplace`. `name` names the strategy in
-/// errors. Each call of the strategy gets what is left until `deadline`, and no round
+/// `alignment` that reuses bytes in place if `inplace`, recomputing only [`cheap`] ops if
+/// `cheap_only`. `name` names the strategy in errors. Each call of the strategy gets what is left until `deadline`, and no round
 /// starts after it: the pass ends with the best arena reached by then.
 #[allow(clippy::too_many_arguments)]
 pub fn fit_budget(
     graph: &Graph,
     schedule: &[OpId],
     budget: Budget,
-    (alignment, inplace): (u64, bool),
+    (alignment, inplace, cheap_only): (u64, bool, bool),
     name: &str,
     strategy: &StrategyFn<'_>,
     measure: &Measure<'_>,
@@ -177,6 +178,11 @@ pub fn fit_budget(
         return Ok(Outcome { rewritten: None, budget, arena_without });
     }
     let mut step = step_problem(graph, schedule, alignment, inplace).ok_or(PlanError::ArenaOverflow)?;
+    if cheap_only {
+        for (node, &op) in step.problem.nodes.iter_mut().zip(&step.ops) {
+            node.recomputable &= cheap(graph, op);
+        }
+    }
     let identity: Vec<Node> = (0..step.ops.len() as Node).collect();
     let peak = match evaluate(&step.problem, &identity) {
         Ok(eval) => eval.peak,
@@ -210,6 +216,25 @@ pub fn fit_budget(
         target = target.saturating_sub(arena - budget);
     }
     Err(unmet(graph, alignment, budget, smallest, name, Instant::now() >= deadline))
+}
+
+/// How many FLOPs per byte moved an op may do and still count as cheap to recompute: the
+/// ops bound by memory bandwidth (casts, activations, masks, elementwise arithmetic,
+/// normalisations: well under one FLOP per byte), not matrix products, convolutions or
+/// attention (hundreds per byte at training sizes).
+pub const CHEAP_FLOPS_PER_BYTE: u64 = 4;
+
+/// Whether recomputing `op` is cheap: its FLOPs at most [`CHEAP_FLOPS_PER_BYTE`] times the
+/// bytes it reads and writes. Its cost is then the bytes it moves.
+pub fn cheap(graph: &Graph, op: OpId) -> bool {
+    let moved = bytes_moved(graph, op);
+    graph.op_flops(op) <= moved.saturating_mul(CHEAP_FLOPS_PER_BYTE)
+}
+
+/// The bytes `op` reads and writes: its inputs' and outputs' sizes (saturating).
+pub fn bytes_moved(graph: &Graph, op: OpId) -> u64 {
+    let op = &graph.ops[op];
+    op.inputs.iter().chain(&op.outputs).map(|&v| graph.values[v].ty.bytes().unwrap_or(u64::MAX)).fold(0, u64::saturating_add)
 }
 
 /// The error of a budget no plan met: the smallest arena reached works; below the step's
