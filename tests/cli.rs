@@ -17,6 +17,70 @@ fn plan_prints_the_headline_figures() {
     }
 }
 
+/// `plan` prints its summary and the largest buffers (as many as `--top`, largest first,
+/// ties in buffer order), saying how many more there are and how to list them;
+/// `--buffers N` lists N, `--buffers all` every buffer in buffer order (as `--emit text`'s
+/// report.txt, and the JSON, have them).
+#[test]
+fn plan_lists_the_largest_buffers_unless_asked_for_all() {
+    let plan = |args: &[&str]| {
+        let out = memplan(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let file = "ir/models/gpt2_tiny.step";
+    let json: serde_json::Value = serde_json::from_str(&plan(&["plan", file, "--format", "json"])).unwrap();
+    let buffers: Vec<(String, u64)> = json["buffers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["buffer"].as_str().unwrap().to_string(), b["bytes"].as_u64().unwrap()))
+        .collect();
+    let n = buffers.len();
+    assert!(n > 40, "a step with more buffers than the table shows: {n}");
+    let mut largest = buffers.clone();
+    largest.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes)); // stable: ties in buffer order
+    let names = |rows: &[(String, u64)], k: usize| rows.iter().take(k).map(|(name, _)| name.clone()).collect::<Vec<_>>();
+    // The table's rows: (buffer, bytes), after the column header.
+    let rows = |report: &str| -> Vec<(String, u64)> {
+        let table = report.split_once("  buffer ").unwrap_or_else(|| panic!("no buffer table in\n{report}")).1;
+        table
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("  buf"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split_whitespace().collect();
+                (cells[0].to_string(), cells[2].parse().unwrap())
+            })
+            .collect()
+    };
+
+    let short = plan(&["plan", file]);
+    assert_eq!(names(&rows(&short), n), names(&largest, 20), "{short}");
+    assert!(short.contains(&format!("\nbuffers: the 20 largest of {n}, largest first (`--buffers all` lists every buffer, in buffer order)\n")), "{short}");
+    assert!(short.ends_with(&format!("\n  ... and {} more buffers\n", n - 20)), "{short}");
+    assert!(short.lines().count() < 120, "the summary is not buried: {} lines", short.lines().count());
+    assert_eq!(names(&rows(&plan(&["plan", file, "--top", "5"])), n), names(&largest, 5));
+    assert_eq!(names(&rows(&plan(&["plan", file, "--top", "5", "--buffers", "7"])), n), names(&largest, 7));
+
+    let all = plan(&["plan", file, "--buffers", "all"]);
+    assert_eq!(rows(&all), buffers, "every buffer, in buffer order");
+    assert!(all.contains("\nbuffers:\n") && !all.contains("more buffers"), "{all}");
+    let summary = |report: &str| report.split_once("\nbuffers").unwrap().0.to_string();
+    assert_eq!(summary(&short), summary(&all), "the same summary above the table");
+    // A table that holds every buffer says so.
+    let everything = plan(&["plan", file, "--buffers", &n.to_string()]);
+    assert!(everything.contains(&format!("\nbuffers: all {n}, largest first (`--buffers all` lists them in buffer order)\n")), "{everything}");
+    assert_eq!(rows(&everything), largest);
+
+    // Misused: --buffers with the JSON or with --emit; not a number.
+    for args in [vec!["--buffers", "3", "--format", "json"], vec!["--buffers", "3", "--emit", "text"], vec!["--buffers", "many"]] {
+        let out = memplan(&[&["plan", file][..], &args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("--buffers"), "{args:?}: {}", text(&out.stderr));
+    }
+}
+
 #[test]
 fn plan_json_has_a_schema_version_and_the_plan() {
     let out = memplan(&["plan", "ir/models/mlp.step", "--format", "json"]);
@@ -90,8 +154,9 @@ fn print_gives_the_canonical_form() {
 fn a_reader_closing_the_pipe_early_is_not_a_panic() {
     use std::io::Read;
     use std::process::Stdio;
+    // Every buffer: output well past a pipe's buffer, so the write fails once it closes.
     let mut child = Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(["plan", "ir/models/gpt2.step"])
+        .args(["plan", "ir/models/gpt2.step", "--buffers", "all"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

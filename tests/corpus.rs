@@ -50,7 +50,7 @@ fn valid_steps_plan_check_and_round_trip() {
         let report = Report::new(&graph, &plan);
         let at_peak: u64 = report.classes.iter().map(|c| c.at_peak).sum();
         assert!(at_peak <= plan.lower_bound, "{file}: bytes live at the peak ({at_peak}) exceed the lower bound");
-        insta::assert_snapshot!(text::render(&report, 20));
+        insta::assert_snapshot!(text::render(&report, 20, text::BufferRows::All));
     });
 }
 

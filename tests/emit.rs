@@ -191,7 +191,7 @@ fn every_format_of_every_model() {
         for emit in Emit::ALL {
             let out = emit.render(&s, &report, 20);
             match emit {
-                Emit::Text => assert_eq!(out, text::render(&report, 20)),
+                Emit::Text => assert_eq!(out, text::render(&report, 20, text::BufferRows::All), "{file}: every buffer"),
                 Emit::Json => check_json(&file, &s, &report, &out),
                 Emit::Svg => check_svg(&file, &s, &out),
                 Emit::Trace => check_trace(&file, &s, &out),

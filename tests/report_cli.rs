@@ -40,8 +40,9 @@ fn emit_writes_its_fixed_names_and_nothing_else() {
     for emit in Emit::ALL {
         assert!(stdout.contains(&format!("wrote {}", out_dir.join(emit.file_name()).display())), "{stdout}");
     }
-    // The text file is the text report; --format json's stdout is the JSON file.
-    let report = ok(&memplan(&["plan", "ir/models/mlp.step"]));
+    // The text file is the text report with every buffer; --format json's stdout is the
+    // JSON file.
+    let report = ok(&memplan(&["plan", "ir/models/mlp.step", "--buffers", "all"]));
     assert_eq!(std::fs::read_to_string(out_dir.join("report.txt")).unwrap(), report);
     let json = ok(&memplan(&["plan", "ir/models/mlp.step", "--format", "json"]));
     assert_eq!(std::fs::read_to_string(out_dir.join("plan.json")).unwrap(), json);
@@ -100,7 +101,9 @@ fn report_reads_a_step_or_its_plan_json_alike() {
 
 #[test]
 fn report_snapshots() {
-    let cases: [(&str, &[&str]); 8] = [
+    let cases: [(&str, &[&str]); 9] = [
+        // What `plan` prints by default: the summary, then the largest buffers.
+        ("plan_gpt2_tiny", &["plan", "ir/models/gpt2_tiny.step"]),
         ("mlp_peak_by_class", &["report", "ir/models/mlp.step"]),
         ("mlp_step_3_by_op", &["report", "ir/models/mlp.step", "--at", "3", "--by", "op"]),
         ("gpt2_tiny_by_loc", &["report", "ir/models/gpt2_tiny.step", "--by", "loc", "--top", "8"]),

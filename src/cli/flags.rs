@@ -35,17 +35,22 @@ pub struct PassFlags {
     /// How to choose what to recompute under --budget (`none` recomputes nothing; an unknown name lists the strategies).
     #[arg(long, value_name = "STRATEGY")]
     checkpoint: Option<String>,
-    /// `cheap`: recompute values that are cheap functions of others (casts, activations, masks, elementwise ops) in the backward where that lowers the arena, at most 1% more FLOPs; with --budget, only such values. `none`: recompute nothing without a budget.
-    #[arg(long, value_enum, default_value_t = RecomputeArg::None)]
-    recompute: RecomputeArg,
+    /// `cheap`: recompute values that are cheap functions of others (casts, activations, masks, elementwise ops) in the backward where that lowers the arena, at most 1% more FLOPs and 10% more bytes moved (`cheap:20%` allows 20%); with --budget, only such values. `none`: recompute nothing without a budget.
+    #[arg(long, value_name = "none|cheap[:P%]", default_value = "none", value_parser = parse_recompute)]
+    recompute: Recompute,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum RecomputeArg {
-    /// Nothing without a budget (any forward op under --budget).
-    None,
-    /// Cheap values only: without a budget where that lowers the arena, with one to meet it.
-    Cheap,
+/// `--recompute`: `none`, `cheap`, or `cheap:P%` (the most extra bytes moved, in percent of
+/// the step's).
+fn parse_recompute(text: &str) -> Result<Recompute, String> {
+    match text {
+        "none" => Ok(Recompute::None),
+        "cheap" => Ok(Recompute::Cheap { max_traffic_percent: memplan::passes::CHEAP_MAX_TRAFFIC_PERCENT }),
+        _ => match text.strip_prefix("cheap:").map(|p| p.trim_end_matches('%').parse::<u32>()) {
+            Some(Ok(percent)) => Ok(Recompute::Cheap { max_traffic_percent: percent }),
+            _ => Err(format!("`{text}`: expected none, cheap or cheap:P% (the most extra bytes moved, in percent of the step's, e.g. cheap:20%)")),
+        },
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -105,10 +110,7 @@ impl PassFlags {
             search_nodes: self.search_nodes,
             budget,
             checkpoint,
-            recompute: match self.recompute {
-                RecomputeArg::None => Recompute::None,
-                RecomputeArg::Cheap => Recompute::Cheap,
-            },
+            recompute: self.recompute,
             ..defaults
         })
     }

@@ -1,5 +1,7 @@
 //! `memplan plan FILE`: plan a step and print the report (text or JSON), or write the
-//! report files (`--emit`); `--print-ir-after` shows the step after passes on stderr.
+//! report files (`--emit`); `--print-ir-after` shows the step after passes on stderr. The
+//! text on stdout lists the largest `--top` buffers unless `--buffers` says otherwise
+//! (`all`: every buffer, as `report.txt` has them).
 
 use std::path::PathBuf;
 
@@ -8,7 +10,8 @@ use memplan::formats::emit::Emit;
 use memplan::formats::plan_json;
 use memplan::passes::{Context, Pass};
 use memplan::plan::DEFAULT_ALIGNMENT;
-use memplan::report::{Report, text};
+use memplan::report::text::{self, BufferRows};
+use memplan::report::Report;
 
 use super::files::write_report_files;
 use super::flags::PassFlags;
@@ -25,9 +28,12 @@ pub struct Args {
     /// Offset alignment in bytes (a power of two).
     #[arg(long = "align", default_value_t = DEFAULT_ALIGNMENT, value_name = "N")]
     alignment: u64,
-    /// How many live values to list at the peak (text format).
+    /// How many live values to list at the peak, and buffers unless --buffers says (text format).
     #[arg(long, default_value_t = 20, value_name = "N")]
     top: usize,
+    /// The buffer table: `all` (every buffer, in buffer order, as --emit's report.txt has it) or N (the N largest; default: --top's N).
+    #[arg(long, value_name = "N|all", conflicts_with = "emit")]
+    buffers: Option<BufferRows>,
     /// Write these report files into DIR (comma-separated: text, json, svg, trace, csv); see docs/REPORTS.md.
     #[arg(long, value_delimiter = ',', value_name = "FORMATS")]
     emit: Vec<Emit>,
@@ -51,7 +57,10 @@ enum Format {
 }
 
 pub fn run(args: Args) -> Result<(), Failure> {
-    let Args { file, format, alignment, top, mut emit, output, mut print_ir_after, print_ir_after_all, passes } = args;
+    let Args { file, format, alignment, top, buffers, mut emit, output, mut print_ir_after, print_ir_after_all, passes } = args;
+    if buffers.is_some() && matches!(format, Format::Json) {
+        return Err(Failure::bad_input("--buffers chooses the text report's buffer table: --format json lists every buffer"));
+    }
     let source = Source::read(&file)?;
     let graph = source.graph()?;
     let options = passes.options(alignment)?;
@@ -73,7 +82,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     emit.dedup();
     if emit.is_empty() {
         match format {
-            Format::Text => out!("{}", text::render(&report, top)),
+            Format::Text => out!("{}", text::render(&report, top, buffers.unwrap_or(BufferRows::Largest(top)))),
             Format::Json => out!("{}", plan_json::render(&subject, &report)),
         }
     } else {

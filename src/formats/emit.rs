@@ -54,10 +54,11 @@ impl Emit {
     }
 
     /// The file's contents for `subject` (`report` is `Report::new` of it; `top` is the
-    /// text report's number of live values listed at the peak).
+    /// text report's number of live values listed at the peak; its buffer table lists
+    /// every buffer).
     pub fn render(self, subject: &Subject, report: &Report, top: usize) -> String {
         match self {
-            Emit::Text => text::render(report, top),
+            Emit::Text => text::render(report, top, text::BufferRows::All),
             Emit::Json => plan_json::render(subject, report),
             Emit::Svg => svg::render(subject, report),
             Emit::Trace => trace::render(subject, report),

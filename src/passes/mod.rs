@@ -141,13 +141,34 @@ pub enum Recompute {
     None,
     /// Values that are cheap functions of others (`remat::cheap`: casts, activations,
     /// masks, elementwise ops), recomputed in the backward where that lowers the arena, at
-    /// most [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs; with a budget, only cheap values
-    /// are recomputed to meet it.
-    Cheap,
+    /// most [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs and `max_traffic_percent` percent
+    /// of its bytes moved more; with a budget, only cheap values are recomputed to meet it.
+    Cheap { max_traffic_percent: u32 },
 }
 
 /// The most extra compute cheap recomputation may add, as a fraction of one step's FLOPs.
 pub const CHEAP_MAX_OVERHEAD: f64 = 0.01;
+
+/// The most extra memory traffic cheap recomputation may add by default, in percent of the
+/// bytes one step's ops read and write (a cast costs no FLOPs, but it reads and writes its
+/// tensor again): `--recompute cheap` is `cheap:10%`.
+pub const CHEAP_MAX_TRAFFIC_PERCENT: u32 = 10;
+
+/// The bytes the ops of `graph` read and write, and the part of it that recomputation adds
+/// (the clones `plan` lists).
+pub fn traffic(graph: &Graph, plan: &Plan) -> (u64, u64) {
+    let clones: std::collections::HashSet<OpId> = plan.remat.iter().flat_map(|r| r.recomputes.iter().map(|c| c.clone)).collect();
+    let (mut base, mut extra) = (0u64, 0u64);
+    for op in graph.ops.indices() {
+        let moved = remat::bytes_moved(graph, op);
+        if clones.contains(&op) {
+            extra = extra.saturating_add(moved);
+        } else {
+            base = base.saturating_add(moved);
+        }
+    }
+    (base, extra)
+}
 
 /// Steps with more ops than this are planned without cheap recomputation (each search
 /// plans the step several times).
@@ -341,24 +362,31 @@ pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), 
 
 /// The options with the budget cheap recomputation reaches ([`Recompute::Cheap`] without a
 /// budget): the smallest arena recomputing only cheap ops gets, at most
-/// [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs more (bisected between that arena and the
-/// arena without recomputation when the smallest costs more). Unchanged options when no
+/// [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs and the mode's share of its bytes moved
+/// more (bisected between that arena and the arena without recomputation when the
+/// smallest costs more). Unchanged options when no
 /// budget is needed: cheap recomputation does not lower the arena, the step has more than
 /// [`CHEAP_MAX_OPS`] ops, or another mode is asked for.
 fn cheap_budget(graph: &Graph, options: &PlanOptions) -> Result<PlanOptions, PlanError> {
-    if options.recompute != Recompute::Cheap || options.budget.is_some() || graph.ops.len() > CHEAP_MAX_OPS || graph.backward.is_some() {
+    let Recompute::Cheap { max_traffic_percent } = options.recompute else { return Ok(options.clone()) };
+    if options.budget.is_some() || graph.ops.len() > CHEAP_MAX_OPS || graph.backward.is_some() {
         return Ok(options.clone());
     }
     let strategy = remat::strategy_fn(options.checkpoint);
-    let with = |budget: u64| -> Result<Option<Plan>, PlanError> {
+    let with = |budget: u64| -> Result<Option<(Graph, Plan)>, PlanError> {
         let options = PlanOptions { budget: Some(Budget::Bytes(budget)), ..options.clone() };
         match full(graph, &options, budgeted(&options, &strategy)) {
-            Ok((_, plan)) => Ok(Some(plan)),
+            Ok(planned) => Ok(Some(planned)),
             Err(PlanError::BudgetUnmet { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     };
-    let affordable = |plan: &Plan| plan.remat.as_ref().is_none_or(|r| r.overhead_percent().is_some_and(|p| p <= CHEAP_MAX_OVERHEAD * 100.0));
+    // Within both caps: extra FLOPs and extra bytes moved.
+    let affordable = |(graph, plan): &(Graph, Plan)| {
+        let flops = plan.remat.as_ref().is_none_or(|r| r.overhead_percent().is_some_and(|p| p <= CHEAP_MAX_OVERHEAD * 100.0));
+        let (base, extra) = traffic(graph, plan);
+        flops && u128::from(extra) * 100 <= u128::from(max_traffic_percent) * u128::from(base)
+    };
     let without = full(graph, &PlanOptions { recompute: Recompute::None, ..options.clone() }, None)?.1.arena_bytes;
     // The smallest arena within reach: ask for 1 byte, the pass says what it reached.
     let probe = PlanOptions { budget: Some(Budget::Bytes(1)), ..options.clone() };
@@ -412,7 +440,7 @@ pub fn plan_with_strategy(
     name: &str,
     strategy: &StrategyFn<'_>,
 ) -> Result<(Graph, Plan), PlanError> {
-    let cheap_only = options.recompute == Recompute::Cheap;
+    let cheap_only = matches!(options.recompute, Recompute::Cheap { .. });
     let sequence = options.budget.map(|budget| Sequence::Solve { name, strategy, budget, cheap_only });
     full(graph, options, sequence)
 }
@@ -433,7 +461,7 @@ pub fn run<'g>(graph: &'g Graph, options: &PlanOptions) -> Result<Context<'g>, P
 /// The remat pass's sequence under `options.budget`, chosen by `strategy` (`None` without
 /// a budget: the pass then does nothing).
 fn budgeted<'a>(options: &PlanOptions, strategy: &'a StrategyFn<'a>) -> Option<Sequence<'a>> {
-    let cheap_only = options.recompute == Recompute::Cheap;
+    let cheap_only = matches!(options.recompute, Recompute::Cheap { .. });
     options.budget.map(|budget| Sequence::Solve { name: options.checkpoint.name(), strategy, budget, cheap_only })
 }
 

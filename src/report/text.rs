@@ -6,16 +6,46 @@
 //! recomputation under a budget (when there is one: the budget met, the cost, the ops
 //! recomputed), the peak (where, which op, which values are live there, largest first),
 //! bytes by class (live at the peak, and every buffer of the step, which is not bytes live
-//! at once: the text says so), and the buffer table.
+//! at once: the text says so), and the buffer table: every buffer in buffer order
+//! ([`BufferRows::All`], as `report.txt` and `plan --buffers all` have it), or the largest
+//! few, largest first ([`BufferRows::Largest`], what `plan` prints by default: a step of
+//! GPT-2's size has a thousand buffers, which would bury the summary), with how many more
+//! there are and the flag that lists them.
 
 use std::fmt::Write;
+use std::str::FromStr;
 
 use crate::bytes::format_bytes;
 use crate::plan::Savings;
-use crate::report::{RematReport, Report, UpdateTiming, UserCheckpoints};
+use crate::report::{BufferRow, RematReport, Report, UpdateTiming, UserCheckpoints};
 
-/// Renders `report` as text; `top` limits the live values listed at the peak.
-pub fn render(report: &Report, top: usize) -> String {
+/// Which buffers the buffer table lists.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BufferRows {
+    /// Every buffer, in buffer order.
+    All,
+    /// The `n` largest, largest first (ties in buffer order).
+    Largest(usize),
+}
+
+impl FromStr for BufferRows {
+    type Err = String;
+
+    /// `all`, or a number of buffers.
+    fn from_str(s: &str) -> Result<BufferRows, String> {
+        match s {
+            "all" => Ok(BufferRows::All),
+            _ => s
+                .parse()
+                .map(BufferRows::Largest)
+                .map_err(|_| format!("`{s}` is neither `all` nor a number of buffers")),
+        }
+    }
+}
+
+/// Renders `report` as text; `top` limits the live values listed at the peak, `rows` the
+/// buffer table.
+pub fn render(report: &Report, top: usize, rows: BufferRows) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(
@@ -84,9 +114,41 @@ pub fn render(report: &Report, top: usize) -> String {
     let _ = writeln!(w, "  (the last column adds up every buffer of a class over the whole step, not bytes live at");
     let _ = writeln!(w, "  once: buffers live at different steps share offsets, so its sum can exceed the arena)");
     let _ = writeln!(w);
-    let _ = writeln!(w, "buffers:");
-    let _ = writeln!(w, "  {:8} {:>12} {:>12}  {:>11}  {:10}  values", "buffer", "offset", "bytes", "live", "class");
-    for b in &report.buffers {
+    buffer_table(w, &report.buffers, rows);
+    out
+}
+
+/// The buffer table: every buffer in buffer order, or the largest `n`, largest first.
+fn buffer_table(w: &mut String, buffers: &[BufferRow], rows: BufferRows) {
+    let shown: Vec<&BufferRow> = match rows {
+        BufferRows::All => {
+            let _ = writeln!(w, "buffers:");
+            buffers.iter().collect()
+        }
+        BufferRows::Largest(n) => {
+            let mut largest: Vec<&BufferRow> = buffers.iter().collect();
+            // A stable sort: ties stay in buffer order.
+            largest.sort_by_key(|b| std::cmp::Reverse(b.bytes));
+            largest.truncate(n);
+            let total = buffers.len();
+            if total == 0 {
+                let _ = writeln!(w, "buffers: none");
+            } else if largest.len() < total {
+                let _ = writeln!(
+                    w,
+                    "buffers: the {} largest of {total}, largest first (`--buffers all` lists every buffer, in buffer order)",
+                    largest.len()
+                );
+            } else {
+                let _ = writeln!(w, "buffers: all {total}, largest first (`--buffers all` lists them in buffer order)");
+            }
+            largest
+        }
+    };
+    if !shown.is_empty() {
+        let _ = writeln!(w, "  {:8} {:>12} {:>12}  {:>11}  {:10}  values", "buffer", "offset", "bytes", "live", "class");
+    }
+    for b in &shown {
         let _ = writeln!(
             w,
             "  {:8} {:>12} {:>12}  {:>11}  {:10}  {}",
@@ -98,7 +160,9 @@ pub fn render(report: &Report, top: usize) -> String {
             b.values.join(", ")
         );
     }
-    out
+    if shown.len() < buffers.len() {
+        let _ = writeln!(w, "  ... and {} more buffers", buffers.len() - shown.len());
+    }
 }
 
 /// The "what each pass saved" section: each figure and its change from the line above;
@@ -206,7 +270,16 @@ pub(crate) fn change(before: u64, after: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::change;
+    use super::{BufferRows, change};
+
+    #[test]
+    fn buffer_rows_are_all_or_a_number() {
+        assert_eq!("all".parse(), Ok(BufferRows::All));
+        assert_eq!("0".parse(), Ok(BufferRows::Largest(0)));
+        assert_eq!("25".parse(), Ok(BufferRows::Largest(25)));
+        assert_eq!("-1".parse::<BufferRows>(), Err("`-1` is neither `all` nor a number of buffers".to_string()));
+        assert!("All".parse::<BufferRows>().is_err());
+    }
 
     #[test]
     fn changes_are_signed_with_a_percentage() {
