@@ -18,7 +18,11 @@ PyTorch's flop counter), so any model plans.
 Names: an op's output is named after the module that computes it (its `nn_module_stack`
 path): a module's result is the module path itself (`blocks.3.attn.q_proj`), other values
 are `path.op` (`blocks.3.attn.transpose`), the loss is `loss`; parameters and buffers keep
-their state-dict names. Each op carries the source line of the user's code that called it
+their state-dict names. A view a caller takes of a module's result (the enclosing module,
+or the root, viewing what a submodule returned) is named after that result,
+`result.op`: the root's `logits.view(-1, V)` of `lm_head`'s logits is `lm_head.reshape`,
+and memplan's autodiff names its gradient, the logits' gradient, `lm_head.reshape.grad`
+(not `reshape.grad`); views of such a view are named after the same result. Each op carries the source line of the user's code that called it
 (the innermost stack frame outside torch itself) and the module path, as
 `loc("model.py":42, "blocks.3.attn")`.
 """
@@ -137,6 +141,8 @@ class Translator:
         self._grad_for: dict[tuple[int, int], Value] = {}  # (call, input) -> the input
         self.arg_sources: dict[str, str] = {}  # memplan argument name -> state-dict or input name
         self.hinted: set[str] = set()  # ops whose extern hint (_EXTERN_HINTS) was given
+        # A module's result, or a caller's view of one -> (the result's name, its module path).
+        self.viewed_result: dict[str, tuple[str, str]] = {}
 
     # -- the walk ------------------------------------------------------------------------
 
@@ -534,8 +540,21 @@ class Translator:
         """One memplan op with one output whose fake tensor is `fake` (the node's own by
         default); `final`: it is the node's result (not a helper value)."""
         fake = self.out_fake() if fake is None else fake
-        [name] = self.w.op([self.name_for(role or op, final)], [type_text(fake.dtype, fake.shape)], op,
+        result = final and self.node in self.result_of_module
+        name = self.name_for(role or op, final)
+        viewed = self.viewed_result.get(inputs[0].name) if op in _VIEWS and inputs and not result else None
+        path = module_path(self.node)
+        if viewed is not None and name != "loss" and viewed[1] != path and (not path or viewed[1].startswith(path + ".")):
+            # A caller's view of a submodule's result: named after the result.
+            name = f"{viewed[0]}.{role or op}"
+        else:
+            viewed = None
+        [name] = self.w.op([name], [type_text(fake.dtype, fake.shape)], op,
                            [v.name for v in inputs], attrs, source_loc(self.node), region_of(self.node))
+        if result:
+            self.viewed_result[name] = (name, path)
+        elif viewed is not None:
+            self.viewed_result[name] = viewed
         return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
 
     def constant_values(self, value: Value) -> torch.Tensor | None:
@@ -576,6 +595,9 @@ class Translator:
 # memplan's views (free) and fills (a value made of nothing): one nothing reads is no part
 # of the step.
 _UNREAD_DROPPED = {"reshape", "transpose", "expand", "slice", "select", "fill"}
+
+# memplan's views: their output shares its input's bytes (`value.shadow_after`).
+_VIEWS = {"reshape", "transpose", "expand", "slice", "select", "detach"}
 
 
 # -- helpers of the extern fallback -------------------------------------------------------

@@ -14,13 +14,24 @@
 //! partial contributions). [`Builder::fresh`] keeps every name unique: a name already taken
 //! gets a suffix `_1`, `_2`, ...
 //!
+//! Attribution: while gradient rules run ([`Builder::set_rule_origin`]), an op carries the
+//! location (`loc` and span) of the forward value whose gradient it helps compute, its
+//! owner: the location of the op that made the owner's bytes (for a view, the op that made
+//! its base, following views back). So a gradient is reported where the value it is the
+//! gradient of is: the logits' gradient at the logits' line and module (`lm_head`), not at
+//! the loss line whose backward happens to compute it. An owner that is an argument (a
+//! param's gradient) or owners made by different ops with different locations (a
+//! multi-output backward op: `attention`'s dq, dk, dv of three projections) leave the op
+//! the location of the forward op being differentiated, as every other op the builder
+//! emits has ([`Builder::set_origin`]).
+//!
 //! Invariant: every op the builder emits has attributes exactly its row's (row order,
 //! right kinds) and output types its row's rule gives, so the result verifies as long as
 //! the rules pass well-typed inputs; a rule that does not is caught here as an `Err`
 //! (a memplan bug reported as [`AutodiffError::RuleFailed`](super::AutodiffError)).
 
 use crate::hashing::{FastMap, FastSet};
-use crate::index::ValueId;
+use crate::index::{OpId, ValueId};
 use crate::ir::graph::{Region, Graph, Loc, Role, Span, Update};
 use crate::ir::layout::reshape_is_view;
 use crate::ir::ops::{Attr, Attrs, OpKind};
@@ -76,12 +87,15 @@ pub struct Builder {
     /// reports, its span for diagnostics), or the `backward` statement's span.
     loc: Option<Loc>,
     span: Span,
+    /// Whether ops built with owners take their owners' location instead (see the module
+    /// docs): while gradient rules run.
+    by_owner: bool,
 }
 
 impl Builder {
     pub fn new(graph: Graph) -> Builder {
         let names = graph.values.iter().map(|v| v.name.clone()).collect();
-        Builder { graph, names, temps: FastMap::default(), loc: None, span: Span::NONE }
+        Builder { graph, names, temps: FastMap::default(), loc: None, span: Span::NONE, by_owner: false }
     }
 
     pub fn graph(&self) -> &Graph {
@@ -106,6 +120,42 @@ impl Builder {
     pub fn set_origin(&mut self, loc: Option<Loc>, span: Span) {
         self.loc = loc;
         self.span = span;
+        self.by_owner = false;
+    }
+
+    /// As [`set_origin`](Self::set_origin), for the ops of a gradient rule: each op built
+    /// with owners takes their location (see the module docs), `loc` and `span` where they
+    /// have none.
+    pub fn set_rule_origin(&mut self, loc: Option<Loc>, span: Span) {
+        self.set_origin(loc, span);
+        self.by_owner = true;
+    }
+
+    /// The op that made the bytes of `v`: the op writing it, or for a view the one writing
+    /// its base (views followed back); `None` for an argument or a view of one.
+    fn maker(&self, mut v: ValueId) -> Option<OpId> {
+        loop {
+            let op = self.graph.def_op(v)?;
+            match self.graph.ops[op].kind.def().view_of() {
+                Some(k) => v = self.graph.ops[op].inputs[k],
+                None => return Some(op),
+            }
+        }
+    }
+
+    /// The `loc` and span of an op whose outputs are temporaries of `owners`: the op that
+    /// made them, when one did (or ops at one `loc`) and the builder attributes by owner;
+    /// else the origin's.
+    fn stamp(&self, owners: &[ValueId]) -> (Option<Loc>, Span) {
+        let makers: Option<Vec<OpId>> = if self.by_owner { owners.iter().map(|&o| self.maker(o)).collect() } else { None };
+        if let Some(&first) = makers.as_ref().and_then(|m| m.first()) {
+            let made = &self.graph.ops[first];
+            let one = makers.iter().flatten().all(|&m| m == first || (made.loc.is_some() && self.graph.ops[m].loc == made.loc));
+            if one {
+                return (made.loc.clone(), made.span);
+            }
+        }
+        (self.loc.clone(), self.span)
     }
 
     /// Reserves and returns `base`, or `base_1`, `base_2`, ... if taken.
@@ -163,6 +213,20 @@ impl Builder {
         attrs: Attrs,
         names: Vec<String>,
     ) -> Result<Vec<ValueId>, String> {
+        let (loc, span) = (self.loc.clone(), self.span);
+        self.emit_at(kind, inputs, attrs, names, loc, span)
+    }
+
+    /// As [`emit`](Self::emit), the op stamped with `loc` and `span`.
+    fn emit_at(
+        &mut self,
+        kind: OpKind,
+        inputs: Vec<ValueId>,
+        attrs: Attrs,
+        names: Vec<String>,
+        loc: Option<Loc>,
+        span: Span,
+    ) -> Result<Vec<ValueId>, String> {
         let row = kind.def();
         if !row.takes_inputs(inputs.len()) || names.len() != row.outputs.len() {
             return Err(format!("{kind} takes {} inputs and gives {} outputs", row.inputs.len(), row.outputs.len()));
@@ -180,8 +244,8 @@ impl Builder {
         let outputs = (row.infer)(&types, &attrs).map_err(|e| format!("{kind}: {e}"))?;
         let op = self.graph.add_op(kind, inputs, attrs, names.into_iter().zip(outputs).collect());
         let op = &mut self.graph.ops[op];
-        op.loc = self.loc.clone();
-        op.span = self.span;
+        op.loc = loc;
+        op.span = span;
         Ok(op.outputs.clone())
     }
 
@@ -213,7 +277,8 @@ impl Builder {
         attrs: Attrs,
     ) -> Result<Vec<ValueId>, String> {
         let names = owners.iter().map(|&owner| self.temp_name(owner)).collect();
-        self.emit(kind, inputs, attrs, names)
+        let (loc, span) = self.stamp(owners);
+        self.emit_at(kind, inputs, attrs, names, loc, span)
     }
 
     /// A one-output op whose output is a temporary of `owner`.

@@ -24,8 +24,11 @@
 //!
 //! Names: `%v.grad` is the gradient of `%v`; `%v.grad.1`, `%v.grad.2`, ... its partial
 //! contributions when several ops read `%v`; `%v.grad.t1`, ... temporaries; a name already
-//! taken gets `_1`, `_2`, ... The result has `backward: None`; it verifies whenever the
-//! input verified.
+//! taken gets `_1`, `_2`, ... Locations: the ops a gradient rule builds carry the location
+//! of the value whose gradient they compute (the op that made its bytes; `builder.rs`),
+//! that of the op differentiated for a param's gradient; the seed, the step count and the
+//! optimizer ops carry the `backward` statement's span. The result has `backward: None`;
+//! it verifies whenever the input verified.
 
 pub mod builder;
 pub(crate) mod rules;
@@ -311,7 +314,7 @@ fn sweep(b: &mut Builder, graph: &Graph, backward: &Backward, needs: &Needs) -> 
         if let Some(region) = region {
             checkpoints.recompute(b, graph, region).map_err(&failed)?;
         }
-        b.set_origin(op.loc.clone(), op.span);
+        b.set_rule_origin(op.loc.clone(), op.span);
         let dy = op
             .outputs
             .iter()

@@ -566,3 +566,75 @@ fn a_loss_through_bce_targets_is_an_error() {
     let e = expand_ok(&forward(&fine, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
     assert!(body(&e).contains("%t.grad: f32[2,3] = bce_with_logits_backward(%loss.grad, %t, %y)"), "{}", body(&e));
 }
+
+/// The line each op of the expanded `text` sits on (ops only), by its first output's name.
+fn op_line<'a>(text: &'a str, name: &str) -> &'a str {
+    let prefix = format!("  %{name}: ");
+    text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no %{name} in\n{text}"))
+}
+
+/// A gradient is attributed where the value it is the gradient of is: the logits' gradient,
+/// which the loss's backward computes, carries the head's line and module (through the
+/// caller's view of the logits); an activation's gradient its own module's, not that of the
+/// op whose backward computed it; a param's gradient, and a multi-output backward op whose
+/// outputs belong to different ops, the op differentiated.
+#[test]
+fn gradients_carry_the_location_of_the_value_they_are_the_gradient_of() {
+    let text = r#"step @lm(
+  %emb.weight: f32[8] param,
+  %norm.weight: f32[8] param,
+  %norm.bias: f32[8] param,
+  %head.weight: f32[16,8] param,
+  %x: f32[2,3,8] input,
+  %y: i64[6] input,
+) {
+  %emb = mul(%x, %emb.weight) loc("m.py":4, "emb")
+  %norm = layer_norm(%emb, %norm.weight, %norm.bias) loc("m.py":5, "norm")
+  %head = matmul(%norm, %head.weight, transpose_b=true) loc("m.py":6, "head")
+  %head.reshape = reshape(%head, shape=[6, 16]) loc("m.py":7, "")
+  %loss = cross_entropy(%head.reshape, %y) loc("m.py":7, "")
+  return %loss
+}"#;
+    let e = expand_ok(&forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]));
+    let printed = body(&e);
+    let at = |name: &str| op_line(&printed, name).rsplit_once(" loc(").map(|(_, l)| l.trim_end_matches(')').to_string());
+    // The logits' gradient and its reshape back: the head's (the view followed to the matmul).
+    assert!(op_line(&printed, "head.reshape.grad").contains("= cross_entropy_backward("), "{printed}");
+    assert_eq!(at("head.reshape.grad").as_deref(), Some(r#""m.py":6, "head""#), "{printed}");
+    assert_eq!(at("head.grad").as_deref(), Some(r#""m.py":6, "head""#), "{printed}");
+    // The head's backward computes the norm's output gradient: the norm's.
+    assert_eq!(at("norm.grad").as_deref(), Some(r#""m.py":5, "norm""#), "{printed}");
+    // A param's gradient (its temporaries too): the op differentiated.
+    assert_eq!(at("head.weight.grad").as_deref(), Some(r#""m.py":6, "head""#), "{printed}");
+    assert_eq!(at("head.weight.grad.t1").as_deref(), Some(r#""m.py":6, "head""#), "{printed}");
+    // layer_norm_backward gives %emb's gradient and the norm's params': mixed owners keep
+    // the norm's location.
+    assert!(op_line(&printed, "emb.grad").contains("= layer_norm_backward("), "{printed}");
+    assert_eq!(at("emb.grad").as_deref(), Some(r#""m.py":5, "norm""#), "{printed}");
+    assert_eq!(at("emb.weight.grad").as_deref(), Some(r#""m.py":4, "emb""#), "{printed}");
+    // The seed carries no location (the `backward` statement).
+    assert_eq!(at("loss.grad"), None, "{printed}");
+}
+
+/// Without `loc(...)`, a gradient op carries the span of the op that made its value (reports
+/// then locate it at that op's line of the .step file).
+#[test]
+fn without_locations_a_gradient_takes_its_values_span() {
+    let text = "step @s(
+  %w: f32[3,4] param,
+  %x: f32[2,3] input,
+  %y: i64[2] input,
+) {
+  %h = matmul(%x, %w)
+  %t = tanh(%h)
+  %loss = cross_entropy(%t, %y)
+  return %loss
+}";
+    let g = forward(text, "loss", OpKind::Sgd, &[("lr", Attr::Float(0.1))]);
+    let e = expand_ok(&g);
+    let span_of = |graph: &Graph, name: &str| graph.ops[graph.def_op(id(graph, name)).unwrap()].span.range().unwrap();
+    assert_eq!(span_of(&e, "t.grad"), span_of(&g, "t"), "cross_entropy's backward writes %t's gradient");
+    assert_eq!(span_of(&e, "h.grad"), span_of(&g, "h"), "tanh's backward writes %h's gradient");
+    assert_eq!(span_of(&e, "w.grad"), span_of(&g, "h"), "a param's: the op differentiated");
+    assert_ne!(span_of(&g, "t"), span_of(&g, "loss"));
+}

@@ -2,8 +2,9 @@
 //! class, by op, by source line or by module, with cumulative bytes: the answer to "why is
 //! my peak this high?".
 //!
-//! A value's module is its op's (`loc("model.py":42, "blocks.3.attn")`, which autodiff's
-//! backward ops inherit); an argument, or an op without one (an optimizer update), belongs
+//! A value's module is its op's (`loc("model.py":42, "blocks.3.attn")`; autodiff gives a
+//! gradient's ops the location of the value it is the gradient of, so the logits' gradient
+//! is the output head's); an argument, or an op without one (an optimizer update), belongs
 //! to the longest module path that prefixes its name (`blocks.3.attn.c_attn.weight.m` to
 //! `blocks.3.attn.c_attn`); values of a step without modules are `(unknown)`.
 //!
