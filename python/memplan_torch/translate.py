@@ -143,6 +143,10 @@ class Translator:
         self.hinted: set[str] = set()  # ops whose extern hint (_EXTERN_HINTS) was given
         # A module's result, or a caller's view of one -> (the result's name, its module path).
         self.viewed_result: dict[str, tuple[str, str]] = {}
+        # Casts already written, by (input, attributes, region, block): autocast casts a
+        # value once for each op that reads it (Llama's q, k and v projections each cast
+        # the same normed input), but values never change, so one cast serves them all.
+        self.casts: dict[tuple, Value] = {}
 
     # -- the walk ------------------------------------------------------------------------
 
@@ -540,6 +544,14 @@ class Translator:
         """One memplan op with one output whose fake tensor is `fake` (the node's own by
         default); `final`: it is the node's result (not a helper value)."""
         fake = self.out_fake() if fake is None else fake
+        if op == "cast" and len(inputs) == 1:
+            key = (inputs[0].name, tuple(attrs), region_of(self.node), self.w.block)
+            if key not in self.casts:
+                self.casts[key] = self._emit(op, inputs, attrs, fake, final, role)
+            return self.casts[key]
+        return self._emit(op, inputs, attrs, fake, final, role)
+
+    def _emit(self, op: str, inputs: list[Value], attrs, fake, final: bool, role) -> Value:
         result = final and self.node in self.result_of_module
         name = self.name_for(role or op, final)
         viewed = self.viewed_result.get(inputs[0].name) if op in _VIEWS and inputs and not result else None

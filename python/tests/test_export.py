@@ -463,3 +463,20 @@ def test_weights_are_written_byte_for_byte(tmp_path):
     assert list(back) == list(tensors)
     for name, tensor in tensors.items():
         assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor), name
+
+
+def test_autocast_casts_a_value_once_for_all_its_readers():
+    """Under --amp, PyTorch's autocast casts the normed input once for each of q, k and v;
+    the step casts it once (values never change, so one cast serves every reader)."""
+    import re
+
+    sys.path.insert(0, str(ZOO))
+    import llama
+
+    model, inputs = llama.make_small()
+    text = memplan_torch.export_step(model, inputs, amp="bf16")
+    casts = re.findall(r"= cast\((%[\w.]+), (to=\w+)\)", text)
+    assert casts and len(casts) == len(set(casts)), [c for c in casts if casts.count(c) > 1][:3]
+    # The projections of q, k and v read the same cast of the attention's normed input.
+    reads = re.findall(r"%layers\.0\.attention\.w[qkv]: \S+ = matmul\((%[\w.]+), ", text)
+    assert len(reads) == 3 and len(set(reads)) == 1, reads
