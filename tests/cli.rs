@@ -415,3 +415,24 @@ fn suspicious_steps_warn_and_still_plan() {
         assert!(out.status.success() && out.stderr.is_empty(), "{file}: {}", text(&out.stderr));
     }
 }
+
+#[test]
+fn recompute_cheap_says_what_it_recomputed_and_its_cost_in_flops_and_bytes() {
+    let out = memplan(&["plan", "ir/models/gpt2_tiny.step", "--recompute", "cheap", "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let remat = &json["remat"];
+    assert_eq!(remat["strategy"], "cheap");
+    assert!(json["arena_bytes"].as_u64().unwrap() < remat["arena_without"].as_u64().unwrap(), "{remat}");
+    let (base, extra) = (remat["base_bytes_moved"].as_u64().unwrap(), remat["extra_bytes_moved"].as_u64().unwrap());
+    assert!(extra > 0 && extra * 10 <= base, "{extra} of {base}");
+    assert!(remat["overhead_percent"].as_f64().unwrap() <= 1.0);
+    let out = memplan(&["plan", "ir/models/gpt2_tiny.step", "--recompute", "cheap:0%"]);
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("recomputation ("), "0% more bytes moved allows no recomputation:\n{stdout}");
+    let out = memplan(&["plan", "ir/models/gpt2_tiny.step", "--recompute", "cheap"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("recomputation (strategy cheap)") && stdout.contains("memory traffic  +"), "{stdout}");
+    let out = memplan(&["plan", "ir/models/gpt2_tiny.step", "--recompute", "lots"]);
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -462,7 +462,8 @@ pub fn run<'g>(graph: &'g Graph, options: &PlanOptions) -> Result<Context<'g>, P
 /// a budget: the pass then does nothing).
 fn budgeted<'a>(options: &PlanOptions, strategy: &'a StrategyFn<'a>) -> Option<Sequence<'a>> {
     let cheap_only = matches!(options.recompute, Recompute::Cheap { .. });
-    options.budget.map(|budget| Sequence::Solve { name: options.checkpoint.name(), strategy, budget, cheap_only })
+    let name = if cheap_only { "cheap" } else { options.checkpoint.name() };
+    options.budget.map(|budget| Sequence::Solve { name, strategy, budget, cheap_only })
 }
 
 /// Every pass on `graph` (borrowed: copied into the result unless the remat pass rewrote it).

@@ -101,6 +101,12 @@ pub struct RematReport {
     pub extra_flops: Option<u64>,
     /// The extra FLOPs in % of one step (`None` as above).
     pub overhead_percent: Option<f64>,
+    /// Bytes one step's ops read and write without recomputation (every op that is not a
+    /// clone: its inputs' and outputs' sizes), and the bytes the clones add: what
+    /// recomputation costs in memory traffic (a cast costs no FLOPs). `None` when too large
+    /// to count.
+    pub base_bytes_moved: Option<u64>,
+    pub extra_bytes_moved: Option<u64>,
 }
 
 /// When a step's optimizer updates run relative to its backward pass (the last op that
@@ -270,6 +276,8 @@ impl Report {
                 base_flops: (r.base_flops < u64::MAX).then_some(r.base_flops),
                 extra_flops: r.extra_flops(),
                 overhead_percent: r.overhead_percent(),
+                base_bytes_moved: bytes_moved(graph, r, false),
+                extra_bytes_moved: bytes_moved(graph, r, true),
             }),
             updates: update_timing(graph, &classes, &life),
             user_checkpoints: user_checkpoints(graph),
@@ -397,4 +405,17 @@ pub fn peak_position(plan: &Plan) -> Option<usize> {
     let live = live_bytes(plan);
     let best = *live.iter().max()?;
     live.iter().position(|&bytes| bytes == best)
+}
+
+/// The bytes the clones of `remat` read and write (`clones`), or every other op of
+/// `graph`; `None` when a size or the sum passes 2^64 - 1.
+fn bytes_moved(graph: &Graph, remat: &crate::plan::RematRecord, clones: bool) -> Option<u64> {
+    let cloned: std::collections::HashSet<OpId> = remat.recomputes.iter().map(|r| r.clone).collect();
+    let mut total = 0u64;
+    for (_, op) in graph.ops.iter_enumerated().filter(|(id, _)| cloned.contains(id) == clones) {
+        for &v in op.inputs.iter().chain(&op.outputs) {
+            total = total.checked_add(graph.values[v].ty.bytes()?)?;
+        }
+    }
+    Some(total)
 }

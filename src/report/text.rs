@@ -245,6 +245,11 @@ fn recomputation(w: &mut String, r: &RematReport, top: usize) {
         (None, ..) => "FLOPs too large to count (2^64 - 1 or more in one step)".to_string(),
     };
     let _ = writeln!(w, "  recomputed      {} op(s), {flops}", r.count);
+    let traffic = match (r.base_bytes_moved, r.extra_bytes_moved) {
+        (Some(base), Some(extra)) if base > 0 => format!("+{} moved: {:+.2}% of the step's {}", format_bytes(extra), extra as f64 / base as f64 * 100.0, format_bytes(base)),
+        _ => "bytes moved too large to count".to_string(),
+    };
+    let _ = writeln!(w, "  memory traffic  {traffic} (the clones' inputs and outputs)");
     let width = r.recomputed.iter().take(top).map(|x| x.op.len()).max().unwrap_or(0);
     for x in r.recomputed.iter().take(top) {
         let _ = writeln!(w, "    {:width$}  repeats `{}`", x.op, x.of);
