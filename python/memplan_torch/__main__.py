@@ -591,7 +591,7 @@ def main(argv=None) -> int:
     fit.add_argument("function", metavar="FILE.py:FUNC", help="FUNC(batch=N) returns (model, example_inputs)")
     fit.add_argument("--memory", required=True, help="the memory to fit in, with a unit in any case: 80GiB, 24gb, 800MB")
     fit.add_argument("--budget", help="plan with memplan's --budget (recompute to fit): a size or a fraction like 0.8x")
-    fit.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
+    fit.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then the one installed with this package, then memplan on PATH)")
     fit.add_argument("--max-batch", type=int, default=1 << 16, help="the largest batch tried (default 65536)")
     fit.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="the device PyTorch eager's memory is predicted for")
     fit.add_argument("--expandable-segments", action="store_true", help="PyTorch's allocator with expandable_segments:True")
@@ -610,7 +610,7 @@ def main(argv=None) -> int:
     predict.add_argument("--top", type=int, default=10, metavar="N", help="how many tensors live at the peak to list (default 10)")
     predict.add_argument("--trace", metavar="OUT.trace", help="also write the allocation trace (memplan replay reads it)")
     predict.add_argument("--no-arena", action="store_true", help="skip exporting and planning the step for memplan's arena")
-    predict.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
+    predict.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then the one installed with this package, then memplan on PATH)")
 
     advice = commands.add_parser("checkpoint", help="which modules to wrap in torch.utils.checkpoint for PyTorch eager to fit --memory")
     advice.add_argument("function", metavar="FILE.py:FUNC")
@@ -621,7 +621,7 @@ def main(argv=None) -> int:
     advice.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     advice.add_argument("--expandable-segments", action="store_true", help="as with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     advice.add_argument("--format", choices=["text", "json"], default="text")
-    advice.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then memplan on PATH)")
+    advice.add_argument("--memplan", help="the memplan binary (default: $MEMPLAN, then the one installed with this package, then memplan on PATH)")
     optimizer_flags(advice)
 
     args = parser.parse_args(argv)
