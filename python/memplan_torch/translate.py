@@ -544,14 +544,9 @@ class Translator:
         """One memplan op with one output whose fake tensor is `fake` (the node's own by
         default); `final`: it is the node's result (not a helper value)."""
         fake = self.out_fake() if fake is None else fake
-        if op == "cast" and len(inputs) == 1:
-            key = (inputs[0].name, tuple(attrs), region_of(self.node), self.w.block)
-            if key not in self.casts:
-                self.casts[key] = self._emit(op, inputs, attrs, fake, final, role)
-            return self.casts[key]
-        return self._emit(op, inputs, attrs, fake, final, role)
-
-    def _emit(self, op: str, inputs: list[Value], attrs, fake, final: bool, role) -> Value:
+        cast = (inputs[0].name, tuple(attrs), region_of(self.node), self.w.block) if op == "cast" and len(inputs) == 1 else None
+        if cast in self.casts:
+            return self.casts[cast]
         result = final and self.node in self.result_of_module
         name = self.name_for(role or op, final)
         viewed = self.viewed_result.get(inputs[0].name) if op in _VIEWS and inputs and not result else None
@@ -567,7 +562,10 @@ class Translator:
             self.viewed_result[name] = (name, path)
         elif viewed is not None:
             self.viewed_result[name] = viewed
-        return Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
+        value = Value(name, fake, shadow_after(op, inputs, dict(attrs), fake))
+        if cast is not None:
+            self.casts[cast] = value
+        return value
 
     def constant_values(self, value: Value) -> torch.Tensor | None:
         """The values of `value` where they are known before the step runs: a constant

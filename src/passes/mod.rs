@@ -355,9 +355,14 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 /// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
 /// unless the remat pass rewrote it) and the plan.
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
-    let options = cheap_budget(graph, options)?;
-    let strategy = remat::strategy_fn(options.checkpoint);
-    full(graph, &options, budgeted(&options, &strategy))
+    let chosen = cheap_budget(graph, options)?;
+    let strategy = remat::strategy_fn(chosen.checkpoint);
+    match full(graph, &chosen, budgeted(&chosen, &strategy)) {
+        // The budget cheap recomputation chose was met when it was chosen; should the
+        // search not meet it again (its time limit), the plan is the one without it.
+        Err(PlanError::BudgetUnmet { .. }) if options.budget.is_none() => full(graph, options, None),
+        planned => planned,
+    }
 }
 
 /// The options with the budget cheap recomputation reaches ([`Recompute::Cheap`] without a
@@ -426,10 +431,15 @@ fn cheap_budget(graph: &Graph, options: &PlanOptions) -> Result<PlanOptions, Pla
 /// not rewrite it: a 1,000,000-op step is not copied), showing the context to `observe`
 /// after each pass.
 pub fn plan_step_observed(graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
-    let options = cheap_budget(&graph, options)?;
-    let strategy = remat::strategy_fn(options.checkpoint);
-    let options = PlanOptions { stop_after: None, ..options };
-    let (plan, rewritten) = drive(&graph, &options, budgeted(&options, &strategy), observe)?.into_planned();
+    let chosen = PlanOptions { stop_after: None, ..cheap_budget(&graph, options)? };
+    let strategy = remat::strategy_fn(chosen.checkpoint);
+    let (plan, rewritten) = match drive(&graph, &chosen, budgeted(&chosen, &strategy), observe) {
+        // As in `plan_step`: a chosen budget not met again plans without it.
+        Err(PlanError::BudgetUnmet { .. }) if options.budget.is_none() => {
+            drive(&graph, &PlanOptions { stop_after: None, ..options.clone() }, None, observe)?.into_planned()
+        }
+        driven => driven?.into_planned(),
+    };
     Ok((rewritten.unwrap_or(graph), plan))
 }
 
