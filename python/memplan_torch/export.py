@@ -638,14 +638,28 @@ def _fake_cuda(model: torch.nn.Module, example_inputs: tuple):
     and dtypes (tied weights stay tied) for the duration; yields the inputs as fake CUDA
     tensors. The model is restored on exit: nothing the user gave is changed."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes: dict[int, torch.Tensor] = {}
 
-    def fake(t):
-        if id(t) not in fakes:
-            with mode:
-                empty = torch.empty(t.shape, dtype=t.dtype, device="cuda")
-            fakes[id(t)] = torch.nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
-        return fakes[id(t)]
+    def empty(t):
+        with mode:
+            return torch.empty(t.shape, dtype=t.dtype, device="cuda")
+
+    with swapped_tensors(model, example_inputs, empty) as fake_inputs:
+        yield fake_inputs
+
+
+@contextlib.contextmanager
+def swapped_tensors(model: torch.nn.Module, inputs: tuple, make):
+    """`model`'s parameters and buffers replaced by `make(tensor)` (a Parameter again where
+    the original is one, with its requires_grad; a tensor shared by two modules, such as a
+    tied weight, replaced by one) for the duration; yields the inputs replaced the same way.
+    The model is restored on exit: nothing the user gave is changed."""
+    made: dict[int, torch.Tensor] = {}
+
+    def swap(t):
+        if id(t) not in made:
+            new = make(t)
+            made[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else new
+        return made[id(t)]
 
     saved = []
     try:
@@ -654,8 +668,8 @@ def _fake_cuda(model: torch.nn.Module, example_inputs: tuple):
                 for key, tensor in list(table.items()):
                     if tensor is not None:
                         saved.append((table, key, tensor))
-                        table[key] = fake(tensor)
-        yield tuple(fake(x) if isinstance(x, torch.Tensor) else x for x in example_inputs)
+                        table[key] = swap(tensor)
+        yield tuple(swap(x) if isinstance(x, torch.Tensor) else x for x in inputs)
     finally:
         for table, key, tensor in saved:
             table[key] = tensor

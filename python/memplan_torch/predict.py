@@ -203,34 +203,19 @@ class _Recorder(TorchDispatchMode):
 
 @contextlib.contextmanager
 def _fake_model(model: torch.nn.Module, inputs: tuple, mode: FakeTensorMode):
-    """`model`'s parameters and buffers replaced by fake tensors of the same shapes and
-    dtypes (tied weights stay tied) for the duration; yields the inputs as fake tensors.
-    The model is restored on exit."""
-    fakes: dict[int, torch.Tensor] = {}
+    """`model`'s parameters and buffers replaced by fake CPU tensors of the same shapes and
+    dtypes for the duration (export's `swapped_tensors`); yields the inputs as fake tensors.
+    Integer tensors keep their values where they have some (indices)."""
+    from .export import swapped_tensors
 
     def fake(t):
-        if id(t) not in fakes:
-            if not t.is_floating_point() and t.device.type != "meta":
-                # Integer tensors keep their values where they have some (indices).
-                empty = mode.from_tensor(t.detach().cpu())
-            else:
-                with mode:
-                    empty = torch.empty(t.shape, dtype=t.dtype, device="cpu")
-            fakes[id(t)] = torch.nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
-        return fakes[id(t)]
+        if not t.is_floating_point() and t.device.type != "meta":
+            return mode.from_tensor(t.detach().cpu())
+        with mode:
+            return torch.empty(t.shape, dtype=t.dtype, device="cpu")
 
-    saved = []
-    try:
-        for module in model.modules():
-            for table in (module._parameters, module._buffers):  # noqa: SLF001 - swapped and restored
-                for key, tensor in list(table.items()):
-                    if tensor is not None:
-                        saved.append((table, key, tensor))
-                        table[key] = fake(tensor)
-        yield tuple(fake(x) if isinstance(x, torch.Tensor) else x for x in inputs)
-    finally:
-        for table, key, tensor in saved:
-            table[key] = tensor
+    with swapped_tensors(model, inputs, fake) as fake_inputs:
+        yield fake_inputs
 
 
 def cuda_sdpa_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,

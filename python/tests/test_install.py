@@ -2,7 +2,8 @@
 
 Checked on the package under test when it is an installed one (as in `.ci/run`, which
 tests from a fresh virtual environment after `pip install ./python`). With the source tree
-on PYTHONPATH nothing was installed, and there is nothing to check.
+on PYTHONPATH nothing was installed: then the build's own declaration is checked instead
+(python/pyproject.toml builds the `memplan` bin of ../Cargo.toml into the wheel).
 """
 
 import importlib.metadata
@@ -11,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the TOML reader pip vendors
+    from pip._vendor import tomli as tomllib
 
 import memplan_torch
 from conftest import REPO, installed_memplan
@@ -20,7 +24,16 @@ from conftest import REPO, installed_memplan
 def test_the_installed_package_brings_the_memplan_binary(tmp_path):
     package = Path(memplan_torch.__file__).resolve().parent
     if package.is_relative_to(REPO / "python"):
-        pytest.skip(f"memplan_torch is the source tree's ({package}), not an installed one")
+        # Not installed: what `pip install ./python` would build. maturin's bin bindings
+        # from the repository's Cargo project, whose `memplan` binary is src/main.rs.
+        pyproject = tomllib.loads((REPO / "python" / "pyproject.toml").read_text())
+        maturin = pyproject["tool"]["maturin"]
+        assert pyproject["build-system"]["build-backend"] == "maturin"
+        assert maturin["bindings"] == "bin" and (REPO / "python" / maturin["manifest-path"]).resolve() == REPO / "Cargo.toml"
+        cargo = tomllib.loads((REPO / "Cargo.toml").read_text())
+        assert any(b["name"] == "memplan" and b.get("path", "src/main.rs") == "src/main.rs" for b in cargo["bin"])
+        assert (REPO / "src" / "main.rs").is_file()
+        return
     binary = installed_memplan()
     assert binary.is_file(), f"memplan_torch is installed ({package}) but the memplan binary is not: {binary}"
     # The distribution that installed this memplan_torch lists the binary among its files.
