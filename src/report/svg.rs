@@ -177,11 +177,29 @@ fn axes(out: &mut String, steps: usize, arena: u64, x: &dyn Fn(usize) -> f64, y:
         left + width / 2.0,
         bottom + 38.0
     );
+    byte_axis(out, arena, y, left, width);
+    let _ = writeln!(out, r##"<line x1="{left}" y1="{top}" x2="{:.2}" y2="{top}" stroke="#000"/>"##, left + width);
+    let _ = writeln!(
+        out,
+        r##"<text transform="translate(18 {:.2}) rotate(-90)" text-anchor="middle">offset in the arena</text>"##,
+        top + height / 2.0
+    );
+    let _ = writeln!(
+        out,
+        r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#000"/><line x1="{left}" y1="{bottom}" x2="{:.2}" y2="{bottom}" stroke="#000"/>"##,
+        left + width
+    );
+}
+
+/// The byte axis of a picture: gridlines and labels from 0 to `top` bytes in the largest
+/// binary unit at most `top`, about 8 steps; `y` maps bytes to the vertical coordinate, the
+/// plot spans `left..left + width`. Plans' and snapshots' pictures share it.
+pub fn byte_axis(out: &mut String, top: u64, y: &dyn Fn(u64) -> f64, left: f64, width: f64) {
     const UNITS: [(u64, &str); 5] = [(1, "B"), (1 << 10, "KiB"), (1 << 20, "MiB"), (1 << 30, "GiB"), (1 << 40, "TiB")];
-    let (unit, unit_name) = UNITS.iter().rev().find(|(u, _)| *u <= arena.max(1)).copied().unwrap_or(UNITS[0]);
-    let step = byte_step(arena, unit, 8);
+    let (unit, unit_name) = UNITS.iter().rev().find(|(u, _)| *u <= top.max(1)).copied().unwrap_or(UNITS[0]);
+    let step = byte_step(top, unit, 8);
     let mut bytes = 0u64;
-    while bytes <= arena {
+    while bytes <= top {
         let ty = y(bytes);
         let label = format!("{:.2}", bytes as f64 / unit as f64);
         let label = label.trim_end_matches('0').trim_end_matches('.');
@@ -198,18 +216,8 @@ fn axes(out: &mut String, steps: usize, arena: u64, x: &dyn Fn(usize) -> f64, y:
             None => break,
         };
     }
-    let _ = writeln!(out, r##"<line x1="{left}" y1="{top}" x2="{:.2}" y2="{top}" stroke="#000"/>"##, left + width);
-    let _ = writeln!(
-        out,
-        r##"<text transform="translate(18 {:.2}) rotate(-90)" text-anchor="middle">offset in the arena</text>"##,
-        top + height / 2.0
-    );
-    let _ = writeln!(
-        out,
-        r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#000"/><line x1="{left}" y1="{bottom}" x2="{:.2}" y2="{bottom}" stroke="#000"/>"##,
-        left + width
-    );
 }
+
 
 /// A tick step in bytes for `0..=arena` with fewer than `ticks` ticks: a round number of
 /// `unit`s (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, ... of them; at least one byte).

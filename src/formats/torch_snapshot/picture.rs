@@ -24,7 +24,7 @@ use crate::bytes::{format_bytes, format_short};
 use crate::formats::buffer_list::{ListedBuffer, write_buffer_list};
 use crate::formats::torch_snapshot::render::{self, Subject, user_first};
 use crate::formats::torch_snapshot::timeline::{Origin, Timeline};
-use crate::report::svg::{byte_step, escape, nice_step};
+use crate::report::svg::{byte_axis, escape, nice_step};
 use crate::report::trace::pack_lanes;
 
 /// A file `memplan snapshot --emit` writes.
@@ -234,27 +234,7 @@ fn axes(out: &mut String, positions: usize, top_bytes: u64, x: &dyn Fn(usize) ->
         };
     }
     let _ = writeln!(out, r#"<text x="{:.2}" y="{:.2}" text-anchor="middle">trace event</text>"#, left + width / 2.0, bottom + 38.0);
-    const UNITS: [(u64, &str); 5] = [(1, "B"), (1 << 10, "KiB"), (1 << 20, "MiB"), (1 << 30, "GiB"), (1 << 40, "TiB")];
-    let (unit, unit_name) = UNITS.iter().rev().find(|(u, _)| *u <= top_bytes).copied().unwrap_or(UNITS[0]);
-    let step = byte_step(top_bytes, unit, 8);
-    let mut bytes = 0u64;
-    while bytes <= top_bytes {
-        let ty = y(bytes);
-        let label = format!("{:.2}", bytes as f64 / unit as f64);
-        let label = label.trim_end_matches('0').trim_end_matches('.');
-        let _ = writeln!(
-            out,
-            r##"<line x1="{:.2}" y1="{ty:.2}" x2="{:.2}" y2="{ty:.2}" stroke="#ddd"/><text x="{:.2}" y="{:.2}" text-anchor="end">{label} {unit_name}</text>"##,
-            left - 5.0,
-            left + width,
-            left - 8.0,
-            ty + 4.0
-        );
-        bytes = match bytes.checked_add(step) {
-            Some(next) => next,
-            None => break,
-        };
-    }
+    byte_axis(out, top_bytes, y, left, width);
     let _ = writeln!(out, r##"<text transform="translate(18 {:.2}) rotate(-90)" text-anchor="middle">bytes</text>"##, top + height / 2.0);
     let _ = writeln!(
         out,
