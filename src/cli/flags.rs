@@ -35,9 +35,12 @@ pub struct PassFlags {
     /// How to choose what to recompute under --budget (`none` recomputes nothing; an unknown name lists the strategies).
     #[arg(long, value_name = "STRATEGY")]
     checkpoint: Option<String>,
-    /// `cheap`: recompute values that are cheap functions of others (casts, activations, masks, elementwise ops) in the backward where that lowers the arena, at most 1% more FLOPs and 10% more bytes moved (`cheap:20%` allows 20%); with --budget, only such values. `none`: recompute nothing without a budget.
-    #[arg(long, value_name = "none|cheap[:P%]", default_value = "none", value_parser = parse_recompute)]
+    /// Without --budget: `cheap` (the default) recomputes values that are cheap functions of others (casts, activations, masks, elementwise ops) in the backward where that lowers the arena, at most 1% more FLOPs and 10% more bytes moved (`cheap:20%` allows 20%); `none` recomputes nothing. With --budget, the budget decides what is recomputed.
+    #[arg(long, value_name = "none|cheap[:P%]", default_value = "cheap", value_parser = parse_recompute)]
     recompute: Recompute,
+    /// Recompute nothing without --budget: the same as --recompute none.
+    #[arg(long, conflicts_with = "recompute")]
+    no_recompute: bool,
 }
 
 /// `--recompute`: `none`, `cheap`, or `cheap:P%` (the most extra bytes moved, in percent of
@@ -110,7 +113,7 @@ impl PassFlags {
             search_nodes: self.search_nodes,
             budget,
             checkpoint,
-            recompute: self.recompute,
+            recompute: if self.no_recompute { Recompute::None } else { self.recompute },
             ..defaults
         })
     }

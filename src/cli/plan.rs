@@ -75,9 +75,12 @@ pub fn run(args: Args) -> Result<(), Failure> {
             let _ = std::io::stderr().write_all(memplan::passes::dump::dump(pass, cx).as_bytes());
         }
     };
+    // The plan's step is rewritten in schedule order when it recomputes values: where the
+    // updates run as written is read before.
+    let updates_as_written = memplan::report::updates_as_written(&graph);
     let (graph, plan) = source.plan_observed(graph, &options, &mut dump)?;
     let subject = source.subject(graph, plan);
-    let report = Report::new(&subject.graph, &subject.plan);
+    let report = Report::new(&subject.graph, &subject.plan).with_updates_as_written(updates_as_written);
     emit.sort();
     emit.dedup();
     if emit.is_empty() {

@@ -130,6 +130,8 @@ pub struct PlanOptions {
     /// How to choose what to recompute under a budget.
     pub checkpoint: Strategy,
     /// Without a budget: recompute nothing, or the cheap values ([`Recompute::Cheap`]).
+    /// A budget is met by `checkpoint`'s choice among every forward value, unless this is
+    /// [`Recompute::CheapOnly`].
     pub recompute: Recompute,
 }
 
@@ -142,8 +144,11 @@ pub enum Recompute {
     /// Values that are cheap functions of others (`remat::cheap`: casts, activations,
     /// masks, elementwise ops), recomputed in the backward where that lowers the arena, at
     /// most [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs and `max_traffic_percent` percent
-    /// of its bytes moved more; with a budget, only cheap values are recomputed to meet it.
+    /// of its bytes moved more. With a budget, the budget decides (as with `None`).
     Cheap { max_traffic_percent: u32 },
+    /// Only cheap values, to meet the budget (nothing without one): what
+    /// [`Recompute::Cheap`] plans with once it has chosen its budget.
+    CheapOnly,
 }
 
 /// The most extra compute cheap recomputation may add, as a fraction of one step's FLOPs.
@@ -377,6 +382,8 @@ fn cheap_budget(graph: &Graph, options: &PlanOptions) -> Result<PlanOptions, Pla
     if options.budget.is_some() || graph.ops.len() > CHEAP_MAX_OPS || graph.backward.is_some() {
         return Ok(options.clone());
     }
+    let cheap = PlanOptions { recompute: Recompute::CheapOnly, ..options.clone() };
+    let options = &cheap;
     let strategy = remat::strategy_fn(options.checkpoint);
     let with = |budget: u64| -> Result<Option<(Graph, Plan)>, PlanError> {
         let options = PlanOptions { budget: Some(Budget::Bytes(budget)), ..options.clone() };
@@ -393,38 +400,45 @@ fn cheap_budget(graph: &Graph, options: &PlanOptions) -> Result<PlanOptions, Pla
         flops && u128::from(extra) * 100 <= u128::from(max_traffic_percent) * u128::from(base)
     };
     let without = full(graph, &PlanOptions { recompute: Recompute::None, ..options.clone() }, None)?.1.arena_bytes;
-    // The smallest arena within reach: ask for 1 byte, the pass says what it reached.
-    let probe = PlanOptions { budget: Some(Budget::Bytes(1)), ..options.clone() };
-    let smallest = match full(graph, &probe, budgeted(&probe, &strategy)) {
-        Err(PlanError::BudgetUnmet { smallest, .. }) => smallest,
-        Ok(_) => 1,
-        Err(e) => return Err(e),
-    };
-    if smallest >= without {
-        return Ok(options.clone());
-    }
-    let chosen = match with(smallest)? {
-        Some(plan) if affordable(&plan) => Some(smallest),
-        _ => {
-            // Bisect on bytes for the smallest affordable arena.
-            let (mut low, mut high, mut best) = (smallest, without, None);
-            for _ in 0..6 {
-                let mid = low + (high - low) / 2;
-                match with(mid)? {
-                    Some(plan) if affordable(&plan) => {
-                        best = Some(mid);
-                        high = mid;
-                    }
-                    _ => low = mid,
-                }
-                if high - low <= options.alignment {
-                    break;
-                }
-            }
-            best
+    // The search plans the step under budgets; where the remat pass cannot (a step too large
+    // to choose recomputations for), the plan is the one without recomputation.
+    let search = || -> Result<Option<u64>, PlanError> {
+        // The smallest arena within reach: ask for 1 byte, the pass says what it reached.
+        let probe = PlanOptions { budget: Some(Budget::Bytes(1)), ..options.clone() };
+        let smallest = match full(graph, &probe, budgeted(&probe, &strategy)) {
+            Err(PlanError::BudgetUnmet { smallest, .. }) => smallest,
+            Ok(_) => 1,
+            Err(e) => return Err(e),
+        };
+        if smallest >= without {
+            return Ok(None);
         }
+        Ok(match with(smallest)? {
+            Some(plan) if affordable(&plan) => Some(smallest),
+            _ => {
+                // Bisect on bytes for the smallest affordable arena.
+                let (mut low, mut high, mut best) = (smallest, without, None);
+                for _ in 0..6 {
+                    let mid = low + (high - low) / 2;
+                    match with(mid)? {
+                        Some(plan) if affordable(&plan) => {
+                            best = Some(mid);
+                            high = mid;
+                        }
+                        _ => low = mid,
+                    }
+                    if high - low <= options.alignment {
+                        break;
+                    }
+                }
+                best
+            }
+        })
     };
-    Ok(PlanOptions { budget: chosen.map(Budget::Bytes), ..options.clone() })
+    Ok(match search().ok().flatten() {
+        Some(bytes) => PlanOptions { budget: Some(Budget::Bytes(bytes)), ..options.clone() },
+        None => PlanOptions { recompute: Recompute::Cheap { max_traffic_percent }, ..options.clone() },
+    })
 }
 
 /// [`plan_step`] for a graph the caller gives away (returned as it is when the plan does
@@ -450,7 +464,7 @@ pub fn plan_with_strategy(
     name: &str,
     strategy: &StrategyFn<'_>,
 ) -> Result<(Graph, Plan), PlanError> {
-    let cheap_only = matches!(options.recompute, Recompute::Cheap { .. });
+    let cheap_only = options.recompute == Recompute::CheapOnly;
     let sequence = options.budget.map(|budget| Sequence::Solve { name, strategy, budget, cheap_only });
     full(graph, options, sequence)
 }
@@ -471,7 +485,7 @@ pub fn run<'g>(graph: &'g Graph, options: &PlanOptions) -> Result<Context<'g>, P
 /// The remat pass's sequence under `options.budget`, chosen by `strategy` (`None` without
 /// a budget: the pass then does nothing).
 fn budgeted<'a>(options: &PlanOptions, strategy: &'a StrategyFn<'a>) -> Option<Sequence<'a>> {
-    let cheap_only = matches!(options.recompute, Recompute::Cheap { .. });
+    let cheap_only = options.recompute == Recompute::CheapOnly;
     let name = if cheap_only { "cheap" } else { options.checkpoint.name() };
     options.budget.map(|budget| Sequence::Solve { name, strategy, budget, cheap_only })
 }

@@ -18,7 +18,7 @@ pub mod trace;
 
 use serde::Serialize;
 
-use crate::analysis::classes::{Class, classify_recomputing};
+use crate::analysis::classes::{Class, classify, classify_recomputing};
 use crate::analysis::liveness::{Lifetimes, lifetimes};
 use indexmap::IndexMap;
 
@@ -301,9 +301,19 @@ impl Report {
             value_names: graph.values.iter().map(|v| v.name.clone()).collect(),
         }
     }
+
+    /// The report of a plan that rewrote the step to recompute values: the rewritten step's
+    /// program order is the plan's schedule, so how many updates run inside backward as
+    /// the user wrote the step is `as_written` ([`updates_as_written`] of the step as read).
+    pub fn with_updates_as_written(mut self, as_written: usize) -> Report {
+        if let Some(updates) = &mut self.updates {
+            updates.inside_backward_as_written = as_written;
+        }
+        self
+    }
 }
 
-/// When the optimizer ops of `graph` run, in its schedule (`life.position`) and as written.
+/// The user's checkpointed regions of `graph` and what their recomputes cost (`None` without any).
 fn user_checkpoints(graph: &Graph) -> Option<UserCheckpoints> {
     let mut regions = indexmap::IndexSet::new();
     let (mut recomputed_ops, mut extra_flops, mut base_flops) = (0, 0u64, 0u64);
@@ -325,6 +335,7 @@ fn user_checkpoints(graph: &Graph) -> Option<UserCheckpoints> {
     (!regions.is_empty()).then_some(UserCheckpoints { regions: regions.len(), recomputed_ops, extra_flops, base_flops })
 }
 
+/// When the optimizer ops of `graph` run, in its schedule (`life.position`) and as written.
 fn update_timing(graph: &Graph, classes: &IndexVec<ValueId, Class>, life: &Lifetimes) -> Option<UpdateTiming> {
     let optimizer: Vec<OpId> = graph.ops.indices().filter(|&op| graph.ops[op].kind.def().class == OpClass::Optimizer).collect();
     if optimizer.is_empty() {
@@ -333,12 +344,24 @@ fn update_timing(graph: &Graph, classes: &IndexVec<ValueId, Class>, life: &Lifet
     let computes_grad = |op: &OpId| graph.ops[*op].outputs.iter().any(|&v| classes[v] == Class::Grad);
     let grad_ops: Vec<OpId> = graph.ops.indices().filter(computes_grad).collect();
     let last_scheduled = grad_ops.iter().map(|&op| life.position[op]).max();
-    let last_written = grad_ops.iter().copied().max();
     Some(UpdateTiming {
         optimizer_ops: optimizer.len(),
         inside_backward: optimizer.iter().filter(|&&op| last_scheduled.is_some_and(|t| life.position[op] < t)).count(),
-        inside_backward_as_written: optimizer.iter().filter(|&&op| last_written.is_some_and(|last| op < last)).count(),
+        inside_backward_as_written: updates_inside_backward_as_written(graph, classes),
     })
+}
+
+/// How many of `graph`'s optimizer ops its program order runs before the last op that
+/// computes a gradient (for [`Report::with_updates_as_written`]).
+pub fn updates_as_written(graph: &Graph) -> usize {
+    updates_inside_backward_as_written(graph, &classify(graph))
+}
+
+fn updates_inside_backward_as_written(graph: &Graph, classes: &IndexVec<ValueId, Class>) -> usize {
+    let computes_grad = |op: &OpId| graph.ops[*op].outputs.iter().any(|&v| classes[v] == Class::Grad);
+    let last_written = graph.ops.indices().filter(computes_grad).max();
+    let optimizer = graph.ops.indices().filter(|&op| graph.ops[op].kind.def().class == OpClass::Optimizer);
+    optimizer.filter(|&op| last_written.is_some_and(|last| op < last)).count()
 }
 
 /// The class of every value of `graph` as `plan` plans it: [`classify_recomputing`] with

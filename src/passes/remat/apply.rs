@@ -139,6 +139,8 @@ impl<'a> Applier<'a> {
             None => {
                 self.first[op_id] = Some(id);
                 self.new.ops[id].span = op.span;
+                // The user's checkpoint marks stay on the op itself (not on its clones).
+                self.new.ops[id].region = op.region;
                 for (&old_v, &new_v) in op.outputs.iter().zip(&self.new.ops[id].outputs) {
                     self.new.values[new_v].span = self.old.values[old_v].span;
                 }
