@@ -34,7 +34,7 @@ pub mod solve;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use autodiff::{AutodiffError, expand};
+pub use autodiff::{AutodiffError, ExpandOptions, expand, expand_with};
 pub use checker::{Violation, Violations, check};
 pub use index::{BufferId, OpId, ValueId};
 pub use ir::graph::Graph;

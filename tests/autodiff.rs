@@ -990,3 +990,86 @@ fn a_selective_checkpoint_recomputes_only_what_its_policy_does_not_save() {
     check(&selective, &s_prog).unwrap_or_else(|v| panic!("{v}"));
     assert!(f_prog.arena_bytes < s_prog.arena_bytes, "{} vs {}", f_prog.arena_bytes, s_prog.arena_bytes);
 }
+
+/// The loss fused with its projection (`linear_cross_entropy`, a chunk of rows at a time)
+/// trains as the ops it replaces: the same loss bit for bit (its terms are added in row
+/// order either way) and the same updates up to the order dweight's sums are added in
+/// (chunk by chunk), in f32 and in bf16 with an f32 loss (`f32_loss`, which the rewrite
+/// also gives a cast of half logits to f32). `expand` fuses a step whose logits are most
+/// of what it holds, where nothing else reads them; `ExpandOptions { fuse_loss: false }`
+/// and a logits value read elsewhere keep the ops as written.
+#[test]
+fn a_fused_loss_trains_as_the_ops_it_replaces() {
+    let step = |dtype: &str, loss: &str| {
+        format!(
+            "step @lm(%w_in: f32[8,8] param, %head: f32[12,8] param, %tokens: f32[2,7,8] input, %labels: i64[14] input) {{
+               %h = matmul(%tokens, %w_in)
+               %x32 = gelu(%h)
+               %x = cast(%x32, to={dtype})
+               %w = cast(%head, to={dtype})
+               {loss}
+               backward %loss with sgd(lr=0.5)
+               return %loss
+             }}"
+        )
+    };
+    let cases = [
+        ("f32", "%logits = matmul(%x, %w, transpose_b=true)\n %flat = reshape(%logits, shape=[14, 12])\n %loss = cross_entropy(%flat, %labels, ignore_index=3)",
+         "%loss, %dx, %dw, %ws = linear_cross_entropy(%x, %w, %labels, ignore_index=3, rows=5)"),
+        ("bf16", "%logits = matmul(%x, %w, transpose_b=true)\n %flat = reshape(%logits, shape=[14, 12])\n %up = cast(%flat, to=f32)\n %loss = cross_entropy(%up, %labels)",
+         "%loss, %dx, %dw, %ws = linear_cross_entropy(%x, %w, %labels, f32_loss=true, rows=4)"),
+    ];
+    for (dtype, unfused, fused) in cases {
+        let unfused = parse(&step(dtype, unfused)).unwrap();
+        let fused = parse(&step(dtype, fused)).unwrap();
+        // Small logits: `expand` leaves them as written.
+        let written = expand(&unfused).unwrap();
+        assert!(written.ops.iter().all(|op| op.kind != OpKind::LinearCrossEntropy), "{}", memplan::print(&written));
+        let (e_fused, plan) = expand_and_plan(&fused);
+        let args = init_args(&e_fused, 7).unwrap();
+        let (mut a, mut b) = (args.clone(), args);
+        // bf16: the unfused dlogits are rounded to f32, then to bf16 (the cast's gradient);
+        // the fused ones once, to bf16: the updates may differ in a last bf16 bit.
+        let tolerance = if dtype == "f32" { 1e-6 } else { 1e-2 };
+        for step in 0..3 {
+            let planned = run_step(&e_fused, Placement::Planned(&plan), &a).unwrap();
+            let reference = run_step(&written, Placement::Unplanned, &b).unwrap();
+            let (got, want) = (planned.loss().unwrap(), reference.loss().unwrap());
+            if step == 0 {
+                assert_eq!(got, want, "{dtype}: the first loss");
+            }
+            assert!((got - want).abs() <= tolerance * want.abs(), "{dtype} step {step}: loss {got} vs {want}");
+            for p in ["w_in", "head"] {
+                let (got, want) = (planned.updated[p].to_f64(), reference.updated[p].to_f64());
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= tolerance * w.abs().max(1.0), "{dtype} step {step} %{p}: {g} vs {w}");
+                }
+            }
+            (a, b) = (advance(&a, &planned), advance(&b, &reference));
+        }
+    }
+    // Logits of 4096 × 8192 f32 (128 MiB) against chunks of 1024 rows: fused by `expand`,
+    // a smaller arena than the ops as written; not where the logits are also returned.
+    let big = "step @lm(%head: f32[8192,8] param, %x: f32[4096,8] param, %labels: i64[4096] input) {
+        %logits = matmul(%x, %head, transpose_b=true)
+        %loss = cross_entropy(%logits, %labels)
+        backward %loss with sgd(lr=0.1)
+        return %loss
+    }";
+    let g = parse(big).unwrap();
+    let (fused, plan) = expand_and_plan(&g);
+    let op = fused.ops.iter().find(|op| op.kind == OpKind::LinearCrossEntropy).expect("the loss fused");
+    assert_eq!(op.attrs.int("rows"), 1024);
+    let written = memplan::expand_with(&g, memplan::ExpandOptions { fuse_loss: false }).unwrap();
+    assert!(written.ops.iter().all(|op| op.kind != OpKind::LinearCrossEntropy));
+    let unfused_plan = plan_of(&written);
+    assert!(plan.arena_bytes * 2 < unfused_plan.arena_bytes, "{} vs {}", plan.arena_bytes, unfused_plan.arena_bytes);
+    let returned = parse(&big.replace("return %loss", "return %loss, %logits")).unwrap();
+    assert!(expand(&returned).unwrap().ops.iter().all(|op| op.kind != OpKind::LinearCrossEntropy));
+}
+
+fn plan_of(g: &Graph) -> memplan::Plan {
+    let plan = plan(g, &PlanOptions::default()).unwrap_or_else(|err| panic!("{err:?}"));
+    check(g, &plan).unwrap_or_else(|v| panic!("{v}"));
+    plan
+}

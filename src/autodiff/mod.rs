@@ -31,6 +31,7 @@
 //! it verifies whenever the input verified.
 
 pub mod builder;
+pub mod fuse_loss;
 pub(crate) mod rules;
 pub mod warnings;
 #[cfg(test)]
@@ -119,12 +120,36 @@ pub enum AutodiffError {
     },
 }
 
+/// Choices the expansion leaves to its caller.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ExpandOptions {
+    /// Fuse the loss with the output projection where that computes the same loss
+    /// ([`fuse_loss`](fuse_loss::fuse_loss)): its logits and their gradient never exist whole.
+    pub fuse_loss: bool,
+}
+
+impl Default for ExpandOptions {
+    fn default() -> Self {
+        ExpandOptions { fuse_loss: true }
+    }
+}
+
 /// Expands `graph`'s `backward` statement into gradients, optimizer ops and updates (see
-/// the module docs). A graph without `backward` is returned unchanged. `graph` should have
-/// passed [`verify`].
+/// the module docs), with the default [`ExpandOptions`]. A graph without `backward` is
+/// returned unchanged. `graph` should have passed [`verify`].
 pub fn expand(graph: &Graph) -> Result<Graph, AutodiffError> {
-    let Some(backward) = &graph.backward else { return Ok(graph.clone()) };
+    expand_with(graph, ExpandOptions::default())
+}
+
+/// [`expand`] with the caller's options.
+pub fn expand_with(graph: &Graph, options: ExpandOptions) -> Result<Graph, AutodiffError> {
+    if graph.backward.is_none() {
+        return Ok(graph.clone());
+    }
     verify(graph).map_err(AutodiffError::Invalid)?;
+    let fused = if options.fuse_loss { fuse_loss::fuse_loss(graph) } else { None };
+    let graph = fused.as_ref().unwrap_or(graph);
+    let backward = graph.backward.as_ref().expect("a fused step keeps its backward statement");
     let needs = analyse(graph, backward)?;
     let mut forward = graph.clone();
     forward.backward = None;

@@ -15,6 +15,7 @@
 
 use super::builder::{Builder, GradCall, GradFn, Grads, shape_attr};
 use crate::index::ValueId;
+use crate::ir::graph::Graph;
 use crate::ir::ops::{Attr, MatmulAttrs, OpKind};
 
 type Rule = Result<Grads, String>;
@@ -95,6 +96,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::MaxPool2dBackward => None,
         OpKind::CrossEntropy => Some(grad_cross_entropy),
         OpKind::CrossEntropyBackward => None,
+        OpKind::LinearCrossEntropy => Some(grad_linear_cross_entropy),
         OpKind::Sgd => None,
         OpKind::SgdMomentum => None,
         OpKind::Adam => None,
@@ -763,6 +765,37 @@ fn grad_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
         let attrs = call.attrs.clone();
         Ok(b.op_attrs(&[logits], OpKind::CrossEntropyBackward, vec![dy, logits, labels], attrs)?[0])
     })
+}
+
+/// `loss, dx, dweight, chunk = linear_cross_entropy(x, weight, labels)`: dx and dweight are
+/// the gradients for dloss = 1, computed with the loss chunk by chunk. When dloss is the
+/// seed (a fill of 1: the loss is what `backward` differentiates) they are the
+/// contributions as they are; else each is scaled by dloss (cast to its dtype). Labels get
+/// no gradient.
+fn grad_linear_cross_entropy(b: &mut Builder, call: &GradCall) -> Rule {
+    let dy = call.dy()?;
+    let unit = is_one(b.graph(), dy);
+    each(b, call, |b, k| {
+        let g = match k {
+            0 => call.outputs[1],
+            1 => call.outputs[2],
+            _ => return Err("the labels of linear_cross_entropy have no gradient".into()),
+        };
+        if unit {
+            return Ok(g);
+        }
+        let owner = call.inputs[k];
+        let dtype = b.ty(g).dtype;
+        let scale = if b.ty(dy).dtype == dtype { dy } else { b.op1(owner, OpKind::Cast, vec![dy], &[("to", Attr::DType(dtype))])? };
+        b.op1(owner, OpKind::Mul, vec![g, scale], &[])
+    })
+}
+
+/// Whether `v` is a scalar `fill` of 1 (the seed of a loss).
+fn is_one(graph: &Graph, v: ValueId) -> bool {
+    let Some(op) = graph.def_op(v) else { return false };
+    let op = &graph.ops[op];
+    op.kind == OpKind::Fill && graph.values[v].ty.rank() == 0 && op.attrs.float("value") == 1.0
 }
 
 /// `slice(x, axis, start, end, step)`: each element taken is one element of y and the rest

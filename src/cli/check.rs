@@ -19,7 +19,7 @@ pub struct Args {
 }
 
 pub fn run(Args { file, passes }: Args) -> Result<(), Failure> {
-    let source = Source::read(&file)?;
+    let source = Source { expand: passes.expand_options(), ..Source::read(&file)? };
     let (graph, plan) = source.plan(source.graph()?, &passes.options(DEFAULT_ALIGNMENT)?)?;
     outln!(
         "ok: {}: step @{} ({} args, {} ops) is valid; its plan ({}) passes the checker",

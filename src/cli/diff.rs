@@ -78,7 +78,7 @@ fn load_side(
 ) -> Result<(String, memplan::report::Subject), Failure> {
     let given = side.given();
     if given.is_empty() {
-        return load_subject(path, &passes.options(alignment)?);
+        return load_subject(path, &passes.options(alignment)?, passes.expand_options());
     }
     if is_plan_json(path, &read_text(path)?) {
         return Err(Failure::bad_input(format_args!(
@@ -88,6 +88,6 @@ fn load_side(
             given.join(" ")
         )));
     }
-    let (name, subject) = load_subject(path, &passes.options_for(alignment, side)?)?;
+    let (name, subject) = load_subject(path, &passes.options_for(alignment, side)?, passes.expand_options())?;
     Ok((format!("{name} with {}", given.join(" ")), subject))
 }

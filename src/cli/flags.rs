@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use clap::ValueEnum;
+use memplan::ExpandOptions;
 use memplan::passes::{Budget, PlanOptions, Recompute, ScheduleKind};
 use memplan::solve::offsets::Solver;
 use memplan::solve::remat::Strategy;
@@ -41,6 +42,9 @@ pub struct PassFlags {
     /// Recompute nothing without --budget: the same as --recompute none.
     #[arg(long, conflicts_with = "recompute")]
     no_recompute: bool,
+    /// Keep the loss as written: without it, a cross-entropy of a projection's logits (`matmul(x, weight^T)`) is computed with its gradients a chunk of rows at a time (`linear_cross_entropy`), where the logits are at least twice what that holds.
+    #[arg(long)]
+    no_fuse_loss: bool,
 }
 
 /// `--recompute`: `none`, `cheap`, or `cheap:P%` (the most extra bytes moved, in percent of
@@ -86,6 +90,11 @@ impl SideFlags {
 }
 
 impl PassFlags {
+    /// How these flags expand a step's `backward`.
+    pub fn expand_options(&self) -> ExpandOptions {
+        ExpandOptions { fuse_loss: !self.no_fuse_loss }
+    }
+
     /// The plan options these flags ask for, with offsets aligned to `alignment`.
     pub fn options(&self, alignment: u64) -> Result<PlanOptions, Failure> {
         self.options_for(alignment, &SideFlags::default())

@@ -61,7 +61,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if buffers.is_some() && matches!(format, Format::Json) {
         return Err(Failure::bad_input("--buffers chooses the text report's buffer table: --format json lists every buffer"));
     }
-    let source = Source::read(&file)?;
+    let source = Source { expand: passes.expand_options(), ..Source::read(&file)? };
     let graph = source.graph()?;
     let options = passes.options(alignment)?;
     if print_ir_after_all {

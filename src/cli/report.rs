@@ -70,7 +70,7 @@ pub fn run(Args { file, at, top, by, depth, alignment, format, passes }: Args) -
     if depth.is_some() && !matches!(by, ByArg::Module) {
         return Err(Failure::bad_input("--depth cuts module paths: use it with --by module"));
     }
-    let (name, subject) = load_subject(&file, &passes.options(alignment)?)?;
+    let (name, subject) = load_subject(&file, &passes.options(alignment)?, passes.expand_options())?;
     let set = live::live_set(&subject, at).map_err(|e| Failure::bad_input(format_args!("{name}: {e}")))?;
     let by = match by {
         ByArg::Class => GroupBy::Class,

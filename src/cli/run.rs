@@ -79,7 +79,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if let Some(path) = &save {
         refuse_existing(path)?;
     }
-    let source = Source::read(&file)?;
+    let source = Source { expand: passes.expand_options(), ..Source::read(&file)? };
     let original = source.graph()?;
     // Another framework's ops can be planned but not run: say so before planning.
     memplan::exec::refuse_extern(&original).map_err(exec_failure)?;

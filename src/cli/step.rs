@@ -13,20 +13,23 @@ use memplan::passes::{Observer, PlanError, PlanOptions};
 use memplan::plan::Plan;
 use memplan::report::Subject;
 use memplan::report::locs::Locs;
+use memplan::ExpandOptions;
 use miette::Diagnostic;
 
 use super::files::read_text;
 use super::{Exit, Failure};
 
-/// The text of a step and the path it came from.
+/// The text of a step and the path it came from, and how to expand it.
 pub struct Source {
     pub file: String,
     pub text: String,
+    /// How [`graph`](Self::graph) expands a step with `backward` (the pass flags' choice).
+    pub expand: ExpandOptions,
 }
 
 impl Source {
     pub fn read(path: &Path) -> Result<Source, Failure> {
-        Ok(Source { file: path.display().to_string(), text: read_text(path)? })
+        Ok(Source { file: path.display().to_string(), text: read_text(path)?, expand: ExpandOptions::default() })
     }
 
     /// A failure showing `diagnostic` against this source.
@@ -63,7 +66,7 @@ impl Source {
         }
         // `expand` verifies the step first (its errors are the verifier's, shown the same
         // way): verified once, not twice (a second of a 1,000,000-op step).
-        let expanded = memplan::expand(&graph).map_err(|e| {
+        let expanded = memplan::expand_with(&graph, self.expand).map_err(|e| {
             if !matches!(e, memplan::AutodiffError::Invalid(_)) {
                 warn();
             }
@@ -131,8 +134,8 @@ pub fn is_plan_json(path: &Path, text: &str) -> bool {
 
 /// A plan to report on, from a .step file (planned with `options`) or a plan JSON (read
 /// back and checked), and the name it goes by in reports.
-pub fn load_subject(path: &Path, options: &PlanOptions) -> Result<(String, Subject), Failure> {
-    let source = Source::read(path)?;
+pub fn load_subject(path: &Path, options: &PlanOptions, expand: ExpandOptions) -> Result<(String, Subject), Failure> {
+    let source = Source { expand, ..Source::read(path)? };
     if is_plan_json(path, &source.text) {
         let subject = plan_json::load(&source.text).map_err(|e| Failure::error(load_exit(&e), format_args!("{}: {e}", source.file)))?;
         let name = format!("{} (@{}, planned from {})", source.file, subject.graph.name, subject.source);

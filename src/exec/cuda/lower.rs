@@ -18,11 +18,11 @@ use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
 use crate::exec::cuda::source::*;
 use crate::exec::cuda::view::{
-    Arg, Command, Geom, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
+    Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
-use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, GridSampleAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, GridSampleAttrs, CrossEntropyAttrs, LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::DType;
 
 /// Choices the lowering leaves to its caller.
@@ -341,6 +341,10 @@ pub fn lower_op(
         }
         CrossEntropy => cross_entropy(y(0), x(0), x(1), CeAttrs::read(attrs), scratch),
         CrossEntropyBackward => cross_entropy_backward(y(0), x(0), x(1), x(2), CeAttrs::read(attrs), scratch),
+        LinearCrossEntropy => {
+            let outputs = [y(0), y(1), y(2), y(3)];
+            linear_cross_entropy(outputs, x(0), x(1), x(2), CeAttrs::read(attrs), attrs.int("rows") as u64, options, scratch)?
+        }
         SgdMomentum => {
             let args = vec![
                 t(y(0)),
@@ -1023,6 +1027,89 @@ fn cross_entropy_backward(
     let args =
         vec![t(dlogits), t(dloss), t(logits), t(labels), count, int(n), int(c), ce.ignore_index, ce.smoothing];
     vec![counting, launch(CE_BACKWARD, [line_blocks(n), 1, 1], [line_threads(c), 1, 1], args)]
+}
+
+/// Rows `start..start + count` of `v` along its first dimension.
+fn leading_rows(v: &View, start: u64, count: u64) -> View {
+    let mut rows = v.clone();
+    rows.addr.offset += start * v.strides[0] * v.dtype.size();
+    rows.shape[0] = count;
+    rows
+}
+
+/// `linear_cross_entropy`, a chunk of `rows` rows at a time in its workspace output (see
+/// `LinearCrossEntropyWorkspace`): per chunk, the logits (a matmul), each row's loss term
+/// (`ce_rows`, into scratch), the logits' gradient in place (`ce_backward` with dloss = 1),
+/// the chunk's rows of dx and its share of dweight (matmuls), added to dweight's sums;
+/// then the mean loss (`ce_mean`) and dweight from the sums; the workspace is zeroed last.
+#[allow(clippy::too_many_arguments)]
+fn linear_cross_entropy(
+    [loss, dx, dweight, workspace]: [&View; 4],
+    x: &View,
+    weight: &View,
+    labels: &View,
+    ce: CeAttrs,
+    rows: u64,
+    options: LowerOptions,
+    scratch: &mut Scratch,
+) -> Result<Vec<Command>, CudaError> {
+    let (classes, hidden, n) = (weight.shape[0], weight.shape[1], labels.shape[0]);
+    let dtype = x.dtype;
+    if !x.is_dense() {
+        return Err(CudaError::Unsupported("linear_cross_entropy reads x as dense rows".into()));
+    }
+    let layout = LinearCrossEntropyWorkspace::new(rows, n, classes, hidden, dtype).expect("the type rule's layout");
+    let at = |offset: u64| Addr { space: workspace.addr.space, offset: workspace.addr.offset + offset };
+    let (x, dx) = (View::dense(x.addr, dtype, &[n, hidden]), View::dense(dx.addr, dtype, &[n, hidden]));
+    let partial = layout.partial.map(|o| View::dense(at(o), dtype, &[classes, hidden]));
+    let sums = layout.sums.map_or_else(|| dweight.clone(), |o| View::dense(at(o), DType::F32, &[classes, hidden]));
+    let losses = scratch.alloc(n * 4);
+    let one = View::dense(scratch.alloc(4), DType::F32, &[]);
+    let mut commands = elementwise(FILL, 1, vec![t(&one), Arg::F64(1.0), Arg::F64(0.0)]);
+    let (count, counting) = ce_count(labels, n, &ce, scratch);
+    commands.push(counting);
+    if n == 0 {
+        commands.extend(elementwise(FILL, sums.numel(), vec![t(&sums), Arg::F64(0.0), Arg::F64(0.0)]));
+    }
+    for start in (0..n).step_by(rows.max(1) as usize) {
+        let r = rows.min(n - start);
+        let (xk, dxk, labels_k) = (leading_rows(&x, start, r), leading_rows(&dx, start, r), leading_rows(labels, start, r));
+        let logits = View::dense(at(layout.logits), dtype, &[r, classes]);
+        commands.extend(gemm::matmul(&xk, weight, false, true, &logits, options.conv_f32, scratch));
+        let chunk_losses = Addr { space: losses.space, offset: losses.offset + start * 4 };
+        let args = vec![Arg::Ptr(chunk_losses), t(&logits), t(&labels_k), int(r), int(classes), ce.ignore_index.clone(), ce.smoothing.clone()];
+        commands.push(launch(CE_ROWS, [line_blocks(r), 1, 1], [line_threads(classes), 1, 1], args));
+        let args = vec![
+            t(&logits),
+            t(&one),
+            t(&logits),
+            t(&labels_k),
+            count.clone(),
+            int(r),
+            int(classes),
+            ce.ignore_index.clone(),
+            ce.smoothing.clone(),
+        ];
+        commands.push(launch(CE_BACKWARD, [line_blocks(r), 1, 1], [line_threads(classes), 1, 1], args));
+        commands.extend(gemm::matmul(&logits, weight, false, false, &dxk, options.conv_f32, scratch));
+        // dweight's share: into dweight itself for the first chunk of f32 x (or the only
+        // chunk), else into `partial`, added to the sums.
+        match &partial {
+            Some(partial) if start > 0 || layout.sums.is_some() => {
+                commands.extend(gemm::matmul(&logits, &xk, true, false, partial, options.conv_f32, scratch));
+                let add = if start == 0 { unary(OP_COPY, &sums, partial, 0.0) } else { binary(OP_ADD, &sums, &sums, partial, 0.0) };
+                commands.extend(add);
+            }
+            _ => commands.extend(gemm::matmul(&logits, &xk, true, false, dweight, options.conv_f32, scratch)),
+        }
+    }
+    if layout.sums.is_some() {
+        commands.extend(unary(OP_COPY, dweight, &sums, 0.0));
+    }
+    commands.push(launch(CE_MEAN, [1, 1, 1], [1024, 1, 1], vec![t(loss), Arg::Ptr(losses), count, int(n)]));
+    // The workspace output is zeros afterwards, as the CPU reference leaves it.
+    commands.extend(elementwise(FILL, workspace.numel(), vec![t(workspace), Arg::F64(0.0), Arg::F64(0.0)]));
+    Ok(commands)
 }
 
 /// Rows of `dtable` each embedding_backward thread owns (grid.y stays within its limit).

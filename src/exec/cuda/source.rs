@@ -338,6 +338,9 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         MaxPool2dBackward => &[MAX_POOL2D_BACKWARD],
         CrossEntropy => &[CE_ROWS, CE_COUNT, CE_MEAN],
         CrossEntropyBackward => &[CE_COUNT, CE_BACKWARD],
+        LinearCrossEntropy => {
+            &[FILL, CE_COUNT, CUBLAS_GEMM, IGEMM, IGEMM_F32, IGEMM_FINISH, CE_ROWS, CE_BACKWARD, UNARY, BINARY, CE_MEAN]
+        }
         SgdMomentum => &[SGD_MOMENTUM],
         Adam | Adamw => &[ADAM],
         Dropout | DropoutBackward => &[DROPOUT],

@@ -155,6 +155,10 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
         OpKind::CrossEntropyBackward => {
             vec![nn::cross_entropy_backward(&x[0], &x[1], &x[2], &CrossEntropyAttrs::of(attrs))?]
         }
+        OpKind::LinearCrossEntropy => {
+            let (rows, logits) = (attrs.int("rows") as usize, outputs[1].dtype);
+            nn::linear_cross_entropy(&x[0], &x[1], &x[2], &CrossEntropyAttrs::of(attrs), rows, logits, &shapes[3])?
+        }
         OpKind::Sgd => vec![optim::sgd(&x[0], &x[1], attrs.float("lr"))],
         OpKind::SgdMomentum => optim::sgd_momentum(&x[0], &x[1], &x[2], attrs.float("lr"), attrs.float("momentum")),
         OpKind::Adam => optim::adam(&x[0], &x[1], &x[2], &x[3], &x[4], &AdamAttrs::of(attrs)),
@@ -278,7 +282,7 @@ fn input_dtype(name: &str, dtype: DType, attrs: &Attrs) -> DType {
         "ids" | "labels" | "seed" | "index" | "offsets" => DType::I64,
         "lse" => DType::F32,
         "cond" | "mask" => DType::Bool,
-        "logits" if f32_loss => DType::Bf16,
+        "logits" | "x" | "weight" if f32_loss => DType::Bf16,
         "dloss" if f32_loss => DType::F32,
         _ => dtype,
     }

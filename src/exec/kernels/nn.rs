@@ -14,6 +14,7 @@ use super::conv::source;
 use super::resolve_axis;
 use crate::exec::{Dense, ExecError};
 use crate::ir::ops::{CrossEntropyAttrs, PoolAttrs};
+use crate::ir::types::DType;
 
 // ---------------------------------------------------------------------------------------
 // softmax
@@ -483,20 +484,37 @@ pub(super) fn cross_entropy(logits: &Dense, labels: &Dense, ce: &CrossEntropyAtt
     let (mut total, mut counted) = (0.0, 0usize);
     for (b, label) in labels.iter().enumerate() {
         let Some(label) = *label else { continue };
-        let row = &logits.data[b * c..(b + 1) * c];
-        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
-        let sum_exp = row.iter().fold(0.0, |acc, &v| acc + (v - max).exp());
-        let lse = max + sum_exp.ln();
-        let nll = lse - row[label];
-        total += if ce.label_smoothing > 0.0 {
-            let smooth = row.iter().fold(0.0, |acc, &v| acc + (lse - v)) / c as f64;
-            (1.0 - ce.label_smoothing) * nll + ce.label_smoothing * smooth
-        } else {
-            nll
-        };
+        total += row_loss(&logits.data[b * c..(b + 1) * c], label, ce.label_smoothing);
         counted += 1;
     }
     Ok(Dense::new(vec![], vec![total / counted as f64]))
+}
+
+/// One counted row's term of the mean cross-entropy (see [`cross_entropy`]).
+fn row_loss(row: &[f64], label: usize, eps: f64) -> f64 {
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+    let sum_exp = row.iter().fold(0.0, |acc, &v| acc + (v - max).exp());
+    let lse = max + sum_exp.ln();
+    let nll = lse - row[label];
+    if eps > 0.0 {
+        let smooth = row.iter().fold(0.0, |acc, &v| acc + (lse - v)) / row.len() as f64;
+        (1.0 - eps) * nll + eps * smooth
+    } else {
+        nll
+    }
+}
+
+/// One row of dlogits (see [`cross_entropy_backward`]), appended to `out`.
+fn row_grad(row: &[f64], label: Option<usize>, eps: f64, dloss: f64, counted: f64, out: &mut Vec<f64>) {
+    let c = row.len();
+    let Some(label) = label else {
+        out.extend(std::iter::repeat_n(0.0, c));
+        return;
+    };
+    for (j, p) in softmax_row(row).into_iter().enumerate() {
+        let onehot = if j == label { 1.0 } else { 0.0 };
+        out.push(dloss * (p - (1.0 - eps) * onehot - eps / c as f64) / counted);
+    }
 }
 
 /// dlogits = dloss · (softmax(logits) − (1 − ε)·onehot(labels) − ε/C) / (rows not ignored);
@@ -514,17 +532,72 @@ pub(super) fn cross_entropy_backward(
     let (dloss, eps) = (dloss.data[0], ce.label_smoothing);
     let mut out = Vec::with_capacity(n * c);
     for (b, label) in labels.iter().enumerate() {
-        let Some(label) = *label else {
-            out.extend(std::iter::repeat_n(0.0, c));
-            continue;
-        };
-        let probs = softmax_row(&logits.data[b * c..(b + 1) * c]);
-        for (j, p) in probs.into_iter().enumerate() {
-            let onehot = if j == label { 1.0 } else { 0.0 };
-            out.push(dloss * (p - (1.0 - eps) * onehot - eps / c as f64) / counted);
-        }
+        row_grad(&logits.data[b * c..(b + 1) * c], *label, eps, dloss, counted, &mut out);
     }
     Ok(Dense::new(logits.shape.clone(), out))
+}
+
+/// `linear_cross_entropy(x, weight, labels)` as the unfused ops compute it, a chunk of
+/// `rows` rows at a time: each chunk's logits `x_chunk · weightᵀ` (stored as `logits`, the
+/// matmul's output dtype), their loss terms (summed in row order, as [`cross_entropy`]
+/// does, then divided by the rows counted in all chunks), their dlogits for dloss = 1
+/// (stored as `logits`), then dx's rows and dweight's sums over the chunk's rows, added in
+/// row order across chunks. `[loss, dx, dweight, workspace]`; the workspace output is zeros
+/// (its contents after the op are not a result).
+pub(super) fn linear_cross_entropy(
+    x: &Dense,
+    weight: &Dense,
+    labels: &Dense,
+    ce: &CrossEntropyAttrs,
+    rows: usize,
+    logits: DType,
+    workspace: &[usize],
+) -> Result<Vec<Dense>, ExecError> {
+    let (classes, hidden) = (weight.shape[0], weight.shape[1]);
+    let n = labels.data.len();
+    let labels = row_labels("linear_cross_entropy", labels, classes, ce.ignore_index)?;
+    let counted = labels.iter().filter(|l| l.is_some()).count();
+    let store = |v: f64| round_to(logits, v);
+    let (mut total, mut dx, mut dweight) = (0.0, vec![0.0; n * hidden], vec![0.0; classes * hidden]);
+    for start in (0..n).step_by(rows.max(1)) {
+        let end = (start + rows).min(n);
+        for r in start..end {
+            let xr = &x.data[r * hidden..(r + 1) * hidden];
+            let row: Vec<f64> = (0..classes)
+                .map(|v| store(xr.iter().zip(&weight.data[v * hidden..(v + 1) * hidden]).fold(0.0, |acc, (a, b)| acc + a * b)))
+                .collect();
+            if let Some(label) = labels[r] {
+                total += row_loss(&row, label, ce.label_smoothing);
+            }
+            let mut grad = Vec::with_capacity(classes);
+            row_grad(&row, labels[r], ce.label_smoothing, 1.0, counted as f64, &mut grad);
+            let grad: Vec<f64> = grad.into_iter().map(store).collect();
+            for (h, out) in dx[r * hidden..(r + 1) * hidden].iter_mut().enumerate() {
+                *out = grad.iter().enumerate().fold(0.0, |acc, (v, g)| acc + g * weight.data[v * hidden + h]);
+            }
+            for (v, g) in grad.iter().enumerate() {
+                for (h, out) in dweight[v * hidden..(v + 1) * hidden].iter_mut().enumerate() {
+                    *out += g * xr[h];
+                }
+            }
+        }
+    }
+    Ok(vec![
+        Dense::new(vec![], vec![total / counted as f64]),
+        Dense::new(x.shape.clone(), dx),
+        Dense::new(weight.shape.clone(), dweight),
+        Dense::new(workspace.to_vec(), vec![0.0; workspace.iter().product()]),
+    ])
+}
+
+/// `v` rounded to a value of `dtype` (to nearest even), as an executor stores it.
+fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::Bf16 => half::bf16::from_f64(v).to_f64(),
+        DType::I32 | DType::I64 | DType::Bool => v,
+    }
 }
 
 // ---------------------------------------------------------------------------------------

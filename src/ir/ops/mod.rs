@@ -611,7 +611,7 @@ pub use conv::{Conv3dAttrs, ConvAttrs};
 pub use elementwise::Comparison;
 pub use resample::GridSampleAttrs;
 pub use linalg::MatmulAttrs;
-pub use nn::{CrossEntropyAttrs, PoolAttrs};
+pub use nn::{CrossEntropyAttrs, LINEAR_CROSS_ENTROPY_CHUNK_BYTES, LinearCrossEntropyWorkspace, PoolAttrs, linear_cross_entropy_rows};
 pub use optim::AdamAttrs;
 pub use rules::broadcast;
 pub use shape::reshape_strides;

@@ -155,6 +155,20 @@ pub(super) const CROSS_ENTROPY_BACKWARD: OpDef = OpDef::new("cross_entropy_backw
     .inplace(&[(0, 1)])
     .indices(&[Indices { input: 2, below: Below::Dim { input: 1, axis: 1 }, ignored: Some("ignore_index") }]);
 
+/// cross_entropy's attributes and the rows of logits one chunk holds.
+const LINEAR_CROSS_ENTROPY_ATTRS: &[AttrSpec] = &[
+    attr("ignore_index", K::Int, Some(AttrDefault::Int(-100))),
+    attr("label_smoothing", K::Float, Some(AttrDefault::Float(0.0))),
+    attr("f32_loss", K::Bool, Some(AttrDefault::Bool(false))),
+    attr("rows", K::Int, None),
+];
+
+pub(super) const LINEAR_CROSS_ENTROPY: OpDef = OpDef::new("linear_cross_entropy", &["x", "weight", "labels"], &["loss", "dx", "dweight", "workspace"], infer_linear_cross_entropy, "cross_entropy(matmul(x, weight^T) as [N,V], labels) a chunk of `rows` rows at a time, with its gradients for dloss = 1 (dx, dweight): the logits never exist whole; workspace holds one chunk's logits and dweight's partial sums, zeros afterwards")
+    .attrs(LINEAR_CROSS_ENTROPY_ATTRS)
+    .flops(flops_linear_cross_entropy)
+    .outputs_without_gradient(&[1, 2, 3])
+    .indices(&[Indices { input: 2, below: Below::Dim { input: 1, axis: 0 }, ignored: Some("ignore_index") }]);
+
 pub(super) const BCE_WITH_LOGITS: OpDef = OpDef::new("bce_with_logits", &["logits", "targets"], &["loss"], infer_bce_with_logits, "mean of max(x, 0) - x * t + log(1 + exp(-|x|)): binary cross-entropy of logits x, targets t")
     .flops(per_input::<8>)
     .inputs_without_gradient(&[1]);
@@ -521,6 +535,94 @@ pub(super) fn infer_cross_entropy_backward(inputs: &[&TensorType], attrs: &Attrs
         return Err(format!("dloss must be {want} for logits {logits}, found {dloss}"));
     }
     done(vec![logits.clone()])
+}
+
+/// The most bytes of logits one chunk of `linear_cross_entropy` holds when memplan chooses
+/// its rows ([`linear_cross_entropy_rows`]).
+pub const LINEAR_CROSS_ENTROPY_CHUNK_BYTES: u64 = 32 << 20;
+
+/// The rows per chunk memplan gives `linear_cross_entropy` for `n` rows of `classes` logits
+/// of `dtype`: as many as [`LINEAR_CROSS_ENTROPY_CHUNK_BYTES`] hold (a multiple of 8 when
+/// more than 8, for the matrix products' tiles), at least one, at most `n` (one chunk).
+pub fn linear_cross_entropy_rows(n: u64, classes: u64, dtype: DType) -> u64 {
+    let row_bytes = classes.saturating_mul(dtype.size()).max(1);
+    let fit = (LINEAR_CROSS_ENTROPY_CHUNK_BYTES / row_bytes).max(1);
+    let fit = if fit > 8 { fit / 8 * 8 } else { fit };
+    fit.min(n).max(1)
+}
+
+/// `linear_cross_entropy(x, weight, labels)`: x `[..., H]` float, weight `[V, H]` of x's
+/// dtype, labels `[N]` with N the product of x's leading dims; cross_entropy's attributes
+/// as for logits `[N, V]` of x's dtype; `rows` at least 1. Outputs: the loss (as
+/// cross_entropy's), dx and dweight (the inputs' types), the chunk `[min(rows, N), V]`.
+pub(super) fn infer_linear_cross_entropy(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let (x, weight, labels) = (inputs[0], inputs[1], inputs[2]);
+    float_input(x, "x")?;
+    let Some((&hidden, leading)) = x.dims().split_last() else {
+        return Err(format!("x must be [..., H], found {x}"));
+    };
+    let &[classes, weight_hidden] = weight.dims() else {
+        return Err(format!("weight must be [V,H], found {weight}"));
+    };
+    if weight.dtype != x.dtype || weight_hidden != hidden {
+        return Err(format!("weight must be {}[V,{hidden}] for x {x}, found {weight}", x.dtype));
+    }
+    let n = leading.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or_else(|| format!("x {x} has too many rows"))?;
+    let logits = TensorType::new(x.dtype, vec![n, classes]);
+    let loss = check_cross_entropy(&logits, labels, attrs)?;
+    let rows = attrs.int("rows");
+    if rows < 1 {
+        return Err(format!("rows must be at least 1, found {rows}"));
+    }
+    let layout = LinearCrossEntropyWorkspace::new(rows as u64, n, classes, hidden, x.dtype)
+        .ok_or_else(|| format!("the workspace of {rows} rows of {classes} logits is too large"))?;
+    done(vec![loss, x.clone(), weight.clone(), TensorType::new(DType::F32, vec![layout.bytes / 4])])
+}
+
+/// Where `linear_cross_entropy`'s workspace output (`f32[bytes / 4]`) keeps what it uses, in
+/// bytes from its start, each part 256-byte aligned: one chunk's logits (`[rows, V]` of x's
+/// dtype; their gradient overwrites them); with more than one chunk, a chunk's share of
+/// dweight (`partial`, `[V, H]` of x's dtype) and, for f16/bf16 x, dweight's running sum
+/// over the chunks in f32 (`sums`, `[V, H]`; for f32 x the sum is dweight itself). One
+/// chunk writes dweight directly.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LinearCrossEntropyWorkspace {
+    pub logits: u64,
+    pub partial: Option<u64>,
+    pub sums: Option<u64>,
+    pub bytes: u64,
+}
+
+impl LinearCrossEntropyWorkspace {
+    /// The layout for `n` rows in chunks of `rows` (at least 1); `None` when it overflows.
+    pub fn new(rows: u64, n: u64, classes: u64, hidden: u64, dtype: DType) -> Option<LinearCrossEntropyWorkspace> {
+        let align = |b: u64| b.checked_next_multiple_of(256);
+        let rows = rows.min(n);
+        let logits_end = rows.checked_mul(classes)?.checked_mul(dtype.size())?;
+        let weight_elems = classes.checked_mul(hidden)?;
+        let (mut partial, mut sums, mut end) = (None, None, logits_end);
+        if n.div_ceil(rows.max(1)) > 1 {
+            let at = align(end)?;
+            partial = Some(at);
+            end = at.checked_add(weight_elems.checked_mul(dtype.size())?)?;
+            if dtype != DType::F32 {
+                let at = align(end)?;
+                sums = Some(at);
+                end = at.checked_add(weight_elems.checked_mul(4)?)?;
+            }
+        }
+        Some(LinearCrossEntropyWorkspace { logits: 0, partial, sums, bytes: align(end.max(4))? })
+    }
+}
+
+/// The unfused ops' FLOPs: the logits (2NHV), their cross-entropy and its backward (4NV
+/// each), dx and dweight (2NHV each).
+pub(super) fn flops_linear_cross_entropy(inputs: &[&TensorType], _: &[&TensorType], _: &Attrs) -> u64 {
+    let (x, weight) = (inputs[0], inputs[1]);
+    let (hidden, classes) = (dim(weight, 1), dim(weight, 0));
+    let n = numel(x) / hidden.max(1);
+    let products = n.saturating_mul(hidden).saturating_mul(classes).saturating_mul(6);
+    products.saturating_add(n.saturating_mul(classes).saturating_mul(8))
 }
 
 /// `bce_with_logits(logits, targets)`: float logits of any shape, targets of exactly their

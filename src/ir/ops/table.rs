@@ -101,6 +101,7 @@ op_table! {
     // Losses.
     CrossEntropy = nn::CROSS_ENTROPY,
     CrossEntropyBackward = nn::CROSS_ENTROPY_BACKWARD,
+    LinearCrossEntropy = nn::LINEAR_CROSS_ENTROPY,
     // Optimizer updates.
     Sgd = optim::SGD,
     SgdMomentum = optim::SGD_MOMENTUM,

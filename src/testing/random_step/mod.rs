@@ -91,6 +91,9 @@ pub const MAX_NUMEL: u64 = 256;
 pub const MAX_OUT: u64 = 512;
 /// The most ops of a generated step.
 pub const MAX_OPS: usize = 40;
+
+/// The most ops one family of the generator emits at once.
+const LARGEST_FAMILY: usize = 14;
 /// The fewest ops of a generated step.
 pub const MIN_OPS: usize = 5;
 /// The most params a step creates (further weights reuse params or become inputs).
@@ -490,7 +493,9 @@ impl Gen {
         }
         let budget = (4 + self.below(26)).max(MIN_OPS);
         let mut attempts = 0;
-        while self.ops.len() < budget && attempts < 400 {
+        // A family emits up to [`LARGEST_FAMILY`] ops at once (attention with its inputs and
+        // backward): none starts where it could pass MAX_OPS.
+        while self.ops.len() < budget.min(MAX_OPS - LARGEST_FAMILY) && attempts < 400 {
             attempts += 1;
             let total: u64 = FAMILIES.iter().map(|&(_, w)| w).sum();
             let mut r = self.rng.below(total);

@@ -56,6 +56,17 @@ impl Gen {
         if matches!(self.ty(logits).dtype, DType::F16 | DType::Bf16) && self.chance(0.5) {
             given.push(("f32_loss", Attr::Bool(true)));
         }
+        // Sometimes the loss fused with a projection of new rows, in chunks of any size.
+        if self.chance(0.2) {
+            let (dtype, hidden) = (self.ty(logits).dtype, 1 + self.below(8) as u64);
+            let x = self.new_input(TensorType::new(dtype, vec![n, hidden]));
+            let weight = self.new_input(TensorType::new(dtype, vec![c, hidden]));
+            given.push(("rows", Attr::Int(1 + self.below(n as usize) as i64)));
+            if let Some(loss) = self.emit(OpKind::LinearCrossEntropy, &[x, weight, labels], &given) {
+                self.losses.push(loss);
+            }
+            return;
+        }
         let Some(loss) = self.emit_recorded(OpKind::CrossEntropy, &[logits, labels], &given) else { return };
         self.labels.entry((n, c)).or_insert(labels);
         self.losses.push(loss);
