@@ -11,7 +11,7 @@
 //! - the loss is the value `backward` differentiates (its gradient is the seed, 1, so the
 //!   gradients computed with the loss need no scaling);
 //! - every value between the matmul and the loss is read by the next op of the chain only
-//!   (not returned, not read elsewhere), and no op of the chain is checkpointed or inside
+//!   (not returned, not read elsewhere, not bound by a custom backward), and no op of the chain is checkpointed or inside
 //!   a custom region;
 //! - the matmul is `x · weightᵀ` with a 2-D weight and an x that is no view (the CUDA
 //!   kernels read x as dense rows);
@@ -31,7 +31,7 @@
 
 use crate::hashing::FastSet;
 use crate::index::{Idx, IndexVec, OpId, ValueId};
-use crate::ir::graph::{Graph, Value, ValueDef};
+use crate::ir::graph::{Bind, Graph, Value, ValueDef};
 use crate::ir::ops::{Attr, Attrs, CrossEntropyAttrs, MatmulAttrs, OpKind, linear_cross_entropy_rows};
 use crate::ir::types::DType;
 
@@ -45,7 +45,12 @@ pub fn fuse_loss(graph: &Graph) -> Option<Graph> {
         return None;
     }
     let users = graph.users();
-    let kept: FastSet<ValueId> = graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().map(|u| u.value)).collect();
+    // Values read other than by ops: returned, updated, bound by a custom backward.
+    let binds = graph.custom_backwards.iter().flat_map(|c| &c.binds).map(|bind| match bind {
+        Bind::Value(v) | Bind::GradOf(v) => *v,
+    });
+    let kept: FastSet<ValueId> =
+        graph.returns.iter().map(|r| r.value).chain(graph.updates.iter().map(|u| u.value)).chain(binds).collect();
     let only_read_by = |v: ValueId, reader: OpId| users[v].len() == 1 && users[v][0] == reader && !kept.contains(&v);
     let ce_attrs = CrossEntropyAttrs::of(&ce.attrs);
     let mut f32_loss = ce_attrs.f32_loss;
