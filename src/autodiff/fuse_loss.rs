@@ -11,14 +11,13 @@
 //! - the loss is the value `backward` differentiates (its gradient is the seed, 1, so the
 //!   gradients computed with the loss need no scaling);
 //! - every value between the matmul and the loss is read by the next op of the chain only
-//!   (not returned, not read elsewhere, not bound by a custom backward), and no op of the chain is checkpointed or inside
-//!   a custom region;
+//!   (not returned, not read elsewhere, not bound by a custom backward), and no op of the
+//!   chain is checkpointed or inside a custom region;
 //! - the matmul is `x · weightᵀ` with a 2-D weight and an x that is no view (the CUDA
 //!   kernels read x as dense rows);
 //! - reshapes keep the classes as the last dimension (rows stay rows, in order), and a cast
 //!   is one from f16/bf16 logits to f32 (the fused loss is then cross_entropy's
-//!   `f32_loss`: the same f32 loss of the same half logits).
-//!
+//!   `f32_loss`: the same f32 loss of the same half logits);
 //! - the logits (with their f32 copy under a cast) are at least twice the bytes the fused
 //!   op holds at once (its workspace, dx and dweight): in a small model they are not what
 //!   the peak is made of.

@@ -65,6 +65,13 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> f64 {
     }
 }
 
+/// `value` as an element of `dtype` holds it: [`encode`] then [`decode`].
+pub fn stored(dtype: DType, value: f64) -> f64 {
+    let mut bytes = [0u8; 8];
+    encode(dtype, value, &mut bytes);
+    decode(dtype, &bytes)
+}
+
 /// Writes `value` as one element of `dtype` into `out` (floats round to nearest even,
 /// integers saturate, bool is `value != 0`).
 pub fn encode(dtype: DType, value: f64, out: &mut [u8]) {

@@ -156,8 +156,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
             vec![nn::cross_entropy_backward(&x[0], &x[1], &x[2], &CrossEntropyAttrs::of(attrs))?]
         }
         OpKind::LinearCrossEntropy => {
-            let (rows, logits) = (attrs.int("rows") as usize, outputs[1].dtype);
-            nn::linear_cross_entropy(&x[0], &x[1], &x[2], &CrossEntropyAttrs::of(attrs), rows, logits, &shapes[3])?
+            nn::linear_cross_entropy(&x[0], &x[1], &x[2], &CrossEntropyAttrs::of(attrs), outputs[1].dtype, &shapes[3])?
         }
         OpKind::Sgd => vec![optim::sgd(&x[0], &x[1], attrs.float("lr"))],
         OpKind::SgdMomentum => optim::sgd_momentum(&x[0], &x[1], &x[2], attrs.float("lr"), attrs.float("momentum")),

@@ -12,6 +12,7 @@
 use super::elementwise::sigmoid;
 use super::conv::source;
 use super::resolve_axis;
+use crate::exec::data::stored;
 use crate::exec::{Dense, ExecError};
 use crate::ir::ops::{CrossEntropyAttrs, PoolAttrs};
 use crate::ir::types::DType;
@@ -537,19 +538,19 @@ pub(super) fn cross_entropy_backward(
     Ok(Dense::new(logits.shape.clone(), out))
 }
 
-/// `linear_cross_entropy(x, weight, labels)` as the unfused ops compute it, a chunk of
-/// `rows` rows at a time: each chunk's logits `x_chunk · weightᵀ` (stored as `logits`, the
-/// matmul's output dtype), their loss terms (summed in row order, as [`cross_entropy`]
-/// does, then divided by the rows counted in all chunks), their dlogits for dloss = 1
-/// (stored as `logits`), then dx's rows and dweight's sums over the chunk's rows, added in
-/// row order across chunks. `[loss, dx, dweight, workspace]`; the workspace output is zeros
-/// (its contents after the op are not a result).
+/// `linear_cross_entropy(x, weight, labels)` as the unfused ops compute it: each row's
+/// logits `x_row · weightᵀ` (stored as `logits`, the matmul's output dtype), its loss term
+/// (summed in row order, as [`cross_entropy`] does, then divided by the rows counted), its
+/// dlogits for dloss = 1 (stored as `logits`), then its row of dx and its share of
+/// dweight's sums, added in row order. Rows are independent but for those sums, so the
+/// chunks the op's `rows` makes change none of this arithmetic and the reference takes the
+/// rows one at a time. `[loss, dx, dweight, workspace]`; the workspace output is zeros (its
+/// contents after the op are not a result).
 pub(super) fn linear_cross_entropy(
     x: &Dense,
     weight: &Dense,
     labels: &Dense,
     ce: &CrossEntropyAttrs,
-    rows: usize,
     logits: DType,
     workspace: &[usize],
 ) -> Result<Vec<Dense>, ExecError> {
@@ -557,28 +558,25 @@ pub(super) fn linear_cross_entropy(
     let n = labels.data.len();
     let labels = row_labels("linear_cross_entropy", labels, classes, ce.ignore_index)?;
     let counted = labels.iter().filter(|l| l.is_some()).count();
-    let store = |v: f64| round_to(logits, v);
+    let store = |v: f64| stored(logits, v);
     let (mut total, mut dx, mut dweight) = (0.0, vec![0.0; n * hidden], vec![0.0; classes * hidden]);
-    for start in (0..n).step_by(rows.max(1)) {
-        let end = (start + rows).min(n);
-        for r in start..end {
-            let xr = &x.data[r * hidden..(r + 1) * hidden];
-            let row: Vec<f64> = (0..classes)
-                .map(|v| store(xr.iter().zip(&weight.data[v * hidden..(v + 1) * hidden]).fold(0.0, |acc, (a, b)| acc + a * b)))
-                .collect();
-            if let Some(label) = labels[r] {
-                total += row_loss(&row, label, ce.label_smoothing);
-            }
-            let mut grad = Vec::with_capacity(classes);
-            row_grad(&row, labels[r], ce.label_smoothing, 1.0, counted as f64, &mut grad);
-            let grad: Vec<f64> = grad.into_iter().map(store).collect();
-            for (h, out) in dx[r * hidden..(r + 1) * hidden].iter_mut().enumerate() {
-                *out = grad.iter().enumerate().fold(0.0, |acc, (v, g)| acc + g * weight.data[v * hidden + h]);
-            }
-            for (v, g) in grad.iter().enumerate() {
-                for (h, out) in dweight[v * hidden..(v + 1) * hidden].iter_mut().enumerate() {
-                    *out += g * xr[h];
-                }
+    for (r, label) in labels.iter().enumerate() {
+        let xr = &x.data[r * hidden..(r + 1) * hidden];
+        let row: Vec<f64> = (0..classes)
+            .map(|v| store(xr.iter().zip(&weight.data[v * hidden..(v + 1) * hidden]).fold(0.0, |acc, (a, b)| acc + a * b)))
+            .collect();
+        if let Some(label) = *label {
+            total += row_loss(&row, label, ce.label_smoothing);
+        }
+        let mut grad = Vec::with_capacity(classes);
+        row_grad(&row, *label, ce.label_smoothing, 1.0, counted as f64, &mut grad);
+        let grad: Vec<f64> = grad.into_iter().map(store).collect();
+        for (h, out) in dx[r * hidden..(r + 1) * hidden].iter_mut().enumerate() {
+            *out = grad.iter().enumerate().fold(0.0, |acc, (v, g)| acc + g * weight.data[v * hidden + h]);
+        }
+        for (v, g) in grad.iter().enumerate() {
+            for (h, out) in dweight[v * hidden..(v + 1) * hidden].iter_mut().enumerate() {
+                *out += g * xr[h];
             }
         }
     }
@@ -588,16 +586,6 @@ pub(super) fn linear_cross_entropy(
         Dense::new(weight.shape.clone(), dweight),
         Dense::new(workspace.to_vec(), vec![0.0; workspace.iter().product()]),
     ])
-}
-
-/// `v` rounded to a value of `dtype` (to nearest even), as an executor stores it.
-fn round_to(dtype: DType, v: f64) -> f64 {
-    match dtype {
-        DType::F32 => v as f32 as f64,
-        DType::F16 => half::f16::from_f64(v).to_f64(),
-        DType::Bf16 => half::bf16::from_f64(v).to_f64(),
-        DType::I32 | DType::I64 | DType::Bool => v,
-    }
 }
 
 // ---------------------------------------------------------------------------------------

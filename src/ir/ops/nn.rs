@@ -21,11 +21,10 @@ const RMS_EPS: AttrSpec = attr("eps", K::Float, Some(AttrDefault::Float(1e-6)));
 /// PyTorch's defaults: rows labelled -100 are ignored, no label smoothing; the loss has the
 /// logits' dtype unless `f32_loss` (f16/bf16 logits read as f32, an f32 loss: CUDA
 /// autocast's cross_entropy with its cast of the logits fused in).
-const CROSS_ENTROPY_ATTRS: &[AttrSpec] = &[
-    attr("ignore_index", K::Int, Some(AttrDefault::Int(-100))),
-    attr("label_smoothing", K::Float, Some(AttrDefault::Float(0.0))),
-    attr("f32_loss", K::Bool, Some(AttrDefault::Bool(false))),
-];
+const CROSS_ENTROPY_ATTRS: &[AttrSpec] = &[IGNORE_INDEX, LABEL_SMOOTHING, F32_LOSS];
+const IGNORE_INDEX: AttrSpec = attr("ignore_index", K::Int, Some(AttrDefault::Int(-100)));
+const LABEL_SMOOTHING: AttrSpec = attr("label_smoothing", K::Float, Some(AttrDefault::Float(0.0)));
+const F32_LOSS: AttrSpec = attr("f32_loss", K::Bool, Some(AttrDefault::Bool(false)));
 const POOL_ATTRS: &[AttrSpec] =
     &[attr("kernel", K::Ints, None), attr("stride", K::Ints, None), PADDING_0];
 
@@ -156,12 +155,7 @@ pub(super) const CROSS_ENTROPY_BACKWARD: OpDef = OpDef::new("cross_entropy_backw
     .indices(&[Indices { input: 2, below: Below::Dim { input: 1, axis: 1 }, ignored: Some("ignore_index") }]);
 
 /// cross_entropy's attributes and the rows of logits one chunk holds.
-const LINEAR_CROSS_ENTROPY_ATTRS: &[AttrSpec] = &[
-    attr("ignore_index", K::Int, Some(AttrDefault::Int(-100))),
-    attr("label_smoothing", K::Float, Some(AttrDefault::Float(0.0))),
-    attr("f32_loss", K::Bool, Some(AttrDefault::Bool(false))),
-    attr("rows", K::Int, None),
-];
+const LINEAR_CROSS_ENTROPY_ATTRS: &[AttrSpec] = &[IGNORE_INDEX, LABEL_SMOOTHING, F32_LOSS, attr("rows", K::Int, None)];
 
 pub(super) const LINEAR_CROSS_ENTROPY: OpDef = OpDef::new("linear_cross_entropy", &["x", "weight", "labels"], &["loss", "dx", "dweight", "workspace"], infer_linear_cross_entropy, "cross_entropy(matmul(x, weight^T) as [N,V], labels) a chunk of `rows` rows at a time, with its gradients for dloss = 1 (dx, dweight): the logits never exist whole; workspace holds one chunk's logits and dweight's partial sums, zeros afterwards")
     .attrs(LINEAR_CROSS_ENTROPY_ATTRS)
@@ -554,7 +548,8 @@ pub fn linear_cross_entropy_rows(n: u64, classes: u64, dtype: DType) -> u64 {
 /// `linear_cross_entropy(x, weight, labels)`: x `[..., H]` float, weight `[V, H]` of x's
 /// dtype, labels `[N]` with N the product of x's leading dims; cross_entropy's attributes
 /// as for logits `[N, V]` of x's dtype; `rows` at least 1. Outputs: the loss (as
-/// cross_entropy's), dx and dweight (the inputs' types), the chunk `[min(rows, N), V]`.
+/// cross_entropy's), dx and dweight (the inputs' types), the workspace
+/// ([`LinearCrossEntropyWorkspace`]).
 pub(super) fn infer_linear_cross_entropy(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let (x, weight, labels) = (inputs[0], inputs[1], inputs[2]);
     float_input(x, "x")?;
