@@ -245,6 +245,9 @@ fn the_emulated_steps_cover_every_op() {
         .map(|(graph, _)| graph)
         .collect();
     graphs.extend((0..RANDOM_SEEDS).map(random_step));
+    // `fused_steps_match_the_cpu_reference` runs these steps fused.
+    let fused: Vec<Graph> = graphs.iter().filter_map(memplan::passes::fuse::fuse).collect();
+    graphs.extend(fused);
     let ops = || graphs.iter().flat_map(|g| &g.ops);
     // Extern ops are never run: `extern_steps_are_refused` covers them.
     let runnable = OPS.iter().filter(|row| !row.kind.is_extern());
@@ -283,6 +286,39 @@ fn random_steps_match_the_cpu_reference() {
     assert!(failed.is_empty(), "{} seeds differ:\n{}", failed.len(), failed.join("\n"));
     // Ill-conditioned results are the exception, not the rule.
     assert!(left_out * 10 < tensors, "{left_out} of {tensors} tensors hold rounding noise");
+}
+
+/// The corpus's small steps and the random seeds with their elementwise ops fused: each
+/// fused op is one launch of the `fused` kernel, and the results hold to the CPU reference
+/// of the fused step (which `random_steps.rs` holds to the unfused step bit for bit).
+#[test]
+fn fused_steps_match_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    let mut graphs: Vec<(String, Graph)> = step_files().into_iter().map(|file| (file.clone(), load(&file).0)).collect();
+    graphs.extend((0..RANDOM_SEEDS).map(|seed| (format!("seed {seed}"), random_step(seed))));
+    let (mut failed, mut ran) = (Vec::new(), 0);
+    for (name, graph) in graphs {
+        let Some(fused) = memplan::passes::fuse::fuse(&graph) else { continue };
+        let plan = memplan::plan(&fused, &PlanOptions::default()).unwrap();
+        memplan::check(&fused, &plan).unwrap();
+        if plan.arena_bytes > SMALL {
+            continue;
+        }
+        match emulated_matches_reference(&fused, &plan, 2, 7) {
+            Ok((launches, _)) => {
+                let nonempty = |op: &&memplan::ir::graph::Op| fused.values[op.outputs[0]].ty.shape.numel() != Some(0);
+                let fused_ops = fused.ops.iter().filter(|op| op.kind == OpKind::Fused).filter(nonempty).count();
+                let fused_launches = launches.iter().filter(|&&k| k == memplan::exec::cuda::source::FUSED).count();
+                assert_eq!(fused_launches, 2 * fused_ops, "{name}: one launch per fused op and step");
+                ran += 1;
+            }
+            Err(e) => failed.push(format!("{name}: {e}\n{}", memplan::print(&fused))),
+        }
+    }
+    assert!(failed.is_empty(), "{} fused steps differ:\n{}", failed.len(), failed.join("\n"));
+    assert!(ran >= 30, "only {ran} fused steps ran");
 }
 
 /// Fused attention on the emulated GPU, forward and backward (through `backward`), against

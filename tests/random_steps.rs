@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use memplan::exec::cpu::{Placement, advance, run_step, run_step_in_chunks};
 use memplan::exec::data::init_args;
 use memplan::ir::ops::{Attr, OPS, OpKind};
-use memplan::passes::{PlanOptions, ScheduleKind};
+use memplan::passes::fuse::fuse;
+use memplan::passes::{Fusion, PlanOptions, ScheduleKind, plan_step};
 use memplan::testing::random_step::{MAX_OPS, MIN_OPS, random_step};
 use memplan::{Graph, check, parse, plan, print, verify};
 
@@ -69,6 +70,49 @@ fn check_seed(seed: u64) -> Result<(), String> {
         args = advance(&args, &planned);
     }
     Ok(())
+}
+
+/// The fusion pass on one seed's step (`Ok(false)`: nothing to fuse): the fused step
+/// verifies and round-trips, its plan checks, its planned run gives the bits of the step as
+/// written run unplanned, and fusing where it lowers the arena never raises it.
+fn check_fused(seed: u64) -> Result<bool, String> {
+    let graph = random_step(seed);
+    let Some(fused) = fuse(&graph) else { return Ok(false) };
+    verify(&fused).map_err(|e| format!("the fused step does not verify: {e:?}"))?;
+    let reparsed = parse(&print(&fused)).map_err(|e| format!("the fused step does not parse back: {e:?}"))?;
+    if reparsed != fused {
+        return Err("parse(print(fused)) != fused".into());
+    }
+    let plan = plan(&fused, &PlanOptions::default()).map_err(|e| format!("planning the fused step fails: {e}"))?;
+    check(&fused, &plan).map_err(|v| format!("the checker rejects the fused plan:\n{v}"))?;
+    let args = init_args(&graph, seed).unwrap();
+    let planned = run_step(&fused, Placement::Planned(&plan), &args).map_err(|e| format!("the fused run fails: {e}"))?;
+    let written = run_step(&graph, Placement::Unplanned, &args).map_err(|e| format!("the unplanned run fails: {e}"))?;
+    let differences = planned.differences(&written);
+    if !differences.is_empty() {
+        return Err(format!("the fused step differs from the step as written:\n  {}", differences.join("\n  ")));
+    }
+    let arena = |fuse: Fusion| {
+        plan_step(&graph, &PlanOptions { fuse, ..PlanOptions::default() }).map(|(_, p)| p.arena_bytes).map_err(|e| e.to_string())
+    };
+    let (lower, off) = (arena(Fusion::Lower)?, arena(Fusion::Off)?);
+    if lower > off {
+        return Err(format!("fusing where it lowers the arena raised it: {lower} > {off}"));
+    }
+    Ok(true)
+}
+
+#[test]
+fn random_steps_fused_run_as_written() {
+    let results = for_all_seeds(|seed| {
+        std::panic::catch_unwind(|| check_fused(seed)).unwrap_or_else(|_| Err("panicked".to_string()))
+    });
+    let failures: Vec<String> =
+        results.iter().filter_map(|(seed, r)| r.as_ref().err().map(|e| format!("seed {seed}: {e}"))).collect();
+    assert!(failures.is_empty(), "{} seeds fail:\n{}", failures.len(), failures.join("\n"));
+    // The property is not vacuous: many random steps have something to fuse.
+    let fused = results.iter().filter(|(_, r)| matches!(r, Ok(true))).count();
+    assert!(fused as u64 >= SEEDS / 4, "only {fused} of {SEEDS} random steps have ops to fuse");
 }
 
 /// Runs `f` on every seed, on all threads; the results in seed order.
@@ -245,7 +289,11 @@ fn census(graphs: &[Graph]) -> BTreeMap<String, usize> {
 
 #[test]
 fn the_generator_covers_every_op_and_feature() {
-    let graphs: Vec<Graph> = (0..SEEDS).map(random_step).collect();
+    let mut graphs: Vec<Graph> = (0..SEEDS).map(random_step).collect();
+    // `fused` ops are the fusion pass's (`random_steps_fused_run_as_written` runs it on
+    // every seed): counted in the fused steps.
+    let fused: Vec<Graph> = graphs.iter().filter_map(fuse).collect();
+    graphs.extend(fused);
     let counts = census(&graphs);
     // Extern ops cannot run on the CPU reference, which every random step does; the
     // ir/torch corpus plans and checks them (tests/corpus.rs) and tests/cli.rs runs one.

@@ -341,7 +341,7 @@ fn stop_after_remat_stops_there() {
     assert_eq!(cx.schedule().len(), graph.ops.len());
     let without = run(&graph, &PlanOptions { stop_after: Some(Pass::Remat), ..PlanOptions::default() }).unwrap();
     assert!(without.reuse().is_some() && without.buffers.is_none(), "no budget: the pipeline still stops after remat");
-    assert_eq!(Pass::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(), ["schedule", "inplace", "remat", "buffers", "offsets"]);
+    assert_eq!(Pass::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(), ["fuse", "schedule", "inplace", "remat", "buffers", "offsets"]);
 }
 
 /// A plan that recomputes %h, %h2, %a in the mlp (as in the hand-made test).

@@ -184,7 +184,7 @@ fn print_ir_after_dumps_steps_that_parse() {
     assert_eq!(text(&out.stderr).matches("IR Dump After").count(), 1);
     let out = memplan(&["plan", "ir/models/mlp.step", "--print-ir-after=bogus"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("the passes are schedule, inplace"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("the passes are fuse, schedule, inplace"), "{}", text(&out.stderr));
 }
 
 /// Under a budget that recomputes, the dumps after remat show the rewritten step (its

@@ -130,6 +130,9 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::Topk => Some(grad_topk),
         OpKind::Erf => Some(grad_erf),
         OpKind::ScatterAdd => Some(grad_scatter_add),
+        // Made by the fusion pass after the expansion; a step that spells one out has its
+        // gradient spelled out too.
+        OpKind::Fused => None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use memplan::ExpandOptions;
-use memplan::passes::{Budget, PlanOptions, Recompute, ScheduleKind};
+use memplan::passes::{Budget, Fusion, PlanOptions, Recompute, ScheduleKind};
 use memplan::solve::offsets::Solver;
 use memplan::solve::remat::Strategy;
 
@@ -45,6 +45,22 @@ pub struct PassFlags {
     /// Keep the loss as written: without it, a cross-entropy of a projection's logits (`matmul(x, weight^T)`) is computed with its gradients a chunk of rows at a time (`linear_cross_entropy`), where the logits are at least twice what that holds.
     #[arg(long)]
     no_fuse_loss: bool,
+    /// Fuse chains and trees of elementwise ops (casts, activations, arithmetic, masks) into `fused` ops whose inner values need no memory: `lower` (the default) where that lowers the arena, `always` wherever the pass can (`--print-ir-after fuse` shows them).
+    #[arg(long, value_enum, default_value_t = FuseArg::Lower)]
+    fuse: FuseArg,
+    /// Keep every elementwise op as written (no `fused` ops): the same as --fuse off.
+    #[arg(long, conflicts_with = "fuse")]
+    no_fuse: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FuseArg {
+    /// Fuse where that lowers the arena (planned both ways; never higher than unfused).
+    Lower,
+    /// Fuse wherever the pass can, whatever the arena.
+    Always,
+    /// Fuse nothing.
+    Off,
 }
 
 /// `--recompute`: `none`, `cheap`, or `cheap:P%` (the most extra bytes moved, in percent of
@@ -123,6 +139,11 @@ impl PassFlags {
             budget,
             checkpoint,
             recompute: if self.no_recompute { Recompute::None } else { self.recompute },
+            fuse: match (self.no_fuse, self.fuse) {
+                (true, _) | (_, FuseArg::Off) => Fusion::Off,
+                (false, FuseArg::Lower) => Fusion::Lower,
+                (false, FuseArg::Always) => Fusion::On,
+            },
             ..defaults
         })
     }

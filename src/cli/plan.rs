@@ -40,7 +40,7 @@ pub struct Args {
     /// The directory --emit writes to (created if missing; only memplan's own file names are written).
     #[arg(short = 'o', long = "output", default_value = "memplan-out", value_name = "DIR", requires = "emit")]
     output: PathBuf,
-    /// Print the step as IR after this pass to stderr, annotated (schedule, inplace, remat, buffers, offsets; repeatable).
+    /// Print the step as IR after this pass to stderr, annotated (fuse, schedule, inplace, remat, buffers, offsets; repeatable).
     #[arg(long, value_name = "PASS")]
     print_ir_after: Vec<Pass>,
     /// Print the step as IR after every pass to stderr.

@@ -140,6 +140,16 @@ fn chunked(graph: &Graph, op: OpId, chunk: usize) -> Option<usize> {
     usize::try_from(shape.numel()?).ok().filter(|&n| n > chunk)
 }
 
+/// The elements of a fused op's inner values (the op's `body`; 0 for other ops): its kernel
+/// holds them all while it runs, besides one copy of each inner op's operands.
+fn fused_inner_elements(graph: &Graph, op: &crate::ir::graph::Op) -> Option<u64> {
+    let Some(crate::ir::ops::Attr::Str(text)) = op.attrs.get("body") else { return Some(0) };
+    let Ok(body) = crate::ir::ops::FusedBody::parse(text) else { return Some(0) };
+    let inputs: Vec<&TensorType> = op.inputs.iter().map(|&v| &graph.values[v].ty).collect();
+    let types = body.types(&inputs).ok()?;
+    types.iter().try_fold(0u64, |acc, t| acc.checked_add(t.shape.numel()?.checked_mul(2)?))
+}
+
 /// What the CPU executor holds at most while it runs one step, in bytes (see the module
 /// doc).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -177,6 +187,7 @@ impl Footprint {
                 })? + o.outputs.len() as u64 * CHUNK as u64,
                 None => o.inputs.iter().chain(&o.outputs).try_fold(0u64, |acc, &v| acc.checked_add(numel(v)?))?,
             };
+            let elements = elements.checked_add(fused_inner_elements(graph, o)?)?;
             op = op.max(elements.checked_mul(8)?);
         }
         Some(Footprint { memory, args, op, results })

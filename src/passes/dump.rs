@@ -6,7 +6,8 @@
 //! (and its offset once offsets exist), bytes and live steps; once in-place reuse ran, the
 //! input an output is written over; and its kill points, the values whose bytes are dead
 //! after this op (last read here, or never read), leaving out those that must survive the
-//! step. Argument lines carry their buffer. A header comment names the pass. Comments are
+//! step. Argument lines carry their buffer. Before the schedule pass (the fusion pass's
+//! dump) the ops are in program order. A header comment names the pass. Comments are
 //! ignored by the parser, so the dump round-trips: `parse(dump)` is the step with its ops
 //! in schedule order.
 //!
@@ -17,7 +18,7 @@
 use std::fmt::Write;
 
 use crate::analysis::liveness::lifetimes;
-use crate::index::{IndexVec, ValueId};
+use crate::index::{IndexVec, OpId, ValueId};
 use crate::ir::graph::ValueDef;
 use crate::ir::print::{Line, print_annotated};
 use crate::passes::{Context, Pass};
@@ -29,7 +30,15 @@ pub fn header(pass: Pass) -> String {
 
 /// The step after `pass`, as `cx` (the pipeline run up to that pass) has it.
 pub fn dump(pass: Pass, cx: &Context<'_>) -> String {
-    let (graph, schedule) = (cx.graph(), cx.schedule());
+    let graph = cx.graph();
+    // Before the schedule pass (after fusion), in program order.
+    let program: Vec<OpId>;
+    let schedule = if cx.schedule().len() == graph.ops.len() {
+        cx.schedule()
+    } else {
+        program = graph.ops.indices().collect();
+        &program
+    };
     let life = lifetimes(graph, schedule);
     let mut survives: IndexVec<ValueId, bool> =
         graph.values.iter().map(|v| matches!(v.def, ValueDef::Arg(role) if role.persists())).collect();

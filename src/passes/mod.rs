@@ -1,21 +1,29 @@
 //! The pipeline: runs the passes in order on a [`Context`] and verifies after each one.
 //!
 //! ```text
-//! schedule ─▶ inplace ─▶ remat (with a budget) ─▶ buffers ─▶ offsets
+//! fuse ─▶ schedule ─▶ inplace ─▶ remat (with a budget) ─▶ buffers ─▶ offsets
 //! ```
 //! Each pass is a free function over the graph in its own file; the driver ([`run`]) is
 //! one loop: run a pass, store what it decided in the context, re-run the verifier on the
-//! graph if the pass rewrote it (only the remat pass can: the others read it by shared
-//! reference) and check the schedule is a topological order of every op (a failure is
+//! graph if the pass rewrote it (only the fusion and remat passes can: the others read it
+//! by shared reference) and check the schedule is a topological order of every op (a failure is
 //! labelled with the pass, "after pass schedule", and is always a planner bug), show the
 //! context to an observer (`--print-ir-after`), and stop if [`PlanOptions::stop_after`]
 //! says so.
 //!
 //! The context (Cranelift's `Context` shape) holds the step as given and what each pass
-//! decided: the schedule and in-place pairs of the step, what the remat pass did, the
-//! buffers and the plan. Its accessors ([`Context::graph`], [`Context::schedule`],
-//! [`Context::reuse`]) give the step as planned: the step rewritten by the remat pass when
-//! it recomputes values, else the input.
+//! decided: the step the fusion pass made (when it fused), the schedule and in-place pairs
+//! of the step, what the remat pass did, the buffers and the plan. Its accessors
+//! ([`Context::graph`], [`Context::schedule`], [`Context::reuse`]) give the step as
+//! planned: the step rewritten by the remat pass when it recomputes values, else the fused
+//! step, else the input.
+//!
+//! Fusion (`fuse.rs`, [`PlanOptions::fuse`]) runs first and only where asked: with
+//! [`Fusion::Lower`] the driver plans the step's arena (schedule, in-place reuse, buffers,
+//! offsets; no recomputation) fused and unfused and keeps the fused step only when its
+//! arena is lower. [`plan_step`] decides once, before the many plans cheap recomputation
+//! makes: where fusing lowers the plain arena and the plan recomputes, it plans the step
+//! both ways and keeps the lower arena, so fusion never raises a plan's arena.
 //!
 //! The passes take expanded steps: the full flow is parse → verify → `autodiff::expand` →
 //! verify → passes, and the entry points refuse a graph whose `backward` is still present.
@@ -36,6 +44,7 @@
 
 pub mod buffers;
 pub mod dump;
+pub mod fuse;
 pub mod inplace;
 pub mod lower;
 pub mod offsets;
@@ -65,6 +74,7 @@ pub use schedule::ScheduleKind;
 /// The passes, in pipeline order.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub enum Pass {
+    Fuse,
     Schedule,
     Inplace,
     Remat,
@@ -73,10 +83,11 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 5] = [Pass::Schedule, Pass::Inplace, Pass::Remat, Pass::Buffers, Pass::Offsets];
+    pub const ALL: [Pass; 6] = [Pass::Fuse, Pass::Schedule, Pass::Inplace, Pass::Remat, Pass::Buffers, Pass::Offsets];
 
     pub fn name(self) -> &'static str {
         match self {
+            Pass::Fuse => "fuse",
             Pass::Schedule => "schedule",
             Pass::Inplace => "inplace",
             Pass::Remat => "remat",
@@ -133,6 +144,23 @@ pub struct PlanOptions {
     /// A budget is met by `checkpoint`'s choice among every forward value, unless this is
     /// [`Recompute::CheapOnly`].
     pub recompute: Recompute,
+    /// Whether elementwise ops are fused (the fusion pass).
+    pub fuse: Fusion,
+}
+
+/// Whether the fusion pass fuses elementwise ops.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Fusion {
+    /// No fusion: the step's ops as they are.
+    #[default]
+    Off,
+    /// Fuse wherever the pass can.
+    On,
+    /// Fuse where that lowers the arena (`memplan plan`'s default): the step planned fused
+    /// and unfused without recomputation, the fused step kept only if its arena is lower;
+    /// [`plan_step`] then plans both with recomputation (cheap, or under a budget) and
+    /// keeps the lower.
+    Lower,
 }
 
 /// What the plan recomputes when no budget is given.
@@ -192,6 +220,7 @@ impl Default for PlanOptions {
             budget: None,
             checkpoint: Strategy::Auto,
             recompute: Recompute::None,
+            fuse: Fusion::Off,
         }
     }
 }
@@ -276,9 +305,9 @@ pub enum PlanError {
     #[error("rematerialisation failed (a memplan bug): {0}")]
     RematBug(String),
 
-    /// [`plan`] was asked for a plan that recomputes ops: the plan refers to a rewritten
-    /// graph that `plan` cannot return (a caller bug: use [`plan_step`]).
-    #[error("the plan recomputes ops, so it refers to a rewritten step: use plan_step to get both")]
+    /// [`plan`] was asked for a plan that recomputes or fuses ops: the plan refers to a
+    /// rewritten graph that `plan` cannot return (a caller bug: use [`plan_step`]).
+    #[error("the plan recomputes or fuses ops, so it refers to a rewritten step: use plan_step to get both")]
     Rewritten,
 
     /// A pass broke an invariant of the graph or the schedule: always a planner bug.
@@ -295,9 +324,12 @@ pub enum PlanError {
 pub struct Context<'g> {
     /// The step as given (expanded and verified).
     pub input: &'g Graph,
-    /// The order of the input's ops (the schedule pass).
+    /// The step with its elementwise ops fused, when the fusion pass fused some.
+    pub fused: Option<Graph>,
+    /// The order of [`Context::step`]'s ops (the schedule pass).
     pub input_schedule: Vec<OpId>,
-    /// The input's in-place pairs for that order (the in-place pass; all `None` when off).
+    /// [`Context::step`]'s in-place pairs for that order (the in-place pass; all `None`
+    /// when off).
     pub input_reuse: Option<Reuse>,
     /// What the remat pass recorded, when it ran.
     pub remat: Option<RematRecord>,
@@ -318,12 +350,26 @@ pub struct Recomputed {
 
 impl<'g> Context<'g> {
     fn new(input: &'g Graph) -> Context<'g> {
-        Context { input, input_schedule: Vec::new(), input_reuse: None, remat: None, recomputed: None, buffers: None, plan: None }
+        Context {
+            input,
+            fused: None,
+            input_schedule: Vec::new(),
+            input_reuse: None,
+            remat: None,
+            recomputed: None,
+            buffers: None,
+            plan: None,
+        }
     }
 
-    /// The step the plan is for: the one the remat pass rewrote, or the input.
+    /// The step the passes after fusion start from: the fused step, or the input.
+    pub fn step(&self) -> &Graph {
+        self.fused.as_ref().unwrap_or(self.input)
+    }
+
+    /// The step the plan is for: the one the remat pass rewrote, else [`Context::step`].
     pub fn graph(&self) -> &Graph {
-        self.recomputed.as_ref().map_or(self.input, |r| &r.step.graph)
+        self.recomputed.as_ref().map_or(self.step(), |r| &r.step.graph)
     }
 
     /// The order of [`Context::graph`]'s ops.
@@ -336,10 +382,10 @@ impl<'g> Context<'g> {
         self.recomputed.as_ref().map(|r| &r.reuse).or(self.input_reuse.as_ref())
     }
 
-    /// The plan and the step the remat pass rewrote (`None`: the plan is for the input),
-    /// once the offsets pass ran.
+    /// The plan and the step the fusion or remat pass rewrote (`None`: the plan is for the
+    /// input), once the offsets pass ran.
     fn into_planned(self) -> (Plan, Option<Graph>) {
-        (self.plan.expect("the full pipeline makes a plan"), self.recomputed.map(|r| r.step.graph))
+        (self.plan.expect("the full pipeline makes a plan"), self.recomputed.map(|r| r.step.graph).or(self.fused))
     }
 }
 
@@ -351,7 +397,7 @@ pub type Observer<'a> = dyn FnMut(Pass, &Context<'_>) + 'a;
 pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
     let strategy = remat::strategy_fn(options.checkpoint);
     let cx = drive(graph, &PlanOptions { stop_after: None, ..options.clone() }, budgeted(options, &strategy), &mut |_, _| {})?;
-    if cx.recomputed.is_some() {
+    if cx.recomputed.is_some() || cx.fused.is_some() {
         return Err(PlanError::Rewritten);
     }
     Ok(cx.plan.expect("the full pipeline makes a plan"))
@@ -360,6 +406,14 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 /// Plans `graph` with every pass; returns the graph the plan refers to (`graph` itself
 /// unless the remat pass rewrote it) and the plan.
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
+    match decide_fusion(graph, options)? {
+        FusionChoice::Decided(options) => plan_step_decided(graph, &options),
+        FusionChoice::Compare { fused, unfused } => Ok(lower(plan_step_decided(graph, &fused), plan_step_decided(graph, &unfused))?.0),
+    }
+}
+
+/// [`plan_step`] once fusion is decided ([`Fusion::On`] or [`Fusion::Off`]).
+fn plan_step_decided(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
     let chosen = cheap_budget(graph, options)?;
     let strategy = remat::strategy_fn(chosen.checkpoint);
     match full(graph, &chosen, budgeted(&chosen, &strategy)) {
@@ -441,10 +495,75 @@ fn cheap_budget(graph: &Graph, options: &PlanOptions) -> Result<PlanOptions, Pla
     })
 }
 
+/// The options with [`Fusion::Lower`] decided for `graph`: [`Fusion::On`] when fusing does
+/// not raise its arena (planned without recomputation), else [`Fusion::Off`].
+fn decide_fusion(graph: &Graph, options: &PlanOptions) -> Result<FusionChoice, PlanError> {
+    if options.fuse != Fusion::Lower || graph.backward.is_some() || !options.alignment.is_power_of_two() {
+        return Ok(FusionChoice::Decided(options.clone()));
+    }
+    let unfused = PlanOptions { fuse: Fusion::Off, ..options.clone() };
+    let Some(fused_step) = fuse::fuse(graph) else { return Ok(FusionChoice::Decided(unfused)) };
+    if plain_arena(&fused_step, options)? >= plain_arena(graph, options)? {
+        return Ok(FusionChoice::Decided(unfused));
+    }
+    let fused = PlanOptions { fuse: Fusion::On, ..options.clone() };
+    if options.budget.is_none() && options.recompute == Recompute::None {
+        return Ok(FusionChoice::Decided(fused));
+    }
+    Ok(FusionChoice::Compare { fused, unfused })
+}
+
+/// How [`Fusion::Lower`] is decided for a step.
+enum FusionChoice {
+    /// Planning with these options.
+    Decided(PlanOptions),
+    /// Fusing lowers the arena without recomputation; with it (cheap recomputation, a
+    /// budget), plan both and keep the lower.
+    Compare { fused: PlanOptions, unfused: PlanOptions },
+}
+
+/// The plan of the two with the smaller arena (`fused` on a tie), with whether it is
+/// `fused`; a plan beside an error (a budget only one meets).
+fn lower(
+    fused: Result<(Graph, Plan), PlanError>,
+    unfused: Result<(Graph, Plan), PlanError>,
+) -> Result<((Graph, Plan), bool), PlanError> {
+    match (fused, unfused) {
+        (Ok(f), Ok(u)) if f.1.arena_bytes <= u.1.arena_bytes => Ok((f, true)),
+        (Ok(_), Ok(u)) => Ok((u, false)),
+        (Ok(f), Err(_)) => Ok((f, true)),
+        (Err(_), u) => Ok((u?, false)),
+    }
+}
+
+/// The arena of `graph` with the schedule, in-place reuse, buffers and offsets of
+/// `options`, nothing fused or recomputed.
+fn plain_arena(graph: &Graph, options: &PlanOptions) -> Result<u64, PlanError> {
+    let plain = PlanOptions { fuse: Fusion::Off, budget: None, recompute: Recompute::None, stop_after: None, ..options.clone() };
+    Ok(drive(graph, &plain, None, &mut |_, _| {})?.plan.expect("the full pipeline makes a plan").arena_bytes)
+}
+
 /// [`plan_step`] for a graph the caller gives away (returned as it is when the plan does
 /// not rewrite it: a 1,000,000-op step is not copied), showing the context to `observe`
 /// after each pass.
 pub fn plan_step_observed(graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
+    match decide_fusion(&graph, options)? {
+        FusionChoice::Decided(options) => plan_step_observed_decided(graph, &options, observe),
+        FusionChoice::Compare { fused, unfused } => {
+            // The observer sees the passes of the plan kept: the unfused one is planned
+            // unobserved first, and again observed only if it is the lower.
+            let without = plan_step_decided(&graph, &unfused);
+            let with = plan_step_observed_decided(graph.clone(), &fused, observe);
+            match lower(with, without)? {
+                (planned, true) => Ok(planned),
+                (_, false) => plan_step_observed_decided(graph, &unfused, observe),
+            }
+        }
+    }
+}
+
+/// [`plan_step_observed`] once fusion is decided.
+fn plan_step_observed_decided(graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
     let chosen = PlanOptions { stop_after: None, ..cheap_budget(&graph, options)? };
     let strategy = remat::strategy_fn(chosen.checkpoint);
     let (plan, rewritten) = match drive(&graph, &chosen, budgeted(&chosen, &strategy), observe) {
@@ -515,14 +634,27 @@ fn drive<'g>(
     let mut cx = Context::new(graph);
     for pass in Pass::ALL {
         let ran = match pass {
+            Pass::Fuse => {
+                cx.fused = match options.fuse {
+                    Fusion::Off => None,
+                    Fusion::On => fuse::fuse(graph),
+                    Fusion::Lower => fuse::fuse(graph).map(|fused| -> Result<_, PlanError> {
+                        Ok((plain_arena(&fused, options)? < plain_arena(graph, options)?).then_some(fused))
+                    }).transpose()?.flatten(),
+                };
+                true
+            }
             Pass::Schedule => {
-                let lower_bound = |order: &[OpId]| Ok(measure(graph, order, options)?.lower_bound);
+                let step = cx.step();
+                let lower_bound = |order: &[OpId]| Ok(measure(step, order, options)?.lower_bound);
                 let judge: Option<&schedule::Bound<'_>> = options.inplace.then_some(&lower_bound);
-                cx.input_schedule = schedule::choose(graph, options.schedule, options.alignment, judge)?;
+                let order = schedule::choose(step, options.schedule, options.alignment, judge)?;
+                cx.input_schedule = order;
                 true
             }
             Pass::Inplace => {
-                cx.input_reuse = Some(reuse_for(graph, &cx.input_schedule, options));
+                let reuse = reuse_for(cx.step(), &cx.input_schedule, options);
+                cx.input_reuse = Some(reuse);
                 true
             }
             Pass::Remat => match sequence {
@@ -534,7 +666,7 @@ fn drive<'g>(
                         let left = deadline.saturating_duration_since(Instant::now());
                         measure(g, order, options)?.arena_within(options, left.min(MEASURE_LIMIT))
                     };
-                    let done = remat::pass(graph, &cx.input_schedule, (options.alignment, options.inplace), sequence, &arena, deadline)?;
+                    let done = remat::pass(cx.step(), &cx.input_schedule, (options.alignment, options.inplace), sequence, &arena, deadline)?;
                     cx.remat = Some(done.record);
                     cx.recomputed = done.rewritten.map(|step| {
                         let reuse = reuse_for(&step.graph, &step.schedule, options);
@@ -552,7 +684,7 @@ fn drive<'g>(
                 let buffers = cx.buffers.as_ref().expect("the buffers pass ran");
                 let same_buffers = cx.recomputed.is_none().then_some(buffers);
                 let reuse = cx.input_reuse.as_ref().expect("the in-place pass ran");
-                let savings = savings::savings(graph, &cx.input_schedule, reuse, same_buffers, options.alignment)?;
+                let savings = savings::savings(cx.step(), &cx.input_schedule, reuse, same_buffers, options.alignment)?;
                 cx.plan = Some(offsets::assign_offsets(cx.graph(), cx.schedule(), buffers, options, savings, cx.remat.clone())?);
                 true
             }
@@ -562,9 +694,10 @@ fn drive<'g>(
             // reference): the input was verified above, so only a rewritten step is
             // verified again (the whole graph 6 times was a fifth of planning a
             // 1,000,000-op step). The schedule is checked after every pass.
-            let rewritten = pass == Pass::Remat && cx.recomputed.is_some();
+            let rewritten = (pass == Pass::Remat && cx.recomputed.is_some()) || (pass == Pass::Fuse && cx.fused.is_some());
+            // (The fusion pass runs before there is a schedule.)
             (if rewritten { verify(cx.graph()) } else { Ok(()) })
-                .and_then(|()| verify_schedule(cx.graph(), cx.schedule()))
+                .and_then(|()| if pass == Pass::Fuse { Ok(()) } else { verify_schedule(cx.graph(), cx.schedule()) })
                 .map_err(|e| PlanError::AfterPass { pass, errors: e.errors })?;
         }
         observe(pass, &cx);

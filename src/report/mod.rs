@@ -24,7 +24,7 @@ use indexmap::IndexMap;
 
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Region, Graph};
-use crate::ir::ops::{Attr, OpClass};
+use crate::ir::ops::{Attr, FusedBody, OpClass};
 use crate::plan::{Plan, Savings, align_up};
 use locs::Locs;
 
@@ -67,6 +67,9 @@ pub struct Report {
     /// The user's checkpointed regions and what autodiff recomputes for them; `None` for a
     /// step without `checkpoint(N)` marks.
     pub user_checkpoints: Option<UserCheckpoints>,
+    /// The fused ops of the step as planned (the fusion pass's); `None` without any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<Fusion>,
     /// Every op whose output size depends on the data, planned at its upper bound (an
     /// `extern` with a `bound`), in program order.
     pub bounded_sizes: Vec<BoundedSize>,
@@ -281,6 +284,7 @@ impl Report {
             }),
             updates: update_timing(graph, &classes, &life),
             user_checkpoints: user_checkpoints(graph),
+            fusion: fusion(graph),
             bounded_sizes: graph
                 .ops
                 .iter_enumerated()
@@ -311,6 +315,23 @@ impl Report {
         }
         self
     }
+}
+
+/// How many fused ops `graph` runs and how many elementwise ops they hold.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fusion {
+    pub fused_ops: usize,
+    pub inner_ops: usize,
+}
+
+/// The fused ops of `graph` (the ops with a fused `body`), `None` without any.
+fn fusion(graph: &Graph) -> Option<Fusion> {
+    let bodies = graph.ops.iter().filter_map(|op| match op.attrs.get("body") {
+        Some(Attr::Str(body)) => FusedBody::parse(body).ok(),
+        _ => None,
+    });
+    let (fused_ops, inner_ops) = bodies.fold((0, 0), |(n, inner), body| (n + 1, inner + body.ops.len()));
+    (fused_ops > 0).then_some(Fusion { fused_ops, inner_ops })
 }
 
 /// The user's checkpointed regions of `graph` and what their recomputes cost (`None` without any).

@@ -67,6 +67,13 @@ pub fn render(report: &Report, top: usize, rows: BufferRows) -> String {
     if let Some(user) = &report.user_checkpoints {
         user_checkpoints(w, user);
     }
+    if let Some(fusion) = &report.fusion {
+        let _ = writeln!(
+            w,
+            "fusion       {} fused op(s) run {} elementwise ops, their inner values never stored (`--print-ir-after fuse` shows them, `--no-fuse` keeps each op)",
+            fusion.fused_ops, fusion.inner_ops
+        );
+    }
     for (i, bounded) in report.bounded_sizes.iter().enumerate() {
         let label = if i == 0 { "bounded" } else { "" };
         let at = bounded.loc.as_ref().map(|l| format!(" at {l}")).unwrap_or_default();

@@ -30,7 +30,7 @@ use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::executor::Backend;
 use crate::exec::cuda::source::{KERNELS, program};
-use crate::exec::cuda::view::{Bases, DeviceTensor, GemmCall, Geom, Launch, ResolvedArg};
+use crate::exec::cuda::view::{Bases, DeviceTensor, FusedCode, GemmCall, Geom, Launch, ResolvedArg};
 use crate::ir::types::DType;
 
 // SAFETY: both are #[repr(C)] plain data whose layouts equal the program's `struct Tensor`
@@ -38,6 +38,8 @@ use crate::ir::types::DType;
 unsafe impl DeviceRepr for DeviceTensor {}
 // SAFETY: see above.
 unsafe impl DeviceRepr for Geom {}
+// SAFETY: as above (`struct FusedCode`).
+unsafe impl DeviceRepr for FusedCode {}
 
 /// What the GPU is.
 #[derive(Clone, Debug)]
@@ -363,6 +365,7 @@ impl Backend for CudaBackend {
                 ResolvedArg::I64(x) => builder.arg(x),
                 ResolvedArg::F64(x) => builder.arg(x),
                 ResolvedArg::Geom(g) => builder.arg(g),
+                ResolvedArg::Fused(code) => builder.arg(code.as_ref()),
             };
         }
         let [gx, gy, gz] = launch.grid;

@@ -18,11 +18,14 @@ use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
 use crate::exec::cuda::source::*;
 use crate::exec::cuda::view::{
-    Addr, Arg, Command, Geom, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
+    Addr, Arg, Command, FusedCode, Geom, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
 };
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
-use crate::ir::ops::{AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, GridSampleAttrs, CrossEntropyAttrs, LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{
+    AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, FusedBody, GridSampleAttrs,
+    LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, Operand, PoolAttrs,
+};
 use crate::ir::types::DType;
 
 /// Choices the lowering leaves to its caller.
@@ -398,6 +401,101 @@ pub fn lower_op(
             let args = vec![t(y(0)), t(x(0)), t(&x(1).broadcast_to(&y(0).shape)), Arg::F64(attrs.float("value"))];
             elementwise(MASKED_FILL, y(0).numel(), args)
         }
+        Fused => {
+            let inputs: Vec<&View> = (0..op.inputs.len()).map(x).collect();
+            fused(&FusedBody::of(attrs), y(0), &inputs)?
+        }
+    })
+}
+
+/// A fused op: one launch of `fused` with its body as a [`FusedCode`]; the inputs as views
+/// broadcast to the output's shape, the unused parameters given the output (never read).
+fn fused(body: &FusedBody, out: &View, inputs: &[&View]) -> Result<Vec<Command>, CudaError> {
+    if body.ops.len() > FUSED_MAX_OPS || inputs.len() > FUSED_MAX_INPUTS {
+        return Err(CudaError::Unsupported(format!("a fused op of {} ops and {} inputs", body.ops.len(), inputs.len())));
+    }
+    let mut code = FusedCode {
+        count: body.ops.len() as i32,
+        inputs: inputs.len() as i32,
+        op: [0; FUSED_MAX_OPS],
+        a: [-1; FUSED_MAX_OPS],
+        b: [-1; FUSED_MAX_OPS],
+        c: [-1; FUSED_MAX_OPS],
+        dtype: [0; FUSED_MAX_OPS],
+        s: [0.0; FUSED_MAX_OPS],
+    };
+    for (j, inner) in body.ops.iter().enumerate() {
+        let (op, s) = element_code(inner.def.kind, &inner.attrs)
+            .ok_or_else(|| CudaError::Unsupported(format!("{} inside a fused op", inner.def.name)))?;
+        let slot = |k: usize| -> i32 {
+            match inner.operands.get(k) {
+                Some(Operand::Input(i)) => *i as i32,
+                Some(Operand::Inner(i)) => (FUSED_MAX_INPUTS + i) as i32,
+                None => -1,
+            }
+        };
+        (code.op[j], code.s[j], code.dtype[j]) = (op, s, crate::exec::cuda::view::dtype_code(inner.dtype));
+        (code.a[j], code.b[j], code.c[j]) = (slot(0), slot(1), slot(2));
+    }
+    let mut args = vec![Arg::Fused(Box::new(code)), t(out)];
+    args.extend((0..FUSED_MAX_INPUTS).map(|k| t(&inputs.get(k).map_or_else(|| out.clone(), |v| v.broadcast_to(&out.shape)))));
+    Ok(elementwise(FUSED, out.numel(), args))
+}
+
+/// The element function (`binary`'s and `unary`'s op codes, `OP_WHERE`, `OP_MASKED_FILL`)
+/// and scalar of an elementwise op inside a fused op; `None` for the ops that are not
+/// elementwise (the op table's `elementwise`).
+fn element_code(kind: OpKind, attrs: &Attrs) -> Option<(i32, f64)> {
+    use OpKind::*;
+    Some(match kind {
+        Add => (OP_ADD, 0.0),
+        Sub => (OP_SUB, 0.0),
+        Mul => (OP_MUL, 0.0),
+        Div => (OP_DIV, 0.0),
+        AddScalar => (OP_ADD_SCALAR, attrs.float("value")),
+        MulScalar => (OP_MUL_SCALAR, attrs.float("value")),
+        PowScalar => (OP_POW_SCALAR, attrs.float("exponent")),
+        Neg => (OP_NEG, 0.0),
+        Sin => (OP_SIN, 0.0),
+        Cos => (OP_COS, 0.0),
+        Exp => (OP_EXP, 0.0),
+        Log => (OP_LOG, 0.0),
+        Sqrt => (OP_SQRT, 0.0),
+        Rsqrt => (OP_RSQRT, 0.0),
+        Erf => (OP_ERF, 0.0),
+        Relu => (OP_RELU, 0.0),
+        ReluBackward => (OP_RELU_BACKWARD, 0.0),
+        Gelu if attrs.bool("approximate") => (OP_GELU, 0.0),
+        Gelu => (OP_GELU_EXACT, 0.0),
+        GeluBackward if attrs.bool("approximate") => (OP_GELU_BACKWARD, 0.0),
+        GeluBackward => (OP_GELU_EXACT_BACKWARD, 0.0),
+        Silu => (OP_SILU, 0.0),
+        SiluBackward => (OP_SILU_BACKWARD, 0.0),
+        Sigmoid => (OP_SIGMOID, 0.0),
+        SigmoidBackward => (OP_SIGMOID_BACKWARD, 0.0),
+        Tanh => (OP_TANH, 0.0),
+        TanhBackward => (OP_TANH_BACKWARD, 0.0),
+        Hardswish => (OP_HARDSWISH, 0.0),
+        HardswishBackward => (OP_HARDSWISH_BACKWARD, 0.0),
+        Hardsigmoid => (OP_HARDSIGMOID, 0.0),
+        HardsigmoidBackward => (OP_HARDSIGMOID_BACKWARD, 0.0),
+        Contiguous | Cast => (OP_COPY, 0.0),
+        Where => (OP_WHERE, 0.0),
+        MaskedFill => (OP_MASKED_FILL, attrs.float("value")),
+        Compare => (OP_COMPARE, f64::from(Comparison::of(attrs).code())),
+        CompareScalar => (OP_COMPARE_SCALAR + Comparison::of(attrs).code(), attrs.float("value")),
+        Softmax | Cumsum | SoftmaxBackward | CausalMask | Matmul | Attention | AttentionBackward | MaskedAttention
+        | MaskedAttentionBackward | AttentionBiasBackward | DropoutAttention | DropoutAttentionBackward
+        | DropoutAttentionBiasBackward | Sum | Mean | Reshape | Detach | Transpose | Expand | Fill | Embedding
+        | EmbeddingBackward | EmbeddingBag | EmbeddingBagBackward | Gather | GatherBackward | LayerNorm
+        | LayerNormBackward | RmsNorm | RmsNormBackward | BatchNorm | BatchNormBackward | BatchNormStats | Conv2d
+        | Conv2dBackward | Conv3d | Conv3dBackward | MaxPool2d | MaxPool2dBackward | CrossEntropy
+        | CrossEntropyBackward | LinearCrossEntropy | Sgd | SgdMomentum | Adam | Adamw | Slice | Select
+        | SliceBackward | SliceScatter | Cat | Extern | ExternView | ExternBackward | Dropout | DropoutBackward
+        | Random | ConvTranspose2d | ConvTranspose2dBackward | AdaptiveAvgPool2d | AdaptiveAvgPool2dBackward
+        | UpsampleNearest2d | UpsampleNearest2dBackward | BceWithLogits | BceWithLogitsBackward | Argmax
+        | UpsampleBilinear2d | UpsampleBilinear2dBackward | GridSample | GridSampleBackward | Topk | ScatterAdd
+        | Fused => return None,
     })
 }
 

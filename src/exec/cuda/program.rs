@@ -289,6 +289,7 @@ mod tests {
                         .map(|a| match a {
                             Arg::Tensor(_) => Param::Tensor,
                             Arg::Geom(_) => Param::Geom,
+                            Arg::Fused(_) => Param::Fused,
                             Arg::Ptr(_) | Arg::Null => Param::Ptr,
                             Arg::I32(_) => Param::I32,
                             Arg::I64(_) => Param::I64,

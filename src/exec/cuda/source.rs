@@ -9,7 +9,7 @@
 //! text as host C++ and run it (`tests/cuda_emu`).
 
 use crate::exec::cuda::view::{self, dtype_code};
-use crate::ir::ops::OpKind;
+use crate::ir::ops::{self, OpKind};
 use crate::ir::types::DType;
 
 /// The kernel files, in program order.
@@ -106,6 +106,7 @@ pub const BCE_MEAN: &str = "bce_mean";
 pub const BCE_BACKWARD: &str = "bce_backward";
 pub const WHERE_SELECT: &str = "where_select";
 pub const MASKED_FILL: &str = "masked_fill";
+pub const FUSED: &str = "fused";
 
 /// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
 ///
@@ -113,7 +114,7 @@ pub const MASKED_FILL: &str = "masked_fill";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 69] = [
+pub const KERNELS: [&str; 70] = [
     BINARY,
     UNARY,
     FILL,
@@ -183,6 +184,7 @@ pub const KERNELS: [&str; 69] = [
     BCE_BACKWARD,
     WHERE_SELECT,
     MASKED_FILL,
+    FUSED,
 ];
 
 /// Declares the constants the program shares with the Rust side, and [`SHARED`]: their
@@ -235,6 +237,13 @@ shared! {
     OP_ERF: i32 = 44;
     /// `compare_scalar`: OP_COMPARE_SCALAR + the relation's code (50 lt to 55 ne), s the value.
     OP_COMPARE_SCALAR: i32 = 50;
+    /// `fused`'s three-operand element functions: `where` (a the condition), and
+    /// `masked_fill` (a = x, b = the mask, s the value).
+    OP_WHERE: i32 = 60;
+    OP_MASKED_FILL: i32 = 61;
+    // The limits of a fused op's program (`struct FusedCode`).
+    FUSED_MAX_OPS: usize = ops::FUSED_MAX_OPS;
+    FUSED_MAX_INPUTS: usize = ops::FUSED_MAX_INPUTS;
     // Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
     MODE_CONV_FWD: i32 = 0;
     MODE_CONV_BWD_DATA: i32 = 1;
@@ -361,6 +370,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         BceWithLogitsBackward => &[BCE_BACKWARD],
         Where => &[WHERE_SELECT],
         MaskedFill => &[MASKED_FILL],
+        Fused => &[FUSED],
     }
 }
 
@@ -369,6 +379,8 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
 pub enum Param {
     Tensor,
     Geom,
+    /// `FusedCode`.
+    Fused,
     /// `u64`: a device address.
     Ptr,
     /// `int`.
@@ -409,6 +421,7 @@ pub fn signature(name: &str) -> Option<Vec<Param>> {
             Some(match ty {
                 "Tensor" => Param::Tensor,
                 "Geom" => Param::Geom,
+                "FusedCode" => Param::Fused,
                 "u64" => Param::Ptr,
                 "int" => Param::I32,
                 "i64" => Param::I64,

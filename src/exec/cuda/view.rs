@@ -13,6 +13,7 @@
 //! have exactly the layout of `struct Tensor` and `struct Geom` in `kernels/common.cuh`
 //! (sizes are asserted on both sides).
 
+use crate::ir::ops::FUSED_MAX_OPS;
 use crate::ir::types::DType;
 
 /// The most dimensions a kernel's tensor may have (`MAX_RANK` in common.cuh).
@@ -250,6 +251,27 @@ pub struct Geom {
 
 const _: () = assert!(std::mem::size_of::<Geom>() == 64);
 
+/// `struct FusedCode` of common.cuh: a fused op's inner program, which the `fused` kernel
+/// runs per element. Inner op `j` applies the element function `op[j]` (an op code of
+/// `unary`/`binary`, or `OP_WHERE`, `OP_MASKED_FILL`) with scalar `s[j]` to its operands
+/// `a[j]`, `b[j]`, `c[j]` (`k < FUSED_MAX_INPUTS`: input `k`; `FUSED_MAX_INPUTS + i`: inner
+/// value `i`; -1: none) and rounds the result to the dtype code `dtype[j]`; the last value
+/// is the output. `inputs` inputs are read.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct FusedCode {
+    pub count: i32,
+    pub inputs: i32,
+    pub op: [i32; FUSED_MAX_OPS],
+    pub a: [i32; FUSED_MAX_OPS],
+    pub b: [i32; FUSED_MAX_OPS],
+    pub c: [i32; FUSED_MAX_OPS],
+    pub dtype: [i32; FUSED_MAX_OPS],
+    pub s: [f64; FUSED_MAX_OPS],
+}
+
+const _: () = assert!(std::mem::size_of::<FusedCode>() == 456);
+
 /// One kernel argument, in the order of the kernel's parameters.
 #[derive(Clone, PartialEq, Debug)]
 pub enum Arg {
@@ -265,12 +287,14 @@ pub enum Arg {
     F64(f64),
     /// `Geom` (by value).
     Geom(Geom),
+    /// `FusedCode` (by value).
+    Fused(Box<FusedCode>),
     /// `u64` 0: no scratch (a kernel that may write partial sums writes its result).
     Null,
 }
 
 /// An argument with its addresses resolved: the bytes a kernel parameter receives.
-#[derive(Clone, Copy, PartialEq, Debug)]
+#[derive(Clone, PartialEq, Debug)]
 pub enum ResolvedArg {
     Tensor(DeviceTensor),
     U64(u64),
@@ -278,6 +302,7 @@ pub enum ResolvedArg {
     I64(i64),
     F64(f64),
     Geom(Geom),
+    Fused(Box<FusedCode>),
 }
 
 impl ResolvedArg {
@@ -291,6 +316,7 @@ impl ResolvedArg {
             ResolvedArg::I64(x) => x as *const i64 as *mut _,
             ResolvedArg::F64(x) => x as *const f64 as *mut _,
             ResolvedArg::Geom(g) => g as *const Geom as *mut _,
+            ResolvedArg::Fused(code) => code.as_ref() as *const FusedCode as *mut _,
         }
     }
 }
@@ -319,6 +345,7 @@ impl Launch {
                     Arg::I64(x) => ResolvedArg::I64(*x),
                     Arg::F64(x) => ResolvedArg::F64(*x),
                     Arg::Geom(g) => ResolvedArg::Geom(*g),
+                    Arg::Fused(code) => ResolvedArg::Fused(code.clone()),
                     Arg::Null => ResolvedArg::U64(0),
                 })
             })

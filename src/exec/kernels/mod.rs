@@ -30,6 +30,7 @@ mod attention;
 mod conv;
 mod dropout;
 mod elementwise;
+mod fused;
 mod linalg;
 mod nn;
 mod optim;
@@ -39,7 +40,7 @@ mod shape;
 pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, GridSampleAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, FusedBody, GridSampleAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
 use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
@@ -212,6 +213,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
             let (relation, value) = (Comparison::of(attrs), attrs.float("value"));
             vec![elementwise::unary(&x[0], |a| f64::from(u8::from(relation.holds(a, value))))]
         }
+        OpKind::Fused => vec![fused::fused(&FusedBody::of(attrs), x, &outputs[0])?],
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.
@@ -246,6 +248,11 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
         if input.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(input.data.len()) {
             return bad(format!("input {name} has {} numbers for shape {:?}", input.data.len(), input.shape));
         }
+    }
+    if kind == OpKind::Fused {
+        // Its inputs' dtypes are its own (a cast's input is any): each inner op is checked
+        // when it runs, and the body's shape against the output's.
+        return Ok(());
     }
     let dtype = outputs[0].dtype;
     let types: Vec<TensorType> = inputs

@@ -21,159 +21,188 @@ const APPROXIMATE: AttrSpec = attr("approximate", K::Bool, Some(AttrDefault::Boo
 pub(super) const ADD: OpDef = OpDef::new("add", &["a", "b"], &["out"], infer_binary, "a + b, numpy broadcasting")
     .flops(per_output::<1>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const SUB: OpDef = OpDef::new("sub", &["a", "b"], &["out"], infer_binary, "a - b, numpy broadcasting")
     .flops(per_output::<1>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const MUL: OpDef = OpDef::new("mul", &["a", "b"], &["out"], infer_binary, "a * b, numpy broadcasting")
     .flops(per_output::<1>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const DIV: OpDef = OpDef::new("div", &["a", "b"], &["out"], infer_binary, "a / b, numpy broadcasting")
     .flops(per_output::<1>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const ADD_SCALAR: OpDef = OpDef::new("add_scalar", &["x"], &["out"], infer_scalar_op, "x + value")
     .attrs(&[attr("value", K::Float, None)])
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const MUL_SCALAR: OpDef = OpDef::new("mul_scalar", &["x"], &["out"], infer_scalar_op, "x * value")
     .attrs(&[attr("value", K::Float, None)])
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const POW_SCALAR: OpDef = OpDef::new("pow_scalar", &["x"], &["y"], infer_pow_scalar, "x ** exponent")
     .attrs(&[attr("exponent", K::Float, None)])
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const NEG: OpDef = OpDef::new("neg", &["x"], &["y"], infer_unary_numeric, "-x")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const EXP: OpDef = OpDef::new("exp", &["x"], &["y"], infer_unary_float, "e ** x")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const SIN: OpDef = OpDef::new("sin", &["x"], &["y"], infer_unary_float, "the sine of x (radians)")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const ERF: OpDef = OpDef::new("erf", &["x"], &["y"], infer_unary_float, "the error function of x, 2/√π ∫₀ˣ exp(−t²) dt")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const COS: OpDef = OpDef::new("cos", &["x"], &["y"], infer_unary_float, "the cosine of x (radians)")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const LOG: OpDef = OpDef::new("log", &["x"], &["y"], infer_unary_float, "the natural logarithm of x")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const SQRT: OpDef = OpDef::new("sqrt", &["x"], &["y"], infer_unary_float, "the square root of x")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const RSQRT: OpDef = OpDef::new("rsqrt", &["x"], &["y"], infer_unary_float, "1 / sqrt(x)")
     .flops(per_output::<2>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const RELU: OpDef = OpDef::new("relu", &["x"], &["out"], infer_unary_float, "max(x, 0)")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const RELU_BACKWARD: OpDef = OpDef::new("relu_backward", &["dy", "y"], &["dx"], infer_unary_backward_y, "dy where relu's output y > 0, else 0")
     .backward()
     .flops(per_output::<1>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const GELU: OpDef = OpDef::new("gelu", &["x"], &["out"], infer_unary_float, "GELU: the tanh approximation, or exact (erf) with approximate=false")
     .attrs(&[APPROXIMATE])
     .flops(per_output::<8>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const GELU_BACKWARD: OpDef = OpDef::new("gelu_backward", &["dy", "x"], &["dx"], infer_unary_backward_x, "dy * gelu'(x), x being gelu's input")
     .attrs(&[APPROXIMATE])
     .backward()
     .flops(per_output::<12>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const SILU: OpDef = OpDef::new("silu", &["x"], &["out"], infer_unary_float, "SiLU (swish): x * sigmoid(x)")
     .flops(per_output::<5>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const SILU_BACKWARD: OpDef = OpDef::new("silu_backward", &["dy", "x"], &["dx"], infer_unary_backward_x, "dy * s * (1 + x * (1 - s)), s = sigmoid(x), x being silu's input")
     .backward()
     .flops(per_output::<9>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const SIGMOID: OpDef = OpDef::new("sigmoid", &["x"], &["y"], infer_unary_float, "1 / (1 + exp(-x))")
     .flops(per_output::<4>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const SIGMOID_BACKWARD: OpDef = OpDef::new("sigmoid_backward", &["dy", "y"], &["dx"], infer_unary_backward_y, "dy * y * (1 - y), y being sigmoid's output")
     .backward()
     .flops(per_output::<3>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const TANH: OpDef = OpDef::new("tanh", &["x"], &["y"], infer_unary_float, "the hyperbolic tangent of x")
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const TANH_BACKWARD: OpDef = OpDef::new("tanh_backward", &["dy", "y"], &["dx"], infer_unary_backward_y, "dy * (1 - y * y), y being tanh's output")
     .backward()
     .flops(per_output::<3>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const HARDSWISH: OpDef = OpDef::new("hardswish", &["x"], &["out"], infer_unary_float, "x * min(max(x + 3, 0), 6) / 6")
     .flops(per_output::<5>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const HARDSWISH_BACKWARD: OpDef = OpDef::new("hardswish_backward", &["dy", "x"], &["dx"], infer_unary_backward_x, "dy * hardswish'(x): 0 below -3, (2x + 3) / 6 up to 3, 1 above")
     .backward()
     .flops(per_output::<4>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const HARDSIGMOID: OpDef = OpDef::new("hardsigmoid", &["x"], &["out"], infer_unary_float, "min(max(x + 3, 0), 6) / 6")
     .flops(per_output::<4>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const HARDSIGMOID_BACKWARD: OpDef = OpDef::new("hardsigmoid_backward", &["dy", "x"], &["dx"], infer_unary_backward_x, "dy * hardsigmoid'(x): dy / 6 strictly between -3 and 3, else 0")
     .backward()
     .flops(per_output::<3>)
     .inplace(&[(0, 0), (0, 1)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 pub(super) const CAUSAL_MASK: OpDef = OpDef::new("causal_mask", &["x"], &["out"], infer_causal_mask, "x with entries [..., i, j] for j > i set to value")
     .attrs(&[attr("value", K::Float, Some(AttrDefault::Float(f64::NEG_INFINITY)))])
@@ -181,11 +210,13 @@ pub(super) const CAUSAL_MASK: OpDef = OpDef::new("causal_mask", &["x"], &["out"]
     .inplace(&[(0, 0)]);
 
 pub(super) const CONTIGUOUS: OpDef = OpDef::new("contiguous", &["x"], &["out"], infer_contiguous, "a dense row-major copy of x")
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const CAST: OpDef = OpDef::new("cast", &["x"], &["out"], infer_cast, "x converted to dtype `to`")
     .attrs(&[attr("to", K::DType, None)])
-    .pointwise(&[0]);
+    .pointwise(&[0])
+    .elementwise();
 
 pub(super) const FILL: OpDef = OpDef::new("fill", &[], &["out"], infer_fill, "a new tensor whose element i (row-major) is value + i·step: a constant, or arange")
     .attrs(&[attr("shape", K::Ints, None), attr("dtype", K::DType, None), attr("value", K::Float, Some(AttrDefault::Float(0.0))), attr("step", K::Float, Some(AttrDefault::Float(0.0)))]);
@@ -193,24 +224,28 @@ pub(super) const FILL: OpDef = OpDef::new("fill", &[], &["out"], infer_fill, "a 
 pub(super) const WHERE: OpDef = OpDef::new("where", &["cond", "a", "b"], &["out"], infer_where, "a where cond else b, numpy broadcasting of all three")
     .flops(per_output::<1>)
     .inplace(&[(0, 1), (0, 2)])
-    .pointwise(&[0, 1, 2]);
+    .pointwise(&[0, 1, 2])
+    .elementwise();
 
 pub(super) const COMPARE: OpDef = OpDef::new("compare", &["a", "b"], &["out"], infer_compare, "a op b (op: lt, le, gt, ge, eq or ne) as a bool tensor, numpy broadcasting; a and b of one dtype")
     .attrs(&[attr("op", K::Str, None)])
     .flops(per_output::<1>)
     // A bool result: no gradient flows through a comparison.
-    .stops_gradient();
+    .stops_gradient()
+    .elementwise();
 
 pub(super) const COMPARE_SCALAR: OpDef = OpDef::new("compare_scalar", &["x"], &["out"], infer_compare_scalar, "x op value (op: lt, le, gt, ge, eq or ne) as a bool tensor of x's shape")
     .attrs(&[attr("value", K::Float, None), attr("op", K::Str, None)])
     .flops(per_output::<1>)
-    .stops_gradient();
+    .stops_gradient()
+    .elementwise();
 
 pub(super) const MASKED_FILL: OpDef = OpDef::new("masked_fill", &["x", "mask"], &["out"], infer_masked_fill, "x with value where mask (broadcast to x's shape) is true")
     .attrs(&[attr("value", K::Float, None)])
     .flops(per_output::<1>)
     .inplace(&[(0, 0)])
-    .pointwise(&[0, 1]);
+    .pointwise(&[0, 1])
+    .elementwise();
 
 /// The relation `compare` and `compare_scalar` test, their `op` attribute (`op="lt"`),
 /// decoded once for every layer that reads it.

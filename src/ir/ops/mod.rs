@@ -38,6 +38,11 @@ impl OpKind {
     }
 }
 
+/// The row of the op spelled `name`, if any.
+pub fn def_named(name: &str) -> Option<&'static OpDef> {
+    OpKind::from_name(name).map(OpKind::def)
+}
+
 impl OpKind {
     /// This op's row.
     pub fn def(self) -> &'static OpDef {
@@ -343,6 +348,15 @@ pub struct OpDef {
     /// `(output, input)` pairs: the op may write that output over that input's bytes when
     /// the input dies at this op and both have the same dtype and size.
     pub inplace: &'static [(usize, usize)],
+    /// A variadic op whose output 0 may be written over any input of its dtype and size
+    /// (`fused`: it reads an input of the output's size element for element), beside the
+    /// `inplace` pairs. [`OpDef::inplace_pairs`] gives both for an op's input count.
+    pub inplace_over_any_input: bool,
+    /// Output element `i` is a function of the inputs' elements at `i` (the inputs
+    /// broadcast numpy's way to the output's shape) and the attributes alone, computed the
+    /// same way wherever it runs: no randomness, no position, no other element. Such an op
+    /// may be an inner op of a `fused` op (`fused.rs`, the fusion pass).
+    pub elementwise: bool,
     /// The inputs read element by element: where each of them has the outputs' shape (no
     /// broadcasting; every output has one shape), output element `i` depends only on their
     /// elements `i` (and on the other inputs, whole, such as an optimizer's step count), so
@@ -452,6 +466,8 @@ impl OpDef {
             flops: no_flops,
             view: None,
             inplace: &[],
+            inplace_over_any_input: false,
+            elementwise: false,
             pointwise: &[],
             indices: &[],
             init: &[],
@@ -497,6 +513,14 @@ impl OpDef {
         OpDef { inplace, ..self }
     }
 
+    pub(crate) const fn inplace_over_any_input(self) -> OpDef {
+        OpDef { inplace_over_any_input: true, ..self }
+    }
+
+    pub(crate) const fn elementwise(self) -> OpDef {
+        OpDef { elementwise: true, ..self }
+    }
+
     pub(crate) const fn pointwise(self, pointwise: &'static [usize]) -> OpDef {
         OpDef { pointwise, ..self }
     }
@@ -523,6 +547,16 @@ impl OpDef {
 
     pub(crate) const fn stops_gradient(self) -> OpDef {
         OpDef { stops_gradient: true, ..self }
+    }
+
+    /// The `(output, input)` pairs an op of this row with `inputs` inputs may write in
+    /// place (see [`OpDef::inplace`], [`OpDef::inplace_over_any_input`]).
+    pub fn inplace_pairs(&self, inputs: usize) -> std::borrow::Cow<'static, [(usize, usize)]> {
+        if self.inplace_over_any_input {
+            std::borrow::Cow::Owned(self.inplace.iter().copied().chain((0..inputs).map(|k| (0, k))).collect())
+        } else {
+            std::borrow::Cow::Borrowed(self.inplace)
+        }
     }
 
     /// The input output 0 is a view of, if it is a view.
@@ -596,6 +630,7 @@ mod conv;
 mod dropout;
 mod elementwise;
 mod r#extern;
+mod fused;
 mod linalg;
 mod nn;
 mod optim;
@@ -609,6 +644,7 @@ mod tests;
 pub use attention::AttentionAttrs;
 pub use conv::{Conv3dAttrs, ConvAttrs};
 pub use elementwise::Comparison;
+pub use fused::{FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, Operand, inner_shape};
 pub use resample::GridSampleAttrs;
 pub use linalg::MatmulAttrs;
 pub use nn::{CrossEntropyAttrs, LINEAR_CROSS_ENTROPY_CHUNK_BYTES, LinearCrossEntropyWorkspace, PoolAttrs, linear_cross_entropy_rows};

@@ -3,7 +3,7 @@
 //! so `OPS[kind as usize]` is the kind's row, and binds each row to its kind (`of_kind`).
 //! Adding an op is one line here and a row in its family.
 
-use super::{OpDef, attention, conv, dropout, elementwise, linalg, nn, optim, r#extern, resample, shape};
+use super::{OpDef, attention, conv, dropout, elementwise, fused, linalg, nn, optim, r#extern, resample, shape};
 
 /// Declares [`OpKind`] and [`OPS`] from `Variant = family::ROW` lines, in one order.
 macro_rules! op_table {
@@ -148,4 +148,6 @@ op_table! {
     Erf = elementwise::ERF,
     // Additions at indexed positions (scatter_add, index_add, index_put accumulating).
     ScatterAdd = nn::SCATTER_ADD,
+    // Elementwise ops run as one, their inner values never stored (the fusion pass).
+    Fused = fused::FUSED,
 }

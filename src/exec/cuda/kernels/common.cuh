@@ -41,8 +41,24 @@ struct Geom {
     int n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw, pad;
 };
 
+// A fused op's inner program (elementwise.cu's `fused`): op j applies element function
+// op[j] with scalar s[j] to operands a[j], b[j], c[j] (k < FUSED_MAX_INPUTS: input k;
+// FUSED_MAX_INPUTS + i: inner value i; -1: none) and rounds to dtype code dtype[j]. Layout =
+// view.rs FusedCode.
+struct FusedCode {
+    int count;
+    int inputs;
+    int op[FUSED_MAX_OPS];
+    int a[FUSED_MAX_OPS];
+    int b[FUSED_MAX_OPS];
+    int c[FUSED_MAX_OPS];
+    int dtype[FUSED_MAX_OPS];
+    double s[FUSED_MAX_OPS];
+};
+
 static_assert(sizeof(Tensor) == 160, "struct Tensor must match DeviceTensor");
 static_assert(sizeof(Geom) == 64, "struct Geom must match view.rs Geom");
+static_assert(sizeof(FusedCode) == 456, "struct FusedCode must match view.rs FusedCode");
 
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 
@@ -191,6 +207,18 @@ __device__ __forceinline__ void store_at_f(const Tensor& t, i64 o, float v) {
         case DT_F16: ((unsigned short*)t.ptr)[o] = float_to_f16(v); break;
         case DT_BF16: ((unsigned short*)t.ptr)[o] = float_to_bf16(v); break;
         default: store_at_d(t, o, (double)v); break;
+    }
+}
+
+// v as a tensor of dtype code `dtype` would hold it: store_at_d, then load_at_d.
+__device__ __forceinline__ double round_to(int dtype, double v) {
+    switch (dtype) {
+        case DT_F32: return (double)(float)v;
+        case DT_F16: return (double)f16_to_float(float_to_f16((float)v));
+        case DT_BF16: return (double)bf16_to_float(float_to_bf16((float)v));
+        case DT_I32: return (double)rust_as_i32(v);
+        case DT_I64: return (double)rust_as_i64(v);
+        default: return v != 0.0 ? 1.0 : 0.0;
     }
 }
 

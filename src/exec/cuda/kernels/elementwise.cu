@@ -68,87 +68,146 @@ __device__ __forceinline__ float hardswish_grad(float dy, float x) {
     return dy;
 }
 
-// out = a op b. OP_ADD/SUB/MUL/DIV on any numeric dtype; the activations' gradients with
+// a op b. OP_ADD/SUB/MUL/DIV on any numeric dtype; the activations' gradients with
 // a = dy and b = the forward's output y (OP_RELU_BACKWARD, OP_SIGMOID_BACKWARD,
 // OP_TANH_BACKWARD) or input x (OP_GELU_BACKWARD, OP_GELU_EXACT_BACKWARD, OP_SILU_BACKWARD,
-// OP_HARDSWISH_BACKWARD, OP_HARDSIGMOID_BACKWARD); OP_SGD (a = p, b = g, s = lr).
-extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double s) {
-    GRID_STRIDE(i, out.numel) {
-        switch (op) {
-            case OP_RELU_BACKWARD: store_f(out, i, load_f(b, i) > 0.0f ? load_f(a, i) : 0.0f); break;
-            case OP_GELU_BACKWARD: store_f(out, i, load_f(a, i) * gelu_grad_f(load_f(b, i))); break;
-            case OP_GELU_EXACT_BACKWARD: store_f(out, i, load_f(a, i) * gelu_exact_grad_f(load_f(b, i))); break;
-            case OP_SILU_BACKWARD: {
-                const float x = load_f(b, i), sg = sigmoid_f(x);
-                store_f(out, i, load_f(a, i) * sg * (1.0f + x * (1.0f - sg)));
-                break;
-            }
-            case OP_SIGMOID_BACKWARD: {
-                const float y = load_f(b, i);
-                store_f(out, i, load_f(a, i) * (1.0f - y) * y);
-                break;
-            }
-            case OP_TANH_BACKWARD: {
-                const float y = load_f(b, i);
-                store_f(out, i, load_f(a, i) * (1.0f - y * y));
-                break;
-            }
-            case OP_HARDSWISH_BACKWARD: store_f(out, i, hardswish_grad(load_f(a, i), load_f(b, i))); break;
-            case OP_HARDSIGMOID_BACKWARD: store_f(out, i, hardsigmoid_grad(load_f(a, i), load_f(b, i))); break;
-            case OP_COMPARE: store_d(out, i, compare_d((int)s, load_d(a, i), load_d(b, i)) ? 1.0 : 0.0); break;
-            case OP_SGD: store_d(out, i, load_d(a, i) - s * load_d(b, i)); break;
-            case OP_ADD: store_d(out, i, load_d(a, i) + load_d(b, i)); break;
-            case OP_SUB: store_d(out, i, load_d(a, i) - load_d(b, i)); break;
-            case OP_MUL: store_d(out, i, load_d(a, i) * load_d(b, i)); break;
-            default: store_d(out, i, load_d(a, i) / load_d(b, i)); break;
+// OP_HARDSWISH_BACKWARD, OP_HARDSIGMOID_BACKWARD); OP_SGD (a = p, b = g, s = lr). The
+// activations' gradients compute in float (their operands as float, exact for float
+// tensors), the rest in double.
+__device__ __forceinline__ double binary_op(int op, double a, double b, double s) {
+    switch (op) {
+        case OP_RELU_BACKWARD: return (float)b > 0.0f ? (double)(float)a : 0.0;
+        case OP_GELU_BACKWARD: return (double)((float)a * gelu_grad_f((float)b));
+        case OP_GELU_EXACT_BACKWARD: return (double)((float)a * gelu_exact_grad_f((float)b));
+        case OP_SILU_BACKWARD: {
+            const float x = (float)b, sg = sigmoid_f(x);
+            return (double)((float)a * sg * (1.0f + x * (1.0f - sg)));
         }
+        case OP_SIGMOID_BACKWARD: {
+            const float y = (float)b;
+            return (double)((float)a * (1.0f - y) * y);
+        }
+        case OP_TANH_BACKWARD: {
+            const float y = (float)b;
+            return (double)((float)a * (1.0f - y * y));
+        }
+        case OP_HARDSWISH_BACKWARD: return (double)hardswish_grad((float)a, (float)b);
+        case OP_HARDSIGMOID_BACKWARD: return (double)hardsigmoid_grad((float)a, (float)b);
+        case OP_COMPARE: return compare_d((int)s, a, b) ? 1.0 : 0.0;
+        case OP_SGD: return a - s * b;
+        case OP_ADD: return a + b;
+        case OP_SUB: return a - b;
+        case OP_MUL: return a * b;
+        default: return a / b;
     }
 }
 
-// out = f(x). OP_ADD_SCALAR / OP_MUL_SCALAR (s = value), OP_POW_SCALAR (s = exponent),
-// OP_NEG, OP_SIN, OP_COS, OP_ERF, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, the activations OP_RELU, OP_GELU,
-// OP_GELU_EXACT, OP_SILU, OP_SIGMOID, OP_TANH, OP_HARDSWISH, OP_HARDSIGMOID, and OP_COPY
-// (contiguous, and cast: out's dtype differs, converted like the CPU reference).
-extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
-    GRID_STRIDE(i, out.numel) {
-        switch (op) {
-            case OP_ADD_SCALAR: store_d(out, i, load_d(x, i) + s); break;
-            case OP_COMPARE_SCALAR + 0:
-            case OP_COMPARE_SCALAR + 1:
-            case OP_COMPARE_SCALAR + 2:
-            case OP_COMPARE_SCALAR + 3:
-            case OP_COMPARE_SCALAR + 4:
-            case OP_COMPARE_SCALAR + 5:
-                store_d(out, i, compare_d(op - OP_COMPARE_SCALAR, load_d(x, i), s) ? 1.0 : 0.0);
-                break;
-            case OP_MUL_SCALAR: store_d(out, i, load_d(x, i) * s); break;
-            case OP_POW_SCALAR: store_d(out, i, pow(load_d(x, i), s)); break;
-            case OP_NEG: store_d(out, i, -load_d(x, i)); break;
-            case OP_EXP: store_d(out, i, exp(load_d(x, i))); break;
-            case OP_SIN: store_d(out, i, sin(load_d(x, i))); break;
-            case OP_COS: store_d(out, i, cos(load_d(x, i))); break;
-            case OP_ERF: store_d(out, i, erf(load_d(x, i))); break;
-            case OP_LOG: store_d(out, i, log(load_d(x, i))); break;
-            case OP_SQRT: store_d(out, i, sqrt(load_d(x, i))); break;
-            case OP_RSQRT: store_d(out, i, 1.0 / sqrt(load_d(x, i))); break;
-            case OP_GELU_EXACT: store_f(out, i, gelu_exact_f(load_f(x, i))); break;
-            case OP_SILU: {
-                const float v = load_f(x, i);
-                store_f(out, i, v / (1.0f + expf(-v)));
-                break;
-            }
-            case OP_SIGMOID: store_f(out, i, sigmoid_f(load_f(x, i))); break;
-            case OP_TANH: store_f(out, i, tanhf(load_f(x, i))); break;
-            case OP_HARDSWISH: store_f(out, i, hardswish_f(load_f(x, i))); break;
-            case OP_HARDSIGMOID: store_f(out, i, hardsigmoid_f(load_f(x, i))); break;
-            case OP_RELU: {
-                const float v = load_f(x, i);
-                store_f(out, i, v < 0.0f ? 0.0f : v);
-                break;
-            }
-            case OP_GELU: store_f(out, i, gelu_f(load_f(x, i))); break;
-            default: store_d(out, i, load_d(x, i)); break;
+// f(x). OP_ADD_SCALAR / OP_MUL_SCALAR (s = value), OP_POW_SCALAR (s = exponent),
+// OP_COMPARE_SCALAR + relation (s = value), OP_NEG, OP_SIN, OP_COS, OP_ERF, OP_EXP, OP_LOG,
+// OP_SQRT, OP_RSQRT in double; the activations OP_RELU, OP_GELU, OP_GELU_EXACT, OP_SILU,
+// OP_SIGMOID, OP_TANH, OP_HARDSWISH, OP_HARDSIGMOID in float; OP_COPY (contiguous, and cast:
+// the caller stores or rounds to the new dtype, like the CPU reference).
+__device__ __forceinline__ double unary_op(int op, double x, double s) {
+    switch (op) {
+        case OP_ADD_SCALAR: return x + s;
+        case OP_COMPARE_SCALAR + 0:
+        case OP_COMPARE_SCALAR + 1:
+        case OP_COMPARE_SCALAR + 2:
+        case OP_COMPARE_SCALAR + 3:
+        case OP_COMPARE_SCALAR + 4:
+        case OP_COMPARE_SCALAR + 5: return compare_d(op - OP_COMPARE_SCALAR, x, s) ? 1.0 : 0.0;
+        case OP_MUL_SCALAR: return x * s;
+        case OP_POW_SCALAR: return pow(x, s);
+        case OP_NEG: return -x;
+        case OP_EXP: return exp(x);
+        case OP_SIN: return sin(x);
+        case OP_COS: return cos(x);
+        case OP_ERF: return erf(x);
+        case OP_LOG: return log(x);
+        case OP_SQRT: return sqrt(x);
+        case OP_RSQRT: return 1.0 / sqrt(x);
+        case OP_GELU_EXACT: return (double)gelu_exact_f((float)x);
+        case OP_SILU: {
+            const float v = (float)x;
+            return (double)(v / (1.0f + expf(-v)));
         }
+        case OP_SIGMOID: return (double)sigmoid_f((float)x);
+        case OP_TANH: return (double)tanhf((float)x);
+        case OP_HARDSWISH: return (double)hardswish_f((float)x);
+        case OP_HARDSIGMOID: return (double)hardsigmoid_f((float)x);
+        case OP_RELU: {
+            const float v = (float)x;
+            return v < 0.0f ? 0.0 : (double)v;
+        }
+        case OP_GELU: return (double)gelu_f((float)x);
+        default: return x;
+    }
+}
+
+// out = a op b (binary_op), inputs broadcast to out's shape.
+extern "C" __global__ void binary(int op, Tensor out, Tensor a, Tensor b, double s) {
+    GRID_STRIDE(i, out.numel) { store_d(out, i, binary_op(op, load_d(a, i), load_d(b, i), s)); }
+}
+
+// out = f(x) (unary_op).
+extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
+    GRID_STRIDE(i, out.numel) { store_d(out, i, unary_op(op, load_d(x, i), s)); }
+}
+
+// One element function of a fused op: where (a the condition), masked_fill (a = x, b the
+// mask, s the value), binary_op's codes, else unary_op's.
+__device__ __forceinline__ double element_op(int op, double a, double b, double c, double s) {
+    switch (op) {
+        case OP_WHERE: return a != 0.0 ? b : c;
+        case OP_MASKED_FILL: return b != 0.0 ? s : a;
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_DIV:
+        case OP_SGD:
+        case OP_COMPARE:
+        case OP_RELU_BACKWARD:
+        case OP_GELU_BACKWARD:
+        case OP_GELU_EXACT_BACKWARD:
+        case OP_SILU_BACKWARD:
+        case OP_SIGMOID_BACKWARD:
+        case OP_TANH_BACKWARD:
+        case OP_HARDSWISH_BACKWARD:
+        case OP_HARDSIGMOID_BACKWARD: return binary_op(op, a, b, s);
+        default: return unary_op(op, a, s);
+    }
+}
+
+__device__ __forceinline__ double fused_operand(int which, const double* in, const double* t) {
+    if (which < 0) return 0.0;
+    return which < FUSED_MAX_INPUTS ? in[which] : t[which - FUSED_MAX_INPUTS];
+}
+
+// A fused op: per element, its inputs (views broadcast to out's shape; unused ones are never
+// read), then each inner op of `code` in order, each value rounded to its dtype as storing
+// it would round it, the last one stored. Inner values live in registers (or local memory),
+// never in the arena. In place over an input of out's shape is safe: a thread reads its
+// element's inputs before it writes.
+extern "C" __global__ void fused(FusedCode code, Tensor out, Tensor x0, Tensor x1, Tensor x2, Tensor x3, Tensor x4,
+                                 Tensor x5, Tensor x6, Tensor x7) {
+    GRID_STRIDE(i, out.numel) {
+        double in[FUSED_MAX_INPUTS];
+        in[0] = code.inputs > 0 ? load_d(x0, i) : 0.0;
+        in[1] = code.inputs > 1 ? load_d(x1, i) : 0.0;
+        in[2] = code.inputs > 2 ? load_d(x2, i) : 0.0;
+        in[3] = code.inputs > 3 ? load_d(x3, i) : 0.0;
+        in[4] = code.inputs > 4 ? load_d(x4, i) : 0.0;
+        in[5] = code.inputs > 5 ? load_d(x5, i) : 0.0;
+        in[6] = code.inputs > 6 ? load_d(x6, i) : 0.0;
+        in[7] = code.inputs > 7 ? load_d(x7, i) : 0.0;
+        double t[FUSED_MAX_OPS];
+        for (int j = 0; j < code.count; ++j) {
+            const double a = fused_operand(code.a[j], in, t);
+            const double b = fused_operand(code.b[j], in, t);
+            const double c = fused_operand(code.c[j], in, t);
+            t[j] = round_to(code.dtype[j], element_op(code.op[j], a, b, c, code.s[j]));
+        }
+        store_d(out, i, t[code.count - 1]);
     }
 }
 

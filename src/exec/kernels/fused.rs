@@ -1,0 +1,88 @@
+//! `fused`: the inner ops one after another on whole tensors, through [`eval`] (the same
+//! kernels as the unfused ops), each inner value rounded to its dtype as storing it would
+//! round it ([`stored`]), so a fused op gives the unfused ops' bits. The inner values live
+//! only while the op runs.
+
+use super::eval;
+use crate::exec::data::stored;
+use crate::exec::{Dense, ExecError};
+use crate::ir::ops::{FusedBody, Operand, inner_shape};
+use crate::ir::types::{Shape, TensorType};
+
+/// The fused op of `body` on `inputs`; its value of type `out`.
+pub(super) fn fused(body: &FusedBody, inputs: &[Dense], out: &TensorType) -> Result<Dense, ExecError> {
+    let bad = |message: String| ExecError::BadPlan(format!("fused: {message}"));
+    if body.inputs() != inputs.len() {
+        return Err(bad(format!("the body reads {} inputs, given {}", body.inputs(), inputs.len())));
+    }
+    let mut values: Vec<Dense> = Vec::with_capacity(body.ops.len());
+    for (j, op) in body.ops.iter().enumerate() {
+        let operands: Vec<Dense> = op
+            .operands
+            .iter()
+            .map(|&o| match o {
+                Operand::Input(k) => inputs[k].clone(),
+                Operand::Inner(i) => values[i].clone(),
+            })
+            .collect();
+        let shapes: Vec<Shape> = operands.iter().map(|d| Shape(d.shape.iter().map(|&n| n as u64).collect())).collect();
+        let shape = inner_shape(&shapes.iter().collect::<Vec<_>>()).map_err(|e| bad(format!("t{j}: {e}")))?;
+        let ty = TensorType { dtype: op.dtype, shape };
+        let mut value = eval(op.def.kind, &op.attrs, &operands, std::slice::from_ref(&ty))?.remove(0);
+        for x in &mut value.data {
+            *x = stored(op.dtype, *x);
+        }
+        values.push(value);
+    }
+    let value = values.pop().expect("a body has an op");
+    let dims: Vec<usize> = out.shape.dims().iter().map(|&d| d as usize).collect();
+    if value.shape != dims {
+        return Err(bad(format!("the body gives shape {:?}, the output is {}", value.shape, out)));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::ops::{Attr, Attrs, OpKind};
+    use crate::ir::types::DType;
+
+    fn dense(shape: &[usize], data: &[f64]) -> Dense {
+        Dense::new(shape.to_vec(), data.to_vec())
+    }
+
+    /// The fused op gives the unfused ops' numbers, each inner value rounded to its dtype
+    /// (here bf16, where leaving it unrounded would change the sum), broadcasting included.
+    #[test]
+    fn a_fused_op_rounds_each_inner_value_like_the_unfused_ops() {
+        let body = FusedBody::parse("t0: bf16 = cast(x0, to=bf16); t1: bf16 = add(t0, x1); t2: f32 = cast(t1, to=f32)").unwrap();
+        let x = dense(&[2, 3], &[1.001, 2.003, -3.0007, 100.3, 0.0, 7.77]);
+        let bias = dense(&[3], &[0.0039, 1.0, -0.5]);
+        let out = TensorType::new(DType::F32, vec![2, 3]);
+        let fused_out = fused(&body, &[x.clone(), bias.clone()], &out).unwrap();
+
+        let bf16 = |n: Vec<u64>| TensorType::new(DType::Bf16, n);
+        let round = |mut d: Dense, dtype: DType| {
+            d.data.iter_mut().for_each(|v| *v = stored(dtype, *v));
+            d
+        };
+        let cast = Attrs::for_op(OpKind::Cast, &[("to", Attr::DType(DType::Bf16))]).unwrap();
+        let t0 = round(eval(OpKind::Cast, &cast, std::slice::from_ref(&x), &[bf16(vec![2, 3])]).unwrap().remove(0), DType::Bf16);
+        let t1 = round(eval(OpKind::Add, &Attrs::default(), &[t0, bias.clone()], &[bf16(vec![2, 3])]).unwrap().remove(0), DType::Bf16);
+        assert_eq!(fused_out.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), t1.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        // Without the rounding of t0 the sums differ: the rounding is what makes it exact.
+        let unrounded: Vec<f64> = x.data.iter().enumerate().map(|(i, v)| stored(DType::Bf16, v + bias.data[i % 3])).collect();
+        assert_ne!(unrounded, fused_out.data);
+    }
+
+    #[test]
+    fn a_body_of_the_wrong_arity_or_shape_is_a_bad_plan() {
+        let body = FusedBody::parse("t0: f32 = add(x0, x1)").unwrap();
+        let out = TensorType::new(DType::F32, vec![2]);
+        let x = dense(&[2], &[1.0, 2.0]);
+        assert!(matches!(fused(&body, std::slice::from_ref(&x), &out), Err(ExecError::BadPlan(m)) if m.contains("reads 2 inputs, given 1")));
+        let wrong = TensorType::new(DType::F32, vec![3]);
+        assert!(matches!(fused(&body, &[x.clone(), x], &wrong), Err(ExecError::BadPlan(m)) if m.contains("the output is")));
+    }
+}

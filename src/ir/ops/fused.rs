@@ -1,0 +1,293 @@
+//! `fused`: a chain or tree of elementwise ops run as one op, whose inner values are never
+//! tensors in memory. The fusion pass (`passes/fuse.rs`) makes them from the step's
+//! elementwise ops (rows marked [`OpDef::elementwise`]); a step may also spell one out.
+//!
+//! The op's `body` attribute is its inner program, one inner op per item, `;` between
+//! items: `t0: f32 = cast(x0, to=f32); t1: f32 = mul(t0, x1); t2: bf16 = cast(t1, to=bf16)`.
+//! Item `j` defines the inner value `tj` (numbered in order) of the dtype written after the
+//! colon, by an elementwise op of the table on operands `xk` (the fused op's input `k`) or
+//! earlier `ti`, with the op's attributes written as in the IR (a string attribute as a bare
+//! word: `op=lt`). The last value is the output. Every input and every inner value but the
+//! last is read.
+//!
+//! Meaning: exactly the unfused ops, each inner value rounded to its dtype as a tensor of
+//! that dtype would be stored, so executors compute the same numbers as the ops one by one
+//! (the CPU reference bit for bit). Shapes broadcast as the inner ops' own rules say; an
+//! input of the output's shape is read element for element, so the output may be written
+//! over it (in-place). The type rule checks every inner op with its own row's rule and the
+//! written dtypes against them; FLOPs are the inner ops' FLOPs.
+//!
+//! Limits ([`FUSED_MAX_OPS`], [`FUSED_MAX_INPUTS`]) keep a fused op one GPU kernel launch
+//! whose program travels in its arguments.
+
+use std::fmt;
+
+use super::rules::*;
+use super::{Attr, AttrKind, Attrs, OpDef, attr, def_named};
+use crate::ir::types::{DType, Shape, TensorType};
+
+/// The most inner ops of one fused op.
+pub const FUSED_MAX_OPS: usize = 16;
+
+/// The most inputs of one fused op.
+pub const FUSED_MAX_INPUTS: usize = 8;
+
+pub(super) const FUSED: OpDef = OpDef::new("fused", &["xs..."], &["out"], infer_fused, "elementwise ops run as one (body: `t0: f32 = mul(x0, x1); t1: f32 = relu(t0)`), their inner values never stored")
+    .attrs(&[attr("body", AttrKind::Str, None)])
+    .flops(fused_flops)
+    .inplace_over_any_input();
+
+/// What an inner op reads.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Operand {
+    /// The fused op's input `k` (`xk`).
+    Input(usize),
+    /// An earlier inner value (`tj`).
+    Inner(usize),
+}
+
+impl fmt::Display for Operand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Operand::Input(k) => write!(f, "x{k}"),
+            Operand::Inner(j) => write!(f, "t{j}"),
+        }
+    }
+}
+
+/// One inner op: an elementwise op of the table (its row), what it reads, its attributes
+/// (every one of its row, defaults filled in) and the dtype of its value.
+#[derive(Clone, Debug)]
+pub struct InnerOp {
+    pub def: &'static OpDef,
+    pub operands: Vec<Operand>,
+    pub attrs: Attrs,
+    pub dtype: DType,
+}
+
+/// A fused op's `body`, decoded (see the module doc).
+#[derive(Clone, Debug, Default)]
+pub struct FusedBody {
+    pub ops: Vec<InnerOp>,
+}
+
+impl FusedBody {
+    /// The body of a fused op the verifier accepted (its type rule decoded it).
+    pub fn of(attrs: &Attrs) -> FusedBody {
+        FusedBody::parse(attrs.str("body")).expect("the type rule accepts only bodies that parse")
+    }
+
+    /// Decodes `text`; an error says what is wrong and where (the item's number).
+    pub fn parse(text: &str) -> Result<FusedBody, String> {
+        let mut ops = Vec::new();
+        for (j, item) in text.split(';').enumerate() {
+            let item = item.trim();
+            if item.is_empty() && j > 0 && text.trim_end().ends_with(';') {
+                continue;
+            }
+            ops.push(parse_item(item, j).map_err(|e| format!("body item {j} (`{item}`): {e}"))?);
+        }
+        Ok(FusedBody { ops })
+    }
+
+    /// How many inputs the body reads: one more than the largest `xk`.
+    pub fn inputs(&self) -> usize {
+        let inputs = self.ops.iter().flat_map(|op| &op.operands);
+        inputs.filter_map(|o| if let Operand::Input(k) = o { Some(k + 1) } else { None }).max().unwrap_or(0)
+    }
+
+    /// The type of every inner value for inputs of types `inputs`, each from its row's
+    /// type rule, checked against the dtype written for it and the body's rules (see the
+    /// module doc).
+    pub fn types(&self, inputs: &[&TensorType]) -> Result<Vec<TensorType>, String> {
+        if self.ops.is_empty() || self.ops.len() > FUSED_MAX_OPS {
+            return Err(format!("a fused body has 1 to {FUSED_MAX_OPS} ops, found {}", self.ops.len()));
+        }
+        if inputs.len() > FUSED_MAX_INPUTS {
+            return Err(format!("a fused op has at most {FUSED_MAX_INPUTS} inputs, found {}", inputs.len()));
+        }
+        let mut read_inputs = vec![false; inputs.len()];
+        let mut read_inner = vec![false; self.ops.len()];
+        let mut types: Vec<TensorType> = Vec::with_capacity(self.ops.len());
+        for (j, op) in self.ops.iter().enumerate() {
+            let mut operand_types = Vec::with_capacity(op.operands.len());
+            for &operand in &op.operands {
+                operand_types.push(match operand {
+                    Operand::Input(k) if k < inputs.len() => {
+                        read_inputs[k] = true;
+                        inputs[k]
+                    }
+                    Operand::Input(k) => return Err(format!("t{j} reads x{k}, but the op has {} inputs", inputs.len())),
+                    Operand::Inner(i) => {
+                        read_inner[i] = true;
+                        &types[i]
+                    }
+                });
+            }
+            let ty = (op.def.infer)(&operand_types, &op.attrs).map_err(|e| format!("t{j} = {}: {e}", op.def.name))?;
+            let [ty] = <[TensorType; 1]>::try_from(ty).map_err(|_| format!("t{j}: {} has more than one output", op.def.name))?;
+            if ty.dtype != op.dtype {
+                return Err(format!("t{j} is written {}, but {} gives {}", op.dtype, op.def.name, ty.dtype));
+            }
+            types.push(ty);
+        }
+        if let Some(k) = read_inputs.iter().position(|read| !read) {
+            return Err(format!("input x{k} is never read"));
+        }
+        if let Some(j) = read_inner[..self.ops.len() - 1].iter().position(|read| !read) {
+            return Err(format!("t{j} is never read (only the last value is the output)"));
+        }
+        Ok(types)
+    }
+}
+
+impl fmt::Display for FusedBody {
+    /// The canonical text (what [`FusedBody::parse`] reads): attributes at their defaults
+    /// left out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (j, op) in self.ops.iter().enumerate() {
+            if j > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "t{j}: {} = {}(", op.dtype, op.def.name)?;
+            let mut parts: Vec<String> = op.operands.iter().map(Operand::to_string).collect();
+            let defaults = Attrs::for_op(op.def.kind, &[]).ok();
+            for (name, value) in &op.attrs.0 {
+                if defaults.as_ref().and_then(|d| d.get(name)) == Some(value) {
+                    continue;
+                }
+                let shown = match value {
+                    Attr::Str(word) => word.clone(),
+                    other => other.to_string(),
+                };
+                parts.push(format!("{name}={shown}"));
+            }
+            write!(f, "{})", parts.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// `tj: dtype = op(operands, name=value, ...)`.
+fn parse_item(item: &str, j: usize) -> Result<InnerOp, String> {
+    let (name, rest) = item.split_once(':').ok_or("expected `tN: dtype = op(...)`")?;
+    if name.trim() != format!("t{j}") {
+        return Err(format!("expected the value t{j} here, found `{}`", name.trim()));
+    }
+    let (dtype, call) = rest.split_once('=').ok_or("expected `= op(...)` after the dtype")?;
+    let dtype = DType::from_name(dtype.trim()).ok_or_else(|| format!("`{}` is not a dtype (f32, f16, bf16, i32, i64, bool)", dtype.trim()))?;
+    let call = call.trim();
+    let (op_name, args) = call.split_once('(').ok_or("expected `op(...)`")?;
+    let args = args.strip_suffix(')').ok_or("expected `)` at the end")?;
+    let def = def_named(op_name.trim()).ok_or_else(|| format!("`{}` is not an op", op_name.trim()))?;
+    let kind = def.name;
+    if !def.elementwise {
+        return Err(format!("{kind} is not an elementwise op, so it cannot be fused"));
+    }
+    let mut operands = Vec::new();
+    let mut given: Vec<(&str, Attr)> = Vec::new();
+    for arg in split_top_level(args) {
+        let arg = arg.trim();
+        if arg.is_empty() {
+            return Err("an empty argument".to_string());
+        }
+        match arg.split_once('=') {
+            None if !given.is_empty() => return Err(format!("operand {arg} after an attribute")),
+            None => operands.push(parse_operand(arg, j)?),
+            Some((attr_name, value)) => {
+                let attr_name = attr_name.trim();
+                let spec = def.attrs.iter().find(|s| s.name == attr_name).ok_or_else(|| format!("{kind} has no attribute {attr_name}"))?;
+                given.push((spec.name, parse_value(value.trim(), spec.kind).map_err(|e| format!("{attr_name}: {e}"))?));
+            }
+        }
+    }
+    if !def.takes_inputs(operands.len()) || def.is_variadic() {
+        return Err(format!("{kind} takes {} operands, found {}", def.inputs.len(), operands.len()));
+    }
+    let attrs = Attrs::for_op(def.kind, &given)?;
+    Ok(InnerOp { def, operands, attrs, dtype })
+}
+
+fn parse_operand(text: &str, j: usize) -> Result<Operand, String> {
+    let index = |digits: &str| digits.parse::<usize>().ok().filter(|_| digits.bytes().all(|b| b.is_ascii_digit()));
+    match (text.strip_prefix('x').and_then(index), text.strip_prefix('t').and_then(index)) {
+        (Some(k), _) => Ok(Operand::Input(k)),
+        (_, Some(i)) if i < j => Ok(Operand::Inner(i)),
+        (_, Some(i)) => Err(format!("t{i} is read before it is defined")),
+        _ => Err(format!("`{text}` is not an operand (xN: an input, tN: an earlier value)")),
+    }
+}
+
+/// `text` split at commas outside brackets.
+fn split_top_level(text: &str) -> Vec<&str> {
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+fn parse_value(text: &str, kind: AttrKind) -> Result<Attr, String> {
+    let bad = || format!("`{text}` is not {}", kind.describe());
+    Ok(match kind {
+        AttrKind::Int => Attr::Int(text.parse().map_err(|_| bad())?),
+        AttrKind::Float => Attr::Float(text.parse().map_err(|_| bad())?),
+        AttrKind::Bool => Attr::Bool(text.parse().map_err(|_| bad())?),
+        AttrKind::DType => Attr::DType(DType::from_name(text).ok_or_else(bad)?),
+        AttrKind::Ints => {
+            let inner = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')).ok_or_else(bad)?;
+            let items = split_top_level(inner);
+            Attr::Ints(items.iter().map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_, _>>()?)
+        }
+        AttrKind::Str if !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => Attr::Str(text.to_string()),
+        AttrKind::Str => return Err(bad()),
+    })
+}
+
+/// The output's type: the last inner value's, once the body checks (see [`FusedBody::types`]).
+fn infer_fused(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let body = FusedBody::parse(attrs.str("body"))?;
+    let mut types = body.types(inputs)?;
+    done(vec![types.pop().expect("a body has an op")])
+}
+
+/// The inner ops' FLOPs.
+fn fused_flops(inputs: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
+    let Ok(body) = FusedBody::parse(attrs.str("body")) else { return 0 };
+    let Ok(types) = body.types(inputs) else { return 0 };
+    let mut flops = 0u64;
+    for (op, ty) in body.ops.iter().zip(&types) {
+        let operands: Vec<&TensorType> = op
+            .operands
+            .iter()
+            .map(|&o| match o {
+                Operand::Input(k) => inputs[k],
+                Operand::Inner(i) => &types[i],
+            })
+            .collect();
+        flops = flops.saturating_add((op.def.flops)(&operands, &[ty], &op.attrs));
+    }
+    flops
+}
+
+/// The shape of an inner value from its operands' shapes: their numpy broadcast (every
+/// elementwise row's output shape; masked_fill's mask broadcasts to x's).
+pub fn inner_shape(operands: &[&Shape]) -> Result<Shape, String> {
+    let mut shape = Shape(Vec::new());
+    for s in operands {
+        shape = broadcast(&shape, s)?;
+    }
+    Ok(shape)
+}
