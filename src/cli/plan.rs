@@ -78,7 +78,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
     // The plan's step is rewritten in schedule order when it recomputes values: where the
     // updates run as written is read before.
     let updates_as_written = memplan::report::updates_as_written(&graph);
-    let (graph, plan) = source.plan_observed(graph, &options, &mut dump)?;
+    let (graph, plan) =
+        if print_ir_after.is_empty() { source.plan(graph, &options)? } else { source.plan_observed(graph, &options, &mut dump)? };
     let subject = source.subject(graph, plan);
     let report = Report::new(&subject.graph, &subject.plan).with_updates_as_written(updates_as_written);
     emit.sort();

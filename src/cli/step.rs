@@ -90,14 +90,19 @@ impl Source {
     /// Plans `graph` and checks the plan independently; returns the graph the plan refers
     /// to (`graph` itself, or the step rewritten when ops are recomputed under a budget).
     pub fn plan(&self, graph: Graph, options: &PlanOptions) -> Result<(Graph, Plan), Failure> {
-        self.plan_observed(graph, options, &mut |_, _| {})
+        self.checked(memplan::passes::plan_step_owned(graph, options))
     }
 
     /// [`Source::plan`], showing the pipeline's context to `observe` after each pass.
     pub fn plan_observed(&self, graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), Failure> {
-        // `graph` comes from `graph()`: the pipeline finding it invalid means expanding it
-        // made an invalid step.
-        let (graph, plan) = memplan::passes::plan_step_observed(graph, options, observe).map_err(|e| match &e {
+        self.checked(memplan::passes::plan_step_observed(graph, options, observe))
+    }
+
+    /// A plan from the pipeline, checked independently, or the failure to report.
+    fn checked(&self, planned: Result<(Graph, Plan), PlanError>) -> Result<(Graph, Plan), Failure> {
+        // The graph comes from `graph()`: the pipeline finding it invalid means expanding
+        // it made an invalid step.
+        let (graph, plan) = planned.map_err(|e| match &e {
             PlanError::Invalid(errors) => self.expansion_bug(errors),
             _ => self.failure(&e, plan_exit(&e)),
         })?;

@@ -131,7 +131,7 @@ fn unplanned_offsets(graph: &Graph, layouts: &IndexVec<ValueId, Layout>) -> (Ind
 /// chunk` elements.
 fn chunked(graph: &Graph, op: OpId, chunk: usize) -> Option<usize> {
     let op = &graph.ops[op];
-    let pointwise = op.kind.def().pointwise;
+    let pointwise = op.kind.def().pointwise_inputs(op.inputs.len());
     let shape = &graph.values[*op.outputs.first()?].ty.shape;
     let same_shape = |v: ValueId| graph.values[v].ty.shape == *shape;
     if pointwise.is_empty() || !op.outputs.iter().all(|&v| same_shape(v)) || !pointwise.iter().all(|&k| op.inputs.get(k).is_some_and(|&v| same_shape(v))) {
@@ -140,14 +140,18 @@ fn chunked(graph: &Graph, op: OpId, chunk: usize) -> Option<usize> {
     usize::try_from(shape.numel()?).ok().filter(|&n| n > chunk)
 }
 
-/// The elements of a fused op's inner values (the op's `body`; 0 for other ops): its kernel
-/// holds them all while it runs, besides one copy of each inner op's operands.
-fn fused_inner_elements(graph: &Graph, op: &crate::ir::graph::Op) -> Option<u64> {
+/// The elements of a fused op's inner values (the op's `body`; 0 for other ops), each at
+/// most `chunk` elements when it runs in chunks: its kernel holds them all while it runs,
+/// and a copy of each inner op's operands.
+fn fused_inner_elements(graph: &Graph, op: &crate::ir::graph::Op, chunk: Option<u64>) -> Option<u64> {
     let Some(crate::ir::ops::Attr::Str(text)) = op.attrs.get("body") else { return Some(0) };
     let Ok(body) = crate::ir::ops::FusedBody::parse(text) else { return Some(0) };
     let inputs: Vec<&TensorType> = op.inputs.iter().map(|&v| &graph.values[v].ty).collect();
     let types = body.types(&inputs).ok()?;
-    types.iter().try_fold(0u64, |acc, t| acc.checked_add(t.shape.numel()?.checked_mul(2)?))
+    types.iter().try_fold(0u64, |acc, t| {
+        let n = t.shape.numel()?;
+        acc.checked_add(chunk.map_or(n, |c| c.min(n)).checked_mul(2)?)
+    })
 }
 
 /// What the CPU executor holds at most while it runs one step, in bytes (see the module
@@ -182,12 +186,12 @@ impl Footprint {
             let elements = match chunked(graph, id, CHUNK) {
                 // A chunk of each pointwise input and output, the other inputs whole.
                 Some(_) => o.inputs.iter().enumerate().try_fold(0u64, |acc, (k, &v)| {
-                    let n = if o.kind.def().pointwise.contains(&k) { CHUNK as u64 } else { numel(v)? };
+                    let n = if o.kind.def().pointwise_inputs(o.inputs.len()).contains(&k) { CHUNK as u64 } else { numel(v)? };
                     acc.checked_add(n)
                 })? + o.outputs.len() as u64 * CHUNK as u64,
                 None => o.inputs.iter().chain(&o.outputs).try_fold(0u64, |acc, &v| acc.checked_add(numel(v)?))?,
             };
-            let elements = elements.checked_add(fused_inner_elements(graph, o)?)?;
+            let elements = elements.checked_add(fused_inner_elements(graph, o, chunked(graph, id, CHUNK).map(|_| CHUNK as u64))?)?;
             op = op.max(elements.checked_mul(8)?);
         }
         Some(Footprint { memory, args, op, results })
@@ -394,7 +398,7 @@ pub fn run_step_in_chunks(graph: &Graph, placement: Placement<'_>, args: &Tensor
         };
         // Pointwise, in chunks: the other inputs whole, once; the pointwise ones, and the
         // outputs, a run of elements at a time, seen by the kernel as flat tensors.
-        let pointwise = op.kind.def().pointwise;
+        let pointwise = op.kind.def().pointwise_inputs(op.inputs.len());
         let mut inputs: Vec<Dense> = Vec::with_capacity(op.inputs.len());
         for (k, &v) in op.inputs.iter().enumerate() {
             inputs.push(if pointwise.contains(&k) { Dense::zeros(vec![0]) } else { read_whole(&memory, v).map_err(at_op)? });
@@ -402,7 +406,7 @@ pub fn run_step_in_chunks(graph: &Graph, placement: Placement<'_>, args: &Tensor
         outputs_fit(graph, &op.outputs, Some(chunk)).map_err(at_op)?;
         for first in (0..n).step_by(chunk) {
             let count = chunk.min(n - first);
-            for &k in pointwise {
+            for &k in pointwise.iter() {
                 let v = op.inputs[k];
                 inputs[k] = memory.read_dense(&layouts[v], &graph.values[v].ty, &graph.value_name(v), first, count, vec![count]).map_err(at_op)?;
             }

@@ -8,6 +8,16 @@
 //! inner value: no op outside reads it, and it is not returned or an update). A region has
 //! one output (its root's) and at most `FUSED_MAX_OPS` ops and `FUSED_MAX_INPUTS` inputs.
 //!
+//! A producer whose value is also read outside the region is *recomputed* inside it (its
+//! op stays in the step for its other readers; the fused op's `recomputed` lists the copy)
+//! when the region is the value's last reader and every input of the producer is alive at
+//! the root anyway: the value then dies at its reader before, at the cost of the producer's
+//! FLOPs once more (an elementwise op: a few per element). A producer left with no reader is
+//! removed. Regions are grown latest root first, so a value read last in the backward and
+//! before that in the forward (SwiGLU's `silu(gate)`, read by the forward's product and by
+//! the backward's) is recomputed in the backward's fused op and then absorbed whole into
+//! the forward's: it never exists.
+//!
 //! Joining moves the producer's work to the root's place in the step: its inputs must live
 //! until then. A producer joins only when the bytes of its inputs that would otherwise die
 //! before the root (in program order) are at most the bytes of the value it makes, so a
@@ -24,11 +34,38 @@ use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Op, Value, ValueDef};
 use crate::ir::ops::{Attr, Attrs, FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, OpKind, Operand};
 
-/// A region: its ops in program order (the root last) and its inputs in first-read order.
+/// A region: its ops in program order (the root last; `ops` holds every op the fused op
+/// computes, `recomputed` those of them that stay in the step for other readers) and its
+/// inputs in first-read order.
 #[derive(Clone, Debug)]
 struct Region {
     ops: Vec<OpId>,
+    recomputed: Vec<OpId>,
     inputs: Vec<ValueId>,
+}
+
+/// What the pass knows while it grows regions, latest root first.
+struct State<'g> {
+    graph: &'g Graph,
+    /// The ops that still read each value, in program order: a region's fused op (at its
+    /// root's place) replaces its members, and a region that recomputes a value reads its
+    /// inputs instead.
+    readers: IndexVec<ValueId, Vec<OpId>>,
+    /// Returned or an update (value or target): never an inner value.
+    kept: IndexVec<ValueId, bool>,
+    /// Read after the step (kept, or a param or state that persists).
+    survives: IndexVec<ValueId, bool>,
+    /// Where each updated param's new value is made: its old value may not be read after.
+    overwritten_at: IndexVec<ValueId, usize>,
+    /// The region each op was absorbed into (its root's included).
+    region_of: IndexVec<OpId, Option<usize>>,
+}
+
+impl State<'_> {
+    /// The last position reading `v` (past the end if it survives the step; 0 if unread).
+    fn last_read(&self, v: ValueId) -> usize {
+        if self.survives[v] { self.graph.ops.len() } else { self.readers[v].last().map_or(0, |op| op.index()) }
+    }
 }
 
 /// `graph` with its elementwise trees fused (see the module doc), or `None` when no region
@@ -37,7 +74,6 @@ pub fn fuse(graph: &Graph) -> Option<Graph> {
     if !graph.custom_backwards.is_empty() || graph.backward.is_some() {
         return None;
     }
-    let users = graph.users();
     let mut kept = IndexVec::from_elem(false, graph.values.len());
     for r in &graph.returns {
         kept[r.value] = true;
@@ -46,75 +82,106 @@ pub fn fuse(graph: &Graph) -> Option<Graph> {
         kept[u.value] = true;
         kept[u.target] = true;
     }
-    // The last position reading each value (program order), past the end if it must stay.
-    let end = graph.ops.len();
-    let mut last_read: IndexVec<ValueId, usize> = IndexVec::from_elem(0, graph.values.len());
-    for (v, readers) in users.iter_enumerated() {
-        last_read[v] = if kept[v] || graph.role(v).is_some_and(|role| role.persists()) {
-            end
-        } else {
-            readers.last().map_or(0, |op| op.index())
-        };
-    }
-    // Where each updated param's new value is made: its old value may not be read after.
+    let survives = graph.values.indices().map(|v| kept[v] || graph.role(v).is_some_and(|role| role.persists())).collect();
     let mut overwritten_at: IndexVec<ValueId, usize> = IndexVec::from_elem(usize::MAX, graph.values.len());
     for u in &graph.updates {
         overwritten_at[u.target] = graph.def_op(u.value).map_or(0, |op| op.index());
     }
-    let mut region_of: IndexVec<OpId, Option<usize>> = IndexVec::from_elem(None, graph.ops.len());
+    let region_of = IndexVec::from_elem(None, graph.ops.len());
+    let mut state = State { graph, readers: graph.users(), kept, survives, overwritten_at, region_of };
     let mut regions: Vec<Region> = Vec::new();
     for root in graph.ops.indices().rev() {
-        if region_of[root].is_some() || !graph.ops[root].kind.def().elementwise {
+        if state.region_of[root].is_some() || !graph.ops[root].kind.def().elementwise {
             continue;
         }
-        let region = grow(graph, root, &users, &kept, (&last_read, &overwritten_at), &region_of);
+        let region = grow(&state, root);
         if region.ops.len() < 2 {
             continue;
         }
+        for &op in region.ops.iter().filter(|op| !region.recomputed.contains(op)) {
+            state.region_of[op] = Some(regions.len());
+        }
+        // The fused op reads the region's inputs at the root's place; the ops it absorbed
+        // read nothing any more (a recomputed op stays, reading what it read).
+        let absorbed = |r: &OpId| region.ops.contains(r) && !region.recomputed.contains(r);
         for &op in &region.ops {
-            region_of[op] = Some(regions.len());
+            for &v in &graph.ops[op].inputs {
+                state.readers[v].retain(|r| !absorbed(r));
+            }
+        }
+        for &v in &region.inputs {
+            let at = state.readers[v].partition_point(|&r| r < root);
+            state.readers[v].insert(at, root);
         }
         regions.push(region);
     }
-    (!regions.is_empty()).then(|| rewrite(graph, &regions, &region_of))
+    if regions.is_empty() {
+        return None;
+    }
+    // An op every reader of which now recomputes it is gone; the earliest of its copies
+    // (the last region grown) is then its computation, not a recomputation.
+    let mut dead: IndexVec<OpId, bool> = IndexVec::from_elem(false, graph.ops.len());
+    let recomputed: Vec<OpId> = regions.iter().flat_map(|r| r.recomputed.iter().copied()).collect();
+    for p in recomputed {
+        let outputs = &graph.ops[p].outputs;
+        if !dead[p] && state.region_of[p].is_none() && outputs.iter().all(|&v| state.readers[v].is_empty() && !state.kept[v]) {
+            dead[p] = true;
+            let first = regions.iter_mut().rev().find(|r| r.recomputed.contains(&p)).expect("p is recomputed");
+            first.recomputed.retain(|&q| q != p);
+        }
+    }
+    Some(rewrite(graph, &regions, &state.region_of, &dead))
 }
 
 /// The region grown from `root` (see the module doc).
-fn grow(
-    graph: &Graph,
-    root: OpId,
-    users: &IndexVec<ValueId, Vec<OpId>>,
-    kept: &IndexVec<ValueId, bool>,
-    (last_read, overwritten_at): (&IndexVec<ValueId, usize>, &IndexVec<ValueId, usize>),
-    region_of: &IndexVec<OpId, Option<usize>>,
-) -> Region {
+fn grow(state: &State<'_>, root: OpId) -> Region {
+    let graph = state.graph;
     let mut ops = vec![root];
+    let mut recomputed: Vec<OpId> = Vec::new();
     let mut inputs = distinct(&graph.ops[root].inputs);
     let user_region = graph.ops[root].region;
+    let bytes = |v: ValueId| graph.values[v].ty.bytes().unwrap_or(u64::MAX);
     let mut k = 0;
     while k < inputs.len() {
         let v = inputs[k];
-        let joins = graph.def_op(v).filter(|&p| {
+        let joins = graph.def_op(v).and_then(|p| {
             let producer = &graph.ops[p];
-            let bytes = |v: ValueId| graph.values[v].ty.bytes().unwrap_or(u64::MAX);
             let new_inputs: Vec<ValueId> = distinct(&producer.inputs).into_iter().filter(|u| !inputs.contains(u)).collect();
-            let extended = new_inputs.iter().filter(|&&u| last_read[u] < root.index()).map(|&u| bytes(u)).fold(0u64, u64::saturating_add);
+            let extended =
+                new_inputs.iter().filter(|&&u| state.last_read(u) < root.index()).map(|&u| bytes(u)).fold(0u64, u64::saturating_add);
             // A param's old value (or a view of it) read after its update is written.
-            let stale = producer.inputs.iter().any(|&u| overwritten_at[viewed(graph, u)] < root.index());
-            producer.kind.def().elementwise
-                && region_of[p].is_none()
+            let stale = producer.inputs.iter().any(|&u| state.overwritten_at[viewed(graph, u)] < root.index());
+            let may = producer.kind.def().elementwise
+                && state.region_of[p].is_none()
+                && !ops.contains(&p)
                 && producer.region == user_region
                 && producer.outputs.len() == 1
-                && !kept[v]
-                && users[v].iter().all(|u| ops.contains(u))
+                && !state.kept[v]
                 && ops.len() < FUSED_MAX_OPS
                 && inputs.len() - 1 + new_inputs.len() <= FUSED_MAX_INPUTS
-                && extended <= bytes(v)
-                && !stale
+                && !stale;
+            // Readers the region takes over (a recomputed op stays in the step, reading).
+            let absorbed = |r: &OpId| ops.contains(r) && !recomputed.contains(r);
+            let readers = &state.readers[v];
+            if !may {
+                None
+            } else if readers.iter().all(absorbed) && extended <= bytes(v) {
+                Some((p, false))
+            } else if readers.last().is_some_and(absorbed) && extended == 0 {
+                // The region is the value's last reader: computing it again inside the
+                // fused op, from inputs alive there anyway, ends the value's life at its
+                // reader before.
+                Some((p, true))
+            } else {
+                None
+            }
         });
         match joins {
-            Some(p) => {
+            Some((p, again)) => {
                 ops.push(p);
+                if again {
+                    recomputed.push(p);
+                }
                 inputs.remove(k);
                 for u in distinct(&graph.ops[p].inputs) {
                     if !inputs.contains(&u) {
@@ -132,7 +199,7 @@ fn grow(
     // Inputs in the order the region's ops first read them.
     let inner: Vec<ValueId> = ops.iter().map(|&op| graph.ops[op].outputs[0]).collect();
     let inputs = distinct(&ops.iter().flat_map(|&op| graph.ops[op].inputs.iter().copied()).filter(|v| !inner.contains(v)).collect::<Vec<_>>());
-    Region { ops, inputs }
+    Region { ops, recomputed, inputs }
 }
 
 /// The value whose bytes `v` is: `v`, or what the views it is made by view.
@@ -177,7 +244,7 @@ fn body(graph: &Graph, region: &Region) -> FusedBody {
 }
 
 /// The step with each region's ops replaced by one fused op at its root's place.
-fn rewrite(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<usize>>) -> Graph {
+fn rewrite(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<usize>>, dead: &IndexVec<OpId, bool>) -> Graph {
     let mut out = Graph::new(graph.name.clone());
     let mut new_id: IndexVec<ValueId, Option<ValueId>> = IndexVec::from_elem(None, graph.values.len());
     for &arg in &graph.args {
@@ -185,13 +252,18 @@ fn rewrite(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<
         out.args.push(id);
         new_id[arg] = Some(id);
     }
-    let map = |new_id: &IndexVec<ValueId, Option<ValueId>>, v: ValueId| new_id[v].expect("defined before it is read");
+    let map = |new_id: &IndexVec<ValueId, Option<ValueId>>, v: ValueId| new_id[v].unwrap_or_else(|| panic!("{} read before defined", graph.value_name(v)));
     for (op_id, op) in graph.ops.iter_enumerated() {
+        if dead[op_id] {
+            continue;
+        }
         let (kind, inputs, attrs) = match region_of[op_id].map(|r| &regions[r]) {
             Some(region) if region.ops.last() != Some(&op_id) => continue,
             Some(region) => {
                 let body = body(graph, region).to_string();
-                let attrs = Attrs::for_op(OpKind::Fused, &[("body", Attr::Str(body))]).expect("fused has one attribute");
+                let recomputed = region.ops.iter().enumerate().filter(|(_, op)| region.recomputed.contains(op)).map(|(j, _)| j as i64).collect();
+                let attrs = Attrs::for_op(OpKind::Fused, &[("body", Attr::Str(body)), ("recomputed", Attr::Ints(recomputed))])
+                    .expect("fused has these attributes");
                 (OpKind::Fused, region.inputs.clone(), attrs)
             }
             None => (op.kind, op.inputs.clone(), op.attrs.clone()),
@@ -214,4 +286,75 @@ fn rewrite(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<
     out.updates = graph.updates.iter().map(|u| crate::ir::graph::Update { target: map(&new_id, u.target), value: map(&new_id, u.value), span: u.span }).collect();
     out.returns = graph.returns.iter().map(|r| crate::ir::graph::Return { value: map(&new_id, r.value), span: r.span }).collect();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::ops::FusedBody;
+
+    fn fused_ops(graph: &Graph) -> Vec<(String, String, Vec<i64>)> {
+        graph
+            .ops
+            .iter()
+            .filter(|op| op.kind == OpKind::Fused)
+            .map(|op| (graph.values[op.outputs[0]].name.clone(), op.attrs.str("body").to_string(), op.attrs.ints("recomputed").to_vec()))
+            .collect()
+    }
+
+    /// SwiGLU's `silu(gate)`, read by the forward's product and the backward's: recomputed in
+    /// the backward's fused op (listed as such), then absorbed whole into the forward's, so
+    /// it is never a value of the step. `%ds` stays: joining it to `%dg` would keep `%dm`
+    /// and `%u` (which die at it) alive one op longer, twice its bytes.
+    #[test]
+    fn a_value_read_last_in_the_backward_is_recomputed_there_and_never_stored() {
+        let graph = crate::parse(
+            "step @swiglu(\n  %g: f32[4,8] input,\n  %u: f32[4,8] input,\n  %dm: f32[4,8] input,\n) {\n  %s = silu(%g)\n  %m = mul(%s, %u)\n  %du = mul(%dm, %s)\n  %ds = mul(%dm, %u)\n  %dg = silu_backward(%ds, %g)\n  return %m, %du, %dg\n}\n",
+        )
+        .unwrap();
+        let fused = fuse(&graph).unwrap();
+        crate::verify(&fused).unwrap();
+        assert!(fused.values.iter().all(|v| v.name != "s"), "{}", crate::print(&fused));
+        assert_eq!(
+            fused_ops(&fused),
+            [
+                ("m".to_string(), "t0: f32 = silu(x0); t1: f32 = mul(t0, x1)".to_string(), vec![]),
+                ("du".to_string(), "t0: f32 = silu(x0); t1: f32 = mul(x1, t0)".to_string(), vec![0]),
+            ]
+        );
+        assert!(fused.values.iter().any(|v| v.name == "ds"));
+        for (_, body, _) in fused_ops(&fused) {
+            assert_eq!(FusedBody::parse(&body).unwrap().to_string(), body);
+        }
+    }
+
+    /// A producer that reads a param is not moved past the op writing the param's update.
+    #[test]
+    fn a_param_is_never_read_after_its_update_is_written() {
+        let graph = crate::parse(
+            "step @s(\n  %p: f32[4] param,\n  %x: f32[4] input,\n) {\n  %a = mul(%p, %x)\n  %p_new = add(%p, %x)\n  %b = relu(%a)\n  update %p <- %p_new\n  return %b\n}\n",
+        )
+        .unwrap();
+        assert!(fuse(&graph).is_none());
+        // Written before the update, the same chain fuses.
+        let graph = crate::parse(
+            "step @s(\n  %p: f32[4] param,\n  %x: f32[4] input,\n) {\n  %a = mul(%p, %x)\n  %b = relu(%a)\n  %p_new = add(%p, %x)\n  update %p <- %p_new\n  return %b\n}\n",
+        )
+        .unwrap();
+        assert_eq!(fused_ops(&fuse(&graph).unwrap()).len(), 1);
+    }
+
+    /// A value the step returns is never an inner value; a value read by a non-elementwise
+    /// op stays a tensor (and is recomputed by the fused op of its last reader, from an
+    /// input alive there anyway).
+    #[test]
+    fn returned_values_and_values_read_outside_stay_tensors() {
+        let graph = crate::parse(
+            "step @s(\n  %x: f32[4,4] input,\n) {\n  %a = relu(%x)\n  %b = neg(%a)\n  %d = matmul(%b, %b)\n  %c = exp(%b)\n  return %a, %c, %d\n}\n",
+        )
+        .unwrap();
+        let fused = fuse(&graph).unwrap();
+        assert!(["a", "b", "c", "d"].iter().all(|n| fused.values.iter().any(|v| v.name == *n)));
+        assert_eq!(fused_ops(&fused), [("c".to_string(), "t0: f32 = neg(x0); t1: f32 = exp(t0)".to_string(), vec![0])]);
+    }
 }

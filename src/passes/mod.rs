@@ -22,8 +22,8 @@
 //! [`Fusion::Lower`] the driver plans the step's arena (schedule, in-place reuse, buffers,
 //! offsets; no recomputation) fused and unfused and keeps the fused step only when its
 //! arena is lower. [`plan_step`] decides once, before the many plans cheap recomputation
-//! makes: where fusing lowers the plain arena and the plan recomputes, it plans the step
-//! both ways and keeps the lower arena, so fusion never raises a plan's arena.
+//! makes: where the plan recomputes and fusing does not raise the plain arena, it plans
+//! the step both ways and keeps the lower arena, so fusion never raises a plan's arena.
 //!
 //! The passes take expanded steps: the full flow is parse → verify → `autodiff::expand` →
 //! verify → passes, and the entry points refuse a graph whose `backward` is still present.
@@ -158,8 +158,8 @@ pub enum Fusion {
     On,
     /// Fuse where that lowers the arena (`memplan plan`'s default): the step planned fused
     /// and unfused without recomputation, the fused step kept only if its arena is lower;
-    /// [`plan_step`] then plans both with recomputation (cheap, or under a budget) and
-    /// keeps the lower.
+    /// where the plan recomputes (cheap, or under a budget), [`plan_step`] plans both
+    /// unless fusing raised the plain arena, and keeps the lower.
     Lower,
 }
 
@@ -503,12 +503,16 @@ fn decide_fusion(graph: &Graph, options: &PlanOptions) -> Result<FusionChoice, P
     }
     let unfused = PlanOptions { fuse: Fusion::Off, ..options.clone() };
     let Some(fused_step) = fuse::fuse(graph) else { return Ok(FusionChoice::Decided(unfused)) };
-    if plain_arena(&fused_step, options)? >= plain_arena(graph, options)? {
-        return Ok(FusionChoice::Decided(unfused));
-    }
+    let (with, without) = (plain_arena(&fused_step, options)?, plain_arena(graph, options)?);
     let fused = PlanOptions { fuse: Fusion::On, ..options.clone() };
     if options.budget.is_none() && options.recompute == Recompute::None {
-        return Ok(FusionChoice::Decided(fused));
+        return Ok(FusionChoice::Decided(if with < without { fused } else { unfused }));
+    }
+    // Recomputation may lower the fused step further than the step as written (a value
+    // fused ops recompute is one it need not keep), or not: where fusing does not raise
+    // the plain arena, plan both.
+    if with > without {
+        return Ok(FusionChoice::Decided(unfused));
     }
     Ok(FusionChoice::Compare { fused, unfused })
 }
@@ -517,19 +521,20 @@ fn decide_fusion(graph: &Graph, options: &PlanOptions) -> Result<FusionChoice, P
 enum FusionChoice {
     /// Planning with these options.
     Decided(PlanOptions),
-    /// Fusing lowers the arena without recomputation; with it (cheap recomputation, a
-    /// budget), plan both and keep the lower.
+    /// Fusing does not raise the arena without recomputation; with it (cheap
+    /// recomputation, a budget), plan both and keep the lower.
     Compare { fused: PlanOptions, unfused: PlanOptions },
 }
 
-/// The plan of the two with the smaller arena (`fused` on a tie), with whether it is
-/// `fused`; a plan beside an error (a budget only one meets).
+/// The plan of the two with the smaller arena (`unfused` on a tie: fusion is kept only
+/// where it lowers the arena), with whether it is `fused`; a plan beside an error (a
+/// budget only one meets).
 fn lower(
     fused: Result<(Graph, Plan), PlanError>,
     unfused: Result<(Graph, Plan), PlanError>,
 ) -> Result<((Graph, Plan), bool), PlanError> {
     match (fused, unfused) {
-        (Ok(f), Ok(u)) if f.1.arena_bytes <= u.1.arena_bytes => Ok((f, true)),
+        (Ok(f), Ok(u)) if f.1.arena_bytes < u.1.arena_bytes => Ok((f, true)),
         (Ok(_), Ok(u)) => Ok((u, false)),
         (Ok(f), Err(_)) => Ok((f, true)),
         (Err(_), u) => Ok((u?, false)),
@@ -545,19 +550,30 @@ fn plain_arena(graph: &Graph, options: &PlanOptions) -> Result<u64, PlanError> {
 
 /// [`plan_step`] for a graph the caller gives away (returned as it is when the plan does
 /// not rewrite it: a 1,000,000-op step is not copied), showing the context to `observe`
-/// after each pass.
+/// after each pass (where fusion is decided by planning both ways, the kept plan is made
+/// again for the observer to see).
 pub fn plan_step_observed(graph: Graph, options: &PlanOptions, observe: &mut Observer<'_>) -> Result<(Graph, Plan), PlanError> {
     match decide_fusion(&graph, options)? {
         FusionChoice::Decided(options) => plan_step_observed_decided(graph, &options, observe),
         FusionChoice::Compare { fused, unfused } => {
-            // The observer sees the passes of the plan kept: the unfused one is planned
-            // unobserved first, and again observed only if it is the lower.
-            let without = plan_step_decided(&graph, &unfused);
-            let with = plan_step_observed_decided(graph.clone(), &fused, observe);
-            match lower(with, without)? {
-                (planned, true) => Ok(planned),
-                (_, false) => plan_step_observed_decided(graph, &unfused, observe),
-            }
+            // The observer sees the passes of the plan kept, once: both are planned
+            // unobserved, the lower again observed (the unfused one when neither plans:
+            // its error again, its passes seen).
+            let keep_fused = lower(plan_step_decided(&graph, &fused), plan_step_decided(&graph, &unfused)).is_ok_and(|(_, fused)| fused);
+            plan_step_observed_decided(graph, if keep_fused { &fused } else { &unfused }, observe)
+        }
+    }
+}
+
+/// [`plan_step`] for a graph the caller gives away (returned as it is when the plan does
+/// not rewrite it).
+pub fn plan_step_owned(graph: Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
+    match decide_fusion(&graph, options)? {
+        FusionChoice::Decided(options) => plan_step_observed_decided(graph, &options, &mut |_, _| {}),
+        FusionChoice::Compare { fused, unfused } => {
+            let with = plan_step_decided(&graph, &fused);
+            let without = plan_step_observed_decided(graph, &unfused, &mut |_, _| {});
+            Ok(lower(with, without)?.0)
         }
     }
 }

@@ -24,7 +24,7 @@ use indexmap::IndexMap;
 
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Region, Graph};
-use crate::ir::ops::{Attr, FusedBody, OpClass};
+use crate::ir::ops::{Attr, FusedBody, OpClass, inner_flops};
 use crate::plan::{Plan, Savings, align_up};
 use locs::Locs;
 
@@ -317,21 +317,39 @@ impl Report {
     }
 }
 
-/// How many fused ops `graph` runs and how many elementwise ops they hold.
+/// How many fused ops `graph` runs, how many elementwise ops they hold, and how many of
+/// those recompute a value the step also stores (and their FLOPs, against the step's).
 #[derive(Clone, Debug, Serialize)]
 pub struct Fusion {
     pub fused_ops: usize,
     pub inner_ops: usize,
+    pub recomputed_ops: usize,
+    pub recomputed_flops: u64,
+    /// The step's FLOPs as planned (saturating).
+    pub step_flops: u64,
 }
 
 /// The fused ops of `graph` (the ops with a fused `body`), `None` without any.
 fn fusion(graph: &Graph) -> Option<Fusion> {
-    let bodies = graph.ops.iter().filter_map(|op| match op.attrs.get("body") {
-        Some(Attr::Str(body)) => FusedBody::parse(body).ok(),
-        _ => None,
-    });
-    let (fused_ops, inner_ops) = bodies.fold((0, 0), |(n, inner), body| (n + 1, inner + body.ops.len()));
-    (fused_ops > 0).then_some(Fusion { fused_ops, inner_ops })
+    let mut fusion = Fusion { fused_ops: 0, inner_ops: 0, recomputed_ops: 0, recomputed_flops: 0, step_flops: 0 };
+    for (id, op) in graph.ops.iter_enumerated() {
+        fusion.step_flops = fusion.step_flops.saturating_add(graph.op_flops(id));
+        let Some(Attr::Str(text)) = op.attrs.get("body") else { continue };
+        let Ok(body) = FusedBody::parse(text) else { continue };
+        let recomputed: &[i64] = match op.attrs.get("recomputed") {
+            Some(Attr::Ints(list)) => list,
+            _ => &[],
+        };
+        let inputs: Vec<&crate::ir::types::TensorType> = op.inputs.iter().map(|&v| &graph.values[v].ty).collect();
+        let flops = inner_flops(&body, &inputs);
+        fusion.fused_ops += 1;
+        fusion.inner_ops += body.ops.len();
+        fusion.recomputed_ops += recomputed.len();
+        for &j in recomputed {
+            fusion.recomputed_flops = fusion.recomputed_flops.saturating_add(flops.get(j as usize).copied().unwrap_or(0));
+        }
+    }
+    (fusion.fused_ops > 0).then_some(fusion)
 }
 
 /// The user's checkpointed regions of `graph` and what their recomputes cost (`None` without any).

@@ -68,9 +68,16 @@ pub fn render(report: &Report, top: usize, rows: BufferRows) -> String {
         user_checkpoints(w, user);
     }
     if let Some(fusion) = &report.fusion {
+        let recomputed = match fusion.recomputed_ops {
+            0 => String::new(),
+            n => {
+                let share = fusion.recomputed_flops as f64 * 100.0 / fusion.step_flops.max(1) as f64;
+                format!("; {n} of them recompute a value the step also stores, so that it dies sooner (+{} FLOPs, {share:.3}% of the step)", fusion.recomputed_flops)
+            }
+        };
         let _ = writeln!(
             w,
-            "fusion       {} fused op(s) run {} elementwise ops, their inner values never stored (`--print-ir-after fuse` shows them, `--no-fuse` keeps each op)",
+            "fusion       {} fused op(s) run {} elementwise ops, their inner values never stored{recomputed} (`--print-ir-after fuse` shows them, `--no-fuse` keeps each op)",
             fusion.fused_ops, fusion.inner_ops
         );
     }

@@ -17,13 +17,18 @@
 //! over it (in-place). The type rule checks every inner op with its own row's rule and the
 //! written dtypes against them; FLOPs are the inner ops' FLOPs.
 //!
+//! `recomputed` lists the inner values (by number) that recompute a value the step also
+//! computes and stores elsewhere: the fusion pass recomputes a cheap value inside its last
+//! reader's fused op so that the stored one dies earlier. It changes nothing a fused op
+//! computes; reports count those ops' FLOPs as recomputation.
+//!
 //! Limits ([`FUSED_MAX_OPS`], [`FUSED_MAX_INPUTS`]) keep a fused op one GPU kernel launch
 //! whose program travels in its arguments.
 
 use std::fmt;
 
 use super::rules::*;
-use super::{Attr, AttrKind, Attrs, OpDef, attr, def_named};
+use super::{Attr, AttrDefault, AttrKind, Attrs, OpDef, attr, def_named};
 use crate::ir::types::{DType, Shape, TensorType};
 
 /// The most inner ops of one fused op.
@@ -33,9 +38,10 @@ pub const FUSED_MAX_OPS: usize = 16;
 pub const FUSED_MAX_INPUTS: usize = 8;
 
 pub(super) const FUSED: OpDef = OpDef::new("fused", &["xs..."], &["out"], infer_fused, "elementwise ops run as one (body: `t0: f32 = mul(x0, x1); t1: f32 = relu(t0)`), their inner values never stored")
-    .attrs(&[attr("body", AttrKind::Str, None)])
+    .attrs(&[attr("body", AttrKind::Str, None), attr("recomputed", AttrKind::Ints, Some(AttrDefault::Ints(&[])))])
     .flops(fused_flops)
-    .inplace_over_any_input();
+    .inplace_over_any_input()
+    .pointwise_over_every_input();
 
 /// What an inner op reads.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -93,7 +99,7 @@ impl FusedBody {
     /// How many inputs the body reads: one more than the largest `xk`.
     pub fn inputs(&self) -> usize {
         let inputs = self.ops.iter().flat_map(|op| &op.operands);
-        inputs.filter_map(|o| if let Operand::Input(k) = o { Some(k + 1) } else { None }).max().unwrap_or(0)
+        inputs.filter_map(|o| if let Operand::Input(k) = o { Some(k.saturating_add(1)) } else { None }).max().unwrap_or(0)
     }
 
     /// The type of every inner value for inputs of types `inputs`, each from its row's
@@ -256,30 +262,47 @@ fn parse_value(text: &str, kind: AttrKind) -> Result<Attr, String> {
     })
 }
 
-/// The output's type: the last inner value's, once the body checks (see [`FusedBody::types`]).
+/// The output's type: the last inner value's, once the body checks (see [`FusedBody::types`])
+/// and `recomputed` names inner values before the last, in order.
 fn infer_fused(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
     let body = FusedBody::parse(attrs.str("body"))?;
     let mut types = body.types(inputs)?;
+    let recomputed = attrs.ints("recomputed");
+    if !recomputed.is_sorted_by(|a, b| a < b) || recomputed.iter().any(|&j| j < 0 || j as usize + 1 >= body.ops.len()) {
+        return Err(format!(
+            "recomputed={} must list inner values before the last (t0..t{}), each once, in order",
+            Attr::Ints(recomputed.to_vec()),
+            body.ops.len().saturating_sub(2)
+        ));
+    }
     done(vec![types.pop().expect("a body has an op")])
+}
+
+/// The FLOPs of the inner ops of `body` for inputs of types `inputs`, each (0 for a body
+/// that does not check).
+pub fn inner_flops(body: &FusedBody, inputs: &[&TensorType]) -> Vec<u64> {
+    let Ok(types) = body.types(inputs) else { return vec![0; body.ops.len()] };
+    body.ops
+        .iter()
+        .zip(&types)
+        .map(|(op, ty)| {
+            let operands: Vec<&TensorType> = op
+                .operands
+                .iter()
+                .map(|&o| match o {
+                    Operand::Input(k) => inputs[k],
+                    Operand::Inner(i) => &types[i],
+                })
+                .collect();
+            (op.def.flops)(&operands, &[ty], &op.attrs)
+        })
+        .collect()
 }
 
 /// The inner ops' FLOPs.
 fn fused_flops(inputs: &[&TensorType], _: &[&TensorType], attrs: &Attrs) -> u64 {
     let Ok(body) = FusedBody::parse(attrs.str("body")) else { return 0 };
-    let Ok(types) = body.types(inputs) else { return 0 };
-    let mut flops = 0u64;
-    for (op, ty) in body.ops.iter().zip(&types) {
-        let operands: Vec<&TensorType> = op
-            .operands
-            .iter()
-            .map(|&o| match o {
-                Operand::Input(k) => inputs[k],
-                Operand::Inner(i) => &types[i],
-            })
-            .collect();
-        flops = flops.saturating_add((op.def.flops)(&operands, &[ty], &op.attrs));
-    }
-    flops
+    inner_flops(&body, inputs).into_iter().fold(0u64, u64::saturating_add)
 }
 
 /// The shape of an inner value from its operands' shapes: their numpy broadcast (every

@@ -352,6 +352,10 @@ pub struct OpDef {
     /// (`fused`: it reads an input of the output's size element for element), beside the
     /// `inplace` pairs. [`OpDef::inplace_pairs`] gives both for an op's input count.
     pub inplace_over_any_input: bool,
+    /// A variadic op whose every input is read element by element (see [`OpDef::pointwise`])
+    /// where all of them have the output's shape (`fused`). [`OpDef::pointwise_inputs`]
+    /// gives them for an op's input count.
+    pub pointwise_over_every_input: bool,
     /// Output element `i` is a function of the inputs' elements at `i` (the inputs
     /// broadcast numpy's way to the output's shape) and the attributes alone, computed the
     /// same way wherever it runs: no randomness, no position, no other element. Such an op
@@ -467,6 +471,7 @@ impl OpDef {
             view: None,
             inplace: &[],
             inplace_over_any_input: false,
+            pointwise_over_every_input: false,
             elementwise: false,
             pointwise: &[],
             indices: &[],
@@ -517,6 +522,10 @@ impl OpDef {
         OpDef { inplace_over_any_input: true, ..self }
     }
 
+    pub(crate) const fn pointwise_over_every_input(self) -> OpDef {
+        OpDef { pointwise_over_every_input: true, ..self }
+    }
+
     pub(crate) const fn elementwise(self) -> OpDef {
         OpDef { elementwise: true, ..self }
     }
@@ -556,6 +565,16 @@ impl OpDef {
             std::borrow::Cow::Owned(self.inplace.iter().copied().chain((0..inputs).map(|k| (0, k))).collect())
         } else {
             std::borrow::Cow::Borrowed(self.inplace)
+        }
+    }
+
+    /// The inputs an op of this row with `inputs` inputs reads element by element (see
+    /// [`OpDef::pointwise`], [`OpDef::pointwise_over_every_input`]).
+    pub fn pointwise_inputs(&self, inputs: usize) -> std::borrow::Cow<'static, [usize]> {
+        if self.pointwise_over_every_input {
+            std::borrow::Cow::Owned((0..inputs).collect())
+        } else {
+            std::borrow::Cow::Borrowed(self.pointwise)
         }
     }
 
@@ -644,7 +663,7 @@ mod tests;
 pub use attention::AttentionAttrs;
 pub use conv::{Conv3dAttrs, ConvAttrs};
 pub use elementwise::Comparison;
-pub use fused::{FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, Operand, inner_shape};
+pub use fused::{FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, Operand, inner_flops, inner_shape};
 pub use resample::GridSampleAttrs;
 pub use linalg::MatmulAttrs;
 pub use nn::{CrossEntropyAttrs, LINEAR_CROSS_ENTROPY_CHUNK_BYTES, LinearCrossEntropyWorkspace, PoolAttrs, linear_cross_entropy_rows};
