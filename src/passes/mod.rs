@@ -159,7 +159,8 @@ pub enum Fusion {
     /// Fuse where that lowers the arena (`memplan plan`'s default): the step planned fused
     /// and unfused without recomputation, the fused step kept only if its arena is lower;
     /// where the plan recomputes (cheap, or under a budget), [`plan_step`] plans both
-    /// unless fusing raised the plain arena, and keeps the lower.
+    /// unless fusing raised the plain arena, and keeps the lower. Steps of more than
+    /// [`FUSE_MAX_OPS`] ops are not fused.
     Lower,
 }
 
@@ -206,6 +207,10 @@ pub fn traffic(graph: &Graph, plan: &Plan) -> (u64, u64) {
 /// Steps with more ops than this are planned without cheap recomputation (each search
 /// plans the step several times).
 pub const CHEAP_MAX_OPS: usize = 200_000;
+
+/// Steps with more ops than this are planned without fusion where it is to lower the arena
+/// ([`Fusion::Lower`]: deciding plans the step two to four times).
+pub const FUSE_MAX_OPS: usize = 200_000;
 
 impl Default for PlanOptions {
     fn default() -> Self {
@@ -502,6 +507,9 @@ fn decide_fusion(graph: &Graph, options: &PlanOptions) -> Result<FusionChoice, P
         return Ok(FusionChoice::Decided(options.clone()));
     }
     let unfused = PlanOptions { fuse: Fusion::Off, ..options.clone() };
+    if graph.ops.len() > FUSE_MAX_OPS {
+        return Ok(FusionChoice::Decided(unfused));
+    }
     let Some(fused_step) = fuse::fuse(graph) else { return Ok(FusionChoice::Decided(unfused)) };
     let (with, without) = (plain_arena(&fused_step, options)?, plain_arena(graph, options)?);
     let fused = PlanOptions { fuse: Fusion::On, ..options.clone() };
@@ -654,6 +662,7 @@ fn drive<'g>(
                 cx.fused = match options.fuse {
                     Fusion::Off => None,
                     Fusion::On => fuse::fuse(graph),
+                    Fusion::Lower if graph.ops.len() > FUSE_MAX_OPS => None,
                     Fusion::Lower => fuse::fuse(graph).map(|fused| -> Result<_, PlanError> {
                         Ok((plain_arena(&fused, options)? < plain_arena(graph, options)?).then_some(fused))
                     }).transpose()?.flatten(),
