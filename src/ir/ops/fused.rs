@@ -86,9 +86,10 @@ impl FusedBody {
     /// Decodes `text`; an error says what is wrong and where (the item's number).
     pub fn parse(text: &str) -> Result<FusedBody, String> {
         let mut ops = Vec::new();
-        for (j, item) in text.split(';').enumerate() {
-            let item = item.trim();
-            if item.is_empty() && j > 0 && text.trim_end().ends_with(';') {
+        let items: Vec<&str> = text.split(';').map(str::trim).collect();
+        for (j, &item) in items.iter().enumerate() {
+            // A `;` after the last item is fine.
+            if item.is_empty() && j > 0 && j + 1 == items.len() {
                 continue;
             }
             ops.push(parse_item(item, j).map_err(|e| format!("body item {j} (`{item}`): {e}"))?);

@@ -1142,6 +1142,7 @@ fn fused_bodies_type_check_and_round_trip() {
     err(OpKind::Fused, &f, &body("t0: f32 = add_scalar(x0, value=one); t1: f32 = add(t0, x1)"), "value: `one` is not a number");
     err(OpKind::Fused, &f, &body("t0: f32 = add(x0, x1"), "expected `)` at the end");
     err(OpKind::Fused, &f, &body(""), "expected `tN: dtype = op(...)`");
+    err(OpKind::Fused, &f, &body("t0: f32 = add(x0, x1);; t1: f32 = relu(t0)"), "body item 1 (``): expected `tN: dtype = op(...)`");
     err(OpKind::Fused, &["f32[4]", "f32[5]"], &body("t0: f32 = add(x0, x1)"), "do not broadcast");
     let long: Vec<String> = (0..17).map(|j| if j == 0 { "t0: f32 = add(x0, x1)".to_string() } else { format!("t{j}: f32 = relu(t{})", j - 1) }).collect();
     err(OpKind::Fused, &f, &body(&long.join("; ")), "1 to 16 ops, found 17");
