@@ -614,9 +614,10 @@ pub fn plan_with_strategy(
 
 /// Plans `graph` running `sequence`, a valid sequence of the step's rematerialisation
 /// problem ([`remat::step_problem`] of the schedule that [`run`] with `stop_after:
-/// Some(Pass::Inplace)` gives); `options.budget` is ignored (the plan records none).
+/// Some(Pass::Inplace)` gives); `options.budget` is ignored (the plan records none), and so
+/// is `options.fuse`: the sequence names the step's own ops, so nothing is fused.
 pub fn plan_sequence(graph: &Graph, options: &PlanOptions, sequence: &[Node]) -> Result<(Graph, Plan), PlanError> {
-    full(graph, options, Some(Sequence::Given(sequence)))
+    full(graph, &PlanOptions { fuse: Fusion::Off, ..options.clone() }, Some(Sequence::Given(sequence)))
 }
 
 /// Runs the passes up to `options.stop_after`.
