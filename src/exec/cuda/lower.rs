@@ -92,41 +92,19 @@ pub fn lower_op(
     let y = |i: usize| &views[op.outputs[i]];
     let attrs = &op.attrs;
     Ok(match op.kind {
-        Add => binary(OP_ADD, y(0), x(0), x(1), 0.0),
-        Sub => binary(OP_SUB, y(0), x(0), x(1), 0.0),
-        Mul => binary(OP_MUL, y(0), x(0), x(1), 0.0),
-        Div => binary(OP_DIV, y(0), x(0), x(1), 0.0),
-        Compare => binary(OP_COMPARE, y(0), x(0), x(1), f64::from(Comparison::of(attrs).code())),
-        CompareScalar => unary(OP_COMPARE_SCALAR + Comparison::of(attrs).code(), y(0), x(0), attrs.float("value")),
-        ReluBackward => binary(OP_RELU_BACKWARD, y(0), x(0), x(1), 0.0),
-        GeluBackward if attrs.bool("approximate") => binary(OP_GELU_BACKWARD, y(0), x(0), x(1), 0.0),
-        GeluBackward => binary(OP_GELU_EXACT_BACKWARD, y(0), x(0), x(1), 0.0),
-        SiluBackward => binary(OP_SILU_BACKWARD, y(0), x(0), x(1), 0.0),
-        SigmoidBackward => binary(OP_SIGMOID_BACKWARD, y(0), x(0), x(1), 0.0),
-        TanhBackward => binary(OP_TANH_BACKWARD, y(0), x(0), x(1), 0.0),
-        HardswishBackward => binary(OP_HARDSWISH_BACKWARD, y(0), x(0), x(1), 0.0),
-        HardsigmoidBackward => binary(OP_HARDSIGMOID_BACKWARD, y(0), x(0), x(1), 0.0),
+        // The elementwise ops: their element function (`element_code`, which the fused
+        // kernel runs too) in `binary` or `unary`.
+        Add | Sub | Mul | Div | Compare | ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward
+        | HardswishBackward | HardsigmoidBackward => {
+            let (code, s) = element_code(op.kind, attrs).expect("an elementwise op");
+            binary(code, y(0), x(0), x(1), s)
+        }
         Sgd => binary(OP_SGD, y(0), x(0), x(1), attrs.float("lr")),
-        AddScalar => unary(OP_ADD_SCALAR, y(0), x(0), attrs.float("value")),
-        MulScalar => unary(OP_MUL_SCALAR, y(0), x(0), attrs.float("value")),
-        PowScalar => unary(OP_POW_SCALAR, y(0), x(0), attrs.float("exponent")),
-        Neg => unary(OP_NEG, y(0), x(0), 0.0),
-        Sin => unary(OP_SIN, y(0), x(0), 0.0),
-        Erf => unary(OP_ERF, y(0), x(0), 0.0),
-        Cos => unary(OP_COS, y(0), x(0), 0.0),
-        Exp => unary(OP_EXP, y(0), x(0), 0.0),
-        Log => unary(OP_LOG, y(0), x(0), 0.0),
-        Sqrt => unary(OP_SQRT, y(0), x(0), 0.0),
-        Rsqrt => unary(OP_RSQRT, y(0), x(0), 0.0),
-        Relu => unary(OP_RELU, y(0), x(0), 0.0),
-        Gelu if attrs.bool("approximate") => unary(OP_GELU, y(0), x(0), 0.0),
-        Gelu => unary(OP_GELU_EXACT, y(0), x(0), 0.0),
-        Silu => unary(OP_SILU, y(0), x(0), 0.0),
-        Sigmoid => unary(OP_SIGMOID, y(0), x(0), 0.0),
-        Tanh => unary(OP_TANH, y(0), x(0), 0.0),
-        Hardswish => unary(OP_HARDSWISH, y(0), x(0), 0.0),
-        Hardsigmoid => unary(OP_HARDSIGMOID, y(0), x(0), 0.0),
-        Contiguous | Cast => unary(OP_COPY, y(0), x(0), 0.0),
+        CompareScalar | AddScalar | MulScalar | PowScalar | Neg | Sin | Erf | Cos | Exp | Log | Sqrt | Rsqrt | Relu | Gelu
+        | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid | Contiguous | Cast => {
+            let (code, s) = element_code(op.kind, attrs).expect("an elementwise op");
+            unary(code, y(0), x(0), s)
+        }
         Fill => elementwise(FILL, y(0).numel(), vec![t(y(0)), Arg::F64(attrs.float("value")), Arg::F64(attrs.float("step"))]),
         CausalMask => {
             let last = *y(0).shape.last().unwrap_or(&1);
@@ -443,8 +421,8 @@ fn fused(body: &FusedBody, out: &View, inputs: &[&View]) -> Result<Vec<Command>,
 }
 
 /// The element function (`binary`'s and `unary`'s op codes, `OP_WHERE`, `OP_MASKED_FILL`)
-/// and scalar of an elementwise op inside a fused op; `None` for the ops that are not
-/// elementwise (the op table's `elementwise`).
+/// and scalar of an elementwise op, alone (`binary`, `unary`) or inside a fused op; `None`
+/// for the ops that are not elementwise (the op table's `elementwise`).
 fn element_code(kind: OpKind, attrs: &Attrs) -> Option<(i32, f64)> {
     use OpKind::*;
     Some(match kind {
