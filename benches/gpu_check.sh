@@ -44,7 +44,7 @@ for f in ir/models/mlp.step ir/models/mlp_adam.step ir/models/gpt2_tiny.step ir/
   o=$(timeout 40 "$memplan" run "$f" --device cuda --steps 3 --check 2>&1); rc=$?
   echo "$f: exit $rc; $(echo "$o" | grep -E 'largest error|differs|error:' | tail -2 | tr '\n' ' ' | cut -c1-300)"
 done
-stage "run --check, every elementwise chain fused (the fused kernel)"
+stage "run --check, every elementwise chain fused (kernels generated per fused body, NVRTC)"
 for f in ir/features/fusion.step ir/features/activations.step ir/features/rotary.step ir/features/mixed_dtypes.step \
          ir/models/gpt2_tiny.step ir/torch/llama_small.step; do
   o=$(timeout 40 "$memplan" run "$f" --device cuda --steps 3 --check --fuse always 2>&1); rc=$?

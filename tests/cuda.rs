@@ -2,9 +2,10 @@
 //! --test cuda`). Each test first opens the GPU; without a driver or a device it prints
 //! why it skips and passes.
 //!
-//! On a GPU: every small step of the corpus and a few hundred random steps match the CPU
-//! reference as `run --check` demands; the full-size models run in their one arena; stores
-//! round to f16/bf16 exactly like the `half` crate.
+//! On a GPU: every small step of the corpus and a few hundred random steps (as written, and
+//! with their elementwise ops fused into generated kernels) match the CPU reference as
+//! `run --check` demands; the full-size models run in their one arena; stores round to
+//! f16/bf16 exactly like the `half` crate.
 #![cfg(feature = "cuda")]
 
 #[path = "support/steps.rs"]
@@ -14,6 +15,7 @@ use half::{bf16, f16};
 use memplan::exec::compare::check_step;
 use memplan::exec::cpu::advance;
 use memplan::exec::cuda::CudaError;
+use memplan::exec::cuda::generate::Generated;
 use memplan::exec::cuda::device::CudaBackend;
 use memplan::exec::cuda::executor::{Backend, Executor, Upload};
 use memplan::exec::cuda::program::Program;
@@ -33,10 +35,10 @@ fn gpu_turn() -> std::sync::MutexGuard<'static, ()> {
     GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The GPU with room for `arena` and `scratch` bytes, or `None` (printing why) when this
-/// machine has no CUDA driver, device or libraries.
-fn gpu(arena: u64, scratch: u64) -> Option<CudaBackend> {
-    match CudaBackend::new(arena, scratch) {
+/// The GPU with room for `arena` and `scratch` bytes and the `generated` kernels loaded,
+/// or `None` (printing why) when this machine has no CUDA driver, device or libraries.
+fn gpu(arena: u64, scratch: u64, generated: &Generated) -> Option<CudaBackend> {
+    match CudaBackend::new(arena, scratch, generated) {
         Ok(backend) => Some(backend),
         Err(e @ (CudaError::NoDriver | CudaError::NoDevice(_) | CudaError::MissingLibrary { .. })) => {
             eprintln!("skipping: {e}");
@@ -73,7 +75,7 @@ struct Noise {
 /// `steps` steps on the GPU, each held to the CPU reference; `None` without a GPU.
 fn gpu_matches_reference(graph: &Graph, plan: &Plan, steps: u32, seed: u64) -> Option<Result<Noise, String>> {
     let program = Program::new(graph, plan).unwrap();
-    let backend = gpu(program.arena_bytes, program.scratch_bytes)?;
+    let backend = gpu(program.arena_bytes, program.scratch_bytes, &program.generated)?;
     let mut exec = Executor::new(backend, program);
     let mut run = || -> Result<Noise, String> {
         exec.poison().map_err(|e| e.to_string())?;
@@ -141,13 +143,33 @@ fn random_steps_match_the_cpu_reference_on_the_gpu() {
     assert!(failed.is_empty(), "{} seeds differ:\n{}", failed.len(), failed.join("\n"));
 }
 
+/// The random steps with their elementwise ops fused: each fused op runs the kernel NVRTC
+/// compiled for its body, held to the CPU reference of the fused step.
+#[test]
+fn fused_random_steps_match_the_cpu_reference_on_the_gpu() {
+    let _turn = gpu_turn();
+    let (mut failed, mut ran) = (Vec::new(), 0);
+    for seed in 0..300 {
+        let Some(fused) = memplan::passes::fuse::fuse(&random_step(seed)) else { continue };
+        let plan = memplan::plan(&fused, &PlanOptions::default()).unwrap();
+        memplan::check(&fused, &plan).unwrap();
+        let Some(result) = gpu_matches_reference(&fused, &plan, 2, seed) else { return };
+        if let Err(e) = result {
+            failed.push(format!("seed {seed}: {e}\n{}", memplan::print(&fused)));
+        }
+        ran += 1;
+    }
+    assert!(failed.is_empty(), "{} fused seeds differ:\n{}", failed.len(), failed.join("\n"));
+    assert!(ran >= 30, "only {ran} random steps had fused ops");
+}
+
 #[test]
 fn full_size_models_train_in_their_one_arena() {
     let _turn = gpu_turn();
     for file in ["ir/models/gpt2.step", "ir/models/resnet18.step", "ir/models/vgg16.step"] {
         let (graph, plan) = load(file);
         let program = Program::new(&graph, &plan).unwrap();
-        let Some(backend) = gpu(program.arena_bytes, program.scratch_bytes) else { return };
+        let Some(backend) = gpu(program.arena_bytes, program.scratch_bytes, &program.generated) else { return };
         // The one allocation took at least the plan's bytes (the driver rounds up to its
         // page size) and not much more.
         let memory = backend.memory;
@@ -186,12 +208,12 @@ fn stores_round_to_f16_and_bf16_like_half_on_the_gpu() {
     for dtype in [DType::F16, DType::Bf16] {
         let input = View::dense(Addr::arena(0), DType::F32, &[n]);
         let output = View::dense(Addr::arena((n * 4).div_ceil(256) * 256), dtype, &[n]);
-        let Some(mut backend) = gpu(output.addr.offset + n * 2, 0) else { return };
+        let Some(mut backend) = gpu(output.addr.offset + n * 2, 0, &Generated::default()) else { return };
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         backend.upload(0, &bytes).unwrap();
         let (grid, block) = grid_1d(n);
         let args = vec![Arg::I32(OP_COPY), Arg::Tensor(output.clone()), Arg::Tensor(input), Arg::F64(0.0)];
-        let launch = Launch { kernel: UNARY, grid, block, args };
+        let launch = Launch { kernel: UNARY.into(), grid, block, args };
         let resolved = launch.resolve(backend.bases()).unwrap();
         backend.launch(&launch, &resolved).unwrap();
         backend.synchronize().unwrap();

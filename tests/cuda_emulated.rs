@@ -94,7 +94,7 @@ fn emulated_from(
 ) -> Result<(Vec<&'static str>, Noise), String> {
     let emu = emulator().expect("checked by the caller");
     let program = Program::with_options(graph, plan, options).map_err(|e| format!("lowering: {e}"))?;
-    let backend = EmuBackend::new(emu, program.arena_bytes, program.scratch_bytes.max(1));
+    let backend = EmuBackend::new(emu, program.arena_bytes, program.scratch_bytes.max(1), &program.generated);
     let mut exec = Executor::new(backend, program);
     exec.poison().map_err(|e| e.to_string())?;
     let mut noise = Noise::default();
@@ -188,7 +188,7 @@ fn out_of_range_labels_are_rejected_like_the_cpu_reference() {
     let cpu = run_step(&graph, Placement::Planned(&plan), &args).unwrap_err();
     assert!(cpu.to_string().starts_with("`%loss = cross_entropy(%logits, %ids)`: cross_entropy: index 8"), "{cpu}");
     let program = Program::new(&graph, &plan).unwrap();
-    let mut exec = Executor::new(EmuBackend::new(emulator().unwrap(), program.arena_bytes, 1), program);
+    let mut exec = Executor::new(EmuBackend::new(emulator().unwrap(), program.arena_bytes, 1, &program.generated), program);
     let gpu = exec.upload(&args, Upload::All).unwrap_err();
     assert_eq!(gpu.to_string(), cpu.to_string());
     assert!(exec.backend.launches.is_empty());
@@ -289,8 +289,10 @@ fn random_steps_match_the_cpu_reference() {
 }
 
 /// The corpus's small steps and the random seeds with their elementwise ops fused: each
-/// fused op is one launch of the `fused` kernel, and the results hold to the CPU reference
-/// of the fused step (which `random_steps.rs` holds to the unfused step bit for bit).
+/// fused op is one launch of the kernel generated for its body (compiled into a library of
+/// the step's own), identical bodies share one kernel, and the results hold to the CPU
+/// reference of the fused step (which `random_steps.rs` holds to the unfused step bit for
+/// bit).
 #[test]
 fn fused_steps_match_the_cpu_reference() {
     if emulator().is_none() {
@@ -312,6 +314,15 @@ fn fused_steps_match_the_cpu_reference() {
                 let fused_ops = fused.ops.iter().filter(|op| op.kind == OpKind::Fused).filter(nonempty).count();
                 let fused_launches = launches.iter().filter(|&&k| k == memplan::exec::cuda::source::FUSED).count();
                 assert_eq!(fused_launches, 2 * fused_ops, "{name}: one launch per fused op and step");
+                let program = Program::new(&fused, &plan).unwrap();
+                let bodies: std::collections::HashSet<&str> = fused
+                    .ops
+                    .iter()
+                    .filter(|op| op.kind == OpKind::Fused)
+                    .filter(nonempty)
+                    .map(|op| op.attrs.str("body"))
+                    .collect();
+                assert!(program.generated.len() <= bodies.len(), "{name}: a kernel per distinct body at most");
                 ran += 1;
             }
             Err(e) => failed.push(format!("{name}: {e}\n{}", memplan::print(&fused))),
@@ -552,7 +563,7 @@ fn tiled_attention_and_its_gradients_match_the_cpu_reference() {
         let program = Program::new(&graph, &plan).unwrap();
         let args = init_args(&graph, seed as u64).unwrap();
         let run = || {
-            let backend = EmuBackend::new(emulator().unwrap(), program.arena_bytes, program.scratch_bytes.max(1));
+            let backend = EmuBackend::new(emulator().unwrap(), program.arena_bytes, program.scratch_bytes.max(1), &program.generated);
             let mut exec = Executor::new(backend, program.clone());
             exec.poison().unwrap();
             exec.upload(&args, Upload::All).unwrap();
@@ -600,7 +611,7 @@ fn dropout_masks_match_the_cpu_reference_exactly() {
         for seed in [0_i64, 7, -3, (1 << 40) + 17, -(1 << 53)] {
             let mut args = init_args(&graph, 1).unwrap();
             args.insert("seed".into(), HostTensor::from_f64(TensorType::new(DType::I64, vec![]), &[seed as f64]));
-            let backend = EmuBackend::new(emulator().unwrap(), program.arena_bytes, program.scratch_bytes.max(1));
+            let backend = EmuBackend::new(emulator().unwrap(), program.arena_bytes, program.scratch_bytes.max(1), &program.generated);
             let mut exec = Executor::new(backend, program.clone());
             exec.poison().unwrap();
             exec.upload(&args, Upload::All).unwrap();
@@ -875,11 +886,11 @@ fn cast(bytes: &[u8], from: DType, to: DType) -> Vec<u8> {
     let input = View::dense(Addr::arena(0), from, &[n]);
     let output = View::dense(Addr::arena((n * from.size()).div_ceil(256) * 256), to, &[n]);
     let arena = output.addr.offset + n * to.size();
-    let mut backend = EmuBackend::new(emu, arena, 1);
+    let mut backend = EmuBackend::new(emu, arena, 1, &Default::default());
     backend.upload(0, bytes).unwrap();
     let (grid, block) = grid_1d(n);
     let launch = Launch {
-        kernel: UNARY,
+        kernel: UNARY.into(),
         grid,
         block,
         args: vec![Arg::I32(OP_COPY), Arg::Tensor(output.clone()), Arg::Tensor(input), Arg::F64(0.0)],

@@ -4,73 +4,111 @@
 //! the workspace are host memory, launches run in the emulator, cuBLAS calls run
 //! [`GemmCall::run_on_host`].
 //!
+//! A step's generated kernels (its fused ops', `Program::generated`) are built the same way
+//! into a library of their own, once per distinct text, when its backend is made.
+//!
 //! [`emulator()`] is `None` (and says why on stderr) when no C++ compiler is found; a program
 //! that does not compile is a test failure.
 
+use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use memplan::exec::cuda::CudaError;
 use memplan::exec::cuda::executor::Backend;
+use memplan::exec::cuda::generate::Generated;
 use memplan::exec::cuda::source::{KERNELS, program};
-use memplan::exec::cuda::view::{Addr, Bases, GemmCall, Launch, ResolvedArg, Space};
+use memplan::exec::cuda::view::{Addr, Bases, GemmCall, Kernel, Launch, ResolvedArg, Space};
 use memplan::exec::data::{decode, encode};
 
 type LaunchFn =
     unsafe extern "C" fn(*const c_char, *const u32, *const u32, *mut *mut c_void, *mut c_char, c_int) -> c_int;
 
-/// The loaded emulator. It keeps its GPU state in globals, so launches take turns.
-pub struct Emulator {
+/// One emulator library: `emu.cpp` built around a kernel program.
+struct Library {
     _lib: libloading::Library,
     launch: LaunchFn,
+}
+
+/// The loaded emulator of the program. Each library keeps its GPU state in globals, so
+/// launches take turns.
+pub struct Emulator {
+    program: Library,
     turn: Mutex<()>,
 }
 
 /// The emulator, built on first use; `None` without a C++ compiler.
 pub fn emulator() -> Option<&'static Emulator> {
     static EMU: OnceLock<Option<Emulator>> = OnceLock::new();
-    EMU.get_or_init(build).as_ref()
+    EMU.get_or_init(|| {
+        let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+        if let Err(e) = Command::new(&compiler).arg("--version").output() {
+            eprintln!("skipping the CUDA kernel emulation: no C++ compiler ({compiler}: {e}); set CXX to one");
+            return None;
+        }
+        let names: Vec<String> = KERNELS.iter().map(|k| k.to_string()).collect();
+        Some(Emulator { program: build("program", &program(), &names, "-O2"), turn: Mutex::new(()) })
+    })
+    .as_ref()
 }
 
-fn build() -> Option<Emulator> {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda_emu");
+impl Emulator {
+    /// The library of a step's generated kernels, built once per distinct text (at -O1,
+    /// which builds a step's few small kernels faster; they run on small tensors).
+    fn generated(&self, generated: &Generated) -> Option<Arc<Library>> {
+        static BUILT: Mutex<Option<HashMap<String, Arc<Library>>>> = Mutex::new(None);
+        let source = generated.source()?;
+        let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let built = built.get_or_insert_with(HashMap::new);
+        let count = built.len();
+        let library = built
+            .entry(source.clone())
+            .or_insert_with(|| Arc::new(build(&format!("generated_{count}"), &source, &generated.names(), "-O1")));
+        Some(library.clone())
+    }
+}
+
+/// Builds `emu.cpp` around `source` (kernels `names`) at optimization level `optimize` in a
+/// directory of its own named `name`, and loads it. A program that does not compile fails
+/// the test.
+fn build(name: &str, source: &str, names: &[String], optimize: &str) -> Library {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda_emu").join(format!("{name}_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("program.cu"), program()).unwrap();
-    let registry: String = KERNELS.iter().map(|k| format!("ENTRY({k})\n")).collect();
+    std::fs::write(dir.join("program.cu"), source).unwrap();
+    let registry: String = names.iter().map(|k| format!("ENTRY({k})\n")).collect();
     std::fs::write(dir.join("registry.inc"), registry).unwrap();
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cuda_emu");
-    let lib = dir.join(format!("libmemplan_emu_{}.so", std::process::id()));
+    let lib = dir.join("libmemplan_emu.so");
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
     let output = Command::new(&compiler)
-        .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function"])
+        .args(["-std=c++17", optimize, "-fPIC", "-shared", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function"])
         .arg(format!("-I{}", here.display()))
         .arg(format!("-I{}", dir.display()))
         .arg("-o")
         .arg(&lib)
         .arg(here.join("emu.cpp"))
-        .output();
-    let output = match output {
-        Ok(output) => output,
-        Err(e) => {
-            eprintln!("skipping the CUDA kernel emulation: no C++ compiler ({compiler}: {e}); set CXX to one");
-            return None;
-        }
-    };
+        .output()
+        .unwrap_or_else(|e| panic!("{compiler}: {e}"));
     assert!(
         output.status.success(),
-        "the kernel program does not compile as host C++ ({compiler}):\n{}",
+        "the kernel program {name} does not compile as host C++ ({compiler}):\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    let library = load(&lib);
+    std::fs::remove_dir_all(&dir).ok();
+    library
+}
+
+fn load(lib: &Path) -> Library {
     // SAFETY: the library was just built from emu.cpp, whose only export we look up below;
-    // loading runs no initialisers beyond its own globals.
-    let lib_handle = unsafe { libloading::Library::new(&lib) }.expect("the emulator loads");
+    // loading runs no initialisers beyond its own globals. It is loaded RTLD_LOCAL (the
+    // default), so each library's globals bind to itself.
+    let handle = unsafe { libloading::Library::new(lib) }.expect("the emulator loads");
     // SAFETY: `memplan_emu_launch` has exactly the signature `LaunchFn` (emu.cpp).
-    let launch =
-        unsafe { *lib_handle.get::<LaunchFn>(b"memplan_emu_launch\0").expect("the emulator exports its launch") };
-    std::fs::remove_file(&lib).ok();
-    Some(Emulator { _lib: lib_handle, launch, turn: Mutex::new(()) })
+    let launch = unsafe { *handle.get::<LaunchFn>(b"memplan_emu_launch\0").expect("the emulator exports its launch") };
+    Library { _lib: handle, launch }
 }
 
 /// 256-byte aligned host memory.
@@ -102,6 +140,8 @@ impl Memory {
 /// Host memory as a device.
 pub struct EmuBackend {
     emu: &'static Emulator,
+    /// The step's generated kernels, if it has any.
+    generated: Option<Arc<Library>>,
     arena: Memory,
     workspace: Memory,
     /// Launches run, by kernel name.
@@ -109,9 +149,10 @@ pub struct EmuBackend {
 }
 
 impl EmuBackend {
-    pub fn new(emu: &'static Emulator, arena_bytes: u64, workspace_bytes: u64) -> EmuBackend {
+    pub fn new(emu: &'static Emulator, arena_bytes: u64, workspace_bytes: u64, generated: &Generated) -> EmuBackend {
         EmuBackend {
             emu,
+            generated: emu.generated(generated),
             arena: Memory::new(arena_bytes),
             workspace: Memory::new(workspace_bytes),
             launches: Vec::new(),
@@ -150,14 +191,21 @@ impl Backend for EmuBackend {
 
     fn launch(&mut self, launch: &Launch, args: &[ResolvedArg]) -> Result<(), CudaError> {
         let mut params: Vec<*mut c_void> = args.iter().map(ResolvedArg::as_param).collect();
-        let name = CString::new(launch.kernel).unwrap();
+        let name = CString::new(launch.kernel.to_string()).unwrap();
+        let library = match launch.kernel {
+            Kernel::Program(_) => &self.emu.program,
+            Kernel::Generated(_) => self.generated.as_deref().ok_or_else(|| CudaError::Driver {
+                what: launch.kernel.to_string(),
+                message: "the step has no generated kernels".into(),
+            })?,
+        };
         let mut err = vec![0 as c_char; 512];
         let _turn = self.emu.turn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // SAFETY: `params` points at `args`, alive for the call, one per kernel parameter in
         // order (the program tests check arguments against the kernels' signatures); every
         // tensor lies in `arena` or `workspace` (Program::new validated the spans).
         let status = unsafe {
-            (self.emu.launch)(
+            (library.launch)(
                 name.as_ptr(),
                 launch.grid.as_ptr(),
                 launch.block.as_ptr(),
@@ -166,7 +214,7 @@ impl Backend for EmuBackend {
                 512,
             )
         };
-        self.launches.push(launch.kernel);
+        self.launches.push(launch.kernel.family());
         if status == 0 {
             Ok(())
         } else {

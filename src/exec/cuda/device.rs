@@ -1,6 +1,7 @@
 //! The GPU backend (feature `cuda`): one CUDA context and one stream on device 0, ONE device
 //! allocation of the plan's `arena_bytes`, one workspace (cuBLAS's, also the ops' scratch),
-//! the kernel program compiled by NVRTC once per process, and cuBLAS for matmuls.
+//! the kernel program compiled by NVRTC once per process, the step's generated kernels (its
+//! fused ops') compiled once per distinct text, and cuBLAS for matmuls.
 //!
 //! cudarc loads libcuda, NVRTC and cuBLAS at run time (`dynamic-loading`), so a machine
 //! without them still runs memplan: [`CudaBackend::new`] first asks cudarc whether each
@@ -30,7 +31,8 @@ use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::executor::Backend;
 use crate::exec::cuda::source::{KERNELS, program};
-use crate::exec::cuda::view::{Bases, DeviceTensor, FusedCode, GemmCall, Geom, Launch, ResolvedArg};
+use crate::exec::cuda::generate::Generated;
+use crate::exec::cuda::view::{Bases, DeviceTensor, GemmCall, Geom, Kernel, Launch, ResolvedArg};
 use crate::ir::types::DType;
 
 // SAFETY: both are #[repr(C)] plain data whose layouts equal the program's `struct Tensor`
@@ -38,8 +40,6 @@ use crate::ir::types::DType;
 unsafe impl DeviceRepr for DeviceTensor {}
 // SAFETY: see above.
 unsafe impl DeviceRepr for Geom {}
-// SAFETY: as above (`struct FusedCode`).
-unsafe impl DeviceRepr for FusedCode {}
 
 /// What the GPU is.
 #[derive(Clone, Debug)]
@@ -63,7 +63,7 @@ pub struct MemoryReport {
     pub workspace_measured: u64,
     /// The ops' largest scratch (inside the workspace).
     pub scratch_bytes: u64,
-    /// Loading the kernel module and creating the cuBLAS handle.
+    /// Loading the kernel modules (the program and the step's generated kernels) and creating the cuBLAS handle.
     pub other_measured: u64,
     /// Free device memory once everything is allocated.
     pub free_after: u64,
@@ -113,21 +113,21 @@ fn context() -> Result<Arc<CudaContext>, CudaError> {
     }
 }
 
-/// The program's PTX for `arch` (`compute_90`), compiled once per process.
-fn ptx(arch: &str) -> Result<Ptx, CudaError> {
-    static CACHE: Mutex<Option<(String, Ptx)>> = Mutex::new(None);
+/// The PTX of `source` (the program, or a step's generated kernels; `name` names it in
+/// compiler messages) for `arch` (`compute_90`), compiled once per process.
+fn ptx(arch: &str, source: String, name: &str) -> Result<Ptx, CudaError> {
+    static CACHE: Mutex<Option<HashMap<(String, String), Ptx>>> = Mutex::new(None);
     let mut cache = CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((cached_arch, ptx)) = cache.as_ref()
-        && cached_arch == arch
-    {
+    let key = (arch.to_string(), source);
+    if let Some(ptx) = cache.as_ref().and_then(|c| c.get(&key)) {
         return Ok(ptx.clone());
     }
     let options = CompileOptions {
         options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".to_string()],
-        name: Some("memplan_kernels.cu".to_string()),
+        name: Some(name.to_string()),
         ..CompileOptions::default()
     };
-    let compiled = quietly(|| compile_ptx_with_opts(program(), options))
+    let compiled = quietly(|| compile_ptx_with_opts(&key.1, options))
         .ok_or(CudaError::MissingLibrary { library: "NVRTC (libnvrtc)" })?;
     let ptx = compiled.map_err(|e| CudaError::Compile {
         arch: arch.to_string(),
@@ -136,7 +136,7 @@ fn ptx(arch: &str) -> Result<Ptx, CudaError> {
             other => format!("{other:?}"),
         },
     })?;
-    *cache = Some((arch.to_string(), ptx.clone()));
+    cache.get_or_insert_with(HashMap::new).insert(key, ptx.clone());
     Ok(ptx)
 }
 
@@ -185,7 +185,9 @@ pub struct CudaBackend {
     arena: Allocation,
     workspace: Allocation,
     functions: HashMap<&'static str, CudaFunction>,
-    _module: Arc<CudaModule>,
+    /// The step's generated kernels: `fused_{n}` at `n`.
+    generated: Vec<CudaFunction>,
+    _modules: Vec<Arc<CudaModule>>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
     sync_each: bool,
@@ -194,9 +196,10 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens device 0, compiles (or reuses) the kernels, creates the cuBLAS handle, and
-    /// allocates the arena (`arena_bytes`) and the workspace (at least `scratch_bytes`).
-    pub fn new(arena_bytes: u64, scratch_bytes: u64) -> Result<CudaBackend, CudaError> {
+    /// Opens device 0, compiles (or reuses) the kernels and the step's `generated` ones,
+    /// creates the cuBLAS handle, and allocates the arena (`arena_bytes`) and the workspace
+    /// (at least `scratch_bytes`).
+    pub fn new(arena_bytes: u64, scratch_bytes: u64, generated: &Generated) -> Result<CudaBackend, CudaError> {
         let ctx = context()?;
         // SAFETY: each call only dlopens a library; no symbol is called.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
@@ -221,10 +224,22 @@ impl CudaBackend {
         let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
 
         let (free_before, _) = ctx.mem_get_info().map_err(driver("cuMemGetInfo"))?;
-        let module = ctx.load_module(ptx(&format!("compute_{}{}", cc.0, cc.1))?).map_err(driver("cuModuleLoadData"))?;
+        let arch = format!("compute_{}{}", cc.0, cc.1);
+        let module =
+            ctx.load_module(ptx(&arch, program(), "memplan_kernels.cu")?).map_err(driver("cuModuleLoadData"))?;
         let mut functions = HashMap::new();
         for name in KERNELS {
             functions.insert(name, module.load_function(name).map_err(driver(name))?);
+        }
+        let mut modules = vec![module];
+        let mut generated_functions = Vec::new();
+        if let Some(source) = generated.source() {
+            let module =
+                ctx.load_module(ptx(&arch, source, "memplan_fused_kernels.cu")?).map_err(driver("cuModuleLoadData"))?;
+            for name in generated.names() {
+                generated_functions.push(module.load_function(&name).map_err(driver(&name))?);
+            }
+            modules.push(module);
         }
         let blas = quietly(|| CudaBlas::new(stream.clone()))
             .ok_or(CudaError::MissingLibrary { library: "cuBLAS (libcublas)" })?
@@ -251,7 +266,19 @@ impl CudaBackend {
             free_after: free as u64,
         };
         let sync_each = std::env::var("MEMPLAN_CUDA_SYNC").is_ok_and(|v| v == "1");
-        Ok(CudaBackend { blas, arena, workspace, functions, _module: module, stream, ctx, sync_each, info, memory })
+        Ok(CudaBackend {
+            blas,
+            arena,
+            workspace,
+            functions,
+            generated: generated_functions,
+            _modules: modules,
+            stream,
+            ctx,
+            sync_each,
+            info,
+            memory,
+        })
     }
 
     /// An event recorded on the stream now, for timing (cudarc's default flags would
@@ -352,7 +379,11 @@ impl Backend for CudaBackend {
     }
 
     fn launch(&mut self, launch: &Launch, args: &[ResolvedArg]) -> Result<(), CudaError> {
-        let function = self.functions.get(launch.kernel).ok_or_else(|| CudaError::Driver {
+        let function = match launch.kernel {
+            Kernel::Program(name) => self.functions.get(name),
+            Kernel::Generated(n) => self.generated.get(n as usize),
+        };
+        let function = function.ok_or_else(|| CudaError::Driver {
             what: launch.kernel.to_string(),
             message: "no such kernel in the program".into(),
         })?;
@@ -365,19 +396,20 @@ impl Backend for CudaBackend {
                 ResolvedArg::I64(x) => builder.arg(x),
                 ResolvedArg::F64(x) => builder.arg(x),
                 ResolvedArg::Geom(g) => builder.arg(g),
-                ResolvedArg::Fused(code) => builder.arg(code.as_ref()),
             };
         }
         let [gx, gy, gz] = launch.grid;
         let [bx, by, bz] = launch.block;
         let config = LaunchConfig { grid_dim: (gx, gy, gz), block_dim: (bx, by, bz), shared_mem_bytes: 0 };
+        let failed = |e: DriverError| CudaError::Driver { what: launch.kernel.to_string(), message: e.to_string() };
         // SAFETY: the arguments are, in order, of the kernel's parameter types (the program
-        // tests check every launch of the corpus against the kernels' signatures); every
-        // tensor and scratch address lies inside the arena or the workspace, which outlive
-        // the launch (Program::new validated the spans, Executor::run resolved them with
-        // these bases); the grid and block fit CUDA's limits (validated too).
-        unsafe { builder.launch(config) }.map_err(driver(launch.kernel))?;
-        self.after_launch(launch.kernel)
+        // tests check every launch of the corpus, and of its generated kernels, against the
+        // kernels' signatures); every tensor and scratch address lies inside the arena or the
+        // workspace, which outlive the launch (Program::new validated the spans,
+        // Executor::run resolved them with these bases); the grid and block fit CUDA's
+        // limits (validated too).
+        unsafe { builder.launch(config) }.map_err(failed)?;
+        if self.sync_each { self.stream.synchronize().map_err(failed) } else { Ok(()) }
     }
 
     fn gemm(&mut self, call: &GemmCall) -> Result<(), CudaError> {
@@ -449,7 +481,7 @@ mod tests {
 
     #[test]
     fn no_driver_is_an_error_not_a_panic() {
-        match CudaBackend::new(1024, 0) {
+        match CudaBackend::new(1024, 0, &Generated::default()) {
             Ok(backend) => {
                 eprintln!("a GPU is present here ({}): the no-driver path is not exercised", backend.info.name)
             }

@@ -110,7 +110,7 @@ pub fn matmul(
     if k == 0 {
         let (grid, block) = grid_1d(out.numel());
         return vec![Command::Launch(Launch {
-            kernel: FILL,
+            kernel: FILL.into(),
             grid,
             block,
             args: vec![Arg::Tensor(out.clone()), Arg::F64(0.0), Arg::F64(0.0)],
@@ -236,7 +236,7 @@ pub fn igemm(what: Igemm, out: &View, a: &View, b: &View, scratch: &mut Scratch)
         [n.div_ceil(TILE) as u32, m.div_ceil(TILE).min(MAX_GRID_YZ) as u32, (batches * splits).min(MAX_GRID_YZ) as u32];
     let to_i64 = |x: u64| x as i64;
     let mut commands = vec![Command::Launch(Launch {
-        kernel: if f32 { IGEMM_F32 } else { IGEMM },
+        kernel: (if f32 { IGEMM_F32 } else { IGEMM }).into(),
         grid,
         block: [256, 1, 1],
         args: vec![
@@ -257,7 +257,7 @@ pub fn igemm(what: Igemm, out: &View, a: &View, b: &View, scratch: &mut Scratch)
     if splits > 1 {
         let (grid, block) = grid_1d(m * n);
         commands.push(Command::Launch(Launch {
-            kernel: IGEMM_FINISH,
+            kernel: IGEMM_FINISH.into(),
             grid,
             block,
             args: vec![
@@ -451,14 +451,14 @@ mod tests {
         let out = View::dense(Addr::arena(2048), DType::F32, &[3, 4]);
         let commands = matmul(&a, &b, false, false, &out, false, &mut Scratch::default());
         let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
-        assert_eq!(launch.kernel, IGEMM);
+        assert_eq!(launch.kernel, IGEMM.into());
         assert_eq!(launch.args[0], Arg::I32(MODE_MATMUL));
         // k = 0: zeros.
         let a = View::dense(Addr::arena(0), DType::F32, &[3, 0]);
         let b = View::dense(Addr::arena(0), DType::F32, &[0, 4]);
         let commands = matmul(&a, &b, false, false, &out, false, &mut Scratch::default());
         let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
-        assert_eq!(launch.kernel, FILL);
+        assert_eq!(launch.kernel, FILL.into());
     }
 
     #[test]
@@ -473,6 +473,6 @@ mod tests {
         assert_eq!(scratch.used(), splits as u64 * 64 * 147 * 8);
         assert_eq!(first.grid[2] as i64, splits);
         let Command::Launch(finish) = &commands[1] else { panic!() };
-        assert_eq!(finish.kernel, IGEMM_FINISH);
+        assert_eq!(finish.kernel, IGEMM_FINISH.into());
     }
 }

@@ -18,13 +18,14 @@ use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
 use crate::exec::cuda::source::*;
 use crate::exec::cuda::view::{
-    Addr, Arg, Command, FusedCode, Geom, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
+    Addr, Arg, Command, Geom, Kernel, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
 };
+use crate::exec::cuda::generate::{ElementStep, Generated};
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::{
     AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, FusedBody, GridSampleAttrs,
-    LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, Operand, PoolAttrs,
+    LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, PoolAttrs,
 };
 use crate::ir::types::DType;
 
@@ -54,12 +55,12 @@ pub fn row_groups(col_blocks: u64, rows: u64, min_rows: u64, bytes_per_group: u6
     (rows.div_ceil(chunk), chunk)
 }
 
-fn launch(kernel: &'static str, grid: [u32; 3], block: [u32; 3], args: Vec<Arg>) -> Command {
-    Command::Launch(Launch { kernel, grid, block, args })
+fn launch(kernel: impl Into<Kernel>, grid: [u32; 3], block: [u32; 3], args: Vec<Arg>) -> Command {
+    Command::Launch(Launch { kernel: kernel.into(), grid, block, args })
 }
 
 /// A grid-stride launch over `n` elements (none for `n = 0`).
-fn elementwise(kernel: &'static str, n: u64, args: Vec<Arg>) -> Vec<Command> {
+fn elementwise(kernel: impl Into<Kernel>, n: u64, args: Vec<Arg>) -> Vec<Command> {
     if n == 0 {
         return Vec::new();
     }
@@ -80,12 +81,14 @@ fn i32_of(x: u64, what: &str) -> Result<i32, CudaError> {
     i32::try_from(x).map_err(|_| CudaError::Unsupported(format!("{what} = {x} does not fit the kernels' 32-bit sizes")))
 }
 
-/// The commands of `op`; `views` holds every value's view; scratch comes from `scratch`.
+/// The commands of `op`; `views` holds every value's view; scratch comes from `scratch`; a
+/// fused op's kernel is generated into (or found in) `generated`.
 pub fn lower_op(
     op: &Op,
     views: &IndexVec<ValueId, View>,
     options: LowerOptions,
     scratch: &mut Scratch,
+    generated: &mut Generated,
 ) -> Result<Vec<Command>, CudaError> {
     use OpKind::*;
     let x = |i: usize| &views[op.inputs[i]];
@@ -381,43 +384,24 @@ pub fn lower_op(
         }
         Fused => {
             let inputs: Vec<&View> = (0..op.inputs.len()).map(x).collect();
-            fused(&FusedBody::of(attrs), y(0), &inputs)?
+            fused(&FusedBody::of(attrs), y(0), &inputs, generated)?
         }
     })
 }
 
-/// A fused op: one launch of `fused` with its body as a [`FusedCode`]; the inputs as views
-/// broadcast to the output's shape, the unused parameters given the output (never read).
-fn fused(body: &FusedBody, out: &View, inputs: &[&View]) -> Result<Vec<Command>, CudaError> {
-    if body.ops.len() > FUSED_MAX_OPS || inputs.len() > FUSED_MAX_INPUTS {
-        return Err(CudaError::Unsupported(format!("a fused op of {} ops and {} inputs", body.ops.len(), inputs.len())));
-    }
-    let mut code = FusedCode {
-        count: body.ops.len() as i32,
-        inputs: inputs.len() as i32,
-        op: [0; FUSED_MAX_OPS],
-        a: [-1; FUSED_MAX_OPS],
-        b: [-1; FUSED_MAX_OPS],
-        c: [-1; FUSED_MAX_OPS],
-        dtype: [0; FUSED_MAX_OPS],
-        s: [0.0; FUSED_MAX_OPS],
-    };
-    for (j, inner) in body.ops.iter().enumerate() {
-        let (op, s) = element_code(inner.def.kind, &inner.attrs)
+/// A fused op: one launch of the kernel generated for its body (`generate.rs`), its inputs
+/// as views broadcast to the output's shape.
+fn fused(body: &FusedBody, out: &View, inputs: &[&View], generated: &mut Generated) -> Result<Vec<Command>, CudaError> {
+    let mut steps = Vec::with_capacity(body.ops.len());
+    for inner in &body.ops {
+        let (op, scalar) = element_code(inner.def.kind, &inner.attrs)
             .ok_or_else(|| CudaError::Unsupported(format!("{} inside a fused op", inner.def.name)))?;
-        let slot = |k: usize| -> i32 {
-            match inner.operands.get(k) {
-                Some(Operand::Input(i)) => *i as i32,
-                Some(Operand::Inner(i)) => (FUSED_MAX_INPUTS + i) as i32,
-                None => -1,
-            }
-        };
-        (code.op[j], code.s[j], code.dtype[j]) = (op, s, crate::exec::cuda::view::dtype_code(inner.dtype));
-        (code.a[j], code.b[j], code.c[j]) = (slot(0), slot(1), slot(2));
+        steps.push(ElementStep { op, scalar, dtype: inner.dtype, operands: inner.operands.clone() });
     }
-    let mut args = vec![Arg::Fused(Box::new(code)), t(out)];
-    args.extend((0..FUSED_MAX_INPUTS).map(|k| t(&inputs.get(k).map_or_else(|| out.clone(), |v| v.broadcast_to(&out.shape)))));
-    Ok(elementwise(FUSED, out.numel(), args))
+    let kernel = generated.fused(&body.to_string(), &steps, inputs.len());
+    let mut args = vec![t(out)];
+    args.extend(inputs.iter().map(|v| t(&v.broadcast_to(&out.shape))));
+    Ok(elementwise(kernel, out.numel(), args))
 }
 
 /// The element function (`binary`'s and `unary`'s op codes, `OP_WHERE`, `OP_MASKED_FILL`)
@@ -1274,7 +1258,7 @@ mod tests {
         let out = View::dense(Addr::arena(1024), DType::F32, &[3]);
         let commands = reduce(&out, &x, &[0, -1], true, &mut Scratch::default());
         let [Command::Launch(l)] = &commands[..] else { panic!("{commands:?}") };
-        assert_eq!(l.kernel, REDUCE_PARTIAL);
+        assert_eq!(l.kernel.family(), REDUCE_PARTIAL);
         let Arg::Tensor(xp) = &l.args[1] else { panic!() };
         assert_eq!((xp.shape.clone(), xp.strides.clone()), (vec![3, 2, 4], vec![4, 12, 1]));
         assert_eq!(l.args[2..6], [Arg::I64(3), Arg::I64(8), Arg::I64(8), Arg::F64(8.0)]);
@@ -1298,17 +1282,17 @@ mod tests {
         let options = LowerOptions::default();
         let [Command::Launch(forward)] = &attention([&out, &lse], [&q, &k, &v], Extras::NONE, &attrs, options)[..] else { panic!() };
         // 8 query heads × ceil(100 / 64) tiles, one chunk of out's 24 columns.
-        assert_eq!((forward.kernel, forward.grid, forward.block), (ATTENTION, [16, 1, 1], [256, 1, 1]));
+        assert_eq!((forward.kernel.family(), forward.grid, forward.block), (ATTENTION, [16, 1, 1], [256, 1, 1]));
         assert_eq!(forward.args[5..8], [Arg::I64(800), Arg::I64(2), Arg::I64(100)]);
         let (dq, dk, dv) = (dense(5, &[2, 4, 100, 80]), dense(6, &[2, 2, 37, 80]), dense(7, &[2, 2, 37, 24]));
         let mut scratch = Scratch::default();
         let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], Extras::NONE, &attrs, options, &mut scratch);
         let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
         // dq: 8 heads × ceil(100 / 32) tiles, dq's 80 columns in 2 chunks; D: a float per row.
-        assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ, [32, 2, 1], [128, 1, 1]));
+        assert_eq!((rows.kernel.family(), rows.grid, rows.block), (ATTENTION_BACKWARD_DQ, [32, 2, 1], [128, 1, 1]));
         assert_eq!(scratch.used(), 800 * 4);
         // dk and dv: 4 key/value heads × ceil(37 / 32) tiles, max(E, Ev) = 80 in 2 chunks.
-        assert_eq!((keys.kernel, keys.grid, keys.block), (ATTENTION_BACKWARD_DKV, [8, 2, 1], [128, 1, 1]));
+        assert_eq!((keys.kernel.family(), keys.grid, keys.block), (ATTENTION_BACKWARD_DKV, [8, 2, 1], [128, 1, 1]));
         assert_eq!(keys.args[8], Arg::I64(2 * 2 * 37));
         // A head dim of 0 still launches one chunk (lse; D for dk and dv); no query rows, none.
         assert_eq!((column_chunks(0), column_chunks(64), column_chunks(65)), (1, 1, 2));
@@ -1328,7 +1312,7 @@ mod tests {
             let (out, lse) = (view(3, dtype, &[2, 4, 100, ev]), view(4, DType::F32, &[2, 4, 100]));
             let commands = attention([&out, &lse], [&q, &k, &v], Extras::NONE, &attrs, options);
             let [Command::Launch(launch)] = &commands[..] else { panic!("{commands:?}") };
-            (launch.kernel, launch.grid, launch.block)
+            (launch.kernel.family(), launch.grid, launch.block)
         };
         // 8 query heads × ceil(100 / 64) tiles of 64 rows, 4 warps, no column chunks.
         assert_eq!(kernel(DType::Bf16, 64, 64, options), (ATTENTION_TC, [16, 1, 1], [128, 1, 1]));
@@ -1348,13 +1332,13 @@ mod tests {
         let mut scratch = Scratch::default();
         let commands = attention_backward([&dq, &dk, &dv], [&out, &q, &k, &v, &out, &lse], Extras::NONE, &attrs, options, &mut scratch);
         let [Command::Launch(rows), Command::Launch(keys)] = &commands[..] else { panic!("{commands:?}") };
-        assert_eq!((rows.kernel, rows.grid, rows.block), (ATTENTION_BACKWARD_DQ_TC, [16, 1, 1], [128, 1, 1]));
-        assert_eq!((keys.kernel, keys.grid, keys.block), (ATTENTION_BACKWARD_DKV_TC, [4, 1, 1], [128, 1, 1]));
+        assert_eq!((rows.kernel.family(), rows.grid, rows.block), (ATTENTION_BACKWARD_DQ_TC, [16, 1, 1], [128, 1, 1]));
+        assert_eq!((keys.kernel.family(), keys.grid, keys.block), (ATTENTION_BACKWARD_DKV_TC, [4, 1, 1], [128, 1, 1]));
         assert_eq!(scratch.used(), 800 * 4);
         let dout = view(8, DType::F32, &[2, 4, 100, 64]);
         let commands = attention_backward([&dq, &dk, &dv], [&dout, &q, &k, &v, &out, &lse], Extras::NONE, &attrs, options, &mut scratch);
         let [Command::Launch(rows), _] = &commands[..] else { panic!("{commands:?}") };
-        assert_eq!(rows.kernel, ATTENTION_BACKWARD_DQ);
+        assert_eq!(rows.kernel.family(), ATTENTION_BACKWARD_DQ);
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!   scratch regions, tensor views (dtype, shape, element strides), kernel arguments,
 //!   launches, cuBLAS calls and commands;
 //! - `source.rs` and `kernels/`: the CUDA C++ program, one NVRTC compile per process;
+//! - `generate.rs`: the kernels generated per step, one per distinct fused body (compiled
+//!   once for the step, next to the program);
 //! - `gemm.rs`, then `lower.rs`: each op as launches of the program's kernels and cuBLAS
 //!   calls (row-major products mapped to column-major cuBLAS, batches folded);
 //! - `program.rs`: the whole step lowered and validated (every access inside the arena or
@@ -22,6 +24,7 @@
 
 pub mod executor;
 pub mod gemm;
+pub mod generate;
 pub mod lower;
 pub mod program;
 pub mod source;

@@ -10,6 +10,7 @@
 use crate::exec::ExecError;
 use crate::exec::cpu::planned_offsets;
 use crate::exec::cuda::CudaError;
+use crate::exec::cuda::generate::Generated;
 use crate::exec::cuda::lower::{LowerOptions, lower_op};
 use crate::exec::cuda::view::{Addr, Arg, Bases, Command, MAX_GRID_YZ, MAX_RANK, Scratch, Space, View};
 use crate::index::{IndexVec, OpId, ValueId};
@@ -80,6 +81,8 @@ pub struct Program {
     /// New values of updates, by the target's name: where the target's bytes are.
     pub updates: Vec<(String, View)>,
     pub index_checks: Vec<IndexCheck>,
+    /// The kernels generated for the step's fused ops, which its backend compiles.
+    pub generated: Generated,
 }
 
 impl Program {
@@ -94,10 +97,11 @@ impl Program {
         let views = views(graph, plan)?;
         let mut ops = Vec::new();
         let mut scratch_bytes = 0;
+        let mut generated = Generated::default();
         for &op_id in &plan.schedule {
             let op = graph.ops.get(op_id).ok_or_else(|| ExecError::BadPlan(format!("the schedule names {op_id}")))?;
             let mut scratch = Scratch::default();
-            let commands = lower_op(op, &views, options, &mut scratch)?;
+            let commands = lower_op(op, &views, options, &mut scratch, &mut generated)?;
             scratch_bytes = scratch_bytes.max(scratch.used());
             ops.push(OpCommands { op: op_id, kind: op.kind, commands });
         }
@@ -124,6 +128,7 @@ impl Program {
                 .map(|u| (graph.values[u.target].name.clone(), views[u.value].clone()))
                 .collect(),
             index_checks: index_checks(graph, &views),
+            generated,
         };
         program.validate()?;
         Ok(program)
@@ -255,8 +260,8 @@ mod steps;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::cuda::source::{CUBLAS_GEMM, Param, kernels_for, signature};
-    use crate::exec::cuda::view::Launch;
+    use crate::exec::cuda::source::{CUBLAS_GEMM, Param, kernels_for, signature, signature_in};
+    use crate::exec::cuda::view::{Kernel, Launch};
     use crate::passes::PlanOptions;
     use crate::testing::random_step::random_step;
 
@@ -281,15 +286,19 @@ mod tests {
             match command {
                 Command::Gemm(_) => assert!(allowed.contains(&CUBLAS_GEMM), "{what}: {} calls cuBLAS", op.kind),
                 Command::Launch(launch) => {
-                    assert!(allowed.contains(&launch.kernel), "{what}: {} launches {}", op.kind, launch.kernel);
-                    let params = signature(launch.kernel).unwrap();
+                    let family = launch.kernel.family();
+                    assert!(allowed.contains(&family), "{what}: {} launches {}", op.kind, launch.kernel);
+                    let params = match launch.kernel {
+                        Kernel::Program(name) => signature(name),
+                        Kernel::Generated(_) => signature_in(&p.generated.source().unwrap(), &launch.kernel.to_string()),
+                    }
+                    .unwrap_or_else(|| panic!("{what}: no kernel {}", launch.kernel));
                     let kinds: Vec<Param> = launch
                         .args
                         .iter()
                         .map(|a| match a {
                             Arg::Tensor(_) => Param::Tensor,
                             Arg::Geom(_) => Param::Geom,
-                            Arg::Fused(_) => Param::Fused,
                             Arg::Ptr(_) | Arg::Null => Param::Ptr,
                             Arg::I32(_) => Param::I32,
                             Arg::I64(_) => Param::I64,
@@ -322,6 +331,30 @@ mod tests {
             let p = Program::new(&graph, &plan).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             assert_consistent(&p, &format!("seed {seed}"));
         }
+    }
+
+    /// Fused steps: every fused op launches a generated kernel that takes what it passes,
+    /// and the repeated layers of GPT-2 share their kernels.
+    #[test]
+    fn fused_ops_launch_their_generated_kernels() {
+        let mut fused_steps = 0;
+        for seed in 0..150 {
+            let Some(graph) = crate::passes::fuse::fuse(&random_step(seed)) else { continue };
+            let plan = crate::plan(&graph, &PlanOptions::default()).unwrap();
+            crate::check(&graph, &plan).unwrap();
+            let p = Program::new(&graph, &plan).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            assert_consistent(&p, &format!("seed {seed} fused"));
+            assert!(!p.generated.is_empty(), "seed {seed}");
+            fused_steps += 1;
+        }
+        assert!(fused_steps >= 30, "{fused_steps}");
+        let (graph, _) = load("ir/models/gpt2.step");
+        let graph = crate::passes::fuse::fuse(&graph).unwrap();
+        let plan = crate::plan(&graph, &PlanOptions::default()).unwrap();
+        let p = Program::new(&graph, &plan).unwrap();
+        assert_consistent(&p, "gpt2 fused");
+        let fused_ops = graph.ops.iter().filter(|op| op.kind == OpKind::Fused).count();
+        assert!(fused_ops >= 12 && p.generated.len() * 4 <= fused_ops, "{fused_ops} fused ops, {} kernels", p.generated.len());
     }
 
     #[test]
@@ -389,11 +422,11 @@ mod tests {
         let launches: Vec<&Launch> = p
             .commands()
             .filter_map(|(_, c)| match c {
-                Command::Launch(l) if l.kernel.starts_with("attention") => Some(l),
+                Command::Launch(l) if l.kernel.family().starts_with("attention") => Some(l),
                 _ => None,
             })
             .collect();
-        let grids: Vec<(&str, [u32; 3])> = launches.iter().map(|l| (l.kernel, l.grid)).collect();
+        let grids: Vec<(&str, [u32; 3])> = launches.iter().map(|l| (l.kernel.family(), l.grid)).collect();
         assert_eq!(
             grids,
             [

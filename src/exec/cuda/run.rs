@@ -123,7 +123,7 @@ pub fn run_steps(
         Command::Launch(_) => (l + 1, g),
         Command::Gemm(_) => (l, g + 1),
     });
-    let backend = CudaBackend::new(program.arena_bytes, program.scratch_bytes)?;
+    let backend = CudaBackend::new(program.arena_bytes, program.scratch_bytes, &program.generated)?;
     let info = backend.info.clone();
     if info.compute_capability.0 < 8 {
         // No mma.sync for f16/bf16 before compute capability 8.0: attention on the float

@@ -5,16 +5,22 @@
 //! (op codes, modes, dtype codes, tile sizes that fix launch shapes: one definition, so
 //! the two sides cannot drift apart), then the files under `kernels/` concatenated
 //! ([`program`]): `common.cuh` first (descriptor, conversions, loads and stores,
-//! reductions), then one file per concern. NVRTC compiles it once per process (`device.rs`); the tests compile the same
+//! reductions), `element.cuh` (the elementwise ops' element functions), then one file per
+//! concern. NVRTC compiles it once per process (`device.rs`); the tests compile the same
 //! text as host C++ and run it (`tests/cuda_emu`).
+//!
+//! A step with fused ops also has a program of its own ([`generated_program`]): the
+//! constants, `common.cuh` and `element.cuh`, then one kernel per distinct fused body
+//! (`generate.rs`), compiled when the step's backend is made.
 
 use crate::exec::cuda::view::{self, dtype_code};
-use crate::ir::ops::{self, OpKind};
+use crate::ir::ops::OpKind;
 use crate::ir::types::DType;
 
 /// The kernel files, in program order.
-pub const FILES: [(&str, &str); 7] = [
+pub const FILES: [(&str, &str); 8] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
+    ("element.cuh", include_str!("kernels/element.cuh")),
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("rows.cu", include_str!("kernels/rows.cu")),
     ("reduce.cu", include_str!("kernels/reduce.cu")),
@@ -26,9 +32,27 @@ pub const FILES: [(&str, &str); 7] = [
 /// The whole program: the shared constants ([`constants`]), then the files, with a `#line`
 /// before each part so compiler messages name it.
 pub fn program() -> String {
+    with_constants(&FILES)
+}
+
+/// The program of a step's generated kernels (`kernels`, whole definitions): the shared
+/// constants and the two headers every kernel may call (`common.cuh`, `element.cuh`), then
+/// the kernels.
+pub fn generated_program(kernels: &[String]) -> String {
+    let mut text = with_constants(&FILES[..2]);
+    text.push_str("#line 1 \"fused kernels (generated)\"\n");
+    for kernel in kernels {
+        text.push_str(kernel);
+        text.push('\n');
+    }
+    text
+}
+
+/// [`constants`], then `files`, each after a `#line`.
+fn with_constants(files: &[(&str, &str)]) -> String {
     let mut text = String::from("#line 1 \"constants (generated)\"\n");
     text.push_str(&constants());
-    for (name, body) in FILES {
+    for (name, body) in files {
         text.push_str(&format!("#line 1 \"{name}\"\n"));
         text.push_str(body);
         text.push('\n');
@@ -106,7 +130,10 @@ pub const BCE_MEAN: &str = "bce_mean";
 pub const BCE_BACKWARD: &str = "bce_backward";
 pub const WHERE_SELECT: &str = "where_select";
 pub const MASKED_FILL: &str = "masked_fill";
-pub const FUSED: &str = "fused";
+
+/// Not a kernel of the program: the family of the kernels generated per step for fused ops
+/// (`fused_0`, `fused_1`, ...: [`generated_program`]).
+pub const FUSED: &str = view::GENERATED;
 
 /// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
 ///
@@ -114,7 +141,7 @@ pub const FUSED: &str = "fused";
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 70] = [
+pub const KERNELS: [&str; 69] = [
     BINARY,
     UNARY,
     FILL,
@@ -184,7 +211,6 @@ pub const KERNELS: [&str; 70] = [
     BCE_BACKWARD,
     WHERE_SELECT,
     MASKED_FILL,
-    FUSED,
 ];
 
 /// Declares the constants the program shares with the Rust side, and [`SHARED`]: their
@@ -237,13 +263,10 @@ shared! {
     OP_ERF: i32 = 44;
     /// `compare_scalar`: OP_COMPARE_SCALAR + the relation's code (50 lt to 55 ne), s the value.
     OP_COMPARE_SCALAR: i32 = 50;
-    /// `fused`'s three-operand element functions: `where` (a the condition), and
+    /// `element_op`'s three-operand element functions: `where` (a the condition), and
     /// `masked_fill` (a = x, b = the mask, s the value).
     OP_WHERE: i32 = 60;
     OP_MASKED_FILL: i32 = 61;
-    // The limits of a fused op's program (`struct FusedCode`).
-    FUSED_MAX_OPS: usize = ops::FUSED_MAX_OPS;
-    FUSED_MAX_INPUTS: usize = ops::FUSED_MAX_INPUTS;
     // Modes of the implicit-GEMM kernel `igemm` and of the batch-norm kernels.
     MODE_CONV_FWD: i32 = 0;
     MODE_CONV_BWD_DATA: i32 = 1;
@@ -379,8 +402,6 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
 pub enum Param {
     Tensor,
     Geom,
-    /// `FusedCode`.
-    Fused,
     /// `u64`: a device address.
     Ptr,
     /// `int`.
@@ -412,8 +433,12 @@ fn definitions<'a>(program: &'a str, name: &'a str) -> impl Iterator<Item = &'a 
 /// The parameter types of kernel `name`, read from the program's text; `None` if the
 /// program has no such kernel or declares a parameter of another type.
 pub fn signature(name: &str) -> Option<Vec<Param>> {
-    let program = program();
-    definitions(&program, name)
+    signature_in(&program(), name)
+}
+
+/// [`signature`] in `program` (a step's [`generated_program`], say).
+pub fn signature_in(program: &str, name: &str) -> Option<Vec<Param>> {
+    definitions(program, name)
         .next()?
         .split(',')
         .map(|param| {
@@ -421,7 +446,6 @@ pub fn signature(name: &str) -> Option<Vec<Param>> {
             Some(match ty {
                 "Tensor" => Param::Tensor,
                 "Geom" => Param::Geom,
-                "FusedCode" => Param::Fused,
                 "u64" => Param::Ptr,
                 "int" => Param::I32,
                 "i64" => Param::I64,
@@ -447,7 +471,7 @@ mod tests {
             } else {
                 assert!(!kernels.is_empty(), "{}: no kernel", row.name);
             }
-            for k in kernels.iter().filter(|&&k| k != CUBLAS_GEMM) {
+            for k in kernels.iter().filter(|&&k| k != CUBLAS_GEMM && k != FUSED) {
                 assert!(KERNELS.contains(k), "{}: {k} is not a kernel of the program", row.name);
             }
         }

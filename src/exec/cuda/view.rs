@@ -13,7 +13,6 @@
 //! have exactly the layout of `struct Tensor` and `struct Geom` in `kernels/common.cuh`
 //! (sizes are asserted on both sides).
 
-use crate::ir::ops::FUSED_MAX_OPS;
 use crate::ir::types::DType;
 
 /// The most dimensions a kernel's tensor may have (`MAX_RANK` in common.cuh).
@@ -251,27 +250,6 @@ pub struct Geom {
 
 const _: () = assert!(std::mem::size_of::<Geom>() == 64);
 
-/// `struct FusedCode` of common.cuh: a fused op's inner program, which the `fused` kernel
-/// runs per element. Inner op `j` applies the element function `op[j]` (an op code of
-/// `unary`/`binary`, or `OP_WHERE`, `OP_MASKED_FILL`) with scalar `s[j]` to its operands
-/// `a[j]`, `b[j]`, `c[j]` (`k < FUSED_MAX_INPUTS`: input `k`; `FUSED_MAX_INPUTS + i`: inner
-/// value `i`; -1: none) and rounds the result to the dtype code `dtype[j]`; the last value
-/// is the output. `inputs` inputs are read.
-#[repr(C)]
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub struct FusedCode {
-    pub count: i32,
-    pub inputs: i32,
-    pub op: [i32; FUSED_MAX_OPS],
-    pub a: [i32; FUSED_MAX_OPS],
-    pub b: [i32; FUSED_MAX_OPS],
-    pub c: [i32; FUSED_MAX_OPS],
-    pub dtype: [i32; FUSED_MAX_OPS],
-    pub s: [f64; FUSED_MAX_OPS],
-}
-
-const _: () = assert!(std::mem::size_of::<FusedCode>() == 456);
-
 /// One kernel argument, in the order of the kernel's parameters.
 #[derive(Clone, PartialEq, Debug)]
 pub enum Arg {
@@ -287,8 +265,6 @@ pub enum Arg {
     F64(f64),
     /// `Geom` (by value).
     Geom(Geom),
-    /// `FusedCode` (by value).
-    Fused(Box<FusedCode>),
     /// `u64` 0: no scratch (a kernel that may write partial sums writes its result).
     Null,
 }
@@ -302,7 +278,6 @@ pub enum ResolvedArg {
     I64(i64),
     F64(f64),
     Geom(Geom),
-    Fused(Box<FusedCode>),
 }
 
 impl ResolvedArg {
@@ -316,16 +291,52 @@ impl ResolvedArg {
             ResolvedArg::I64(x) => x as *const i64 as *mut _,
             ResolvedArg::F64(x) => x as *const f64 as *mut _,
             ResolvedArg::Geom(g) => g as *const Geom as *mut _,
-            ResolvedArg::Fused(code) => code.as_ref() as *const FusedCode as *mut _,
         }
+    }
+}
+
+/// The family name of the kernels generated per step for fused ops: `fused_0`, `fused_1`, ...
+pub const GENERATED: &str = "fused";
+
+/// Which kernel a launch runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kernel {
+    /// A kernel of the program (`source::KERNELS`), by its `extern "C"` name.
+    Program(&'static str),
+    /// Kernel `fused_{n}` of the step's own generated program (`Program::generated`).
+    Generated(u32),
+}
+
+impl Kernel {
+    /// The program kernel's name, or [`GENERATED`] for every generated kernel.
+    pub fn family(self) -> &'static str {
+        match self {
+            Kernel::Program(name) => name,
+            Kernel::Generated(_) => GENERATED,
+        }
+    }
+}
+
+impl std::fmt::Display for Kernel {
+    /// The kernel's `extern "C"` name.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kernel::Program(name) => f.write_str(name),
+            Kernel::Generated(n) => write!(f, "{GENERATED}_{n}"),
+        }
+    }
+}
+
+impl From<&'static str> for Kernel {
+    fn from(name: &'static str) -> Kernel {
+        Kernel::Program(name)
     }
 }
 
 /// One kernel launch.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Launch {
-    /// The kernel's name in the program (`extern "C"`).
-    pub kernel: &'static str,
+    pub kernel: Kernel,
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub args: Vec<Arg>,
@@ -345,7 +356,6 @@ impl Launch {
                     Arg::I64(x) => ResolvedArg::I64(*x),
                     Arg::F64(x) => ResolvedArg::F64(*x),
                     Arg::Geom(g) => ResolvedArg::Geom(*g),
-                    Arg::Fused(code) => ResolvedArg::Fused(code.clone()),
                     Arg::Null => ResolvedArg::U64(0),
                 })
             })
@@ -506,7 +516,7 @@ mod tests {
     #[test]
     fn resolved_arguments_point_at_their_values() {
         let launch = Launch {
-            kernel: "k",
+            kernel: Kernel::Program("k"),
             grid: [1, 1, 1],
             block: [32, 1, 1],
             args: vec![Arg::I32(7), Arg::Ptr(Addr::workspace(8)), Arg::F64(0.5)],

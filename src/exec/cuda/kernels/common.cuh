@@ -41,24 +41,8 @@ struct Geom {
     int n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw, pad;
 };
 
-// A fused op's inner program (elementwise.cu's `fused`): op j applies element function
-// op[j] with scalar s[j] to operands a[j], b[j], c[j] (k < FUSED_MAX_INPUTS: input k;
-// FUSED_MAX_INPUTS + i: inner value i; -1: none) and rounds to dtype code dtype[j]. Layout =
-// view.rs FusedCode.
-struct FusedCode {
-    int count;
-    int inputs;
-    int op[FUSED_MAX_OPS];
-    int a[FUSED_MAX_OPS];
-    int b[FUSED_MAX_OPS];
-    int c[FUSED_MAX_OPS];
-    int dtype[FUSED_MAX_OPS];
-    double s[FUSED_MAX_OPS];
-};
-
 static_assert(sizeof(Tensor) == 160, "struct Tensor must match DeviceTensor");
 static_assert(sizeof(Geom) == 64, "struct Geom must match view.rs Geom");
-static_assert(sizeof(FusedCode) == 456, "struct FusedCode must match view.rs FusedCode");
 
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 
