@@ -413,8 +413,50 @@ pub fn plan(graph: &Graph, options: &PlanOptions) -> Result<Plan, PlanError> {
 pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
     match decide_fusion(graph, options)? {
         FusionChoice::Decided(options) => plan_step_decided(graph, &options),
-        FusionChoice::Compare { fused, unfused } => Ok(lower(plan_step_decided(graph, &fused), plan_step_decided(graph, &unfused))?.0),
+        FusionChoice::Compare { fused, unfused } => Ok(plan_lower(graph, &fused, &unfused)?.0),
     }
+}
+
+/// The lower of the fused and the unfused plan (a tie keeps the step as written), with
+/// whether it is the fused one: the step as written is planned first, and the fused step
+/// only where one plan under a budget just below that arena says fusing may beat it.
+fn plan_lower(graph: &Graph, fused: &PlanOptions, unfused: &PlanOptions) -> Result<((Graph, Plan), bool), PlanError> {
+    let without = plan_step_decided(graph, unfused);
+    if let Ok((_, plan)) = &without
+        && !fused_may_beat(graph, fused, plan.arena_bytes)?
+    {
+        return Ok((without?, false));
+    }
+    lower(plan_step_decided(graph, fused), without)
+}
+
+/// Whether the fused step (`fused`: its options) may plan below `arena`. With cheap
+/// recomputation and no budget, its plan is the smallest affordable arena cheap
+/// recomputation reaches ([`cheap_budget`]'s search over budgets): below `arena` only if
+/// the budget `arena - 1` is met affordably, which one plan tells, where the search takes
+/// ten. Otherwise (a budget, another mode) only planning it tells.
+fn fused_may_beat(graph: &Graph, fused: &PlanOptions, arena: u64) -> Result<bool, PlanError> {
+    let Recompute::Cheap { max_traffic_percent } = fused.recompute else { return Ok(true) };
+    if fused.budget.is_some() || graph.ops.len() > CHEAP_MAX_OPS {
+        return Ok(true);
+    }
+    let Some(below) = arena.checked_sub(1) else { return Ok(false) };
+    let probe = PlanOptions { recompute: Recompute::CheapOnly, budget: Some(Budget::Bytes(below)), ..fused.clone() };
+    let strategy = remat::strategy_fn(probe.checkpoint);
+    match full(graph, &probe, budgeted(&probe, &strategy)) {
+        Ok(planned) => Ok(affordable(&planned, max_traffic_percent)),
+        Err(PlanError::BudgetUnmet { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a plan of cheap recomputation stays within both caps: at most
+/// [`CHEAP_MAX_OVERHEAD`] of the step's FLOPs and `max_traffic_percent` of its bytes moved
+/// more.
+fn affordable((graph, plan): &(Graph, Plan), max_traffic_percent: u32) -> bool {
+    let flops = plan.remat.as_ref().is_none_or(|r| r.overhead_percent().is_some_and(|p| p <= CHEAP_MAX_OVERHEAD * 100.0));
+    let (base, extra) = traffic(graph, plan);
+    flops && u128::from(extra) * 100 <= u128::from(max_traffic_percent) * u128::from(base)
 }
 
 /// [`plan_step`] once fusion is decided ([`Fusion::On`] or [`Fusion::Off`]).
@@ -452,12 +494,7 @@ fn cheap_budget(graph: &Graph, options: &PlanOptions) -> Result<PlanOptions, Pla
             Err(e) => Err(e),
         }
     };
-    // Within both caps: extra FLOPs and extra bytes moved.
-    let affordable = |(graph, plan): &(Graph, Plan)| {
-        let flops = plan.remat.as_ref().is_none_or(|r| r.overhead_percent().is_some_and(|p| p <= CHEAP_MAX_OVERHEAD * 100.0));
-        let (base, extra) = traffic(graph, plan);
-        flops && u128::from(extra) * 100 <= u128::from(max_traffic_percent) * u128::from(base)
-    };
+    let affordable = |planned: &(Graph, Plan)| affordable(planned, max_traffic_percent);
     let without = full(graph, &PlanOptions { recompute: Recompute::None, ..options.clone() }, None)?.1.arena_bytes;
     // The search plans the step under budgets; where the remat pass cannot (a step too large
     // to choose recomputations for), the plan is the one without recomputation.
@@ -567,7 +604,7 @@ pub fn plan_step_observed(graph: Graph, options: &PlanOptions, observe: &mut Obs
             // The observer sees the passes of the plan kept, once: both are planned
             // unobserved, the lower again observed (the unfused one when neither plans:
             // its error again, its passes seen).
-            let keep_fused = lower(plan_step_decided(&graph, &fused), plan_step_decided(&graph, &unfused)).is_ok_and(|(_, fused)| fused);
+            let keep_fused = plan_lower(&graph, &fused, &unfused).is_ok_and(|(_, fused)| fused);
             plan_step_observed_decided(graph, if keep_fused { &fused } else { &unfused }, observe)
         }
     }
@@ -578,11 +615,7 @@ pub fn plan_step_observed(graph: Graph, options: &PlanOptions, observe: &mut Obs
 pub fn plan_step_owned(graph: Graph, options: &PlanOptions) -> Result<(Graph, Plan), PlanError> {
     match decide_fusion(&graph, options)? {
         FusionChoice::Decided(options) => plan_step_observed_decided(graph, &options, &mut |_, _| {}),
-        FusionChoice::Compare { fused, unfused } => {
-            let with = plan_step_decided(&graph, &fused);
-            let without = plan_step_observed_decided(graph, &unfused, &mut |_, _| {});
-            Ok(lower(with, without)?.0)
-        }
+        FusionChoice::Compare { fused, unfused } => Ok(plan_lower(&graph, &fused, &unfused)?.0),
     }
 }
 
