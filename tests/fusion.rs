@@ -84,7 +84,7 @@ fn the_cli_shows_fused_ops_and_turns_fusion_off() {
     assert!(dump.contains("// -----// IR Dump After fuse //----- //"), "{dump}");
     assert!(dump.contains(r#"fused(%h, %bias, body="t0: f32 = cast(x0, to=f32); t1: f32 = add(t0, x1)")"#), "{dump}");
     let report = text(&fused.stdout);
-    assert!(report.contains("fusion       3 fused op(s) run 7 elementwise ops"), "{report}");
+    assert!(report.contains("fusion       4 fused op(s) run 9 inner ops"), "{report}");
 
     let off = memplan(&["plan", file, "--no-fuse", "--print-ir-after", "fuse"]);
     assert!(off.status.success(), "{}", text(&off.stderr));

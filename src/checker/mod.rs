@@ -532,7 +532,7 @@ impl<'a> Checker<'a> {
                 }
             };
             let inputs = &graph.ops[op].inputs;
-            graph.ops[op].kind.def().inplace_pairs(inputs.len()).iter().any(|&(j, k)| j == output && inputs.get(k).is_some_and(|&i| reads_va(i)))
+            graph.ops[op].kind.def().inplace_pairs(inputs.len(), &graph.ops[op].attrs).iter().any(|&(j, k)| j == output && inputs.get(k).is_some_and(|&i| reads_va(i)))
         };
         let mut found = Vec::new();
         let truncated = overlapping_pairs(&rects, &order, |i, j| {

@@ -149,6 +149,6 @@ fn check_update_in_place(
     let output = op.outputs.iter().position(|&o| o == value).expect("value is an output of its op");
     let reads: Vec<usize> = (0..op.inputs.len()).filter(|&k| lifetimes.root[op.inputs[k]] == target).collect();
     let direct = reads.iter().all(|&k| op.inputs[k] == target);
-    let allowed = reads.iter().any(|&k| op.kind.def().inplace_pairs(op.inputs.len()).contains(&(output, k)));
+    let allowed = reads.iter().any(|&k| op.kind.def().inplace_pairs(op.inputs.len(), &op.attrs).contains(&(output, k)));
     if reads.is_empty() || (direct && allowed) { Ok(()) } else { Err(read_by(writer)) }
 }

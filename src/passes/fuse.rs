@@ -1,7 +1,9 @@
-//! The fusion pass: trees of elementwise ops become `fused` ops (`ir/ops/fused.rs`) whose
-//! inner values are never buffers.
+//! The fusion pass: trees of elementwise ops, and such trees summed by a reduction, become
+//! `fused` ops (`ir/ops/fused.rs`) whose inner values are never buffers.
 //!
-//! A *region* grows from a root, an elementwise op (its row's `elementwise`), latest first:
+//! A *region* grows from a root, an elementwise op (its row's `elementwise`) or a reduction
+//! that reduces something (its row's `reduction`: `sum`, `mean`; its input then is an inner
+//! value, made an element at a time where it is summed), latest first:
 //! the producer of one of the region's inputs joins it when that producer is elementwise,
 //! in the same user region (checkpoint, recompute, custom) as the root, not yet in another
 //! region, and every reader of the value it makes is in the region (the value is then an
@@ -91,7 +93,7 @@ pub fn fuse(graph: &Graph) -> Option<Graph> {
     let mut state = State { graph, readers: graph.users(), kept, survives, overwritten_at, region_of };
     let mut regions: Vec<Region> = Vec::new();
     for root in graph.ops.indices().rev() {
-        if state.region_of[root].is_some() || !graph.ops[root].kind.def().elementwise {
+        if state.region_of[root].is_some() || !may_root(graph, &graph.ops[root]) {
             continue;
         }
         let region = grow(&state, root);
@@ -131,6 +133,14 @@ pub fn fuse(graph: &Graph) -> Option<Graph> {
         }
     }
     Some(rewrite(graph, &regions, &state.region_of, &dead))
+}
+
+/// Whether a region may grow from `op`: an elementwise op, or a reduction that reduces
+/// something (one of nothing is no fused body).
+fn may_root(graph: &Graph, op: &Op) -> bool {
+    let def = op.kind.def();
+    let numel = |v: ValueId| graph.values[v].ty.shape.numel();
+    def.elementwise || (def.reduction && matches!((numel(op.outputs[0]), numel(op.inputs[0])), (Some(out), Some(x)) if out < x))
 }
 
 /// The region grown from `root` (see the module doc).
@@ -326,6 +336,32 @@ mod tests {
         for (_, body, _) in fused_ops(&fused) {
             assert_eq!(FusedBody::parse(&body).unwrap().to_string(), body);
         }
+    }
+
+    /// A reduction ends a region: RMSNorm written out (`x.pow(2).mean(-1)`) sums the
+    /// squares an element at a time, never stored; what follows the reduction is a region
+    /// of its own. A reduction of nothing (over a size-1 axis) is left alone.
+    #[test]
+    fn a_reduction_sums_its_elementwise_input_without_storing_it() {
+        let graph = crate::parse(
+            "step @norm(\n  %x: f32[4,8] input,\n) {\n  %sq = pow_scalar(%x, exponent=2.0)\n  %ms = mean(%sq, axes=[-1], keepdim=true)\n  %e = add_scalar(%ms, value=1e-6)\n  %r = rsqrt(%e)\n  %y = mul(%x, %r)\n  return %y\n}\n",
+        )
+        .unwrap();
+        let fused = fuse(&graph).unwrap();
+        crate::verify(&fused).unwrap();
+        assert_eq!(
+            fused_ops(&fused),
+            [
+                ("ms".to_string(), "t0: f32 = pow_scalar(x0, exponent=2.0); t1: f32 = mean(t0, axes=[-1], keepdim=true)".to_string(), vec![]),
+                ("y".to_string(), "t0: f32 = add_scalar(x0, value=1e-6); t1: f32 = rsqrt(t0); t2: f32 = mul(x1, t1)".to_string(), vec![]),
+            ]
+        );
+        assert!(fused.values.iter().all(|v| v.name != "sq"));
+        let nothing = crate::parse(
+            "step @s(\n  %x: f32[4,1] input,\n) {\n  %sq = neg(%x)\n  %s = sum(%sq, axes=[1])\n  return %s\n}\n",
+        )
+        .unwrap();
+        assert!(fuse(&nothing).is_none());
     }
 
     /// A producer that reads a param is not moved past the op writing the param's update.

@@ -76,7 +76,7 @@ pub fn inplace(graph: &Graph, schedule: &[OpId]) -> Reuse {
     let mut donated: IndexVec<ValueId, bool> = IndexVec::from_elem(false, graph.values.len());
     for (position, &op_id) in schedule.iter().enumerate() {
         let op = &graph.ops[op_id];
-        for &(j, k) in op.kind.def().inplace_pairs(op.inputs.len()).iter() {
+        for &(j, k) in op.kind.def().inplace_pairs(op.inputs.len(), &op.attrs).iter() {
             let (Some(&out), Some(&x)) = (op.outputs.get(j), op.inputs.get(k)) else { continue };
             let Some(r) = dense_root(graph, x) else { continue };
             let (x_ty, out_ty) = (&graph.values[x].ty, &graph.values[out].ty);

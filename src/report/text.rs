@@ -77,7 +77,7 @@ pub fn render(report: &Report, top: usize, rows: BufferRows) -> String {
         };
         let _ = writeln!(
             w,
-            "fusion       {} fused op(s) run {} elementwise ops, their inner values never stored{recomputed} (`--print-ir-after fuse` shows them, `--no-fuse` keeps each op)",
+            "fusion       {} fused op(s) run {} inner ops, their inner values never stored{recomputed} (`--print-ir-after fuse` shows them, `--no-fuse` keeps each op)",
             fusion.fused_ops, fusion.inner_ops
         );
     }

@@ -9,6 +9,11 @@
 //! the last: the unfused ops' arithmetic exactly, without their intermediate tensors. Every
 //! input is read before the output is written, so a fused op may run in place over an input.
 //!
+//! A body that ends with a reduction (`sum`, `mean`) gets the partial-sums kernel of
+//! `reduce_partial` (common.cuh's `reduce_partial_over`) with the body before the reduction
+//! computing each element it sums; `reduce_finish` of the program adds the groups' partial
+//! sums where there are several.
+//!
 //! A kernel's text is all that tells two apart (the body and the number of inputs), so the
 //! repeated layers of a model share one kernel. [`Generated`] collects them while a step is
 //! lowered; `Program::generated` keeps them, and each backend compiles
@@ -49,6 +54,15 @@ impl Generated {
         Kernel::Generated(u32::try_from(index).expect("fewer kernels than ops, and ops are u32 ids"))
     }
 
+    /// The partial-sums kernel of a body whose `steps` (all but its closing reduction)
+    /// compute the values, `summed` the one its reduction reads, over `inputs` inputs: its
+    /// parameters are the inputs, then `reduce_partial`'s after its `x`. `in_float`: the
+    /// summed value is a float (summed in float, as `reduce_partial` sums a float tensor).
+    pub fn fused_reduction(&mut self, text: &str, steps: &[ElementStep], summed: Operand, inputs: usize, in_float: bool) -> Kernel {
+        let (index, _) = self.kernels.insert_full(reduction_text(text, steps, summed, inputs, in_float));
+        Kernel::Generated(u32::try_from(index).expect("fewer kernels than ops, and ops are u32 ids"))
+    }
+
     /// How many kernels there are.
     pub fn len(&self) -> usize {
         self.kernels.len()
@@ -80,23 +94,52 @@ impl Generated {
 /// A kernel's parameters and body (what follows its name), with the fused body's IR text
 /// as a comment above.
 fn kernel_text(text: &str, steps: &[ElementStep], inputs: usize) -> String {
-    let params: Vec<String> = (0..inputs).map(|k| format!(", Tensor x{k}")).collect();
-    let mut out = format!("(Tensor out{}) {{\n", params.concat());
-    for line in text.split("; ") {
-        out.push_str(&format!("    // {line}\n"));
-    }
+    let mut out = format!("(Tensor out{}) {{\n", input_params(inputs));
+    out.push_str(&comment(text));
     out.push_str("    GRID_STRIDE(i, out.numel) {\n");
+    out.push_str(&element_code(steps, inputs, "        "));
+    if let Some(last) = steps.len().checked_sub(1) {
+        out.push_str(&format!("        store_d(out, i, t{last});\n"));
+    }
+    out.push_str("    }\n}");
+    out
+}
+
+/// A reduction kernel's parameters and body: `reduce_partial_over` summing `summed` (after
+/// `steps`) at each index it asks for.
+fn reduction_text(text: &str, steps: &[ElementStep], summed: Operand, inputs: usize, in_float: bool) -> String {
+    let mut out = format!(
+        "(Tensor out{}, i64 outs, i64 reduced, i64 chunk, double divisor, u64 partials) {{\n",
+        input_params(inputs)
+    );
+    out.push_str(&comment(text));
+    out.push_str(&format!("    reduce_partial_over(out, outs, reduced, chunk, divisor, partials, {in_float}, [&](i64 i) {{\n"));
+    out.push_str(&element_code(steps, inputs, "        "));
+    out.push_str(&format!("        return {};\n    }});\n}}", operand_expr(Some(&summed))));
+    out
+}
+
+/// `, Tensor x0, Tensor x1, ...`.
+fn input_params(inputs: usize) -> String {
+    (0..inputs).map(|k| format!(", Tensor x{k}")).collect()
+}
+
+/// The fused body's IR text as comment lines, one per inner op.
+fn comment(text: &str) -> String {
+    text.split("; ").map(|line| format!("    // {line}\n")).collect()
+}
+
+/// Element `i` of every input (`xk_i`), then every value of `steps` (`tj`), each line
+/// indented by `indent`.
+fn element_code(steps: &[ElementStep], inputs: usize, indent: &str) -> String {
+    let mut out = String::new();
     for k in 0..inputs {
-        out.push_str(&format!("        const double x{k}_i = load_d(x{k}, i);\n"));
+        out.push_str(&format!("{indent}const double x{k}_i = load_d(x{k}, i);\n"));
     }
     for (j, step) in steps.iter().enumerate() {
-        let operand = |k: usize| match step.operands.get(k) {
-            Some(Operand::Input(i)) => format!("x{i}_i"),
-            Some(Operand::Inner(i)) => format!("t{i}"),
-            None => "0.0".to_string(),
-        };
+        let operand = |k: usize| operand_expr(step.operands.get(k));
         out.push_str(&format!(
-            "        const double t{j} = round_to({}, element_op({}, {}, {}, {}, {}));\n",
+            "{indent}const double t{j} = round_to({}, element_op({}, {}, {}, {}, {}));\n",
             dtype_macro(step.dtype),
             op_name(step.op),
             operand(0),
@@ -105,11 +148,17 @@ fn kernel_text(text: &str, steps: &[ElementStep], inputs: usize) -> String {
             literal(step.scalar)
         ));
     }
-    if let Some(last) = steps.len().checked_sub(1) {
-        out.push_str(&format!("        store_d(out, i, t{last});\n"));
-    }
-    out.push_str("    }\n}");
     out
+}
+
+/// An operand's value in a kernel: input `k`'s element (`xk_i`), inner value `tj`, or 0 for
+/// none.
+fn operand_expr(operand: Option<&Operand>) -> String {
+    match operand {
+        Some(Operand::Input(k)) => format!("x{k}_i"),
+        Some(Operand::Inner(j)) => format!("t{j}"),
+        None => "0.0".to_string(),
+    }
 }
 
 /// The program's name for an op code (`OP_ADD`, ...: source.rs SHARED), or the number for

@@ -25,9 +25,9 @@ use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::{
     AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, FusedBody, GridSampleAttrs,
-    LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, PoolAttrs,
+    LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, Operand, PoolAttrs,
 };
-use crate::ir::types::DType;
+use crate::ir::types::{DType, TensorType};
 
 /// Choices the lowering leaves to its caller.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -384,24 +384,51 @@ pub fn lower_op(
         }
         Fused => {
             let inputs: Vec<&View> = (0..op.inputs.len()).map(x).collect();
-            fused(&FusedBody::of(attrs), y(0), &inputs, generated)?
+            fused(&FusedBody::of(attrs), y(0), &inputs, generated, scratch)?
         }
     })
 }
 
 /// A fused op: one launch of the kernel generated for its body (`generate.rs`), its inputs
-/// as views broadcast to the output's shape.
-fn fused(body: &FusedBody, out: &View, inputs: &[&View], generated: &mut Generated) -> Result<Vec<Command>, CudaError> {
+/// as views broadcast to the output's shape; a body that ends with a reduction runs as
+/// `sum`/`mean` do ([`reduce`]), its generated kernel computing each element summed.
+fn fused(
+    body: &FusedBody,
+    out: &View,
+    inputs: &[&View],
+    generated: &mut Generated,
+    scratch: &mut Scratch,
+) -> Result<Vec<Command>, CudaError> {
+    let (elementwise_ops, reduction) = match body.ops.split_last() {
+        Some((last, rest)) if body.reduces() => (rest, Some(last)),
+        _ => (&body.ops[..], None),
+    };
     let mut steps = Vec::with_capacity(body.ops.len());
-    for inner in &body.ops {
+    for inner in elementwise_ops {
         let (op, scalar) = element_code(inner.def.kind, &inner.attrs)
             .ok_or_else(|| CudaError::Unsupported(format!("{} inside a fused op", inner.def.name)))?;
         steps.push(ElementStep { op, scalar, dtype: inner.dtype, operands: inner.operands.clone() });
     }
-    let kernel = generated.fused(&body.to_string(), &steps, inputs.len());
-    let mut args = vec![t(out)];
-    args.extend(inputs.iter().map(|v| t(&v.broadcast_to(&out.shape))));
-    Ok(elementwise(kernel, out.numel(), args))
+    let text = body.to_string();
+    let Some(reduction) = reduction else {
+        let kernel = generated.fused(&text, &steps, inputs.len());
+        let mut args = vec![t(out)];
+        args.extend(inputs.iter().map(|v| t(&v.broadcast_to(&out.shape))));
+        return Ok(elementwise(kernel, out.numel(), args));
+    };
+    // The value summed: its type from the body's rule over the inputs' views.
+    let input_types: Vec<TensorType> = inputs.iter().map(|v| TensorType::new(v.dtype, v.shape.clone())).collect();
+    let inner = body.types(&input_types.iter().collect::<Vec<_>>()).map_err(CudaError::Unsupported)?;
+    let summed = reduction.operands[0];
+    let summed_ty = match summed {
+        Operand::Input(k) => &input_types[k],
+        Operand::Inner(j) => &inner[j],
+    };
+    let shape = summed_ty.shape.dims().to_vec();
+    let kernel = generated.fused_reduction(&text, &steps, summed, inputs.len(), summed_ty.dtype.is_float());
+    let (perm, outs, count) = reduced_space(&shape, reduction.attrs.ints("axes"));
+    let views: Vec<Arg> = inputs.iter().map(|v| t(&v.broadcast_to(&shape).permuted(&perm))).collect();
+    Ok(reduce_launches(kernel, out, views, outs, count, reduction.def.kind == OpKind::Mean, scratch))
 }
 
 /// The element function (`binary`'s and `unary`'s op codes, `OP_WHERE`, `OP_MASKED_FILL`)
@@ -1200,13 +1227,34 @@ fn embedding_backward(dtable: &View, dy: &View, ids: &View, bags: Option<(&View,
 
 /// sum or mean of `x` over `axes` into `out`: x viewed with kept dimensions first.
 fn reduce(out: &View, x: &View, axes: &[i64], mean: bool, scratch: &mut Scratch) -> Vec<Command> {
-    let rank = x.rank();
+    let (perm, outs, count) = reduced_space(&x.shape, axes);
+    reduce_launches(REDUCE_PARTIAL.into(), out, vec![t(&x.permuted(&perm))], outs, count, mean, scratch)
+}
+
+/// A reduction over `axes` of a value of `shape`: the permutation putting the kept
+/// dimensions first and the reduced ones last, the outputs, and the elements each sums.
+fn reduced_space(shape: &[u64], axes: &[i64]) -> (Vec<usize>, u64, u64) {
+    let rank = shape.len();
     let reduced: Vec<bool> =
         (0..rank).map(|d| axes.iter().any(|&a| (if a < 0 { a + rank as i64 } else { a }) as usize == d)).collect();
     let perm: Vec<usize> = (0..rank).filter(|&d| !reduced[d]).chain((0..rank).filter(|&d| reduced[d])).collect();
-    let xp = x.permuted(&perm);
-    let outs: u64 = (0..rank).filter(|&d| !reduced[d]).map(|d| x.shape[d]).product();
-    let count: u64 = (0..rank).filter(|&d| reduced[d]).map(|d| x.shape[d]).product();
+    let outs: u64 = (0..rank).filter(|&d| !reduced[d]).map(|d| shape[d]).product();
+    let count: u64 = (0..rank).filter(|&d| reduced[d]).map(|d| shape[d]).product();
+    (perm, outs, count)
+}
+
+/// The launches of a reduction's partial sums (`partial`: `reduce_partial`, or a fused
+/// reduction's generated kernel, given `sources`, its arguments before `outs`), then,
+/// with several groups, `reduce_finish`.
+fn reduce_launches(
+    partial: Kernel,
+    out: &View,
+    sources: Vec<Arg>,
+    outs: u64,
+    count: u64,
+    mean: bool,
+    scratch: &mut Scratch,
+) -> Vec<Command> {
     if outs == 0 {
         return Vec::new();
     }
@@ -1214,18 +1262,14 @@ fn reduce(out: &View, x: &View, axes: &[i64], mean: bool, scratch: &mut Scratch)
     let col_blocks = outs.div_ceil(32);
     let (groups, chunk) = row_groups(col_blocks, count, 64, outs * 8);
     let grid = [col_blocks as u32, groups as u32, 1];
+    let sizes = [int(outs), int(count), int(chunk), Arg::F64(divisor)];
+    let args = |partials: Arg| [vec![t(out)], sources.clone(), sizes.to_vec(), vec![partials]].concat();
     if groups == 1 {
-        let args = vec![t(out), t(&xp), int(outs), int(count), int(chunk), Arg::F64(divisor), Arg::Null];
-        return vec![launch(REDUCE_PARTIAL, grid, [32, 8, 1], args)];
+        return vec![launch(partial, grid, [32, 8, 1], args(Arg::Null))];
     }
     let partials = Arg::Ptr(scratch.alloc(groups * outs * 8));
-    let args = vec![t(out), t(&xp), int(outs), int(count), int(chunk), Arg::F64(divisor), partials.clone()];
-    let mut commands = vec![launch(REDUCE_PARTIAL, grid, [32, 8, 1], args)];
-    commands.extend(elementwise(
-        REDUCE_FINISH,
-        outs,
-        vec![t(out), partials, int(outs), int(groups), Arg::F64(divisor)],
-    ));
+    let mut commands = vec![launch(partial, grid, [32, 8, 1], args(partials.clone()))];
+    commands.extend(elementwise(REDUCE_FINISH, outs, vec![t(out), partials, int(outs), int(groups), Arg::F64(divisor)]));
     commands
 }
 

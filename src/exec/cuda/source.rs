@@ -393,7 +393,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         BceWithLogitsBackward => &[BCE_BACKWARD],
         Where => &[WHERE_SELECT],
         MaskedFill => &[MASKED_FILL],
-        Fused => &[FUSED],
+        Fused => &[FUSED, REDUCE_FINISH],
     }
 }
 

@@ -1,7 +1,7 @@
 //! `fused`: the inner ops one after another on whole tensors, through [`eval`] (the same
-//! kernels as the unfused ops), each inner value rounded to its dtype as storing it would
-//! round it ([`stored`]), so a fused op gives the unfused ops' bits. The inner values live
-//! only while the op runs.
+//! kernels as the unfused ops, a closing reduction's included), each inner value rounded
+//! to its dtype as storing it would round it ([`stored`]), so a fused op gives the unfused
+//! ops' bits. The inner values live only while the op runs.
 
 use super::eval;
 use crate::exec::data::stored;
@@ -26,8 +26,16 @@ pub(super) fn fused(body: &FusedBody, inputs: &[Dense], out: &TensorType) -> Res
             })
             .collect();
         let shapes: Vec<Shape> = operands.iter().map(|d| Shape(d.shape.iter().map(|&n| n as u64).collect())).collect();
-        let shape = inner_shape(&shapes.iter().collect::<Vec<_>>()).map_err(|e| bad(format!("t{j}: {e}")))?;
-        let ty = TensorType { dtype: op.dtype, shape };
+        let ty = if op.def.reduction {
+            // A reduction keeps its operand's dtype (the body's rule), so its row's rule
+            // gives its shape from the operand's.
+            let operand = TensorType { dtype: op.dtype, shape: shapes[0].clone() };
+            let ty = (op.def.infer)(&[&operand], &op.attrs).map_err(|e| bad(format!("t{j}: {e}")))?;
+            ty.into_iter().next().ok_or_else(|| bad(format!("t{j}: no output")))?
+        } else {
+            let shape = inner_shape(&shapes.iter().collect::<Vec<_>>()).map_err(|e| bad(format!("t{j}: {e}")))?;
+            TensorType { dtype: op.dtype, shape }
+        };
         let mut value = eval(op.def.kind, &op.attrs, &operands, std::slice::from_ref(&ty))?.remove(0);
         for x in &mut value.data {
             *x = stored(op.dtype, *x);
@@ -74,6 +82,25 @@ mod tests {
         // Without the rounding of t0 the sums differ: the rounding is what makes it exact.
         let unrounded: Vec<f64> = x.data.iter().enumerate().map(|(i, v)| stored(DType::Bf16, v + bias.data[i % 3])).collect();
         assert_ne!(unrounded, fused_out.data);
+    }
+
+    /// A body that ends with a reduction gives the unfused ops' bits too: the product
+    /// rounded to bf16 element by element, then summed and rounded as `sum` does.
+    #[test]
+    fn a_closing_reduction_sums_the_rounded_inner_values() {
+        let body = FusedBody::parse("t0: bf16 = mul(x0, x1); t1: bf16 = sum(t0, axes=[0])").unwrap();
+        let x = dense(&[3, 2], &[1.001, 2.003, -3.0007, 100.3, 0.5, 7.77]);
+        let y = dense(&[2], &[1.01, -0.3]);
+        let out = TensorType::new(DType::Bf16, vec![2]);
+        let fused_out = fused(&body, &[x.clone(), y.clone()], &out).unwrap();
+        let bf16 = |n: Vec<u64>| TensorType::new(DType::Bf16, n);
+        let mut product = eval(OpKind::Mul, &Attrs::default(), &[x, y], &[bf16(vec![3, 2])]).unwrap().remove(0);
+        product.data.iter_mut().for_each(|v| *v = stored(DType::Bf16, *v));
+        let sum = Attrs::for_op(OpKind::Sum, &[("axes", Attr::Ints(vec![0]))]).unwrap();
+        let mut unfused = eval(OpKind::Sum, &sum, &[product], &[bf16(vec![2])]).unwrap().remove(0);
+        unfused.data.iter_mut().for_each(|v| *v = stored(DType::Bf16, *v));
+        assert_eq!(fused_out.shape, [2]);
+        assert_eq!(fused_out.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), unfused.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     }
 
     #[test]

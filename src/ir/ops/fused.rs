@@ -1,6 +1,8 @@
 //! `fused`: a chain or tree of elementwise ops run as one op, whose inner values are never
-//! tensors in memory. The fusion pass (`passes/fuse.rs`) makes them from the step's
-//! elementwise ops (rows marked [`OpDef::elementwise`]); a step may also spell one out.
+//! tensors in memory, possibly ending with a reduction that sums the last of them. The
+//! fusion pass (`passes/fuse.rs`) makes them from the step's elementwise ops (rows marked
+//! [`OpDef::elementwise`]) and reductions ([`OpDef::reduction`]: `sum`, `mean`); a step may
+//! also spell one out.
 //!
 //! The op's `body` attribute is its inner program, one inner op per item, `;` between
 //! items: `t0: f32 = cast(x0, to=f32); t1: f32 = mul(t0, x1); t2: bf16 = cast(t1, to=bf16)`.
@@ -8,13 +10,16 @@
 //! colon, by an elementwise op of the table on operands `xk` (the fused op's input `k`) or
 //! earlier `ti`, with the op's attributes written as in the IR (a string attribute as a bare
 //! word: `op=lt`). The last value is the output. Every input and every inner value but the
-//! last is read.
+//! last is read. The last op may be a reduction (`t2: f32 = sum(t1, axes=[0, 1])`) that
+//! reduces something (fewer elements out than in): the inner values before it are computed
+//! an element of its input at a time and summed, never stored.
 //!
 //! Meaning: exactly the unfused ops, each inner value rounded to its dtype as a tensor of
 //! that dtype would be stored, so executors compute the same numbers as the ops one by one
 //! (the CPU reference bit for bit). Shapes broadcast as the inner ops' own rules say; an
 //! input of the output's shape is read element for element, so the output may be written
-//! over it (in-place). The type rule checks every inner op with its own row's rule and the
+//! over it (in-place; not when the body ends with a reduction, which reads every input at
+//! many outputs' places). The type rule checks every inner op with its own row's rule and the
 //! written dtypes against them; FLOPs are the inner ops' FLOPs.
 //!
 //! `recomputed` lists the inner values (by number) that recompute a value the step also
@@ -97,6 +102,11 @@ impl FusedBody {
         Ok(FusedBody { ops })
     }
 
+    /// Whether the body ends with a reduction.
+    pub fn reduces(&self) -> bool {
+        self.ops.last().is_some_and(|op| op.def.reduction)
+    }
+
     /// How many inputs the body reads: one more than the largest `xk`.
     pub fn inputs(&self) -> usize {
         let inputs = self.ops.iter().flat_map(|op| &op.operands);
@@ -133,6 +143,15 @@ impl FusedBody {
             }
             let ty = (op.def.infer)(&operand_types, &op.attrs).map_err(|e| format!("t{j} = {}: {e}", op.def.name))?;
             let [ty] = <[TensorType; 1]>::try_from(ty).map_err(|_| format!("t{j}: {} has more than one output", op.def.name))?;
+            if op.def.reduction && j + 1 < self.ops.len() {
+                return Err(format!("t{j} = {}: a reduction can only be the last op of a body", op.def.name));
+            }
+            if op.def.reduction && ty.shape.numel() >= operand_types[0].shape.numel() {
+                return Err(format!(
+                    "t{j} = {}: reduces nothing ({} to {}); write the body without it",
+                    op.def.name, operand_types[0], ty
+                ));
+            }
             if ty.dtype != op.dtype {
                 return Err(format!("t{j} is written {}, but {} gives {}", op.dtype, op.def.name, ty.dtype));
             }
@@ -158,9 +177,9 @@ impl fmt::Display for FusedBody {
             }
             write!(f, "t{j}: {} = {}(", op.dtype, op.def.name)?;
             let mut parts: Vec<String> = op.operands.iter().map(Operand::to_string).collect();
-            let defaults = Attrs::for_op(op.def.kind, &[]).ok();
             for (name, value) in &op.attrs.0 {
-                if defaults.as_ref().and_then(|d| d.get(name)) == Some(value) {
+                let default = op.def.attrs.iter().find(|spec| spec.name == *name).and_then(|spec| spec.default);
+                if default.map(AttrDefault::to_attr).as_ref() == Some(value) {
                     continue;
                 }
                 let shown = match value {
@@ -173,6 +192,15 @@ impl fmt::Display for FusedBody {
         }
         Ok(())
     }
+}
+
+/// Whether `attrs` are a fused op's whose body ends with a reduction, read from the body's
+/// last item alone (cheap enough for the in-place rules, which ask for every op).
+pub(super) fn body_reduces(attrs: &Attrs) -> bool {
+    let Some(Attr::Str(body)) = attrs.get("body") else { return false };
+    let last = body.trim_end().trim_end_matches(';').rsplit(';').next().unwrap_or("");
+    let op_name = last.split_once('=').and_then(|(_, call)| call.split_once('(')).map(|(name, _)| name.trim());
+    op_name.and_then(def_named).is_some_and(|def| def.reduction)
 }
 
 /// `tj: dtype = op(operands, name=value, ...)`.
@@ -188,8 +216,8 @@ fn parse_item(item: &str, j: usize) -> Result<InnerOp, String> {
     let args = args.strip_suffix(')').ok_or("expected `)` at the end")?;
     let def = def_named(op_name.trim()).ok_or_else(|| format!("`{}` is not an op", op_name.trim()))?;
     let kind = def.name;
-    if !def.elementwise {
-        return Err(format!("{kind} is not an elementwise op, so it cannot be fused"));
+    if !def.elementwise && !def.reduction {
+        return Err(format!("{kind} is neither an elementwise op nor a reduction (sum, mean), so it cannot be fused"));
     }
     let mut operands = Vec::new();
     let mut given: Vec<(&str, Attr)> = Vec::new();

@@ -349,8 +349,9 @@ pub struct OpDef {
     /// the input dies at this op and both have the same dtype and size.
     pub inplace: &'static [(usize, usize)],
     /// A variadic op whose output 0 may be written over any input of its dtype and size
-    /// (`fused`: it reads an input of the output's size element for element), beside the
-    /// `inplace` pairs. [`OpDef::inplace_pairs`] gives both for an op's input count.
+    /// (`fused`: it reads an input of the output's size element for element, unless its
+    /// body ends with a reduction), beside the `inplace` pairs. [`OpDef::inplace_pairs`]
+    /// gives both for an op.
     pub inplace_over_any_input: bool,
     /// A variadic op whose every input is read element by element (see [`OpDef::pointwise`])
     /// where all of them have the output's shape (`fused`). [`OpDef::pointwise_inputs`]
@@ -361,6 +362,10 @@ pub struct OpDef {
     /// same way wherever it runs: no randomness, no position, no other element. Such an op
     /// may be an inner op of a `fused` op (`fused.rs`, the fusion pass).
     pub elementwise: bool,
+    /// A plain sum over axes of its one input (`sum`, `mean`): it may end a `fused` op's
+    /// body, whose elementwise inner ops then compute its input an element at a time,
+    /// never stored.
+    pub reduction: bool,
     /// The inputs read element by element: where each of them has the outputs' shape (no
     /// broadcasting; every output has one shape), output element `i` depends only on their
     /// elements `i` (and on the other inputs, whole, such as an optimizer's step count), so
@@ -473,6 +478,7 @@ impl OpDef {
             inplace_over_any_input: false,
             pointwise_over_every_input: false,
             elementwise: false,
+            reduction: false,
             pointwise: &[],
             indices: &[],
             init: &[],
@@ -530,6 +536,10 @@ impl OpDef {
         OpDef { elementwise: true, ..self }
     }
 
+    pub(crate) const fn reduction(self) -> OpDef {
+        OpDef { reduction: true, ..self }
+    }
+
     pub(crate) const fn pointwise(self, pointwise: &'static [usize]) -> OpDef {
         OpDef { pointwise, ..self }
     }
@@ -559,9 +569,11 @@ impl OpDef {
     }
 
     /// The `(output, input)` pairs an op of this row with `inputs` inputs may write in
-    /// place (see [`OpDef::inplace`], [`OpDef::inplace_over_any_input`]).
-    pub fn inplace_pairs(&self, inputs: usize) -> std::borrow::Cow<'static, [(usize, usize)]> {
-        if self.inplace_over_any_input {
+    /// place (see [`OpDef::inplace`], [`OpDef::inplace_over_any_input`]), given its
+    /// attributes `attrs` (a fused op that ends with a reduction reads each input at many
+    /// outputs' places, so it writes over none).
+    pub fn inplace_pairs(&self, inputs: usize, attrs: &Attrs) -> std::borrow::Cow<'static, [(usize, usize)]> {
+        if self.inplace_over_any_input && !fused::body_reduces(attrs) {
             std::borrow::Cow::Owned(self.inplace.iter().copied().chain((0..inputs).map(|k| (0, k))).collect())
         } else {
             std::borrow::Cow::Borrowed(self.inplace)

@@ -30,11 +30,13 @@ const SLICE_BACKWARD_ATTRS: &[AttrSpec] = &[
 
 pub(super) const SUM: OpDef = OpDef::new("sum", &["x"], &["out"], infer_sum, "sum over axes")
     .attrs(&[attr("axes", K::Ints, None), attr("keepdim", K::Bool, Some(AttrDefault::Bool(false)))])
-    .flops(per_input::<1>);
+    .flops(per_input::<1>)
+    .reduction();
 
 pub(super) const MEAN: OpDef = OpDef::new("mean", &["x"], &["out"], infer_mean, "mean over axes")
     .attrs(&[attr("axes", K::Ints, None), attr("keepdim", K::Bool, Some(AttrDefault::Bool(false)))])
-    .flops(per_input::<1>);
+    .flops(per_input::<1>)
+    .reduction();
 
 pub(super) const ARGMAX: OpDef = OpDef::new("argmax", &["x"], &["out"], infer_argmax, "the position of x's largest element along axis (the first on ties; a NaN counts as largest), as i64")
     .attrs(&[attr("axis", K::Int, None), attr("keepdim", K::Bool, Some(AttrDefault::Bool(false)))])

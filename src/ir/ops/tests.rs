@@ -1124,11 +1124,28 @@ fn fused_bodies_type_check_and_round_trip() {
     let outs = (OpKind::Fused.def().infer)(&ins, &attrs).unwrap();
     assert_eq!((OpKind::Fused.def().flops)(&ins, &outs.iter().collect::<Vec<_>>(), &attrs), 32 + 8 * 32);
     // In place over any input (the passes check dtype and size).
-    assert_eq!(OpKind::Fused.def().inplace_pairs(3).as_ref(), [(0, 0), (0, 1), (0, 2)]);
-    assert!(OpKind::Fused.def().inplace_pairs(0).is_empty());
+    assert_eq!(OpKind::Fused.def().inplace_pairs(3, &attrs).as_ref(), [(0, 0), (0, 1), (0, 2)]);
+    assert!(OpKind::Fused.def().inplace_pairs(0, &attrs).is_empty());
+
+    // A body may end with a reduction that reduces: its inner values are its input, an
+    // element at a time. Then the op writes over no input (each is read at many outputs).
+    let reduced = "t0: f32 = mul(x0, x1); t1: f32 = sum(t0, axes=[0])";
+    assert_eq!(ok(OpKind::Fused, &["f32[6,4]", "f32[4]"], &body(reduced)), ["f32[4]"]);
+    assert!(FusedBody::parse(reduced).unwrap().reduces());
+    assert!(!FusedBody::parse(text).unwrap().reduces());
+    let norm = "t0: f32 = pow_scalar(x0, exponent=2.0); t1: f32 = mean(t0, axes=[-1], keepdim=true);";
+    assert_eq!(ok(OpKind::Fused, &["f32[2,3,8]"], &body(norm)), ["f32[2,3,1]"]);
+    for reducing in [reduced, norm] {
+        let attrs = attrs_for(OpKind::Fused, &body(reducing));
+        assert!(OpKind::Fused.def().inplace_pairs(2, &attrs).is_empty(), "{reducing}");
+    }
+    let r = ["f32[6,4]", "f32[4]"];
+    err(OpKind::Fused, &r, &body("t0: f32 = sum(x0, axes=[0]); t1: f32 = add(t0, x1)"), "a reduction can only be the last op");
+    err(OpKind::Fused, &["f32[1,4]", "f32[4]"], &body("t0: f32 = mul(x0, x1); t1: f32 = sum(t0, axes=[0], keepdim=true)"), "reduces nothing");
+    err(OpKind::Fused, &r, &body("t0: f32 = mul(x0, x1); t1: f32 = sum(t0, axes=[2])"), "t1 = sum:");
 
     let f = ["f32[4]", "f32[4]"];
-    err(OpKind::Fused, &f, &body("t0: f32 = matmul(x0, x1)"), "not an elementwise op");
+    err(OpKind::Fused, &f, &body("t0: f32 = matmul(x0, x1)"), "neither an elementwise op nor a reduction");
     err(OpKind::Fused, &f, &body("t0: f32 = frob(x0, x1)"), "`frob` is not an op");
     err(OpKind::Fused, &f, &body("t0: f32 = add(x0, x2)"), "reads x2, but the op has 2 inputs");
     err(OpKind::Fused, &f, &body("t0: f32 = relu(x0)"), "input x1 is never read");

@@ -76,7 +76,7 @@ pub fn step_problem(graph: &Graph, schedule: &[OpId], alignment: u64, inplace: b
     let mut shares = Vec::new();
     for &op_id in schedule.iter().filter(|_| inplace) {
         let op = &graph.ops[op_id];
-        for &(j, k) in op.kind.def().inplace_pairs(op.inputs.len()).iter() {
+        for &(j, k) in op.kind.def().inplace_pairs(op.inputs.len(), &op.attrs).iter() {
             let (Some(&out), Some(&x)) = (op.outputs.get(j), op.inputs.get(k)) else { continue };
             let Some(r) = dense_root(graph, x) else { continue };
             let (x_ty, out_ty) = (&graph.values[x].ty, &graph.values[out].ty);

@@ -284,3 +284,40 @@ __device__ double block_max_d(double v) {
     __syncthreads();
     return warp_max_d(lane < warps ? red[lane] : -(double)f_inf());
 }
+
+// ---------------------------------------------------------------------------------------
+// A reduction's partial sums (reduce.cu's `reduce_partial`, and the kernels generated for
+// fused ops that end with a reduction): out[o] = Σ_r value(o·reduced + r) / divisor over
+// an index space whose kept dimensions come first and reduced ones last. Block (32, 8):
+// threadIdx.x picks the output, the 8 threads of a column and blockIdx.y split the
+// reduced elements (`chunk` per group). `in_float`: float values accumulate in float,
+// others in double. With `partials`, each group writes its sums there (added in group
+// order by `reduce_finish`); without, the one group stores the result.
+template <typename Value>
+__device__ __forceinline__ void reduce_partial_over(const Tensor& out, i64 outs, i64 reduced, i64 chunk, double divisor,
+                                                    u64 partials, bool in_float, Value value) {
+    __shared__ double part[8][33];
+    const i64 o = (i64)blockIdx.x * 32 + threadIdx.x;
+    const i64 r0 = (i64)blockIdx.y * chunk, r1 = imin(reduced, r0 + chunk);
+    double acc = 0.0;
+    if (o < outs) {
+        if (in_float) {
+            float s = 0.0f;
+            for (i64 r = r0 + threadIdx.y; r < r1; r += 8) s += (float)value(o * reduced + r);
+            acc = (double)s;
+        } else {
+            for (i64 r = r0 + threadIdx.y; r < r1; r += 8) acc += value(o * reduced + r);
+        }
+    }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < outs) {
+        double total = 0.0;
+        for (int j = 0; j < 8; ++j) total += part[j][threadIdx.x];
+        if (partials) {
+            ((double*)partials)[(i64)blockIdx.y * outs + o] = total;
+        } else {
+            store_d(out, o, total / divisor);
+        }
+    }
+}

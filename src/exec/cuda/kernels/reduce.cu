@@ -6,38 +6,16 @@
 // a channel of two elements).
 //
 // A reduction is out[o] = Σ_r x[o·R + r] over a view of x whose kept dimensions come first
-// and reduced ones last (the host permutes the strides). Block (32, 8): threadIdx.x picks the
-// output, the 8 threads of a column and blockIdx.y split the reduced elements. With several
-// groups along y, each writes partial sums to the workspace and reduce_finish adds them in
-// group order. Float inputs accumulate in float, integers in double (exact, converted like
-// Rust's `as` at the end).
+// and reduced ones last (the host permutes the strides): common.cuh's reduce_partial_over,
+// which the kernels generated for fused reductions share. With several groups along y,
+// each writes partial sums to the workspace and reduce_finish adds them in group order.
+// Float inputs accumulate in float, integers in double (exact, converted like Rust's `as`
+// at the end).
 
 extern "C" __global__ void reduce_partial(Tensor out, Tensor x, i64 outs, i64 reduced, i64 chunk, double divisor,
                                           u64 partials) {
-    __shared__ double part[8][33];
-    const i64 o = (i64)blockIdx.x * 32 + threadIdx.x;
-    const i64 r0 = (i64)blockIdx.y * chunk, r1 = imin(reduced, r0 + chunk);
-    double acc = 0.0;
-    if (o < outs) {
-        if (is_float_dtype(x.dtype)) {
-            float s = 0.0f;
-            for (i64 r = r0 + threadIdx.y; r < r1; r += 8) s += load_f(x, o * reduced + r);
-            acc = (double)s;
-        } else {
-            for (i64 r = r0 + threadIdx.y; r < r1; r += 8) acc += load_d(x, o * reduced + r);
-        }
-    }
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && o < outs) {
-        double total = 0.0;
-        for (int j = 0; j < 8; ++j) total += part[j][threadIdx.x];
-        if (partials) {
-            ((double*)partials)[(i64)blockIdx.y * outs + o] = total;
-        } else {
-            store_d(out, o, total / divisor);
-        }
-    }
+    reduce_partial_over(out, outs, reduced, chunk, divisor, partials, is_float_dtype(x.dtype),
+                        [&](i64 i) { return load_d(x, i); });
 }
 
 extern "C" __global__ void reduce_finish(Tensor out, u64 partials, i64 outs, i64 groups, double divisor) {
