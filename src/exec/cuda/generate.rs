@@ -50,8 +50,7 @@ impl Generated {
     /// The kernel computing `steps` (a fused body, `text` its IR spelling, for a comment)
     /// over `inputs` inputs; made on first use, shared by later identical bodies.
     pub fn fused(&mut self, text: &str, steps: &[ElementStep], inputs: usize) -> Kernel {
-        let (index, _) = self.kernels.insert_full(kernel_text(text, steps, inputs));
-        Kernel::Generated(u32::try_from(index).expect("fewer kernels than ops, and ops are u32 ids"))
+        self.intern(kernel_text(text, steps, inputs))
     }
 
     /// The partial-sums kernel of a body whose `steps` (all but its closing reduction)
@@ -59,7 +58,12 @@ impl Generated {
     /// parameters are the inputs, then `reduce_partial`'s after its `x`. `in_float`: the
     /// summed value is a float (summed in float, as `reduce_partial` sums a float tensor).
     pub fn fused_reduction(&mut self, text: &str, steps: &[ElementStep], summed: Operand, inputs: usize, in_float: bool) -> Kernel {
-        let (index, _) = self.kernels.insert_full(reduction_text(text, steps, summed, inputs, in_float));
+        self.intern(reduction_text(text, steps, summed, inputs, in_float))
+    }
+
+    /// The kernel of `text` (parameters and body), added if new.
+    fn intern(&mut self, text: String) -> Kernel {
+        let (index, _) = self.kernels.insert_full(text);
         Kernel::Generated(u32::try_from(index).expect("fewer kernels than ops, and ops are u32 ids"))
     }
 
@@ -97,7 +101,7 @@ fn kernel_text(text: &str, steps: &[ElementStep], inputs: usize) -> String {
     let mut out = format!("(Tensor out{}) {{\n", input_params(inputs));
     out.push_str(&comment(text));
     out.push_str("    GRID_STRIDE(i, out.numel) {\n");
-    out.push_str(&element_code(steps, inputs, "        "));
+    out.push_str(&element_code(steps, inputs));
     if let Some(last) = steps.len().checked_sub(1) {
         out.push_str(&format!("        store_d(out, i, t{last});\n"));
     }
@@ -114,7 +118,7 @@ fn reduction_text(text: &str, steps: &[ElementStep], summed: Operand, inputs: us
     );
     out.push_str(&comment(text));
     out.push_str(&format!("    reduce_partial_over(out, outs, reduced, chunk, divisor, partials, {in_float}, [&](i64 i) {{\n"));
-    out.push_str(&element_code(steps, inputs, "        "));
+    out.push_str(&element_code(steps, inputs));
     out.push_str(&format!("        return {};\n    }});\n}}", operand_expr(Some(&summed))));
     out
 }
@@ -129,9 +133,10 @@ fn comment(text: &str) -> String {
     text.split("; ").map(|line| format!("    // {line}\n")).collect()
 }
 
-/// Element `i` of every input (`xk_i`), then every value of `steps` (`tj`), each line
-/// indented by `indent`.
-fn element_code(steps: &[ElementStep], inputs: usize, indent: &str) -> String {
+/// Element `i` of every input (`xk_i`), then every value of `steps` (`tj`), as lines of a
+/// loop's body.
+fn element_code(steps: &[ElementStep], inputs: usize) -> String {
+    let indent = "        ";
     let mut out = String::new();
     for k in 0..inputs {
         out.push_str(&format!("{indent}const double x{k}_i = load_d(x{k}, i);\n"));
@@ -189,7 +194,7 @@ fn literal(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::cuda::source::{OP_ADD, OP_COMPARE_SCALAR, OP_COPY, OP_MASKED_FILL, Param, signature_in};
+    use crate::exec::cuda::source::{OP_ADD, OP_COMPARE_SCALAR, OP_COPY, OP_MASKED_FILL, OP_MUL, Param, signature_in};
 
     fn add_of_cast() -> Vec<ElementStep> {
         vec![
@@ -221,6 +226,24 @@ mod tests {
         assert!(source.contains("round_to(DT_BF16, element_op(OP_MASKED_FILL, x0_i, x1_i, 0.0, -(double)f_inf()))"));
         assert!(source.contains("    // t1: f32 = add(t0, x1)\n"));
         assert_eq!(Generated::default().source(), None);
+    }
+
+    /// A body ending with a reduction: `reduce_partial`'s parameters after the inputs, and
+    /// the value it sums returned per index, summed in float or in double.
+    #[test]
+    fn a_closing_reduction_sums_what_the_body_computes() {
+        let mut generated = Generated::default();
+        let square = [ElementStep { op: OP_MUL, scalar: 0.0, dtype: DType::F32, operands: vec![Operand::Input(0), Operand::Input(0)] }];
+        let text = "t0: f32 = mul(x0, x0); t1: f32 = mean(t0, axes=[0, 1])";
+        assert_eq!(generated.fused_reduction(text, &square, Operand::Inner(0), 1, true), Kernel::Generated(0));
+        // The same body summing in double is another kernel.
+        assert_eq!(generated.fused_reduction(text, &square, Operand::Inner(0), 1, false), Kernel::Generated(1));
+        let source = generated.source().unwrap();
+        let params = [Param::Tensor, Param::Tensor, Param::I64, Param::I64, Param::I64, Param::F64, Param::Ptr];
+        assert_eq!(signature_in(&source, "fused_0"), Some(params.to_vec()));
+        assert!(source.contains("reduce_partial_over(out, outs, reduced, chunk, divisor, partials, true, [&](i64 i) {"));
+        assert!(source.contains("        return t0;\n    });\n}"));
+        assert!(source.contains("partials, false, [&]"));
     }
 
     #[test]
