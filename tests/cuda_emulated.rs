@@ -288,6 +288,27 @@ fn random_steps_match_the_cpu_reference() {
     assert!(left_out * 10 < tensors, "{left_out} of {tensors} tensors hold rounding noise");
 }
 
+/// Fused reductions: squares summed as they are made, over enough rows that the partial
+/// sums come in groups (`reduce_finish` adds them), in float and, for integers, in double;
+/// a mean of a product of two inputs broadcast both ways; a sum over middle axes (its
+/// view permuted).
+#[test]
+fn fused_reductions_match_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    let text = "step @r(\n  %a: f32[4096,1] input,\n  %b: f32[40] input,\n  %i: i32[300,5] input,\n  %c: bf16[6,7,8,9] input,\n) {\n  %p = mul(%a, %b)\n  %m = mean(%p, axes=[0])\n  %ii = mul(%i, %i)\n  %s = sum(%ii, axes=[0, 1])\n  %c2 = mul(%c, %c)\n  %cs = sum(%c2, axes=[1, 2], keepdim=true)\n  return %m, %s, %cs\n}\n";
+    let graph = memplan::passes::fuse::fuse(&memplan::parse(text).unwrap()).unwrap();
+    let bodies: Vec<&str> = graph.ops.iter().filter(|op| op.kind == OpKind::Fused).map(|op| op.attrs.str("body")).collect();
+    assert_eq!(bodies.len(), 3, "{bodies:?}");
+    assert!(bodies.iter().all(|b| b.contains("= sum(") || b.contains("= mean(")), "{bodies:?}");
+    let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+    memplan::check(&graph, &plan).unwrap();
+    let (launches, _) = emulated_matches_reference(&graph, &plan, 1, 3).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(launches.iter().filter(|&&k| k == memplan::exec::cuda::source::FUSED).count(), 3, "{launches:?}");
+    assert!(launches.contains(&memplan::exec::cuda::source::REDUCE_FINISH), "the long mean sums in groups: {launches:?}");
+}
+
 /// The corpus's small steps and the random seeds with their elementwise ops fused: each
 /// fused op is one launch of the kernel generated for its body (compiled into a library of
 /// the step's own), identical bodies share one kernel, and the results hold to the CPU
