@@ -192,9 +192,10 @@ fn plan_reports_what_each_pass_saved_and_takes_the_pass_flags() {
     }
 }
 
-/// A file under the test's scratch directory that does not exist yet.
+/// A file under the tests' scratch directory that does not exist yet (one directory for
+/// every run, so runs leave no directory behind; each test names its own files).
 fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-schedule-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-schedule");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
