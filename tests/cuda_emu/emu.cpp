@@ -2,7 +2,10 @@
 //
 // Built by tests/cuda_emu/mod.rs as a shared library from this file, shim.h, the kernel
 // program (program.cu, written by the test from exec::cuda::source::program()) and a
-// registry of kernel names (registry.inc). `memplan_emu_launch` runs one launch: blocks one
+// registry of kernel names (registry.inc, read by entries.h). A step's generated kernels
+// are a library of their own (kernels.cpp) whose entries run here
+// (`memplan_emu_launch_entry`): this library is loaded first and globally, so theirs
+// find its threadIdx, barriers and shuffles. `memplan_emu_launch` runs one launch: blocks one
 // after another; inside a block every thread is a fiber that runs until it finishes or
 // reaches a barrier. Fibers are switched with _setjmp/_longjmp, which save no signal mask
 // and so make no system call; each of the (at most 1024) fiber stacks is set up once with
@@ -23,6 +26,7 @@
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 #include "program.cu"
+#include "entries.h"
 
 namespace {
 
@@ -64,26 +68,6 @@ void fiber_loop() {
         park(DONE);
     }
 }
-
-template <typename... A, size_t... I>
-void invoke_impl(void (*f)(A...), void** args, std::index_sequence<I...>) {
-    f(*static_cast<A*>(args[I])...);
-}
-
-template <typename... A>
-void invoke(void (*f)(A...), void** args) {
-    invoke_impl(f, args, std::index_sequence_for<A...>{});
-}
-
-struct Entry {
-    const char* name;
-    void (*call)(void**);
-};
-
-#define ENTRY(k) {#k, [](void** a) { invoke(&k, a); }},
-const Entry entries[] = {
-#include "registry.inc"
-};
 
 // Runs one block; false on a deadlock.
 bool run_block(int threads) {
@@ -197,17 +181,11 @@ void emu_mma16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
     }
 }
 
-// Runs kernel `name` on grid × block with `args` (cuLaunchKernel's kernelParams). Returns 0,
-// or nonzero with a message in `err`.
-extern "C" int memplan_emu_launch(const char* name, const unsigned* grid, const unsigned* block, void** args,
-                                  char* err, int err_len) {
-    const Entry* found = nullptr;
-    for (const Entry& e : entries)
-        if (strcmp(e.name, name) == 0) found = &e;
-    if (!found) {
-        snprintf(err, err_len, "no kernel %s in the program", name);
-        return 1;
-    }
+// Runs `call` (a kernel's entry, entries.h) named `name` on grid × block with `args`
+// (cuLaunchKernel's kernelParams). Returns 0, or nonzero with a message in `err`. The
+// libraries of a step's generated kernels (kernels.cpp) hand their entries here.
+extern "C" int memplan_emu_launch_entry(const char* name, void (*call)(void**), const unsigned* grid,
+                                        const unsigned* block, void** args, char* err, int err_len) {
     const unsigned long threads = (unsigned long)block[0] * block[1] * block[2];
     if (threads == 0 || threads > 1024 || block[2] > 64 || grid[0] == 0 || grid[1] == 0 || grid[2] == 0 ||
         grid[1] > 65535 || grid[2] > 65535) {
@@ -215,7 +193,7 @@ extern "C" int memplan_emu_launch(const char* name, const unsigned* grid, const 
                  grid[2], block[0], block[1], block[2]);
         return 2;
     }
-    entry = found->call;
+    entry = call;
     entry_args = args;
     gridDim = {grid[0], grid[1], grid[2]};
     blockDim = {block[0], block[1], block[2]};
@@ -230,4 +208,16 @@ extern "C" int memplan_emu_launch(const char* name, const unsigned* grid, const 
                 }
             }
     return 0;
+}
+
+// Runs kernel `name` of the program on grid × block with `args`. Returns 0, or nonzero
+// with a message in `err`.
+extern "C" int memplan_emu_launch(const char* name, const unsigned* grid, const unsigned* block, void** args,
+                                  char* err, int err_len) {
+    void (*call)(void**) = memplan_emu_entry(name);
+    if (!call) {
+        snprintf(err, err_len, "no kernel %s in the program", name);
+        return 1;
+    }
+    return memplan_emu_launch_entry(name, call, grid, block, args, err, err_len);
 }

@@ -4,15 +4,17 @@
 //! the workspace are host memory, launches run in the emulator, cuBLAS calls run
 //! [`GemmCall::run_on_host`].
 //!
-//! A step's generated kernels (its fused ops', `Program::generated`) are built the same way
-//! into a library of their own, once per distinct text, when its backend is made.
+//! A step's generated kernels (its fused ops', `Program::generated`) are built into a small
+//! library of their own (`kernels.cpp`: the kernels and their entries, no scheduler), once
+//! per distinct text, when its backend is made; their launches run in the emulator's
+//! scheduler, whose library is loaded globally so theirs finds its GPU state.
 //!
 //! [`emulator()`] is `None` (and says why on stderr) when no C++ compiler is found; a program
 //! that does not compile is a test failure.
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -25,18 +27,32 @@ use memplan::exec::data::{decode, encode};
 
 type LaunchFn =
     unsafe extern "C" fn(*const c_char, *const u32, *const u32, *mut *mut c_void, *mut c_char, c_int) -> c_int;
+type EntryCall = unsafe extern "C" fn(*mut *mut c_void);
+type LaunchEntryFn = unsafe extern "C" fn(
+    *const c_char,
+    EntryCall,
+    *const u32,
+    *const u32,
+    *mut *mut c_void,
+    *mut c_char,
+    c_int,
+) -> c_int;
+type EntryFn = unsafe extern "C" fn(*const c_char) -> Option<EntryCall>;
 
-/// One emulator library: `emu.cpp` built around a kernel program.
-struct Library {
-    _lib: libloading::Library,
+/// The loaded emulator: `emu.cpp` built around the program, loaded globally (a step's
+/// generated kernels resolve its GPU state). It keeps that state in globals, so launches
+/// take turns.
+pub struct Emulator {
+    _lib: libloading::os::unix::Library,
     launch: LaunchFn,
+    launch_entry: LaunchEntryFn,
+    turn: Mutex<()>,
 }
 
-/// The loaded emulator of the program. Each library keeps its GPU state in globals, so
-/// launches take turns.
-pub struct Emulator {
-    program: Library,
-    turn: Mutex<()>,
+/// A step's generated kernels: `kernels.cpp` built around its generated program.
+struct Kernels {
+    _lib: libloading::Library,
+    entry: EntryFn,
 }
 
 /// The emulator, built on first use; `None` without a C++ compiler.
@@ -49,7 +65,21 @@ pub fn emulator() -> Option<&'static Emulator> {
             return None;
         }
         let names: Vec<String> = KERNELS.iter().map(|k| k.to_string()).collect();
-        Some(Emulator { program: build("program", &program(), &names, "-O2"), turn: Mutex::new(()) })
+        let (dir, lib) = build("program", "emu.cpp", &program(), &names, "-O2");
+        use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+        // SAFETY: the library was just built from emu.cpp, whose exports we look up below;
+        // loading runs no initialisers beyond its own globals. It is loaded globally, so
+        // the libraries of generated kernels find its GPU state.
+        let handle = unsafe { Library::open(Some(&lib), RTLD_NOW | RTLD_GLOBAL) }.expect("the emulator loads");
+        std::fs::remove_dir_all(&dir).ok();
+        // SAFETY: both have exactly these signatures (emu.cpp).
+        let (launch, launch_entry) = unsafe {
+            (
+                *handle.get::<LaunchFn>(b"memplan_emu_launch\0").expect("the emulator exports its launch"),
+                *handle.get::<LaunchEntryFn>(b"memplan_emu_launch_entry\0").expect("the emulator exports its launch"),
+            )
+        };
+        Some(Emulator { _lib: handle, launch, launch_entry, turn: Mutex::new(()) })
     })
     .as_ref()
 }
@@ -57,23 +87,31 @@ pub fn emulator() -> Option<&'static Emulator> {
 impl Emulator {
     /// The library of a step's generated kernels, built once per distinct text (at -O1,
     /// which builds a step's few small kernels faster; they run on small tensors).
-    fn generated(&self, generated: &Generated) -> Option<Arc<Library>> {
-        static BUILT: Mutex<Option<HashMap<String, Arc<Library>>>> = Mutex::new(None);
+    fn generated(&self, generated: &Generated) -> Option<Arc<Kernels>> {
+        static BUILT: Mutex<Option<HashMap<String, Arc<Kernels>>>> = Mutex::new(None);
         let source = generated.source()?;
         let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let built = built.get_or_insert_with(HashMap::new);
         let count = built.len();
-        let library = built
-            .entry(source.clone())
-            .or_insert_with(|| Arc::new(build(&format!("generated_{count}"), &source, &generated.names(), "-O1")));
-        Some(library.clone())
+        let kernels = built.entry(source.clone()).or_insert_with(|| {
+            let (dir, lib) = build(&format!("generated_{count}"), "kernels.cpp", &source, &generated.names(), "-O1");
+            // SAFETY: the library was just built from kernels.cpp around the step's kernels;
+            // its undefined symbols (the GPU state) are the emulator's, loaded globally
+            // before (`emulator()` made `self`).
+            let handle = unsafe { libloading::Library::new(&lib) }.expect("the generated kernels load");
+            std::fs::remove_dir_all(&dir).ok();
+            // SAFETY: `memplan_emu_entry` has exactly the signature `EntryFn` (entries.h).
+            let entry = unsafe { *handle.get::<EntryFn>(b"memplan_emu_entry\0").expect("the kernels export their entries") };
+            Arc::new(Kernels { _lib: handle, entry })
+        });
+        Some(kernels.clone())
     }
 }
 
-/// Builds `emu.cpp` around `source` (kernels `names`) at optimization level `optimize` in a
-/// directory of its own named `name`, and loads it. A program that does not compile fails
-/// the test.
-fn build(name: &str, source: &str, names: &[String], optimize: &str) -> Library {
+/// Builds `main` (emu.cpp or kernels.cpp) around `source` (kernels `names`) at optimization
+/// level `optimize` in a directory of its own named `name`: the directory and the shared
+/// library. A program that does not compile fails the test.
+fn build(name: &str, main: &str, source: &str, names: &[String], optimize: &str) -> (PathBuf, PathBuf) {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda_emu").join(format!("{name}_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("program.cu"), source).unwrap();
@@ -88,7 +126,7 @@ fn build(name: &str, source: &str, names: &[String], optimize: &str) -> Library 
         .arg(format!("-I{}", dir.display()))
         .arg("-o")
         .arg(&lib)
-        .arg(here.join("emu.cpp"))
+        .arg(here.join(main))
         .output()
         .unwrap_or_else(|e| panic!("{compiler}: {e}"));
     assert!(
@@ -96,19 +134,7 @@ fn build(name: &str, source: &str, names: &[String], optimize: &str) -> Library 
         "the kernel program {name} does not compile as host C++ ({compiler}):\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let library = load(&lib);
-    std::fs::remove_dir_all(&dir).ok();
-    library
-}
-
-fn load(lib: &Path) -> Library {
-    // SAFETY: the library was just built from emu.cpp, whose only export we look up below;
-    // loading runs no initialisers beyond its own globals. It is loaded RTLD_LOCAL (the
-    // default), so each library's globals bind to itself.
-    let handle = unsafe { libloading::Library::new(lib) }.expect("the emulator loads");
-    // SAFETY: `memplan_emu_launch` has exactly the signature `LaunchFn` (emu.cpp).
-    let launch = unsafe { *handle.get::<LaunchFn>(b"memplan_emu_launch\0").expect("the emulator exports its launch") };
-    Library { _lib: handle, launch }
+    (dir, lib)
 }
 
 /// 256-byte aligned host memory.
@@ -141,7 +167,7 @@ impl Memory {
 pub struct EmuBackend {
     emu: &'static Emulator,
     /// The step's generated kernels, if it has any.
-    generated: Option<Arc<Library>>,
+    generated: Option<Arc<Kernels>>,
     arena: Memory,
     workspace: Memory,
     /// Launches run, by kernel name.
@@ -192,27 +218,36 @@ impl Backend for EmuBackend {
     fn launch(&mut self, launch: &Launch, args: &[ResolvedArg]) -> Result<(), CudaError> {
         let mut params: Vec<*mut c_void> = args.iter().map(ResolvedArg::as_param).collect();
         let name = CString::new(launch.kernel.to_string()).unwrap();
-        let library = match launch.kernel {
-            Kernel::Program(_) => &self.emu.program,
-            Kernel::Generated(_) => self.generated.as_deref().ok_or_else(|| CudaError::Driver {
-                what: launch.kernel.to_string(),
-                message: "the step has no generated kernels".into(),
-            })?,
-        };
         let mut err = vec![0 as c_char; 512];
         let _turn = self.emu.turn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // SAFETY: `params` points at `args`, alive for the call, one per kernel parameter in
         // order (the program tests check arguments against the kernels' signatures); every
-        // tensor lies in `arena` or `workspace` (Program::new validated the spans).
+        // tensor lies in `arena` or `workspace` (Program::new validated the spans); a
+        // generated kernel's entry comes from its library, alive in `self.generated`.
         let status = unsafe {
-            (library.launch)(
-                name.as_ptr(),
-                launch.grid.as_ptr(),
-                launch.block.as_ptr(),
-                params.as_mut_ptr(),
-                err.as_mut_ptr(),
-                512,
-            )
+            match launch.kernel {
+                Kernel::Program(_) => {
+                    (self.emu.launch)(name.as_ptr(), launch.grid.as_ptr(), launch.block.as_ptr(), params.as_mut_ptr(), err.as_mut_ptr(), 512)
+                }
+                Kernel::Generated(_) => {
+                    let entry = self.generated.as_ref().and_then(|kernels| (kernels.entry)(name.as_ptr()));
+                    let Some(entry) = entry else {
+                        return Err(CudaError::Driver {
+                            what: launch.kernel.to_string(),
+                            message: "no such kernel among the step's generated kernels".into(),
+                        });
+                    };
+                    (self.emu.launch_entry)(
+                        name.as_ptr(),
+                        entry,
+                        launch.grid.as_ptr(),
+                        launch.block.as_ptr(),
+                        params.as_mut_ptr(),
+                        err.as_mut_ptr(),
+                        512,
+                    )
+                }
+            }
         };
         self.launches.push(launch.kernel.family());
         if status == 0 {
