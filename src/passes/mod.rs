@@ -423,7 +423,7 @@ pub fn plan_step(graph: &Graph, options: &PlanOptions) -> Result<(Graph, Plan), 
 fn plan_lower(graph: &Graph, fused: &PlanOptions, unfused: &PlanOptions) -> Result<((Graph, Plan), bool), PlanError> {
     let without = plan_step_decided(graph, unfused);
     if let Ok((_, plan)) = &without
-        && !fused_may_beat(graph, fused, plan.arena_bytes)?
+        && !fused_may_beat(graph, fused, plan.arena_bytes)
     {
         return Ok((without?, false));
     }
@@ -434,20 +434,17 @@ fn plan_lower(graph: &Graph, fused: &PlanOptions, unfused: &PlanOptions) -> Resu
 /// recomputation and no budget, its plan is the smallest affordable arena cheap
 /// recomputation reaches ([`cheap_budget`]'s search over budgets): below `arena` only if
 /// the budget `arena - 1` is met affordably, which one plan tells, where the search takes
-/// ten. Otherwise (a budget, another mode) only planning it tells.
-fn fused_may_beat(graph: &Graph, fused: &PlanOptions, arena: u64) -> Result<bool, PlanError> {
-    let Recompute::Cheap { max_traffic_percent } = fused.recompute else { return Ok(true) };
+/// ten. Otherwise (a budget, another mode) only planning it tells. A probe that fails
+/// says no, as the fused plan failing would (the step as written is kept).
+fn fused_may_beat(graph: &Graph, fused: &PlanOptions, arena: u64) -> bool {
+    let Recompute::Cheap { max_traffic_percent } = fused.recompute else { return true };
     if fused.budget.is_some() || graph.ops.len() > CHEAP_MAX_OPS {
-        return Ok(true);
+        return true;
     }
-    let Some(below) = arena.checked_sub(1) else { return Ok(false) };
+    let Some(below) = arena.checked_sub(1) else { return false };
     let probe = PlanOptions { recompute: Recompute::CheapOnly, budget: Some(Budget::Bytes(below)), ..fused.clone() };
     let strategy = remat::strategy_fn(probe.checkpoint);
-    match full(graph, &probe, budgeted(&probe, &strategy)) {
-        Ok(planned) => Ok(affordable(&planned, max_traffic_percent)),
-        Err(PlanError::BudgetUnmet { .. }) => Ok(false),
-        Err(e) => Err(e),
-    }
+    full(graph, &probe, budgeted(&probe, &strategy)).is_ok_and(|planned| affordable(&planned, max_traffic_percent))
 }
 
 /// Whether a plan of cheap recomputation stays within both caps: at most
