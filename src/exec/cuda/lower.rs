@@ -4,7 +4,8 @@
 //! arguments (views of the op's values at their planned offsets, sizes, attributes, and
 //! scratch in the workspace). Every choice here is a pure function of shapes, so the launch
 //! plan of a whole step can be built and checked without a GPU. The kernels themselves
-//! are in `kernels/`; `source::kernels_for` lists which ones each op may use.
+//! are in `kernels/`; `source::kernels_for` lists which ones each op may use. A fused op's
+//! kernel is generated for its body (`generate.rs`) as it is lowered.
 //!
 //! Launch shapes: elementwise ops use grid-stride launches ([`grid_1d`]); line ops one block
 //! per line ([`line_threads`] threads); attention one block per tile of query rows (the
@@ -16,11 +17,11 @@
 
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
+use crate::exec::cuda::generate::{ElementStep, Generated};
 use crate::exec::cuda::source::*;
 use crate::exec::cuda::view::{
     Addr, Arg, Command, Geom, Kernel, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
 };
-use crate::exec::cuda::generate::{ElementStep, Generated};
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::{
