@@ -27,8 +27,8 @@
 //! reader's fused op so that the stored one dies earlier. It changes nothing a fused op
 //! computes; reports count those ops' FLOPs as recomputation.
 //!
-//! Limits ([`FUSED_MAX_OPS`], [`FUSED_MAX_INPUTS`]) keep a fused op one GPU kernel launch
-//! whose program travels in its arguments.
+//! Limits ([`FUSED_MAX_OPS`], [`FUSED_MAX_INPUTS`]) keep a fused op's generated GPU kernel
+//! small: its inner values in registers, its inputs a handful of descriptors.
 
 use std::fmt;
 
