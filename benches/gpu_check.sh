@@ -40,7 +40,7 @@ for f in ir/models/mlp.step ir/models/mlp_adam.step ir/models/gpt2_tiny.step ir/
          ir/features/masked_attention.step ir/features/rotary.step ir/features/custom_backward.step \
          ir/features/checkpoint_selective.step ir/features/routing.step \
          ir/features/attention_dropout.step ir/features/noise.step ir/features/embedding_bag.step \
-         ir/features/volumes_and_sampling.step ir/features/fused_loss.step; do
+         ir/features/volumes_and_sampling.step ir/features/fused_loss.step ir/features/lanes.step; do
   o=$(timeout 40 "$memplan" run "$f" --device cuda --steps 3 --check 2>&1); rc=$?
   echo "$f: exit $rc; $(echo "$o" | grep -E 'largest error|differs|error:' | tail -2 | tr '\n' ' ' | cut -c1-300)"
 done
@@ -51,7 +51,7 @@ for f in ir/features/fusion.step ir/features/activations.step ir/features/rotary
   echo "$f (fused): exit $rc; $(echo "$o" | grep -E 'largest error|differs|error:' | tail -2 | tr '\n' ' ' | cut -c1-300)"
 done
 stage "compute-sanitizer memcheck"
-for f in ir/models/gpt2_tiny.step ir/torch/gpt2_small_bf16.step ir/torch/llama_small.step ir/torch/unet_small.step ir/features/fused_loss.step ir/features/fusion.step; do
+for f in ir/models/gpt2_tiny.step ir/torch/gpt2_small_bf16.step ir/torch/llama_small.step ir/torch/unet_small.step ir/features/fused_loss.step ir/features/fusion.step ir/features/lanes.step; do
   echo "$f: $(timeout 60 compute-sanitizer --tool memcheck "$memplan" run "$f" --device cuda --steps 1 2>&1 | grep 'ERROR SUMMARY')"
 done
 stage "profiles"

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use memplan::exec::cuda::CudaError;
@@ -86,25 +87,28 @@ pub fn emulator() -> Option<&'static Emulator> {
 
 impl Emulator {
     /// The library of a step's generated kernels, built once per distinct text (at -O1,
-    /// which builds a step's few small kernels faster; they run on small tensors).
+    /// which builds a step's few small kernels faster; they run on small tensors). Built
+    /// outside the lock, so the tests' threads build their steps' libraries side by side.
     fn generated(&self, generated: &Generated) -> Option<Arc<Kernels>> {
         static BUILT: Mutex<Option<HashMap<String, Arc<Kernels>>>> = Mutex::new(None);
+        static BUILDS: AtomicUsize = AtomicUsize::new(0);
         let source = generated.source()?;
-        let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let built = built.get_or_insert_with(HashMap::new);
-        let count = built.len();
-        let kernels = built.entry(source.clone()).or_insert_with(|| {
-            let (dir, lib) = build(&format!("generated_{count}"), "kernels.cpp", &source, &generated.names(), "-O1");
-            // SAFETY: the library was just built from kernels.cpp around the step's kernels;
-            // its undefined symbols (the GPU state) are the emulator's, loaded globally
-            // before (`emulator()` made `self`).
-            let handle = unsafe { libloading::Library::new(&lib) }.expect("the generated kernels load");
-            std::fs::remove_dir_all(&dir).ok();
-            // SAFETY: `memplan_emu_entry` has exactly the signature `EntryFn` (entries.h).
-            let entry = unsafe { *handle.get::<EntryFn>(b"memplan_emu_entry\0").expect("the kernels export their entries") };
-            Arc::new(Kernels { _lib: handle, entry })
-        });
-        Some(kernels.clone())
+        let lock = || BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(kernels) = lock().get_or_insert_with(HashMap::new).get(&source) {
+            return Some(kernels.clone());
+        }
+        let count = BUILDS.fetch_add(1, Ordering::Relaxed);
+        let (dir, lib) = build(&format!("generated_{count}"), "kernels.cpp", &source, &generated.names(), "-O1");
+        // SAFETY: the library was just built from kernels.cpp around the step's kernels;
+        // its undefined symbols (the GPU state) are the emulator's, loaded globally
+        // before (`emulator()` made `self`).
+        let handle = unsafe { libloading::Library::new(&lib) }.expect("the generated kernels load");
+        std::fs::remove_dir_all(&dir).ok();
+        // SAFETY: `memplan_emu_entry` has exactly the signature `EntryFn` (entries.h).
+        let entry = unsafe { *handle.get::<EntryFn>(b"memplan_emu_entry\0").expect("the kernels export their entries") };
+        let kernels = Arc::new(Kernels { _lib: handle, entry });
+        // Another thread may have built the same text meanwhile: the first one stays.
+        Some(lock().get_or_insert_with(HashMap::new).entry(source).or_insert(kernels).clone())
     }
 }
 

@@ -3,11 +3,19 @@
 //! `kernels/element.cuh`, with constant op codes, scalars and dtypes, so the compiler keeps
 //! one case of each function and every inner value in a register.
 //!
-//! Per element, a generated kernel loads each input (views broadcast to the output's shape,
-//! their dtypes in their descriptors), computes the inner ops in order, rounds each value to
-//! its dtype as storing it would (`round_to`, the CPU reference's `data::stored`), and stores
-//! the last: the unfused ops' arithmetic exactly, without their intermediate tensors. Every
-//! input is read before the output is written, so a fused op may run in place over an input.
+//! Per element, a generated kernel loads each input (views broadcast to the output's shape),
+//! computes the inner ops in order, rounds each value to its dtype as storing it would
+//! (`round_to`, the CPU reference's `data::stored`), and stores the last: the unfused ops'
+//! arithmetic exactly, without their intermediate tensors. Every input is read before the
+//! output is written, so a fused op may run in place over an input.
+//!
+//! The dtypes of the inputs and the output are constants of the kernel, so a dense output
+//! is written [`lanes`] elements per thread at a time: each input that is a dense run
+//! repeated with a period that is a multiple of the lanes (the output's shape itself, or a
+//! bias broadcast over leading dimensions) and aligned is read as whole 16-byte vectors (8 or
+//! 4 for short ones), a broadcast scalar once, any other view element by element; the
+//! output stored as vectors. What the lanes leave at the end (and a whole output that is not
+//! dense or aligned) takes the per-element loop. Both paths compute the same values.
 //!
 //! A body that ends with a reduction (`sum`, `mean`) gets the partial-sums kernel of
 //! `reduce_partial` (common.cuh's `reduce_partial_over`) with the body before the reduction
@@ -48,9 +56,11 @@ pub struct Generated {
 
 impl Generated {
     /// The kernel computing `steps` (a fused body, `text` its IR spelling, for a comment)
-    /// over `inputs` inputs; made on first use, shared by later identical bodies.
-    pub fn fused(&mut self, text: &str, steps: &[ElementStep], inputs: usize) -> Kernel {
-        self.intern(kernel_text(text, steps, inputs))
+    /// over inputs of dtypes `inputs` into an output of dtype `out`; made on first use,
+    /// shared by later identical bodies. Launch it over `out.numel.div_ceil(lanes)` threads
+    /// ([`lanes`]).
+    pub fn fused(&mut self, text: &str, steps: &[ElementStep], inputs: &[DType], out: DType) -> Kernel {
+        self.intern(kernel_text(text, steps, inputs, out))
     }
 
     /// The partial-sums kernel of a body whose `steps` (all but its closing reduction)
@@ -95,18 +105,55 @@ impl Generated {
     }
 }
 
+/// How many consecutive elements a thread of the kernel of a fused op over tensors of
+/// `dtypes` (inputs and output) computes at a time: 16 bytes of the narrowest, at least 4
+/// and at most 8 (8 lanes of f32 are two 16-byte vectors; 8 bools one 8-byte word).
+pub fn lanes(dtypes: &[DType]) -> u32 {
+    if dtypes.iter().any(|d| d.size() <= 2) { 8 } else { 4 }
+}
+
 /// A kernel's parameters and body (what follows its name), with the fused body's IR text
-/// as a comment above.
-fn kernel_text(text: &str, steps: &[ElementStep], inputs: usize) -> String {
-    let mut out = format!("(Tensor out{}) {{\n", input_params(inputs));
-    out.push_str(&comment(text));
-    out.push_str("    GRID_STRIDE(i, out.numel) {\n");
-    out.push_str(&element_code(steps, inputs));
-    if let Some(last) = steps.len().checked_sub(1) {
-        out.push_str(&format!("        store_d(out, i, t{last});\n"));
+/// as a comment above: the lanes' loop over the output's vectors, then the per-element loop
+/// over the rest.
+fn kernel_text(text: &str, steps: &[ElementStep], inputs: &[DType], out: DType) -> String {
+    let mut all = inputs.to_vec();
+    all.push(out);
+    let v = lanes(&all);
+    let ins = 0..inputs.len();
+    let mut text_out = format!("(Tensor out{}) {{\n", input_params(inputs.len()));
+    text_out.push_str(&comment(text));
+    let Some(last) = steps.len().checked_sub(1) else {
+        text_out.push('}');
+        return text_out;
+    };
+    let bytes = |d: DType| d.size();
+    text_out.push_str("    const i64 n = out.numel;\n    i64 done = 0;\n");
+    text_out.push_str(&format!("    if (out.dense && out.ptr % VECTOR_ALIGN({}) == 0) {{\n", bytes(out) * u64::from(v)));
+    for k in ins.clone() {
+        text_out.push_str(&format!(
+            "        const i64 p{k} = period_of(x{k});\n        const bool v{k} = lanes_vectorize(x{k}, p{k}, {v}, {});\n",
+            bytes(inputs[k])
+        ));
     }
-    out.push_str("    }\n}");
-    out
+    text_out.push_str(&format!("        GRID_STRIDE(lane0, n / {v}) {{\n            const i64 i0 = lane0 * {v};\n"));
+    for k in ins.clone() {
+        text_out.push_str(&format!(
+            "            double x{k}_v[{v}];\n            load_lanes<{}, {v}>(x{k}, i0, p{k}, v{k}, x{k}_v);\n",
+            dtype_macro(inputs[k])
+        ));
+    }
+    text_out.push_str(&format!("            double r[{v}];\n#pragma unroll\n            for (int j = 0; j < {v}; ++j) {{\n"));
+    for k in ins.clone() {
+        text_out.push_str(&format!("                const double x{k}_i = x{k}_v[j];\n"));
+    }
+    text_out.push_str(&step_code(steps, "                ", true));
+    text_out.push_str(&format!("                r[j] = t{last};\n            }}\n"));
+    text_out.push_str(&format!("            store_lanes<{}, {v}>(out, i0, r);\n        }}\n", dtype_macro(out)));
+    text_out.push_str(&format!("        done = n / {v} * {v};\n    }}\n"));
+    text_out.push_str("    GRID_STRIDE(k, n - done) {\n        const i64 i = done + k;\n");
+    text_out.push_str(&element_code(steps, inputs.len(), true));
+    text_out.push_str(&format!("        store_d(out, i, t{last});\n    }}\n}}"));
+    text_out
 }
 
 /// A reduction kernel's parameters and body: `reduce_partial_over` summing `summed` (after
@@ -118,7 +165,7 @@ fn reduction_text(text: &str, steps: &[ElementStep], summed: Operand, inputs: us
     );
     out.push_str(&comment(text));
     out.push_str(&format!("    reduce_partial_over(out, outs, reduced, chunk, divisor, partials, {in_float}, [&](i64 i) {{\n"));
-    out.push_str(&element_code(steps, inputs));
+    out.push_str(&element_code(steps, inputs, false));
     out.push_str(&format!("        return {};\n    }});\n}}", operand_expr(Some(&summed))));
     out
 }
@@ -134,24 +181,37 @@ fn comment(text: &str) -> String {
 }
 
 /// Element `i` of every input (`xk_i`), then every value of `steps` (`tj`), as lines of a
-/// loop's body.
-fn element_code(steps: &[ElementStep], inputs: usize) -> String {
+/// loop's body ([`step_code`]: the last `stored`, or summed).
+fn element_code(steps: &[ElementStep], inputs: usize, stored: bool) -> String {
     let indent = "        ";
     let mut out = String::new();
     for k in 0..inputs {
         out.push_str(&format!("{indent}const double x{k}_i = load_d(x{k}, i);\n"));
     }
+    out.push_str(&step_code(steps, indent, stored));
+    out
+}
+
+/// Every value of `steps` (`tj`) from the inputs' elements (`xk_i`), one line each, rounded
+/// to its dtype; the last is left unrounded where it is `stored` (storing it rounds it to the
+/// output's dtype, the last step's, just as `round_to` would).
+fn step_code(steps: &[ElementStep], indent: &str, stored: bool) -> String {
+    let mut out = String::new();
     for (j, step) in steps.iter().enumerate() {
         let operand = |k: usize| operand_expr(step.operands.get(k));
-        out.push_str(&format!(
-            "{indent}const double t{j} = round_to({}, element_op({}, {}, {}, {}, {}));\n",
-            dtype_macro(step.dtype),
+        let value = format!(
+            "element_op({}, {}, {}, {}, {})",
             op_name(step.op),
             operand(0),
             operand(1),
             operand(2),
             literal(step.scalar)
-        ));
+        );
+        if stored && j + 1 == steps.len() {
+            out.push_str(&format!("{indent}const double t{j} = {value};\n"));
+        } else {
+            out.push_str(&format!("{indent}const double t{j} = round_to({}, {value});\n", dtype_macro(step.dtype)));
+        }
     }
     out
 }
@@ -207,25 +267,48 @@ mod tests {
     fn identical_bodies_share_one_kernel() {
         let mut generated = Generated::default();
         let text = "t0: f32 = cast(x0, to=f32); t1: f32 = add(t0, x1)";
-        assert_eq!(generated.fused(text, &add_of_cast(), 2), Kernel::Generated(0));
+        assert_eq!(generated.fused(text, &add_of_cast(), &[DType::Bf16, DType::F32], DType::F32), Kernel::Generated(0));
         let masked = [ElementStep {
             op: OP_MASKED_FILL,
             scalar: f64::NEG_INFINITY,
             dtype: DType::Bf16,
             operands: vec![Operand::Input(0), Operand::Input(1)],
         }];
-        assert_eq!(generated.fused("t0: bf16 = masked_fill(x0, x1, value=-inf)", &masked, 2), Kernel::Generated(1));
-        assert_eq!(generated.fused(text, &add_of_cast(), 2), Kernel::Generated(0));
+        assert_eq!(generated.fused("t0: bf16 = masked_fill(x0, x1, value=-inf)", &masked, &[DType::Bf16, DType::Bool], DType::Bf16), Kernel::Generated(1));
+        assert_eq!(generated.fused(text, &add_of_cast(), &[DType::Bf16, DType::F32], DType::F32), Kernel::Generated(0));
         assert_eq!(generated.names(), ["fused_0", "fused_1"]);
         let source = generated.source().unwrap();
         // Every kernel is defined once, with the parameters its launches pass.
         assert_eq!(signature_in(&source, "fused_0"), Some(vec![Param::Tensor; 3]));
         assert_eq!(source.matches("extern \"C\" __global__ void fused_").count(), 2);
         // The body is straight-line code with constant codes; -inf is spelled exactly.
-        assert!(source.contains("const double t1 = round_to(DT_F32, element_op(OP_ADD, t0, x1_i, 0.0, 0.0));"));
-        assert!(source.contains("round_to(DT_BF16, element_op(OP_MASKED_FILL, x0_i, x1_i, 0.0, -(double)f_inf()))"));
+        assert!(source.contains("const double t1 = element_op(OP_ADD, t0, x1_i, 0.0, 0.0);"));
+        assert!(source.contains("const double t0 = element_op(OP_MASKED_FILL, x0_i, x1_i, 0.0, -(double)f_inf());"));
         assert!(source.contains("    // t1: f32 = add(t0, x1)\n"));
         assert_eq!(Generated::default().source(), None);
+    }
+
+    /// The dtypes are constants of a kernel: the same body over other dtypes is another
+    /// kernel; a thread takes 16 bytes of the narrowest tensor, 4 to 8 lanes.
+    #[test]
+    fn dtypes_pick_the_kernel_and_its_lanes() {
+        let mut generated = Generated::default();
+        let text = "t0: f32 = cast(x0, to=f32); t1: f32 = add(t0, x1)";
+        let f32s = generated.fused(text, &add_of_cast(), &[DType::F32, DType::F32], DType::F32);
+        let mixed = generated.fused(text, &add_of_cast(), &[DType::Bf16, DType::F32], DType::F32);
+        assert_ne!(f32s, mixed);
+        let source = generated.source().unwrap();
+        assert!(source.contains("load_lanes<DT_F32, 4>(x0, i0, p0, v0, x0_v);"));
+        assert!(source.contains("store_lanes<DT_F32, 4>(out, i0, r);"));
+        assert!(source.contains("load_lanes<DT_BF16, 8>(x0, i0, p0, v0, x0_v);"));
+        assert!(source.contains("const bool v1 = lanes_vectorize(x1, p1, 8, 4);"));
+        assert!(source.contains("if (out.dense && out.ptr % VECTOR_ALIGN(32) == 0) {"));
+        // The per-element loop after the lanes computes the same lines.
+        assert_eq!(source.matches("const double t1 = element_op(OP_ADD, t0, x1_i, 0.0, 0.0);").count(), 4);
+        assert_eq!(source.matches("const double t0 = round_to(DT_F32, element_op(OP_COPY, x0_i, 0.0, 0.0, 0.0));").count(), 4);
+        assert_eq!(lanes(&[DType::F32, DType::I64]), 4);
+        assert_eq!(lanes(&[DType::F32, DType::Bool]), 8);
+        assert_eq!(lanes(&[DType::F16]), 8);
     }
 
     /// A body ending with a reduction: `reduce_partial`'s parameters after the inputs, and
@@ -243,6 +326,8 @@ mod tests {
         assert_eq!(signature_in(&source, "fused_0"), Some(params.to_vec()));
         assert!(source.contains("reduce_partial_over(out, outs, reduced, chunk, divisor, partials, true, [&](i64 i) {"));
         assert!(source.contains("        return t0;\n    });\n}"));
+        // The value summed is rounded as the unfused op stored it.
+        assert!(source.contains("const double t0 = round_to(DT_F32, element_op(OP_MUL, x0_i, x0_i, 0.0, 0.0));"));
         assert!(source.contains("partials, false, [&]"));
     }
 

@@ -5,7 +5,8 @@
 //! scratch in the workspace). Every choice here is a pure function of shapes, so the launch
 //! plan of a whole step can be built and checked without a GPU. The kernels themselves
 //! are in `kernels/`; `source::kernels_for` lists which ones each op may use. A fused op's
-//! kernel is generated for its body (`generate.rs`) as it is lowered.
+//! kernel is generated for its body (`generate.rs`) as it is lowered, and an elementwise
+//! op's for its one element function.
 //!
 //! Launch shapes: elementwise ops use grid-stride launches ([`grid_1d`]); line ops one block
 //! per line ([`line_threads`] threads); attention one block per tile of query rows (the
@@ -17,7 +18,7 @@
 
 use crate::exec::cuda::CudaError;
 use crate::exec::cuda::gemm::{self, Igemm, SPLIT_BUDGET};
-use crate::exec::cuda::generate::{ElementStep, Generated};
+use crate::exec::cuda::generate::{self, ElementStep, Generated};
 use crate::exec::cuda::source::*;
 use crate::exec::cuda::view::{
     Addr, Arg, Command, Geom, Kernel, Launch, MAX_GRID_YZ, Scratch, View, grid_1d, line_blocks, line_threads,
@@ -96,19 +97,17 @@ pub fn lower_op(
     let y = |i: usize| &views[op.outputs[i]];
     let attrs = &op.attrs;
     Ok(match op.kind {
-        // The elementwise ops: their element function (`element_code`, which the fused
-        // kernel runs too) in `binary` or `unary`.
+        // The elementwise ops: a kernel generated for the one element function
+        // (`element_code`) as for a fused body of one op, vectorized where the data allow.
         Add | Sub | Mul | Div | Compare | ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward
-        | HardswishBackward | HardsigmoidBackward => {
+        | HardswishBackward | HardsigmoidBackward | CompareScalar | AddScalar | MulScalar | PowScalar | Neg | Sin | Erf
+        | Cos | Exp | Log | Sqrt | Rsqrt | Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid | Contiguous
+        | Cast => {
             let (code, s) = element_code(op.kind, attrs).expect("an elementwise op");
-            binary(code, y(0), x(0), x(1), s)
+            let inputs: Vec<&View> = (0..op.inputs.len()).map(x).collect();
+            elementwise_op(op.kind.name(), code, s, y(0), &inputs, generated)
         }
-        Sgd => binary(OP_SGD, y(0), x(0), x(1), attrs.float("lr")),
-        CompareScalar | AddScalar | MulScalar | PowScalar | Neg | Sin | Erf | Cos | Exp | Log | Sqrt | Rsqrt | Relu | Gelu
-        | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid | Contiguous | Cast => {
-            let (code, s) = element_code(op.kind, attrs).expect("an elementwise op");
-            unary(code, y(0), x(0), s)
-        }
+        Sgd => elementwise_op(op.kind.name(), OP_SGD, attrs.float("lr"), y(0), &[x(0), x(1)], generated),
         Fill => elementwise(FILL, y(0).numel(), vec![t(y(0)), Arg::F64(attrs.float("value")), Arg::F64(attrs.float("step"))]),
         CausalMask => {
             let last = *y(0).shape.last().unwrap_or(&1);
@@ -412,10 +411,7 @@ fn fused(
     }
     let text = body.to_string();
     let Some(reduction) = reduction else {
-        let kernel = generated.fused(&text, &steps, inputs.len());
-        let mut args = vec![t(out)];
-        args.extend(inputs.iter().map(|v| t(&v.broadcast_to(&out.shape))));
-        return Ok(elementwise(kernel, out.numel(), args));
+        return Ok(generated_elementwise(&text, &steps, out, inputs, generated));
     };
     // The value summed: its type from the body's rule over the inputs' views.
     let input_types: Vec<TensorType> = inputs.iter().map(|v| TensorType::new(v.dtype, v.shape.clone())).collect();
@@ -430,6 +426,33 @@ fn fused(
     let (perm, outs, count) = reduced_space(&shape, reduction.attrs.ints("axes"));
     let views: Vec<Arg> = inputs.iter().map(|v| t(&v.broadcast_to(&shape).permuted(&perm))).collect();
     Ok(reduce_launches(kernel, out, views, outs, count, reduction.def.kind == OpKind::Mean, scratch))
+}
+
+/// An elementwise op alone: the kernel generated for the body of its one element function
+/// `code` (scalar `s`) over `inputs`, launched as a fused op's.
+fn elementwise_op(name: &str, code: i32, s: f64, out: &View, inputs: &[&View], generated: &mut Generated) -> Vec<Command> {
+    let operands = (0..inputs.len()).map(Operand::Input).collect();
+    let step = ElementStep { op: code, scalar: s, dtype: out.dtype, operands };
+    let args: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}")).collect();
+    let text = format!("t0: {} = {name}({})", out.dtype, args.join(", "));
+    generated_elementwise(&text, &[step], out, inputs, generated)
+}
+
+/// One launch of the kernel generated for `steps` (`text` the body's IR spelling) writing
+/// `out` from `inputs` (broadcast to its shape), a thread per [`generate::lanes`] elements.
+fn generated_elementwise(
+    text: &str,
+    steps: &[ElementStep],
+    out: &View,
+    inputs: &[&View],
+    generated: &mut Generated,
+) -> Vec<Command> {
+    let dtypes: Vec<DType> = inputs.iter().map(|v| v.dtype).collect();
+    let kernel = generated.fused(text, steps, &dtypes, out.dtype);
+    let lanes = generate::lanes(&[dtypes, vec![out.dtype]].concat());
+    let mut args = vec![t(out)];
+    args.extend(inputs.iter().map(|v| t(&v.broadcast_to(&out.shape))));
+    elementwise(kernel, out.numel().div_ceil(u64::from(lanes)), args)
 }
 
 /// The element function (`binary`'s and `unary`'s op codes, `OP_WHERE`, `OP_MASKED_FILL`)

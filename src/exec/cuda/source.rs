@@ -132,7 +132,7 @@ pub const WHERE_SELECT: &str = "where_select";
 pub const MASKED_FILL: &str = "masked_fill";
 
 /// Not a kernel of the program: the family of the kernels generated per step for fused ops
-/// (`fused_0`, `fused_1`, ...: [`generated_program`]).
+/// and for elementwise ops alone (`fused_0`, `fused_1`, ...: [`generated_program`]).
 pub const FUSED: &str = view::GENERATED;
 
 /// Not a kernel of the program: a matmul step that cuBLAS runs (a [`GemmCall`]).
@@ -320,14 +320,15 @@ pub fn constants() -> String {
 pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
     use OpKind::*;
     match kind {
-        Add | Sub | Mul | Div | Sgd | Compare => &[BINARY],
+        // A kernel generated for the op's element function (generate.rs).
+        Add | Sub | Mul | Div | Sgd | Compare => &[FUSED],
         ReluBackward | GeluBackward | SiluBackward | SigmoidBackward | TanhBackward | HardswishBackward | HardsigmoidBackward => {
-            &[BINARY]
+            &[FUSED]
         }
         AddScalar | MulScalar | PowScalar | Neg | Sin | Cos | Erf | Exp | Log | Sqrt | Rsqrt | Contiguous | Cast | CompareScalar => {
-            &[UNARY]
+            &[FUSED]
         }
-        Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid => &[UNARY],
+        Relu | Gelu | Silu | Sigmoid | Tanh | Hardswish | Hardsigmoid => &[FUSED],
         Fill => &[FILL],
         CausalMask => &[CAUSAL_MASK],
         Softmax => &[SOFTMAX],

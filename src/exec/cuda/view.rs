@@ -299,7 +299,7 @@ impl ResolvedArg {
 pub const GENERATED: &str = "fused";
 
 /// Which kernel a launch runs.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Kernel {
     /// A kernel of the program (`source::KERNELS`), by its `extern "C"` name.
     Program(&'static str),

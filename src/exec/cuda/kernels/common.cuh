@@ -212,6 +212,156 @@ __device__ __forceinline__ void store_f(const Tensor& t, i64 i, float v) { store
 __device__ __forceinline__ void store_d(const Tensor& t, i64 i, double v) { store_at_d(t, offset_of(t, i), v); }
 
 // ---------------------------------------------------------------------------------------
+// Lanes: V consecutive elements of one tensor in registers, for the kernels generated for
+// fused ops (exec/cuda/generate.rs), whose dtypes are constants there. A dense run of
+// elements whose first byte is aligned to its vector moves in 16-byte loads and stores (8-
+// or 4-byte for vectors under 16 bytes) instead of one access per element; each lane is
+// decoded as load_at_d and encoded as store_at_d would, so the values are exactly the
+// per-element path's. Words are little-endian, on the GPU and on the emulator's hosts.
+
+#define DT_BYTES(dt) ((dt) == DT_I64 ? 8 : ((dt) == DT_F32 || (dt) == DT_I32) ? 4 : (dt) == DT_BOOL ? 1 : 2)
+// The alignment a vector of `bytes` bytes needs.
+#define VECTOR_ALIGN(bytes) ((bytes) < 16 ? (bytes) : 16)
+
+struct __align__(16) Words16 {
+    unsigned w[4];
+};
+struct __align__(8) Words8 {
+    unsigned w[2];
+};
+
+// P when element i (row-major) of t is element i % P of a dense run at t.ptr: a dense
+// tensor (P = numel), or a dense tail repeated along broadcast leading dimensions (a bias:
+// the tail's size; a broadcast scalar: 1); 0 otherwise.
+__device__ __forceinline__ i64 period_of(const Tensor& t) {
+    if (t.dense) return t.numel;
+    i64 period = 1;
+    bool tail = true;
+    for (int d = t.rank - 1; d >= 0; --d) {
+        const i64 n = t.shape[d];
+        if (n == 1) continue;
+        if (tail && t.stride[d] == period) {
+            period *= n;
+            continue;
+        }
+        tail = false;
+        if (t.stride[d] != 0) return 0;
+    }
+    return period;
+}
+
+// Whether lanes of t (period `period`, V lanes of `bytes` bytes each) load as one vector:
+// every run of V lanes starting at a multiple of V lies inside one period, aligned.
+__device__ __forceinline__ bool lanes_vectorize(const Tensor& t, i64 period, int lanes, int bytes) {
+    return period > 0 && period % lanes == 0 && t.ptr % (u64)VECTOR_ALIGN(lanes * bytes) == 0;
+}
+
+template <int BYTES>
+__device__ __forceinline__ void load_words(u64 p, unsigned* w) {
+    if (BYTES >= 16) {
+#pragma unroll
+        for (int k = 0; k < BYTES / 16; ++k) {
+            const Words16 v = ((const Words16*)p)[k];
+            w[4 * k] = v.w[0];
+            w[4 * k + 1] = v.w[1];
+            w[4 * k + 2] = v.w[2];
+            w[4 * k + 3] = v.w[3];
+        }
+    } else if (BYTES == 8) {
+        const Words8 v = *(const Words8*)p;
+        w[0] = v.w[0];
+        w[1] = v.w[1];
+    } else {
+        w[0] = *(const unsigned*)p;
+    }
+}
+
+template <int BYTES>
+__device__ __forceinline__ void store_words(u64 p, const unsigned* w) {
+    if (BYTES >= 16) {
+#pragma unroll
+        for (int k = 0; k < BYTES / 16; ++k) {
+            Words16 v;
+            v.w[0] = w[4 * k];
+            v.w[1] = w[4 * k + 1];
+            v.w[2] = w[4 * k + 2];
+            v.w[3] = w[4 * k + 3];
+            ((Words16*)p)[k] = v;
+        }
+    } else if (BYTES == 8) {
+        Words8 v;
+        v.w[0] = w[0];
+        v.w[1] = w[1];
+        *(Words8*)p = v;
+    } else {
+        *(unsigned*)p = w[0];
+    }
+}
+
+// Lane j of words w holding elements of dtype DT, as load_at_d reads it.
+template <int DT>
+__device__ __forceinline__ double lane_d(const unsigned* w, int j) {
+    switch (DT) {
+        case DT_F32: return (double)__uint_as_float(w[j]);
+        case DT_F16: return (double)f16_to_float((unsigned short)(w[j >> 1] >> ((j & 1) * 16)));
+        case DT_BF16: return (double)bf16_to_float((unsigned short)(w[j >> 1] >> ((j & 1) * 16)));
+        case DT_I32: return (double)(int)w[j];
+        case DT_I64: return (double)(i64)((u64)w[2 * j] | ((u64)w[2 * j + 1] << 32));
+        default: return ((w[j >> 2] >> ((j & 3) * 8)) & 0xffu) != 0 ? 1.0 : 0.0;
+    }
+}
+
+// v into lane j of zeroed words w of dtype DT, as store_at_d writes it.
+template <int DT>
+__device__ __forceinline__ void set_lane(unsigned* w, int j, double v) {
+    switch (DT) {
+        case DT_F32: w[j] = __float_as_uint((float)v); break;
+        case DT_F16: w[j >> 1] |= (unsigned)float_to_f16((float)v) << ((j & 1) * 16); break;
+        case DT_BF16: w[j >> 1] |= (unsigned)float_to_bf16((float)v) << ((j & 1) * 16); break;
+        case DT_I32: w[j] = (unsigned)rust_as_i32(v); break;
+        case DT_I64: {
+            const u64 bits = (u64)rust_as_i64(v);
+            w[2 * j] = (unsigned)bits;
+            w[2 * j + 1] = (unsigned)(bits >> 32);
+            break;
+        }
+        default: w[j >> 2] |= (v != 0.0 ? 1u : 0u) << ((j & 3) * 8); break;
+    }
+}
+
+// Lanes i0 .. i0 + V of t (dtype DT, broadcast to the output's shape; `period` its
+// period_of, `vector` its lanes_vectorize): one vector load, one load of a broadcast
+// scalar, or element by element.
+template <int DT, int V>
+__device__ __forceinline__ void load_lanes(const Tensor& t, i64 i0, i64 period, bool vector, double (&a)[V]) {
+    if (vector) {
+        const i64 o = i0 < period ? i0 : i0 <= 0xffffffffLL ? (i64)((unsigned)i0 % (unsigned)period) : i0 % period;
+        unsigned w[(V * DT_BYTES(DT) + 3) / 4];
+        load_words<V * DT_BYTES(DT)>(t.ptr + (u64)o * DT_BYTES(DT), w);
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[j] = lane_d<DT>(w, j);
+    } else if (period == 1) {
+        const double s = load_at_d(t, 0);
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[j] = s;
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[j] = load_d(t, i0 + j);
+    }
+}
+
+// Lanes i0 .. i0 + V of the dense, aligned t (dtype DT) as one vector store.
+template <int DT, int V>
+__device__ __forceinline__ void store_lanes(const Tensor& t, i64 i0, const double (&r)[V]) {
+    unsigned w[(V * DT_BYTES(DT) + 3) / 4];
+#pragma unroll
+    for (int k = 0; k < (V * DT_BYTES(DT) + 3) / 4; ++k) w[k] = 0u;
+#pragma unroll
+    for (int j = 0; j < V; ++j) set_lane<DT>(w, j, r[j]);
+    store_words<V * DT_BYTES(DT)>(t.ptr + (u64)i0 * DT_BYTES(DT), w);
+}
+
+// ---------------------------------------------------------------------------------------
 // Reductions over a warp and over a 1-D block (blockDim.x a multiple of 32, at most 1024).
 // Every thread of the block must call them (they synchronise); every thread gets the
 // result. The order of additions is fixed by the launch configuration, so results repeat

@@ -1,8 +1,9 @@
 // element.cuh — the element functions of the elementwise ops: per element, a value from
 // one to three operands and a scalar, chosen by an op code (`binary_op`, `unary_op`,
 // `element_op`). The `binary` and `unary` kernels (elementwise.cu) call them with the op code
-// as an argument; the kernels generated for fused ops (exec/cuda/generate.rs) call them with
-// constant op codes, so the compiler keeps only the one case each inner op needs.
+// as an argument; the kernels generated for fused ops and elementwise ops
+// (exec/cuda/generate.rs) call them with constant op codes, so the compiler keeps only the
+// one case each inner op needs.
 //
 // Plain arithmetic (+ − × ÷, scalar ops, sgd) and the math functions (neg, pow_scalar, exp,
 // log, sqrt, rsqrt, sin, cos, erf) run in double: the result rounded to f32 is then (nearly

@@ -1,8 +1,9 @@
-// elementwise.cu — one thread per output element (grid-stride loops): binary arithmetic
-// with broadcasting (inputs arrive as views broadcast to the output's shape: stride 0 on
-// broadcast dimensions), activations and their gradients, copies and casts (through the
-// element functions of element.cuh), fill, causal_mask, where and masked_fill (selection by
-// a bool tensor), dropout, and the optimizer updates.
+// elementwise.cu — one thread per output element (grid-stride loops): `binary` and `unary`
+// (an element function of element.cuh chosen by an op code argument; inputs arrive as views
+// broadcast to the output's shape: stride 0 on broadcast dimensions) for the copies and
+// sums other ops' lowerings make (the elementwise ops themselves run kernels generated for
+// their element function, exec/cuda/generate.rs), fill, causal_mask, where and masked_fill
+// (selection by a bool tensor), dropout, and the optimizer updates.
 //
 // Outputs are dense. An output may lie over an input's bytes (in-place, as the plan allows
 // only for an input read directly at the same element): each thread reads its element's
