@@ -531,7 +531,8 @@ fn dropout_attention_matches_the_cpu_reference() {
 /// causal with T < S and T > S, 2 and 4 query heads per key/value head, f32, f16 and bf16,
 /// q through a transposed view; and the tensor-core kernels (f16/bf16 with E = Ev ≤ 64, a
 /// multiple of 16: 64-row tiles, partial and single-row tiles, the diagonal inside a tile),
-/// whose mma.sync the emulator computes from the PTX fragment layouts. Rounding noise
+/// whose mma.sync the emulator computes from the PTX fragment layouts, k's head dim
+/// contiguous (staged 16 bytes at a time) or strided (element by element). Rounding noise
 /// (elements `--check` would leave out) must stay rare. Two runs of a case give the same
 /// bits.
 #[test]
@@ -539,35 +540,43 @@ fn tiled_attention_and_its_gradients_match_the_cpu_reference() {
     if emulator().is_none() {
         return;
     }
-    // (dtype, B, H, Hkv, T, S, E, Ev, causal)
+    // (dtype, B, H, Hkv, T, S, E, Ev, causal, k read through a transpose of its last two dims)
     let cases = [
-        ("f32", 1, 2, 1, 70, 45, 24, 24, true),
-        ("f32", 1, 4, 1, 33, 100, 80, 80, true),
-        ("f32", 2, 2, 2, 65, 65, 80, 24, false),
-        ("f32", 1, 2, 2, 130, 97, 16, 8, true),
-        ("bf16", 1, 4, 2, 40, 70, 80, 48, true),
-        ("f16", 1, 2, 1, 90, 33, 24, 80, false),
-        ("f16", 2, 2, 1, 100, 37, 48, 16, true),
+        ("f32", 1, 2, 1, 70, 45, 24, 24, true, false),
+        ("f32", 1, 4, 1, 33, 100, 80, 80, true, false),
+        ("f32", 2, 2, 2, 65, 65, 80, 24, false, false),
+        ("f32", 1, 2, 2, 130, 97, 16, 8, true, false),
+        ("bf16", 1, 4, 2, 40, 70, 80, 48, true, false),
+        ("f16", 1, 2, 1, 90, 33, 24, 80, false, false),
+        ("f16", 2, 2, 1, 100, 37, 48, 16, true, false),
         // On tensor cores (f16/bf16, E = Ev a multiple of 16 up to 64): tiles of 64 rows and
         // keys, partial ones, grouped heads, a query tile the diagonal crosses, one query row.
-        ("bf16", 2, 4, 2, 100, 77, 64, 64, true),
-        ("bf16", 1, 2, 2, 64, 130, 32, 32, false),
-        ("f16", 1, 3, 1, 129, 129, 16, 16, true),
-        ("bf16", 1, 2, 1, 1, 70, 48, 48, false),
-        ("f16", 1, 2, 2, 70, 70, 64, 64, false),
+        ("bf16", 2, 4, 2, 100, 77, 64, 64, true, false),
+        ("bf16", 1, 2, 2, 64, 130, 32, 32, false, false),
+        ("f16", 1, 3, 1, 129, 129, 16, 16, true, false),
+        ("bf16", 1, 2, 1, 1, 70, 48, 48, false, false),
+        ("f16", 1, 2, 2, 70, 70, 64, 64, false, false),
+        // k's head dim strided: staged element by element.
+        ("bf16", 1, 2, 1, 70, 40, 32, 32, true, true),
     ];
-    for (seed, (dt, b, h, hkv, t, s, e, ev, causal)) in cases.into_iter().enumerate() {
+    for (seed, (dt, b, h, hkv, t, s, e, ev, causal, strided_k)) in cases.into_iter().enumerate() {
         let scale = 1.0 / (e as f64).sqrt();
+        let (k_shape, k_view) = if strided_k {
+            (format!("{b},{hkv},{e},{s}"), "transpose(%k, perm=[0, 1, 3, 2])".to_string())
+        } else {
+            (format!("{b},{hkv},{s},{e}"), format!("reshape(%k, shape=[{b}, {hkv}, {s}, {e}])"))
+        };
         let text = format!(
             "step @attention_grads(
   %q: {dt}[{b},{t},{h},{e}] input,
-  %k: {dt}[{b},{hkv},{s},{e}] input,
+  %k: {dt}[{k_shape}] input,
   %v: {dt}[{b},{hkv},{s},{ev}] input,
   %dout: {dt}[{b},{h},{t},{ev}] input,
 ) {{
   %qh = transpose(%q, perm=[0, 2, 1, 3])
-  %o, %lse = attention(%qh, %k, %v, causal={causal}, scale={scale:?})
-  %dq, %dk, %dv = attention_backward(%dout, %qh, %k, %v, %o, %lse, causal={causal}, scale={scale:?})
+  %kh = {k_view}
+  %o, %lse = attention(%qh, %kh, %v, causal={causal}, scale={scale:?})
+  %dq, %dk, %dv = attention_backward(%dout, %qh, %kh, %v, %o, %lse, causal={causal}, scale={scale:?})
   return %o, %lse, %dq, %dk, %dv
 }}"
         );

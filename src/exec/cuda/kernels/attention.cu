@@ -492,6 +492,7 @@ extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 delt
 #define LN2 0.6931471805599453f
 
 static_assert(TC_ROWS == 16 * (TC_THREADS / 32), "a warp owns 16 rows");
+static_assert(TC_LD * 2 % 16 == 0 && TC_E % 8 == 0, "staged rows move in 16-byte pieces");
 static_assert(2 * 4 * TC_TILE * TC_LD + 8 * 6 * TC_ROWS + 4 * 2 * TC_TILE <= 48 * 1024,
               "tensor-core attention: shared memory");
 
@@ -556,14 +557,24 @@ __device__ __forceinline__ void tc_frag_b(unsigned (&b)[2], const unsigned short
 }
 
 // buf[r][c] = the raw 16-bit element c of staged row r (rows from `table`, −1 for none),
-// zeros past the row's n elements and for missing rows.
+// zeros past the row's n elements and for missing rows. Eight columns at a time: one
+// 16-byte copy where the row's columns are contiguous and the eight lie in the row at a
+// 16-byte aligned address (a head dim that is a multiple of 8 in a dense layout: every
+// chunk; rows are 144 bytes and tiles 16-byte aligned, so the store is too), else element
+// by element straight into shared memory (no local array: the callers' registers are full).
 __device__ __forceinline__ void tc_stage(unsigned short* buf, const Tensor& t, const i64* table, i64 n) {
     const i64 cs = attn_col_stride(t);
     const unsigned short* src = (const unsigned short*)t.ptr;
-    for (int x = threadIdx.x; x < TC_TILE * TC_E; x += blockDim.x) {
-        const int r = x / TC_E, c = x % TC_E;
-        const i64 at = table[r];
-        buf[r * TC_LD + c] = at >= 0 && c < n ? src[at + c * cs] : (unsigned short)0;
+    for (int x = threadIdx.x; x < TC_TILE * (TC_E / 8); x += blockDim.x) {
+        const int r = x / (TC_E / 8), c = x % (TC_E / 8) * 8;
+        const i64 at = table[r], o = at + c * cs;
+        unsigned short* to = buf + r * TC_LD + c;
+        if (at >= 0 && cs == 1 && c + 8 <= n && (t.ptr + 2 * (u64)o) % 16 == 0) {
+            *(Words16*)to = *(const Words16*)(src + o);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) to[j] = at >= 0 && c + j < n ? src[o + j * cs] : (unsigned short)0;
+        }
     }
 }
 
