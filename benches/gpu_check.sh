@@ -12,8 +12,9 @@
 #
 # Everything it prints also lands in OUT_DIR (logs, profiles, the benchmark's table and JSON).
 # Each stage has its own time limit, so a slow stage cannot eat the others' time. The first
-# run of a new build waits for the driver to compile the kernels (tens of seconds; cached
-# for later runs): the GPU tests come first and pay it.
+# run of a new build waits for NVRTC and the driver to compile the kernels (tens of seconds;
+# both cached on disk for later runs: ~/.cache/memplan/ptx and ~/.nv/ComputeCache): the GPU
+# tests come first and pay it.
 set -u
 out=${1:?usage: gpu_check.sh OUT_DIR MEMPLAN CUDA_TEST_BINARY}
 memplan=${2:?memplan binary}
