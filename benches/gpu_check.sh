@@ -55,6 +55,8 @@ stage "compute-sanitizer memcheck"
 for f in ir/models/gpt2_tiny.step ir/torch/gpt2_small_bf16.step ir/torch/llama_small.step ir/torch/unet_small.step ir/features/fused_loss.step ir/features/fusion.step ir/features/lanes.step; do
   echo "$f: $(timeout 60 compute-sanitizer --tool memcheck "$memplan" run "$f" --device cuda --steps 1 2>&1 | grep 'ERROR SUMMARY')"
 done
+stage "compute-sanitizer racecheck: the tensor-core attention's double-buffered copies (cp.async)"
+echo "ir/torch/gpt2_small_bf16.step: $(timeout 90 compute-sanitizer --tool racecheck "$memplan" run ir/torch/gpt2_small_bf16.step --device cuda --steps 1 2>&1 | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tr '\n' ' ')"
 stage "profiles"
 scratch=$(mktemp -d)
 for m in gpt2.py:make llama.py:make_125m; do

@@ -493,6 +493,7 @@ extern "C" __global__ void attention_backward_dkv(Tensor dk, Tensor dv, u64 delt
 
 static_assert(TC_ROWS == 16 * (TC_THREADS / 32), "a warp owns 16 rows");
 static_assert(TC_LD * 2 % 16 == 0 && TC_E % 8 == 0, "staged rows move in 16-byte pieces");
+static_assert(2 * 5 * TC_TILE * TC_LD + 8 * (2 * TC_ROWS + 4 * TC_TILE) <= 48 * 1024, "attention_tc: shared memory");
 static_assert(2 * 4 * TC_TILE * TC_LD + 8 * 6 * TC_ROWS + 4 * 2 * TC_TILE <= 48 * 1024,
               "tensor-core attention: shared memory");
 
@@ -578,6 +579,50 @@ __device__ __forceinline__ void tc_stage(unsigned short* buf, const Tensor& t, c
     }
 }
 
+// Copies of 16 bytes from global to shared memory that complete in the background
+// (cp.async, sm_80 and later): `tc_copy_commit` closes a group of them, `tc_copy_wait<N>`
+// waits until at most N of this thread's groups are still in flight (a barrier after it
+// makes every thread's copies visible). The emulator copies at once.
+__device__ __forceinline__ void tc_copy16_async(void* to_shared, const void* from_global) {
+#ifdef __CUDA_ARCH__
+    const unsigned to = (unsigned)__cvta_generic_to_shared(to_shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from_global) : "memory");
+#else
+    *(Words16*)to_shared = *(const Words16*)from_global;
+#endif
+}
+
+__device__ __forceinline__ void tc_copy_commit() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void tc_copy_wait() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// tc_stage with the 16-byte pieces sent by tc_copy16_async: the caller commits, and waits
+// before reading.
+__device__ __forceinline__ void tc_stage_async(unsigned short* buf, const Tensor& t, const i64* table, i64 n) {
+    const i64 cs = attn_col_stride(t);
+    const unsigned short* src = (const unsigned short*)t.ptr;
+    for (int x = threadIdx.x; x < TC_TILE * (TC_E / 8); x += blockDim.x) {
+        const int r = x / (TC_E / 8), c = x % (TC_E / 8) * 8;
+        const i64 at = table[r], o = at + c * cs;
+        unsigned short* to = buf + r * TC_LD + c;
+        if (at >= 0 && cs == 1 && c + 8 <= n && (t.ptr + 2 * (u64)o) % 16 == 0) {
+            tc_copy16_async(to, src + o);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) to[j] = at >= 0 && c + j < n ? src[o + j * cs] : (unsigned short)0;
+        }
+    }
+}
+
 // The A operand of keys 16·kk .. 16·kk + 15 from a 16 × 64 accumulator (P or dS).
 __device__ __forceinline__ void tc_acc_as_a(unsigned (&a)[4], const float (&acc)[8][4], int kk, int dtype) {
     a[0] = tc_pack(acc[2 * kk][0], acc[2 * kk][1], dtype);
@@ -603,8 +648,9 @@ __device__ __forceinline__ float tc_quad_sum(float v) {
 extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out, Tensor lse, Tensor q, Tensor k,
                                                                        Tensor v, i64 rows, i64 group, i64 t, i64 s,
                                                                        i64 e, i64 ev, int causal, double scale) {
-    __shared__ __align__(16) unsigned short qs[TC_ROWS * TC_LD], ks[TC_TILE * TC_LD], vs[TC_TILE * TC_LD];
-    __shared__ i64 q_at[TC_ROWS], out_at[TC_ROWS], k_at[TC_TILE], v_at[TC_TILE];
+    // Two buffers of key and value rows: the next tile's arrive while this one is used.
+    __shared__ __align__(16) unsigned short qs[TC_ROWS * TC_LD], ks[2][TC_TILE * TC_LD], vs[2][TC_TILE * TC_LD];
+    __shared__ i64 q_at[TC_ROWS], out_at[TC_ROWS], k_at[2][TC_TILE], v_at[2][TC_TILE];
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, lq = threadIdx.x % 4;
     const int dtype = q.dtype, steps = (int)(e / 16), vtiles = (int)(ev / 8);
     const float sl2 = (float)scale * LOG2E, inf = f_inf();
@@ -624,15 +670,31 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
             if (kk < steps) tc_frag_a(qa[kk], qs, 16 * warp, 16 * kk);
         float o[TC_E / 8][4] = {}, m[2] = {-inf, -inf}, l[2] = {0.0f, 0.0f};
         const i64 keys = causal ? imin(s, i0 + count) : s;
+        // Key tile n's rows are sent (cp.async) at the end of tile n − 1's math's first
+        // barrier, into the buffer tile n − 2 used, and arrive while tile n − 1's math runs.
+        // Tables and buffers alternate: a table is written a tile before it is used, after
+        // the barrier that ended the reading of the tile two before.
+        attn_rows_at(k_at[0], k, kv * s, imin(TC_TILE, s), e, TC_TILE);
+        attn_rows_at(v_at[0], v, kv * s, imin(TC_TILE, s), ev, TC_TILE);
+        __syncthreads();
+        tc_stage_async(ks[0], k, k_at[0], e);
+        tc_stage_async(vs[0], v, v_at[0], ev);
+        tc_copy_commit();
         for (i64 j0 = 0; j0 < keys; j0 += TC_TILE) {
-            const i64 kcount = imin(TC_TILE, s - j0);
-            __syncthreads();  // the previous key tile's readers are done
-            attn_rows_at(k_at, k, kv * s + j0, kcount, e, TC_TILE);
-            attn_rows_at(v_at, v, kv * s + j0, kcount, ev, TC_TILE);
-            __syncthreads();
-            tc_stage(ks, k, k_at, e);
-            tc_stage(vs, v, v_at, ev);
-            __syncthreads();
+            const int buf = (int)(j0 / TC_TILE % 2);
+            const unsigned short *kb = ks[buf], *vb = vs[buf];
+            const i64 j1 = j0 + TC_TILE;
+            if (j1 < keys) {
+                attn_rows_at(k_at[buf ^ 1], k, kv * s + j1, imin(TC_TILE, s - j1), e, TC_TILE);
+                attn_rows_at(v_at[buf ^ 1], v, kv * s + j1, imin(TC_TILE, s - j1), ev, TC_TILE);
+            }
+            tc_copy_wait<0>();  // this tile's rows are in (this thread's pieces)
+            __syncthreads();    // everyone's, and the next tile's tables
+            if (j1 < keys) {
+                tc_stage_async(ks[buf ^ 1], k, k_at[buf ^ 1], e);
+                tc_stage_async(vs[buf ^ 1], v, v_at[buf ^ 1], ev);
+                tc_copy_commit();
+            }
             float sc[8][4] = {};
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt)
@@ -640,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
                 for (int kk = 0; kk < TC_E / 16; ++kk)
                     if (kk < steps) {
                         unsigned b[2];
-                        tc_frag_bt(b, ks, 8 * nt, 16 * kk);
+                        tc_frag_bt(b, kb, 8 * nt, 16 * kk);
                         tc_mma(sc[nt], qa[kk], b, dtype);
                     }
 #pragma unroll
@@ -682,10 +744,11 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
                 for (int nt = 0; nt < TC_E / 8; ++nt)
                     if (nt < vtiles) {
                         unsigned b[2];
-                        tc_frag_b(b, vs, 16 * kk, 8 * nt);
+                        tc_frag_b(b, vb, 16 * kk, 8 * nt);
                         tc_mma(o[nt], a, b, dtype);
                     }
             }
+            __syncthreads();  // every thread is done with this buffer before it is sent again
         }
         const i64 cs = attn_col_stride(out);
 #pragma unroll
