@@ -772,9 +772,12 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
     attention_backward_dq_tc(Tensor dq, u64 deltas, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
                              i64 rows, i64 group, i64 t, i64 s, i64 e, i64 ev, int causal, double scale) {
-    __shared__ __align__(16) unsigned short qs[TC_ROWS * TC_LD], dos[TC_ROWS * TC_LD], ks[TC_TILE * TC_LD],
-        vs[TC_TILE * TC_LD];
-    __shared__ i64 q_at[TC_ROWS], do_at[TC_ROWS], out_at[TC_ROWS], dq_at[TC_ROWS], k_at[TC_TILE], v_at[TC_TILE];
+    // Two buffers of key and value rows (the next tile's arrive while this one is used);
+    // q's and dout's rows are staged in the second before the first key tile needs it (their
+    // fragments then live in registers).
+    __shared__ __align__(16) unsigned short ks[2][TC_TILE * TC_LD], vs[2][TC_TILE * TC_LD];
+    unsigned short *qs = ks[1], *dos = vs[1];
+    __shared__ i64 q_at[TC_ROWS], do_at[TC_ROWS], out_at[TC_ROWS], dq_at[TC_ROWS], k_at[2][TC_TILE], v_at[2][TC_TILE];
     __shared__ float row_lse[TC_ROWS], row_d[TC_ROWS];
     float* delta = (float*)deltas;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, lq = lane % 4;
@@ -807,7 +810,13 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
         }
         tc_stage(qs, q, q_at, e);
         tc_stage(dos, dout, do_at, ev);
+        attn_rows_at(k_at[0], k, kv * s, imin(TC_TILE, s), e, TC_TILE);
+        attn_rows_at(v_at[0], v, kv * s, imin(TC_TILE, s), ev, TC_TILE);
         __syncthreads();
+        // Key tile 0 goes to the first buffers while the fragments are read from the second.
+        tc_stage_async(ks[0], k, k_at[0], e);
+        tc_stage_async(vs[0], v, v_at[0], ev);
+        tc_copy_commit();
         unsigned qa[TC_E / 16][4], da[TC_E / 16][4];
 #pragma unroll
         for (int kk = 0; kk < TC_E / 16; ++kk)
@@ -817,15 +826,23 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
             }
         float acc[TC_E / 8][4] = {};
         const i64 keys = causal ? imin(s, i0 + count) : s;
+        // As in attention_tc: tile n + 1 is sent after tile n's first barrier (which also
+        // ends the reading of q's and dout's rows out of the second buffers).
         for (i64 j0 = 0; j0 < keys; j0 += TC_TILE) {
-            const i64 kcount = imin(TC_TILE, s - j0);
-            __syncthreads();  // the previous key tile's readers are done
-            attn_rows_at(k_at, k, kv * s + j0, kcount, e, TC_TILE);
-            attn_rows_at(v_at, v, kv * s + j0, kcount, ev, TC_TILE);
+            const int buf = (int)(j0 / TC_TILE % 2);
+            const unsigned short *kb = ks[buf], *vb = vs[buf];
+            const i64 j1 = j0 + TC_TILE;
+            if (j1 < keys) {
+                attn_rows_at(k_at[buf ^ 1], k, kv * s + j1, imin(TC_TILE, s - j1), e, TC_TILE);
+                attn_rows_at(v_at[buf ^ 1], v, kv * s + j1, imin(TC_TILE, s - j1), ev, TC_TILE);
+            }
+            tc_copy_wait<0>();
             __syncthreads();
-            tc_stage(ks, k, k_at, e);
-            tc_stage(vs, v, v_at, ev);
-            __syncthreads();
+            if (j1 < keys) {
+                tc_stage_async(ks[buf ^ 1], k, k_at[buf ^ 1], e);
+                tc_stage_async(vs[buf ^ 1], v, v_at[buf ^ 1], ev);
+                tc_copy_commit();
+            }
             float sc[8][4] = {}, dp[8][4] = {};
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt)
@@ -833,9 +850,9 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
                 for (int kk = 0; kk < TC_E / 16; ++kk)
                     if (kk < steps) {
                         unsigned b[2];
-                        tc_frag_bt(b, ks, 8 * nt, 16 * kk);
+                        tc_frag_bt(b, kb, 8 * nt, 16 * kk);
                         tc_mma(sc[nt], qa[kk], b, dtype);
-                        tc_frag_bt(b, vs, 8 * nt, 16 * kk);
+                        tc_frag_bt(b, vb, 8 * nt, 16 * kk);
                         tc_mma(dp[nt], da[kk], b, dtype);
                     }
 #pragma unroll
@@ -862,10 +879,11 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
                 for (int nt = 0; nt < TC_E / 8; ++nt)
                     if (nt < etiles) {
                         unsigned b[2];
-                        tc_frag_b(b, ks, 16 * kk, 8 * nt);
+                        tc_frag_b(b, kb, 16 * kk, 8 * nt);
                         tc_mma(acc[nt], a, b, dtype);
                     }
             }
+            __syncthreads();  // every thread is done with this buffer before it is sent again
         }
         const float scl = (float)scale;
         const i64 cs = attn_col_stride(dq);
