@@ -909,10 +909,14 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
     attention_backward_dkv_tc(Tensor dk, Tensor dv, u64 deltas, Tensor dout, Tensor q, Tensor k, Tensor v,
                               Tensor lse, i64 keys, i64 group, i64 t, i64 s, i64 e, i64 ev, int causal,
                               double scale) {
-    __shared__ __align__(16) unsigned short ks[TC_ROWS * TC_LD], vs[TC_ROWS * TC_LD], qs[TC_TILE * TC_LD],
-        dos[TC_TILE * TC_LD];
-    __shared__ i64 k_at[TC_ROWS], v_at[TC_ROWS], dk_at[TC_ROWS], dv_at[TC_ROWS], q_at[TC_TILE], do_at[TC_TILE];
-    __shared__ float row_lse[TC_TILE], row_d[TC_TILE];
+    // Two buffers of query and dout rows (the next query tile's arrive while this one is
+    // used); the block's key and value rows are staged in the second before the first query
+    // tile needs it (their fragments then live in registers).
+    static_assert(TC_ROWS == TC_TILE, "key tiles and query tiles share buffers");
+    __shared__ __align__(16) unsigned short qs[2][TC_TILE * TC_LD], dos[2][TC_TILE * TC_LD];
+    unsigned short *ks = qs[1], *vs = dos[1];
+    __shared__ i64 k_at[TC_ROWS], v_at[TC_ROWS], dk_at[TC_ROWS], dv_at[TC_ROWS], q_at[2][TC_TILE], do_at[2][TC_TILE];
+    __shared__ float row_lse[2][TC_TILE], row_d[2][TC_TILE];
     const float* delta = (const float*)deltas;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, lq = threadIdx.x % 4;
     const int dtype = q.dtype, steps = (int)(e / 16), etiles = (int)(e / 8), vtiles = (int)(ev / 8);
@@ -940,21 +944,42 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
         float gk[TC_E / 8][4] = {}, gv[TC_E / 8][4] = {};
         // Query rows before the tile's first key see none of its keys.
         const i64 from = causal ? j0 : 0;
-        for (i64 hg = 0; hg < group; ++hg) {
-            const i64 bh = kv * group + hg;
-            for (i64 i0 = from; i0 < t; i0 += TC_TILE) {
-                const i64 count = imin(TC_TILE, t - i0), first = bh * t + i0;
-                __syncthreads();  // the previous query tile's readers are done
-                attn_rows_at(q_at, q, first, count, e, TC_TILE);
-                attn_rows_at(do_at, dout, first, count, ev, TC_TILE);
-                for (int x = threadIdx.x; x < count; x += blockDim.x) {
-                    row_lse[x] = load_f(lse, first + x) * LOG2E;
-                    row_d[x] = delta[first + x];
-                }
-                __syncthreads();
-                tc_stage(qs, q, q_at, e);
-                tc_stage(dos, dout, do_at, ev);
-                __syncthreads();
+        // Query tiles in order, head by head of the group: per = tiles per head.
+        const i64 per = from < t ? (t - from + TC_TILE - 1) / TC_TILE : 0, qtiles = group * per;
+        // Tile n's tables, lse and D into slot `slot` (read after a barrier).
+        auto tile_rows = [&](i64 n, int slot) {
+            const i64 i0 = from + n % per * TC_TILE, count = imin(TC_TILE, t - i0);
+            const i64 first = (kv * group + n / per) * t + i0;
+            attn_rows_at(q_at[slot], q, first, count, e, TC_TILE);
+            attn_rows_at(do_at[slot], dout, first, count, ev, TC_TILE);
+            for (int x = threadIdx.x; x < count; x += blockDim.x) {
+                row_lse[slot][x] = load_f(lse, first + x) * LOG2E;
+                row_d[slot][x] = delta[first + x];
+            }
+        };
+        // As in attention_tc: tile n + 1 is sent after tile n's first barrier (which also
+        // ends the reading of the key and value rows out of the second buffers).
+        if (qtiles > 0) tile_rows(0, 0);
+        __syncthreads();
+        if (qtiles > 0) {
+            tc_stage_async(qs[0], q, q_at[0], e);
+            tc_stage_async(dos[0], dout, do_at[0], ev);
+            tc_copy_commit();
+        }
+        for (i64 n = 0; n < qtiles; ++n) {
+            const int slot = (int)(n % 2);
+            const i64 i0 = from + n % per * TC_TILE, count = imin(TC_TILE, t - i0);
+            const unsigned short *qb = qs[slot], *dob = dos[slot];
+            const float *lse_b = row_lse[slot], *d_b = row_d[slot];
+            if (n + 1 < qtiles) tile_rows(n + 1, slot ^ 1);
+            tc_copy_wait<0>();
+            __syncthreads();
+            if (n + 1 < qtiles) {
+                tc_stage_async(qs[slot ^ 1], q, q_at[slot ^ 1], e);
+                tc_stage_async(dos[slot ^ 1], dout, do_at[slot ^ 1], ev);
+                tc_copy_commit();
+            }
+            {
                 float st[8][4] = {}, dpt[8][4] = {};
 #pragma unroll
                 for (int nt = 0; nt < 8; ++nt)
@@ -962,9 +987,9 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
                     for (int kk = 0; kk < TC_E / 16; ++kk)
                         if (kk < steps) {
                             unsigned b[2];
-                            tc_frag_bt(b, qs, 8 * nt, 16 * kk);
+                            tc_frag_bt(b, qb, 8 * nt, 16 * kk);
                             tc_mma(st[nt], ka[kk], b, dtype);
-                            tc_frag_bt(b, dos, 8 * nt, 16 * kk);
+                            tc_frag_bt(b, dob, 8 * nt, 16 * kk);
                             tc_mma(dpt[nt], va[kk], b, dtype);
                         }
 #pragma unroll
@@ -977,8 +1002,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
                             const int x = 8 * nt + 2 * lq + c;
                             float p = 0.0f, ds = 0.0f;
                             if (r < kcount && x < count && attn_sees(i0 + x, j0 + r, causal)) {
-                                p = exp2f(sl2 * st[nt][2 * h + c] - row_lse[x]);
-                                ds = p * (dpt[nt][2 * h + c] - row_d[x]);
+                                p = exp2f(sl2 * st[nt][2 * h + c] - lse_b[x]);
+                                ds = p * (dpt[nt][2 * h + c] - d_b[x]);
                             }
                             st[nt][2 * h + c] = p;
                             dpt[nt][2 * h + c] = ds;
@@ -993,16 +1018,17 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
                     for (int nt = 0; nt < TC_E / 8; ++nt) {
                         unsigned b[2];
                         if (nt < vtiles) {
-                            tc_frag_b(b, dos, 16 * kk, 8 * nt);
+                            tc_frag_b(b, dob, 16 * kk, 8 * nt);
                             tc_mma(gv[nt], pa, b, dtype);
                         }
                         if (nt < etiles) {
-                            tc_frag_b(b, qs, 16 * kk, 8 * nt);
+                            tc_frag_b(b, qb, 16 * kk, 8 * nt);
                             tc_mma(gk[nt], sa, b, dtype);
                         }
                     }
                 }
             }
+            __syncthreads();  // every thread is done with this slot before it is filled again
         }
         const float scl = (float)scale;
         const i64 k_cs = attn_col_stride(dk), v_cs = attn_col_stride(dv);
