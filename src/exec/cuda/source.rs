@@ -532,7 +532,7 @@ mod tests {
                 _ => {}
             }
         }
-        assert_eq!(asm, 2, "the two mma.sync forms (bf16, f16)");
+        assert_eq!(asm, 5, "the two mma.sync forms (bf16, f16) and cp.async's copy, commit and wait");
         // Balanced braces and parentheses in every file.
         for (name, body) in FILES {
             for (open, close) in [('{', '}'), ('(', ')'), ('[', ']')] {
