@@ -13,6 +13,7 @@ __device__ inline float __uint_as_float(unsigned u) { return __builtin_bit_cast(
 __device__ inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(unsigned, f); }
 __device__ float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
 __device__ double __shfl_xor_sync(unsigned mask, double v, int lane_mask);
+__device__ unsigned long __cvta_generic_to_shared(const void*);
 __device__ float expf(float);
 __device__ float exp2f(float);
 __device__ float logf(float);

@@ -455,9 +455,10 @@ fn generated_elementwise(
     elementwise(kernel, out.numel().div_ceil(u64::from(lanes)), args)
 }
 
-/// The element function (`binary`'s and `unary`'s op codes, `OP_WHERE`, `OP_MASKED_FILL`)
-/// and scalar of an elementwise op, alone (`binary`, `unary`) or inside a fused op; `None`
-/// for the ops that are not elementwise (the op table's `elementwise`).
+/// The element function (`element_op`'s op codes: `binary_op`'s and `unary_op`'s,
+/// `OP_WHERE`, `OP_MASKED_FILL`) and scalar of an elementwise op, alone or inside a fused op
+/// (either way in a generated kernel); `None` for the ops that are not elementwise (the op
+/// table's `elementwise`).
 fn element_code(kind: OpKind, attrs: &Attrs) -> Option<(i32, f64)> {
     use OpKind::*;
     Some(match kind {
