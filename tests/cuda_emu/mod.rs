@@ -86,9 +86,10 @@ pub fn emulator() -> Option<&'static Emulator> {
 }
 
 impl Emulator {
-    /// The library of a step's generated kernels, built once per distinct text (at -O1,
-    /// which builds a step's few small kernels faster; they run on small tensors). Built
-    /// outside the lock, so the tests' threads build their steps' libraries side by side.
+    /// The library of a step's generated kernels, built once per distinct text, unoptimized
+    /// (every step with an elementwise op builds one, and they run on small tensors: the
+    /// emulated suite took 62 s at -O1, 44 s at -O0). Built outside the lock, so the tests'
+    /// threads build their steps' libraries side by side.
     fn generated(&self, generated: &Generated) -> Option<Arc<Kernels>> {
         static BUILT: Mutex<Option<HashMap<String, Arc<Kernels>>>> = Mutex::new(None);
         static BUILDS: AtomicUsize = AtomicUsize::new(0);
@@ -98,7 +99,7 @@ impl Emulator {
             return Some(kernels.clone());
         }
         let count = BUILDS.fetch_add(1, Ordering::Relaxed);
-        let (dir, lib) = build(&format!("generated_{count}"), "kernels.cpp", &source, &generated.names(), "-O1");
+        let (dir, lib) = build(&format!("generated_{count}"), "kernels.cpp", &source, &generated.names(), "-O0");
         // SAFETY: the library was just built from kernels.cpp around the step's kernels;
         // its undefined symbols (the GPU state) are the emulator's, loaded globally
         // before (`emulator()` made `self`).
