@@ -674,8 +674,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
             if (kk < steps) tc_frag_a(qa[kk], qs, 16 * warp, 16 * kk);
         float o[TC_E / 8][4] = {}, m[2] = {-inf, -inf}, l[2] = {0.0f, 0.0f};
         const i64 keys = causal ? imin(s, i0 + count) : s;
-        // Key tile n's rows are sent (cp.async) at the end of tile n − 1's math's first
-        // barrier, into the buffer tile n − 2 used, and arrive while tile n − 1's math runs.
+        // Key tile n's rows are sent (cp.async) right after tile n − 1's first barrier, into
+        // the buffer tile n − 2 used, and arrive while tile n − 1's math runs.
         // Tables and buffers alternate: a table is written a tile before it is used, after
         // the barrier that ended the reading of the tile two before.
         attn_rows_at(k_at[0], k, kv * s, imin(TC_TILE, s), e, TC_TILE);
