@@ -557,28 +557,6 @@ __device__ __forceinline__ void tc_frag_b(unsigned (&b)[2], const unsigned short
     b[1] = (unsigned)p[8 * TC_LD] | ((unsigned)p[9 * TC_LD] << 16);
 }
 
-// buf[r][c] = the raw 16-bit element c of staged row r (rows from `table`, −1 for none),
-// zeros past the row's n elements and for missing rows. Eight columns at a time: one
-// 16-byte copy where the row's columns are contiguous and the eight lie in the row at a
-// 16-byte aligned address (a head dim that is a multiple of 8 in a dense layout: every
-// chunk; rows are 144 bytes and tiles 16-byte aligned, so the store is too), else element
-// by element straight into shared memory (no local array: the callers' registers are full).
-__device__ __forceinline__ void tc_stage(unsigned short* buf, const Tensor& t, const i64* table, i64 n) {
-    const i64 cs = attn_col_stride(t);
-    const unsigned short* src = (const unsigned short*)t.ptr;
-    for (int x = threadIdx.x; x < TC_TILE * (TC_E / 8); x += blockDim.x) {
-        const int r = x / (TC_E / 8), c = x % (TC_E / 8) * 8;
-        const i64 at = table[r], o = at + c * cs;
-        unsigned short* to = buf + r * TC_LD + c;
-        if (at >= 0 && cs == 1 && c + 8 <= n && (t.ptr + 2 * (u64)o) % 16 == 0) {
-            *(Words16*)to = *(const Words16*)(src + o);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) to[j] = at >= 0 && c + j < n ? src[o + j * cs] : (unsigned short)0;
-        }
-    }
-}
-
 // Copies of 16 bytes from global to shared memory that complete in the background
 // (cp.async, sm_80 and later): `tc_copy_commit` closes a group of them, `tc_copy_wait<N>`
 // waits until at most N of this thread's groups are still in flight (a barrier after it
@@ -609,9 +587,16 @@ __device__ __forceinline__ void tc_copy_wait() {
 #endif
 }
 
-// tc_stage with the 16-byte pieces sent by tc_copy16_async: the caller commits, and waits
-// before reading.
-__device__ __forceinline__ void tc_stage_async(unsigned short* buf, const Tensor& t, const i64* table, i64 n) {
+// buf[r][c] = the raw 16-bit element c of staged row r (rows from `table`, −1 for none),
+// zeros past the row's n elements and for missing rows. Eight columns at a time: one
+// 16-byte copy where the row's columns are contiguous and the eight lie in the row at a
+// 16-byte aligned address (a head dim that is a multiple of 8 in a dense layout: every
+// chunk; rows are 144 bytes and tiles 16-byte aligned, so the store is too), else element
+// by element straight into shared memory (no local array: the callers' registers are full).
+// ASYNC: the 16-byte pieces go by tc_copy16_async (the caller commits, and waits before
+// reading); else they are copied at once.
+template <bool ASYNC>
+__device__ __forceinline__ void tc_stage(unsigned short* buf, const Tensor& t, const i64* table, i64 n) {
     const i64 cs = attn_col_stride(t);
     const unsigned short* src = (const unsigned short*)t.ptr;
     for (int x = threadIdx.x; x < TC_TILE * (TC_E / 8); x += blockDim.x) {
@@ -619,7 +604,11 @@ __device__ __forceinline__ void tc_stage_async(unsigned short* buf, const Tensor
         const i64 at = table[r], o = at + c * cs;
         unsigned short* to = buf + r * TC_LD + c;
         if (at >= 0 && cs == 1 && c + 8 <= n && (t.ptr + 2 * (u64)o) % 16 == 0) {
-            tc_copy16_async(to, src + o);
+            if (ASYNC) {
+                tc_copy16_async(to, src + o);
+            } else {
+                *(Words16*)to = *(const Words16*)(src + o);
+            }
         } else {
 #pragma unroll
             for (int j = 0; j < 8; ++j) to[j] = at >= 0 && c + j < n ? src[o + j * cs] : (unsigned short)0;
@@ -666,7 +655,7 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
         attn_rows_at(q_at, q, first, count, e, TC_ROWS);
         attn_rows_at(out_at, out, first, count, ev, TC_ROWS);
         __syncthreads();
-        tc_stage(qs, q, q_at, e);
+        tc_stage<false>(qs, q, q_at, e);
         __syncthreads();
         unsigned qa[TC_E / 16][4];
 #pragma unroll
@@ -681,8 +670,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
         attn_rows_at(k_at[0], k, kv * s, imin(TC_TILE, s), e, TC_TILE);
         attn_rows_at(v_at[0], v, kv * s, imin(TC_TILE, s), ev, TC_TILE);
         __syncthreads();
-        tc_stage_async(ks[0], k, k_at[0], e);
-        tc_stage_async(vs[0], v, v_at[0], ev);
+        tc_stage<true>(ks[0], k, k_at[0], e);
+        tc_stage<true>(vs[0], v, v_at[0], ev);
         tc_copy_commit();
         for (i64 j0 = 0; j0 < keys; j0 += TC_TILE) {
             const int buf = (int)(j0 / TC_TILE % 2);
@@ -695,8 +684,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) attention_tc(Tensor out
             tc_copy_wait<0>();  // this tile's rows are in (this thread's pieces)
             __syncthreads();    // everyone's, and the next tile's tables
             if (j1 < keys) {
-                tc_stage_async(ks[buf ^ 1], k, k_at[buf ^ 1], e);
-                tc_stage_async(vs[buf ^ 1], v, v_at[buf ^ 1], ev);
+                tc_stage<true>(ks[buf ^ 1], k, k_at[buf ^ 1], e);
+                tc_stage<true>(vs[buf ^ 1], v, v_at[buf ^ 1], ev);
                 tc_copy_commit();
             }
             float sc[8][4] = {};
@@ -812,14 +801,14 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
                 delta[first + r] = part;
             }
         }
-        tc_stage(qs, q, q_at, e);
-        tc_stage(dos, dout, do_at, ev);
+        tc_stage<false>(qs, q, q_at, e);
+        tc_stage<false>(dos, dout, do_at, ev);
         attn_rows_at(k_at[0], k, kv * s, imin(TC_TILE, s), e, TC_TILE);
         attn_rows_at(v_at[0], v, kv * s, imin(TC_TILE, s), ev, TC_TILE);
         __syncthreads();
         // Key tile 0 goes to the first buffers while the fragments are read from the second.
-        tc_stage_async(ks[0], k, k_at[0], e);
-        tc_stage_async(vs[0], v, v_at[0], ev);
+        tc_stage<true>(ks[0], k, k_at[0], e);
+        tc_stage<true>(vs[0], v, v_at[0], ev);
         tc_copy_commit();
         unsigned qa[TC_E / 16][4], da[TC_E / 16][4];
 #pragma unroll
@@ -843,8 +832,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
             tc_copy_wait<0>();
             __syncthreads();
             if (j1 < keys) {
-                tc_stage_async(ks[buf ^ 1], k, k_at[buf ^ 1], e);
-                tc_stage_async(vs[buf ^ 1], v, v_at[buf ^ 1], ev);
+                tc_stage<true>(ks[buf ^ 1], k, k_at[buf ^ 1], e);
+                tc_stage<true>(vs[buf ^ 1], v, v_at[buf ^ 1], ev);
                 tc_copy_commit();
             }
             float sc[8][4] = {}, dp[8][4] = {};
@@ -935,8 +924,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
         attn_rows_at(dk_at, dk, first_key, kcount, e, TC_ROWS);
         attn_rows_at(dv_at, dv, first_key, kcount, ev, TC_ROWS);
         __syncthreads();
-        tc_stage(ks, k, k_at, e);
-        tc_stage(vs, v, v_at, ev);
+        tc_stage<false>(ks, k, k_at, e);
+        tc_stage<false>(vs, v, v_at, ev);
         __syncthreads();
         unsigned ka[TC_E / 16][4], va[TC_E / 16][4];
 #pragma unroll
@@ -966,8 +955,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
         if (qtiles > 0) tile_rows(0, 0);
         __syncthreads();
         if (qtiles > 0) {
-            tc_stage_async(qs[0], q, q_at[0], e);
-            tc_stage_async(dos[0], dout, do_at[0], ev);
+            tc_stage<true>(qs[0], q, q_at[0], e);
+            tc_stage<true>(dos[0], dout, do_at[0], ev);
             tc_copy_commit();
         }
         for (i64 n = 0; n < qtiles; ++n) {
@@ -979,8 +968,8 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
             tc_copy_wait<0>();
             __syncthreads();
             if (n + 1 < qtiles) {
-                tc_stage_async(qs[slot ^ 1], q, q_at[slot ^ 1], e);
-                tc_stage_async(dos[slot ^ 1], dout, do_at[slot ^ 1], ev);
+                tc_stage<true>(qs[slot ^ 1], q, q_at[slot ^ 1], e);
+                tc_stage<true>(dos[slot ^ 1], dout, do_at[slot ^ 1], ev);
                 tc_copy_commit();
             }
             {
