@@ -309,6 +309,29 @@ fn fused_reductions_match_the_cpu_reference() {
     assert!(launches.contains(&memplan::exec::cuda::source::REDUCE_FINISH), "the long mean sums in groups: {launches:?}");
 }
 
+/// Fused norms: a residual stream (a bf16 value cast up, a bias and a residual added) and
+/// its layer norm, then a bf16 sum and its RMS norm, over rows longer than a block (each
+/// thread takes several elements of a row); the values and the norms are returned, so each
+/// is compared itself. The residual `%x` is read again later: the value is not written over
+/// it (it may be over `%p`).
+#[test]
+fn fused_norms_match_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    let text = "step @n(\n  %m: bf16[70,300] input,\n  %bias: f32[300] input,\n  %x: f32[70,300] input,\n  %g: f32[300] input,\n  %b: f32[300] input,\n  %o: bf16[70,300] input,\n  %gh: bf16[300] input,\n) {\n  %m32 = cast(%m, to=f32)\n  %p = add(%m32, %bias)\n  %h = add(%x, %p)\n  %y = layer_norm(%h, %g, %b)\n  %hb = cast(%h, to=bf16)\n  %h2 = add(%hb, %o)\n  %y2 = rms_norm(%h2, %gh, eps=0.001)\n  %z = mul(%x, %y)\n  return %h, %y, %h2, %y2, %z\n}\n";
+    let graph = memplan::passes::fuse::fuse(&memplan::parse(text).unwrap()).unwrap();
+    let norms: Vec<&str> = graph.ops.iter().filter(|op| op.kind == OpKind::FusedNorm).map(|op| op.attrs.str("norm")).collect();
+    assert_eq!(norms, ["layer", "rms"]);
+    let plan = memplan::plan(&graph, &PlanOptions::default()).unwrap();
+    memplan::check(&graph, &plan).unwrap();
+    let (launches, noise) = emulated_matches_reference(&graph, &plan, 1, 5).unwrap_or_else(|e| panic!("{e}"));
+    assert!(noise.lines.is_empty(), "{:?}", noise.lines);
+    // The fused cast and bias, the two fused norms (the second's body casts `%h` down) and
+    // the product: each one generated kernel.
+    assert_eq!(launches.iter().filter(|&&k| k == FUSED).count(), 4, "{launches:?}");
+}
+
 /// The corpus's small steps and the random seeds with their elementwise ops fused: each
 /// fused op is one launch of the kernel generated for its body (compiled into a library of
 /// the step's own), identical bodies share one kernel, and the results hold to the CPU

@@ -132,7 +132,7 @@ pub(crate) fn rule(kind: OpKind) -> Option<GradFn> {
         OpKind::ScatterAdd => Some(grad_scatter_add),
         // Made by the fusion pass after the expansion; a step that spells one out has its
         // gradient spelled out too.
-        OpKind::Fused => None,
+        OpKind::Fused | OpKind::FusedNorm => None,
     }
 }
 

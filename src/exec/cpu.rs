@@ -140,13 +140,15 @@ fn chunked(graph: &Graph, op: OpId, chunk: usize) -> Option<usize> {
     usize::try_from(shape.numel()?).ok().filter(|&n| n > chunk)
 }
 
-/// The elements of a fused op's inner values (the op's `body`; 0 for other ops), each at
+/// The elements of a fused op's inner values (the op's `body`, a fused_norm's too; 0 for other ops), each at
 /// most `chunk` elements when it runs in chunks: its kernel holds them all while it runs,
 /// and a copy of each inner op's operands.
 fn fused_inner_elements(graph: &Graph, op: &crate::ir::graph::Op, chunk: Option<u64>) -> Option<u64> {
     let Some(crate::ir::ops::Attr::Str(text)) = op.attrs.get("body") else { return Some(0) };
     let Ok(body) = crate::ir::ops::FusedBody::parse(text) else { return Some(0) };
-    let inputs: Vec<&TensorType> = op.inputs.iter().map(|&v| &graph.values[v].ty).collect();
+    // A fused_norm's body reads the inputs before the norm's parameters.
+    let body_inputs = op.inputs.len().saturating_sub(crate::ir::ops::norm_params(&op.attrs));
+    let inputs: Vec<&TensorType> = op.inputs[..body_inputs].iter().map(|&v| &graph.values[v].ty).collect();
     let types = body.types(&inputs).ok()?;
     types.iter().try_fold(0u64, |acc, t| {
         let n = t.shape.numel()?;

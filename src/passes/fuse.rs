@@ -28,13 +28,22 @@
 //! place. Whether fusing lowers the arena is judged
 //! by the driver, which keeps the unfused step when it does not (`Fusion::Lower`).
 //!
+//! A norm (`layer_norm`, `rms_norm`) then joins the op making its input when that op is a
+//! region's root (not a reduction) or an elementwise op alone, of the same user region, and
+//! the norm's parameters are made before it: the two become one `fused_norm`
+//! (`ir/ops/fused.rs`) at the producer's place, writing the producer's value and the norm of
+//! it in one pass (the residual stream of a pre-norm transformer and its next norm: the
+//! value is read again by the next residual and by the norm's backward, so it stays a
+//! tensor either way). It moves no input's last read later than the norm's, and the norm's
+//! output is made where the value is: nothing lives longer than between the two ops.
+//!
 //! The rewritten step keeps every other op and value as it was, in program order: each
 //! region's fused op takes its root's place (and its output's name), the ops it absorbed
-//! are gone. Regions of one op are left alone.
+//! are gone. Regions of one op are left alone unless a norm joins them.
 
 use crate::index::{Idx, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Graph, Op, Value, ValueDef};
-use crate::ir::ops::{Attr, Attrs, FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, OpKind, Operand};
+use crate::ir::ops::{Attr, Attrs, FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, Norm, OpKind, Operand};
 
 /// A region: its ops in program order (the root last; `ops` holds every op the fused op
 /// computes, `recomputed` those of them that stay in the step for other readers) and its
@@ -117,9 +126,6 @@ pub fn fuse(graph: &Graph) -> Option<Graph> {
         }
         regions.push(region);
     }
-    if regions.is_empty() {
-        return None;
-    }
     // An op every reader of which now recomputes it is gone; the earliest of its copies
     // (the last region grown) is then its computation, not a recomputation.
     let mut dead: IndexVec<OpId, bool> = IndexVec::from_elem(false, graph.ops.len());
@@ -132,7 +138,35 @@ pub fn fuse(graph: &Graph) -> Option<Graph> {
             first.recomputed.retain(|&q| q != p);
         }
     }
-    Some(rewrite(graph, &regions, &state.region_of, &dead))
+    let norms = norm_epilogues(graph, &regions, &state.region_of, &dead);
+    if regions.is_empty() && norms.is_empty() {
+        return None;
+    }
+    Some(rewrite(graph, &regions, &state.region_of, &dead, &norms))
+}
+
+/// The norms that join the op making their input (see the module doc): `(producer, norm)`
+/// pairs, the producer a region's root or an elementwise op alone, each at most once.
+fn norm_epilogues(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<usize>>, dead: &IndexVec<OpId, bool>) -> Vec<(OpId, OpId)> {
+    let mut pairs: Vec<(OpId, OpId)> = Vec::new();
+    for (n, op) in graph.ops.iter_enumerated() {
+        if !Norm::ALL.iter().any(|(norm, _)| norm.def().kind == op.kind) {
+            continue;
+        }
+        let Some(p) = graph.def_op(op.inputs[0]) else { continue };
+        let producer = &graph.ops[p];
+        let fusable = match region_of[p].map(|r| &regions[r]) {
+            // A region's root that is not a reduction (its other ops are inner).
+            Some(region) => region.ops.last() == Some(&p) && !producer.kind.def().reduction,
+            None => producer.kind.def().elementwise && !dead[p],
+        };
+        // The norm moves up to the producer's place: its parameters must be made before.
+        let params_ready = op.inputs[1..].iter().all(|&v| graph.def_op(v).is_none_or(|d| d < p));
+        if fusable && params_ready && producer.region == op.region && producer.outputs.len() == 1 && !pairs.iter().any(|&(q, _)| q == p) {
+            pairs.push((p, n));
+        }
+    }
+    pairs
 }
 
 /// Whether a region may grow from `op`: an elementwise op, or a reduction that reduces
@@ -253,8 +287,15 @@ fn body(graph: &Graph, region: &Region) -> FusedBody {
     FusedBody { ops }
 }
 
-/// The step with each region's ops replaced by one fused op at its root's place.
-fn rewrite(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<usize>>, dead: &IndexVec<OpId, bool>) -> Graph {
+/// The step with each region's ops replaced by one fused op at its root's place, and each
+/// norm of `norms` joined to its producer as a fused_norm there.
+fn rewrite(
+    graph: &Graph,
+    regions: &[Region],
+    region_of: &IndexVec<OpId, Option<usize>>,
+    dead: &IndexVec<OpId, bool>,
+    norms: &[(OpId, OpId)],
+) -> Graph {
     let mut out = Graph::new(graph.name.clone());
     let mut new_id: IndexVec<ValueId, Option<ValueId>> = IndexVec::from_elem(None, graph.values.len());
     for &arg in &graph.args {
@@ -264,23 +305,46 @@ fn rewrite(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<
     }
     let map = |new_id: &IndexVec<ValueId, Option<ValueId>>, v: ValueId| new_id[v].unwrap_or_else(|| panic!("{} read before defined", graph.value_name(v)));
     for (op_id, op) in graph.ops.iter_enumerated() {
-        if dead[op_id] {
+        if dead[op_id] || norms.iter().any(|&(_, n)| n == op_id) {
             continue;
         }
-        let (kind, inputs, attrs) = match region_of[op_id].map(|r| &regions[r]) {
-            Some(region) if region.ops.last() != Some(&op_id) => continue,
-            Some(region) => {
+        let norm = norms.iter().find(|&&(p, _)| p == op_id).map(|&(_, n)| &graph.ops[n]);
+        let alone;
+        let (kind, mut inputs, mut attrs) = match (region_of[op_id].map(|r| &regions[r]), norm) {
+            (Some(region), _) if region.ops.last() != Some(&op_id) => continue,
+            (None, None) => (op.kind, op.inputs.clone(), op.attrs.clone()),
+            (region, _) => {
+                // An elementwise op whose value a norm reads is a body of one op.
+                let region = match region {
+                    Some(region) => region,
+                    None => {
+                        alone = Region { ops: vec![op_id], recomputed: Vec::new(), inputs: distinct(&op.inputs) };
+                        &alone
+                    }
+                };
                 let body = body(graph, region).to_string();
                 let recomputed = region.ops.iter().enumerate().filter(|(_, op)| region.recomputed.contains(op)).map(|(j, _)| j as i64).collect();
                 let attrs = Attrs::for_op(OpKind::Fused, &[("body", Attr::Str(body)), ("recomputed", Attr::Ints(recomputed))])
                     .expect("fused has these attributes");
                 (OpKind::Fused, region.inputs.clone(), attrs)
             }
-            None => (op.kind, op.inputs.clone(), op.attrs.clone()),
         };
+        let mut made = op.outputs.clone();
+        if let Some(norm_op) = norm {
+            let which = Norm::ALL.iter().find(|(n, _)| n.def().kind == norm_op.kind).expect("a norm").1;
+            let given = [
+                ("body", attrs.get("body").expect("a body").clone()),
+                ("recomputed", attrs.get("recomputed").expect("recomputed").clone()),
+                ("norm", Attr::Str(which.to_string())),
+                ("eps", Attr::Float(norm_op.attrs.float("eps"))),
+            ];
+            attrs = Attrs::for_op(OpKind::FusedNorm, &given).expect("fused_norm has these attributes");
+            inputs.extend_from_slice(&norm_op.inputs[1..]);
+            made.extend_from_slice(&norm_op.outputs);
+        }
+        let kind = if norm.is_some() { OpKind::FusedNorm } else { kind };
         let id = out.ops.next_id();
-        let outputs = op
-            .outputs
+        let outputs = made
             .iter()
             .enumerate()
             .map(|(output, &v)| {
@@ -378,6 +442,56 @@ mod tests {
         )
         .unwrap();
         assert_eq!(fused_ops(&fuse(&graph).unwrap()).len(), 1);
+    }
+
+    fn norm_ops(graph: &Graph) -> Vec<(Vec<String>, String, String)> {
+        graph
+            .ops
+            .iter()
+            .filter(|op| op.kind == OpKind::FusedNorm)
+            .map(|op| {
+                let names = op.outputs.iter().chain(&op.inputs).map(|&v| graph.values[v].name.clone()).collect();
+                (names, op.attrs.str("body").to_string(), op.attrs.str("norm").to_string())
+            })
+            .collect()
+    }
+
+    /// A pre-norm block's residual stream: the fused bias-and-residual add and the norm
+    /// reading it become one fused_norm writing both; an elementwise op alone (Llama's
+    /// residual add) is a body of one op. A norm whose producer is a reduction, or whose
+    /// gamma is made after the producer, stays as it is.
+    #[test]
+    fn a_norm_joins_the_fused_op_making_its_input() {
+        let graph = crate::parse(
+            "step @s(\n  %x: f32[4,8] input,\n  %mm: f32[4,8] input,\n  %bias: f32[8] param,\n  %g: f32[8] param,\n  %b: f32[8] param,\n  %o: f32[4,8] input,\n) {\n  %proj = add(%mm, %bias)\n  %h = add(%x, %proj)\n  %y = layer_norm(%h, %g, %b, eps=1e-6)\n  %h2 = add(%h, %o)\n  %y2 = rms_norm(%h2, %g)\n  %z = mul(%y, %y2)\n  return %z, %h2\n}\n",
+        )
+        .unwrap();
+        let fused = fuse(&graph).unwrap();
+        crate::verify(&fused).unwrap();
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            norm_ops(&fused),
+            [
+                (names(&["h", "y", "mm", "bias", "x", "g", "b"]), "t0: f32 = add(x0, x1); t1: f32 = add(x2, t0)".to_string(), "layer".to_string()),
+                (names(&["h2", "y2", "h", "o", "g"]), "t0: f32 = add(x0, x1)".to_string(), "rms".to_string()),
+            ]
+        );
+        assert!(fused.ops.iter().all(|op| op.kind != OpKind::LayerNorm && op.kind != OpKind::RmsNorm));
+        let eps = fused.ops.iter().find(|op| op.kind == OpKind::FusedNorm).unwrap().attrs.float("eps");
+        assert_eq!(eps, 1e-6);
+        let reparsed = crate::parse(&crate::print(&fused)).unwrap();
+        assert_eq!(reparsed, fused);
+
+        let reduced = crate::parse(
+            "step @s(\n  %x: f32[4,8] input,\n  %g: f32[1] param,\n) {\n  %sq = mul(%x, %x)\n  %s = sum(%sq, axes=[1], keepdim=true)\n  %y = rms_norm(%s, %g)\n  return %y\n}\n",
+        )
+        .unwrap();
+        assert!(norm_ops(&fuse(&reduced).unwrap()).is_empty());
+        let late_gamma = crate::parse(
+            "step @s(\n  %x: f32[4,8] input,\n  %o: f32[4,8] input,\n  %w: f32[8] input,\n) {\n  %h = add(%x, %o)\n  %g = exp(%w)\n  %y = rms_norm(%h, %g)\n  return %y, %h\n}\n",
+        )
+        .unwrap();
+        assert!(fuse(&late_gamma).is_none_or(|f| norm_ops(&f).is_empty()));
     }
 
     /// A value the step returns is never an inner value; a value read by a non-elementwise

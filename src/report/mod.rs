@@ -24,7 +24,7 @@ use indexmap::IndexMap;
 
 use crate::index::{BufferId, IndexVec, OpId, ValueId};
 use crate::ir::graph::{Region, Graph};
-use crate::ir::ops::{Attr, FusedBody, OpClass, inner_flops};
+use crate::ir::ops::{Attr, FusedBody, OpClass, inner_flops, norm_params};
 use crate::plan::{Plan, Savings, align_up};
 use locs::Locs;
 
@@ -329,7 +329,8 @@ pub struct Fusion {
     pub step_flops: u64,
 }
 
-/// The fused ops of `graph` (the ops with a fused `body`), `None` without any.
+/// The fused ops of `graph` (the ops with a fused `body`: `fused`, `fused_norm`), `None`
+/// without any.
 fn fusion(graph: &Graph) -> Option<Fusion> {
     let mut fusion = Fusion { fused_ops: 0, inner_ops: 0, recomputed_ops: 0, recomputed_flops: 0, step_flops: 0 };
     for (id, op) in graph.ops.iter_enumerated() {
@@ -340,7 +341,9 @@ fn fusion(graph: &Graph) -> Option<Fusion> {
             Some(Attr::Ints(list)) => list,
             _ => &[],
         };
-        let inputs: Vec<&crate::ir::types::TensorType> = op.inputs.iter().map(|&v| &graph.values[v].ty).collect();
+        // A fused_norm's body reads the inputs before the norm's parameters.
+        let body_inputs = op.inputs.len().saturating_sub(norm_params(&op.attrs));
+        let inputs: Vec<&crate::ir::types::TensorType> = op.inputs[..body_inputs].iter().map(|&v| &graph.values[v].ty).collect();
         let flops = inner_flops(&body, &inputs);
         fusion.fused_ops += 1;
         fusion.inner_ops += body.ops.len();

@@ -32,7 +32,7 @@ use indexmap::IndexSet;
 
 use crate::exec::cuda::source::{SHARED, generated_program};
 use crate::exec::cuda::view::{GENERATED, Kernel};
-use crate::ir::ops::Operand;
+use crate::ir::ops::{Norm, Operand};
 use crate::ir::types::DType;
 
 /// One inner op of a fused body as its kernel computes it: `element_op(op, a, b, c,
@@ -69,6 +69,14 @@ impl Generated {
     /// summed value is a float (summed in float, as `reduce_partial` sums a float tensor).
     pub fn fused_reduction(&mut self, text: &str, steps: &[ElementStep], summed: Operand, inputs: usize, in_float: bool) -> Kernel {
         self.intern(reduction_text(text, steps, summed, inputs, in_float))
+    }
+
+    /// The kernel of a `fused_norm` whose body is `steps` (`text` its IR spelling) over
+    /// `inputs` inputs, normalised by `norm`: its parameters are `out`, `y`, the body's
+    /// inputs, the norm's parameters (gamma, and beta for a layer norm), then `rows`, `d`
+    /// and `eps`. Launch it a block per row ([`norm_text`]).
+    pub fn fused_norm(&mut self, text: &str, steps: &[ElementStep], inputs: usize, norm: Norm) -> Kernel {
+        self.intern(norm_text(text, steps, inputs, norm))
     }
 
     /// The kernel of `text` (parameters and body), added if new.
@@ -151,7 +159,7 @@ fn kernel_text(text: &str, steps: &[ElementStep], inputs: &[DType], out: DType) 
     text_out.push_str(&format!("            store_lanes<{}, {v}>(out, i0, r);\n        }}\n", dtype_macro(out)));
     text_out.push_str(&format!("        done = n / {v} * {v};\n    }}\n"));
     text_out.push_str("    GRID_STRIDE(k, n - done) {\n        const i64 i = done + k;\n");
-    text_out.push_str(&element_code(steps, inputs.len(), true));
+    text_out.push_str(&element_code(steps, inputs.len(), true, "        "));
     text_out.push_str(&format!("        store_d(out, i, t{last});\n    }}\n}}"));
     text_out
 }
@@ -165,8 +173,30 @@ fn reduction_text(text: &str, steps: &[ElementStep], summed: Operand, inputs: us
     );
     out.push_str(&comment(text));
     out.push_str(&format!("    reduce_partial_over(out, outs, reduced, chunk, divisor, partials, {in_float}, [&](i64 i) {{\n"));
-    out.push_str(&element_code(steps, inputs, false));
+    out.push_str(&element_code(steps, inputs, false, "        "));
     out.push_str(&format!("        return {};\n    }});\n}}", operand_expr(Some(&summed))));
+    out
+}
+
+/// A fused_norm kernel's parameters and body: for each of its rows (blocks stride over
+/// them), every thread computes and stores the body's value at the row's elements it takes,
+/// then `norm.cuh`'s row function normalises the stored row into `y` (each thread reading
+/// back only what it stored, in the same order).
+fn norm_text(text: &str, steps: &[ElementStep], inputs: usize, norm: Norm) -> String {
+    let (params, row) = match norm {
+        Norm::Layer => (", Tensor gamma, Tensor beta", "layer_norm_row(y, out, gamma, beta, row, d, eps)"),
+        Norm::Rms => (", Tensor gamma", "rms_norm_row(y, out, gamma, row, d, eps)"),
+    };
+    let mut out = format!("(Tensor out, Tensor y{}{params}, i64 rows, i64 d, double eps) {{\n", input_params(inputs));
+    out.push_str(&comment(text));
+    let Some(last) = steps.len().checked_sub(1) else {
+        out.push('}');
+        return out;
+    };
+    out.push_str("    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n");
+    out.push_str("        for (i64 c = threadIdx.x; c < d; c += blockDim.x) {\n            const i64 i = row * d + c;\n");
+    out.push_str(&element_code(steps, inputs, true, "            "));
+    out.push_str(&format!("            store_d(out, i, t{last});\n        }}\n        {row};\n    }}\n}}"));
     out
 }
 
@@ -181,9 +211,8 @@ fn comment(text: &str) -> String {
 }
 
 /// Element `i` of every input (`xk_i`), then every value of `steps` (`tj`), as lines of a
-/// loop's body ([`step_code`]: the last `stored`, or summed).
-fn element_code(steps: &[ElementStep], inputs: usize, stored: bool) -> String {
-    let indent = "        ";
+/// loop's body indented by `indent` ([`step_code`]: the last `stored`, or summed).
+fn element_code(steps: &[ElementStep], inputs: usize, stored: bool, indent: &str) -> String {
     let mut out = String::new();
     for k in 0..inputs {
         out.push_str(&format!("{indent}const double x{k}_i = load_d(x{k}, i);\n"));
@@ -286,6 +315,29 @@ mod tests {
         assert!(source.contains("const double t0 = element_op(OP_MASKED_FILL, x0_i, x1_i, 0.0, -(double)f_inf());"));
         assert!(source.contains("    // t1: f32 = add(t0, x1)\n"));
         assert_eq!(Generated::default().source(), None);
+    }
+
+    /// A fused_norm's kernel: the body's value stored, then the norm's row function over
+    /// what was stored; one kernel per body and norm, its parameters those lowering passes.
+    #[test]
+    fn a_fused_norm_normalises_the_value_it_stored() {
+        let mut generated = Generated::default();
+        let text = "t0: f32 = cast(x0, to=f32); t1: f32 = add(t0, x1)";
+        let layer = generated.fused_norm(text, &add_of_cast(), 2, Norm::Layer);
+        let rms = generated.fused_norm(text, &add_of_cast(), 2, Norm::Rms);
+        assert_ne!(layer, rms);
+        assert_eq!(generated.fused_norm(text, &add_of_cast(), 2, Norm::Layer), layer);
+        let source = generated.source().unwrap();
+        let tensors = |n: usize| vec![Param::Tensor; n];
+        let scalars = [Param::I64, Param::I64, Param::F64];
+        assert_eq!(signature_in(&source, "fused_0"), Some([tensors(6), scalars.to_vec()].concat()));
+        assert_eq!(signature_in(&source, "fused_1"), Some([tensors(5), scalars.to_vec()].concat()));
+        let store = source.find("store_d(out, i, t1);").unwrap();
+        let norm = source.find("layer_norm_row(y, out, gamma, beta, row, d, eps);").unwrap();
+        assert!(store < norm);
+        assert!(source.contains("rms_norm_row(y, out, gamma, row, d, eps);"));
+        // The norms' row functions come with the program.
+        assert!(source.contains("__device__ __forceinline__ void layer_norm_row("));
     }
 
     /// The dtypes are constants of a kernel: the same body over other dtypes is another

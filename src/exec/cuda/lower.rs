@@ -26,7 +26,7 @@ use crate::exec::cuda::view::{
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::{
-    AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, FusedBody, GridSampleAttrs,
+    AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, FusedBody, Norm, GridSampleAttrs,
     LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, Operand, PoolAttrs,
 };
 use crate::ir::types::{DType, TensorType};
@@ -386,6 +386,10 @@ pub fn lower_op(
             let inputs: Vec<&View> = (0..op.inputs.len()).map(x).collect();
             fused(&FusedBody::of(attrs), y(0), &inputs, generated, scratch)?
         }
+        FusedNorm => {
+            let inputs: Vec<&View> = (0..op.inputs.len()).map(x).collect();
+            fused_norm(&FusedBody::of(attrs), Norm::of(attrs), attrs.float("eps"), [y(0), y(1)], &inputs, generated)?
+        }
     })
 }
 
@@ -426,6 +430,35 @@ fn fused(
     let (perm, outs, count) = reduced_space(&shape, reduction.attrs.ints("axes"));
     let views: Vec<Arg> = inputs.iter().map(|v| t(&v.broadcast_to(&shape).permuted(&perm))).collect();
     Ok(reduce_launches(kernel, out, views, outs, count, reduction.def.kind == OpKind::Mean, scratch))
+}
+
+/// A fused_norm: one launch of the kernel generated for its body and norm, a block per row
+/// as the norms' own kernels; the body's inputs as views broadcast to its value's shape.
+fn fused_norm(
+    body: &FusedBody,
+    norm: Norm,
+    eps: f64,
+    [out, y]: [&View; 2],
+    inputs: &[&View],
+    generated: &mut Generated,
+) -> Result<Vec<Command>, CudaError> {
+    let (rows, d) = rows_of(out);
+    if rows * d == 0 {
+        return Ok(Vec::new());
+    }
+    let (body_inputs, params) = inputs.split_at(inputs.len() - norm.params());
+    let mut steps = Vec::with_capacity(body.ops.len());
+    for inner in &body.ops {
+        let (op, scalar) = element_code(inner.def.kind, &inner.attrs)
+            .ok_or_else(|| CudaError::Unsupported(format!("{} inside a fused_norm", inner.def.name)))?;
+        steps.push(ElementStep { op, scalar, dtype: inner.dtype, operands: inner.operands.clone() });
+    }
+    let kernel = generated.fused_norm(&body.to_string(), &steps, body_inputs.len(), norm);
+    let mut args = vec![t(out), t(y)];
+    args.extend(body_inputs.iter().map(|v| t(&v.broadcast_to(&out.shape))));
+    args.extend(params.iter().map(|v| t(v)));
+    args.extend([int(rows), int(d), Arg::F64(eps)]);
+    Ok(vec![launch(kernel, [line_blocks(rows), 1, 1], [line_threads(d), 1, 1], args)])
 }
 
 /// An elementwise op alone: the kernel generated for the body of its one element function
@@ -509,7 +542,7 @@ fn element_code(kind: OpKind, attrs: &Attrs) -> Option<(i32, f64)> {
         | Random | ConvTranspose2d | ConvTranspose2dBackward | AdaptiveAvgPool2d | AdaptiveAvgPool2dBackward
         | UpsampleNearest2d | UpsampleNearest2dBackward | BceWithLogits | BceWithLogitsBackward | Argmax
         | UpsampleBilinear2d | UpsampleBilinear2dBackward | GridSample | GridSampleBackward | Topk | ScatterAdd
-        | Fused => return None,
+        | Fused | FusedNorm => return None,
     })
 }
 

@@ -333,8 +333,8 @@ mod tests {
         }
     }
 
-    /// Fused steps: every fused op launches a generated kernel that takes what it passes,
-    /// and the repeated layers of GPT-2 share their kernels.
+    /// Fused steps: every fused op (and fused_norm) launches a generated kernel that takes
+    /// what it passes, and the repeated layers of GPT-2 share their kernels.
     #[test]
     fn fused_ops_launch_their_generated_kernels() {
         let mut fused_steps = 0;
@@ -353,8 +353,9 @@ mod tests {
         let plan = crate::plan(&graph, &PlanOptions::default()).unwrap();
         let p = Program::new(&graph, &plan).unwrap();
         assert_consistent(&p, "gpt2 fused");
-        let fused_ops = graph.ops.iter().filter(|op| op.kind == OpKind::Fused).count();
-        let kernels: std::collections::HashSet<Kernel> = (p.ops.iter().filter(|o| o.kind == OpKind::Fused))
+        let is_fused = |kind: OpKind| kind == OpKind::Fused || kind == OpKind::FusedNorm;
+        let fused_ops = graph.ops.iter().filter(|op| is_fused(op.kind)).count();
+        let kernels: std::collections::HashSet<Kernel> = (p.ops.iter().filter(|o| is_fused(o.kind)))
             .flat_map(|o| &o.commands)
             .filter_map(|c| match c {
                 Command::Launch(launch) => Some(launch.kernel),

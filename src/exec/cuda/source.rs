@@ -5,12 +5,12 @@
 //! (op codes, modes, dtype codes, tile sizes that fix launch shapes: one definition, so
 //! the two sides cannot drift apart), then the files under `kernels/` concatenated
 //! ([`program`]): `common.cuh` first (descriptor, conversions, loads and stores,
-//! reductions), `element.cuh` (the elementwise ops' element functions), then one file per
-//! concern. NVRTC compiles it once per process (`device.rs`); the tests compile the same
+//! reductions), `element.cuh` (the elementwise ops' element functions), `norm.cuh` (a row of
+//! layer_norm and of rms_norm), then one file per concern. NVRTC compiles it once per process (`device.rs`); the tests compile the same
 //! text as host C++ and run it (`tests/cuda_emu`).
 //!
 //! A step with fused ops also has a program of its own ([`generated_program`]): the
-//! constants, `common.cuh` and `element.cuh`, then one kernel per distinct fused body
+//! constants, `common.cuh`, `element.cuh` and `norm.cuh`, then one kernel per distinct fused body
 //! (`generate.rs`), compiled when the step's backend is made.
 
 use crate::exec::cuda::view::{self, dtype_code};
@@ -18,9 +18,10 @@ use crate::ir::ops::OpKind;
 use crate::ir::types::DType;
 
 /// The kernel files, in program order.
-pub const FILES: [(&str, &str); 8] = [
+pub const FILES: [(&str, &str); 9] = [
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("element.cuh", include_str!("kernels/element.cuh")),
+    ("norm.cuh", include_str!("kernels/norm.cuh")),
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("rows.cu", include_str!("kernels/rows.cu")),
     ("reduce.cu", include_str!("kernels/reduce.cu")),
@@ -36,10 +37,10 @@ pub fn program() -> String {
 }
 
 /// The program of a step's generated kernels (`kernels`, whole definitions): the shared
-/// constants and the two headers every kernel may call (`common.cuh`, `element.cuh`), then
-/// the kernels.
+/// constants and the three headers every kernel may call (`common.cuh`, `element.cuh`,
+/// `norm.cuh`), then the kernels.
 pub fn generated_program(kernels: &[String]) -> String {
-    let mut text = with_constants(&FILES[..2]);
+    let mut text = with_constants(&FILES[..3]);
     text.push_str("#line 1 \"fused kernels (generated)\"\n");
     for kernel in kernels {
         text.push_str(kernel);
@@ -395,6 +396,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         Where => &[WHERE_SELECT],
         MaskedFill => &[MASKED_FILL],
         Fused => &[FUSED, REDUCE_FINISH],
+        FusedNorm => &[FUSED],
     }
 }
 

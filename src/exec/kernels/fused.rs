@@ -2,11 +2,14 @@
 //! kernels as the unfused ops, a closing reduction's included), each inner value rounded
 //! to its dtype as storing it would round it ([`stored`]), so a fused op gives the unfused
 //! ops' bits. The inner values live only while the op runs.
+//!
+//! `fused_norm`: the body's value so, then the norm's own kernel over it as stored: the
+//! unfused body and norm's bits.
 
-use super::eval;
+use super::{eval, nn};
 use crate::exec::data::stored;
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{FusedBody, Operand, inner_shape};
+use crate::ir::ops::{FusedBody, Norm, Operand, inner_shape};
 use crate::ir::types::{Shape, TensorType};
 
 /// The fused op of `body` on `inputs`; its value of type `out`.
@@ -48,6 +51,21 @@ pub(super) fn fused(body: &FusedBody, inputs: &[Dense], out: &TensorType) -> Res
         return Err(bad(format!("the body gives shape {:?}, the output is {}", value.shape, out)));
     }
     Ok(value)
+}
+
+/// The fused_norm of `body` and `norm` (epsilon `eps`) on `inputs` (the body's, then the
+/// norm's parameters): its value and the norm of it, of types `outputs`.
+pub(super) fn fused_norm(body: &FusedBody, norm: Norm, eps: f64, inputs: &[Dense], outputs: &[TensorType]) -> Result<Vec<Dense>, ExecError> {
+    let Some(split) = inputs.len().checked_sub(norm.params()) else {
+        return Err(ExecError::BadPlan(format!("fused_norm: given {} inputs, fewer than the norm's parameters", inputs.len())));
+    };
+    let (body_inputs, params) = inputs.split_at(split);
+    let value = fused(body, body_inputs, &outputs[0])?;
+    let y = match norm {
+        Norm::Layer => nn::layer_norm(&value, &params[0], &params[1], eps),
+        Norm::Rms => nn::rms_norm(&value, &params[0], eps),
+    };
+    Ok(vec![value, y])
 }
 
 #[cfg(test)]

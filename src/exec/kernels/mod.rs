@@ -40,7 +40,7 @@ mod shape;
 pub use dropout::dropout_uniform;
 
 use crate::exec::{Dense, ExecError};
-use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, FusedBody, GridSampleAttrs, CrossEntropyAttrs, MatmulAttrs, OpKind, PoolAttrs};
+use crate::ir::ops::{AdamAttrs, Attr, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, FusedBody, GridSampleAttrs, CrossEntropyAttrs, MatmulAttrs, Norm, OpKind, PoolAttrs};
 use crate::ir::types::{DType, TensorType};
 
 /// Computes `kind` on dense inputs. `outputs` are the output types (shapes and dtypes) the
@@ -214,6 +214,7 @@ pub fn eval(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorType
             vec![elementwise::unary(&x[0], |a| f64::from(u8::from(relation.holds(a, value))))]
         }
         OpKind::Fused => vec![fused::fused(&FusedBody::of(attrs), x, &outputs[0])?],
+        OpKind::FusedNorm => fused::fused_norm(&FusedBody::of(attrs), Norm::of(attrs), attrs.float("eps"), x, outputs)?,
     };
     if results.len() != outputs.len() || results.iter().zip(&shapes).any(|(r, s)| r.shape != *s) {
         // Unreachable when the kernels are right; a wrong shape must never reach an arena.
@@ -249,7 +250,7 @@ fn check_call(kind: OpKind, attrs: &Attrs, inputs: &[Dense], outputs: &[TensorTy
             return bad(format!("input {name} has {} numbers for shape {:?}", input.data.len(), input.shape));
         }
     }
-    if kind == OpKind::Fused {
+    if kind == OpKind::Fused || kind == OpKind::FusedNorm {
         // Its inputs' dtypes are its own (a cast's input is any): each inner op is checked
         // when it runs, and the body's shape against the output's.
         return Ok(());

@@ -29,6 +29,16 @@
 //!
 //! Limits ([`FUSED_MAX_OPS`], [`FUSED_MAX_INPUTS`]) keep a fused op's generated GPU kernel
 //! small: its inner values in registers, its inputs a handful of descriptors.
+//!
+//! `fused_norm` is a fused op whose value is also normalised over its last dimension, as
+//! `layer_norm` (`norm=layer`, its last two inputs gamma and beta) or `rms_norm` (`norm=rms`,
+//! its last input gamma) would: `%h, %y = fused_norm(%mm, %bias, %x, %g, %b, body="t0: f32 =
+//! add(x0, x1); t1: f32 = add(x2, t0)", norm=layer, eps=1e-5)` is the residual stream `%h`
+//! and its normalisation `%y` in one pass (the fusion pass makes it where a norm reads a
+//! fused op's or an elementwise op's value). Its body is a fused body over the inputs before
+//! the norm's parameters (it may not end with a reduction); `out` is exactly the body's
+//! value, `y` exactly the norm of `out` as stored. Only `out` may be written over an input,
+//! one of the body's.
 
 use std::fmt;
 
@@ -47,6 +57,66 @@ pub(super) const FUSED: OpDef = OpDef::new("fused", &["xs..."], &["out"], infer_
     .flops(fused_flops)
     .inplace_over_any_input()
     .pointwise_over_every_input();
+
+pub(super) const FUSED_NORM: OpDef = OpDef::new("fused_norm", &["xs..."], &["out", "y"], infer_fused_norm, "a fused body's value and its layer_norm (norm=layer: the last inputs gamma, beta) or rms_norm (norm=rms: the last input gamma), in one pass")
+    .attrs(&[
+        attr("body", AttrKind::Str, None),
+        attr("recomputed", AttrKind::Ints, Some(AttrDefault::Ints(&[]))),
+        attr("norm", AttrKind::Str, None),
+        attr("eps", AttrKind::Float, None),
+    ])
+    .flops(fused_norm_flops)
+    .inplace_over_any_input();
+
+/// The normalisation a `fused_norm` ends with (its `norm` attribute).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Norm {
+    /// `layer_norm`: the last two inputs are gamma and beta.
+    Layer,
+    /// `rms_norm`: the last input is gamma.
+    Rms,
+}
+
+impl Norm {
+    /// Every norm and its IR spelling.
+    pub const ALL: [(Norm, &'static str); 2] = [(Norm::Layer, "layer"), (Norm::Rms, "rms")];
+
+    pub fn parse(text: &str) -> Option<Norm> {
+        Norm::ALL.iter().find(|(_, name)| *name == text).map(|&(n, _)| n)
+    }
+
+    /// The norm of a `fused_norm` the verifier accepted.
+    pub fn of(attrs: &Attrs) -> Norm {
+        Norm::parse(attrs.str("norm")).expect("the type rule accepts only known norms")
+    }
+
+    /// How many of the op's inputs, at the end, are the norm's parameters.
+    pub fn params(self) -> usize {
+        match self {
+            Norm::Layer => 2,
+            Norm::Rms => 1,
+        }
+    }
+
+    /// The unfused op's row (`layer_norm`, `rms_norm`).
+    pub fn def(self) -> &'static OpDef {
+        let name = match self {
+            Norm::Layer => "layer_norm",
+            Norm::Rms => "rms_norm",
+        };
+        def_named(name).expect("both norms are rows of the table")
+    }
+}
+
+/// How many trailing inputs of an op with attributes `attrs` are a norm's parameters: a
+/// `fused_norm`'s (its `norm`), 0 for any other op. Only the inputs before them are its
+/// body's, and only those may be written over.
+pub fn norm_params(attrs: &Attrs) -> usize {
+    match attrs.get("norm") {
+        Some(Attr::Str(norm)) => Norm::parse(norm).map_or(0, Norm::params),
+        _ => 0,
+    }
+}
 
 /// What an inner op reads.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -305,6 +375,38 @@ fn infer_fused(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
         ));
     }
     done(vec![types.pop().expect("a body has an op")])
+}
+
+/// `out` (the body's value over the inputs before the norm's parameters) and `y` (the
+/// norm's rule over `out` and the parameters).
+fn infer_fused_norm(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
+    let norm = Norm::parse(attrs.str("norm")).ok_or_else(|| {
+        let names: Vec<&str> = Norm::ALL.iter().map(|&(_, name)| name).collect();
+        format!("norm={:?} is not a norm ({})", attrs.str("norm"), names.join(" or "))
+    })?;
+    let Some(split) = inputs.len().checked_sub(norm.params()).filter(|&n| n > 0) else {
+        return Err(format!("norm={:?} takes the body's inputs, then {} parameter(s); found {} inputs", attrs.str("norm"), norm.params(), inputs.len()));
+    };
+    let (body_inputs, params) = inputs.split_at(split);
+    if FusedBody::parse(attrs.str("body"))?.reduces() {
+        return Err("the body of a fused_norm may not end with a reduction".to_string());
+    }
+    let [out] = <[TensorType; 1]>::try_from(infer_fused(body_inputs, attrs)?).expect("fused has one output");
+    let mut norm_inputs = vec![&out];
+    norm_inputs.extend_from_slice(params);
+    let norm_attrs = Attrs::for_op(norm.def().kind, &[("eps", Attr::Float(attrs.float("eps")))])?;
+    let [y] = <[TensorType; 1]>::try_from((norm.def().infer)(&norm_inputs, &norm_attrs).map_err(|e| format!("norm={:?}: {e}", attrs.str("norm")))?)
+        .expect("a norm has one output");
+    done(vec![out, y])
+}
+
+/// The body's FLOPs and the norm's.
+fn fused_norm_flops(inputs: &[&TensorType], outputs: &[&TensorType], attrs: &Attrs) -> u64 {
+    let (Some(norm), Some(out)) = (Norm::parse(attrs.str("norm")), outputs.first()) else { return 0 };
+    let split = inputs.len().saturating_sub(norm.params());
+    let mut norm_inputs = vec![*out];
+    norm_inputs.extend_from_slice(&inputs[split..]);
+    fused_flops(&inputs[..split], outputs, attrs).saturating_add((norm.def().flops)(&norm_inputs, &outputs[1..], attrs))
 }
 
 /// The FLOPs of the inner ops of `body` for inputs of types `inputs`, each (0 for a body

@@ -571,10 +571,12 @@ impl OpDef {
     /// The `(output, input)` pairs an op of this row with `inputs` inputs may write in
     /// place (see [`OpDef::inplace`], [`OpDef::inplace_over_any_input`]), given its
     /// attributes `attrs` (a fused op that ends with a reduction reads each input at many
-    /// outputs' places, so it writes over none).
+    /// outputs' places, so it writes over none; a `fused_norm` writes its body's value over
+    /// its body's inputs only, never over the norm's parameters).
     pub fn inplace_pairs(&self, inputs: usize, attrs: &Attrs) -> std::borrow::Cow<'static, [(usize, usize)]> {
         if self.inplace_over_any_input && !fused::body_reduces(attrs) {
-            std::borrow::Cow::Owned(self.inplace.iter().copied().chain((0..inputs).map(|k| (0, k))).collect())
+            let written_over = inputs.saturating_sub(fused::norm_params(attrs));
+            std::borrow::Cow::Owned(self.inplace.iter().copied().chain((0..written_over).map(|k| (0, k))).collect())
         } else {
             std::borrow::Cow::Borrowed(self.inplace)
         }
@@ -675,7 +677,7 @@ mod tests;
 pub use attention::AttentionAttrs;
 pub use conv::{Conv3dAttrs, ConvAttrs};
 pub use elementwise::Comparison;
-pub use fused::{FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, Operand, inner_flops, inner_shape};
+pub use fused::{FUSED_MAX_INPUTS, FUSED_MAX_OPS, FusedBody, InnerOp, Norm, Operand, inner_flops, inner_shape, norm_params};
 pub use resample::GridSampleAttrs;
 pub use linalg::MatmulAttrs;
 pub use nn::{CrossEntropyAttrs, LINEAR_CROSS_ENTROPY_CHUNK_BYTES, LinearCrossEntropyWorkspace, PoolAttrs, linear_cross_entropy_rows};

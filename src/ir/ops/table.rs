@@ -150,4 +150,6 @@ op_table! {
     ScatterAdd = nn::SCATTER_ADD,
     // Elementwise ops run as one, their inner values never stored (the fusion pass).
     Fused = fused::FUSED,
+    // A fused body and its layer or RMS norm in one pass (the fusion pass).
+    FusedNorm = fused::FUSED_NORM,
 }

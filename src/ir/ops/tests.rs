@@ -62,7 +62,7 @@ fn rows_are_in_kind_order() {
 
 #[test]
 fn every_kind_has_a_row_and_a_unique_name() {
-    assert_eq!(OPS.len(), OpKind::Fused as usize + 1);
+    assert_eq!(OPS.len(), OpKind::FusedNorm as usize + 1);
     for row in OPS {
         assert_eq!(OpKind::from_name(row.name), Some(row.kind));
         assert!(row.view_of().is_none_or(|k| k < row.inputs.len()), "{}", row.name);

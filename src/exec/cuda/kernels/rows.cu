@@ -173,32 +173,9 @@ extern "C" __global__ void softmax_backward(Tensor dx, Tensor dy, Tensor y, i64 
     }
 }
 
-// Mean and 1/√(biased variance + eps) of row `row` (D elements) of x, two passes.
-__device__ __forceinline__ void row_moments(const Tensor& x, i64 row, i64 d, double eps, double* mean, double* rstd) {
-    const i64 base = row * d;
-    double s = 0.0;
-    for (i64 i = threadIdx.x; i < d; i += blockDim.x) s += load_d(x, base + i);
-    const double mu = block_sum_d(s) / (double)d;
-    double v = 0.0;
-    for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-        const double c = load_d(x, base + i) - mu;
-        v += c * c;
-    }
-    const double var = block_sum_d(v) / (double)d;
-    *mean = mu;
-    *rstd = 1.0 / sqrt(var + eps);
-}
-
-// y = (x − mean)·rstd·gamma + beta over the last dimension D.
+// y = (x − mean)·rstd·gamma + beta over the last dimension D (norm.cuh).
 extern "C" __global__ void layer_norm(Tensor y, Tensor x, Tensor gamma, Tensor beta, i64 rows, i64 d, double eps) {
-    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        double mean, rstd;
-        row_moments(x, row, d, eps, &mean, &rstd);
-        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-            const i64 k = row * d + i;
-            store_d(y, k, (load_d(x, k) - mean) * rstd * load_d(gamma, i) + load_d(beta, i));
-        }
-    }
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) layer_norm_row(y, x, gamma, beta, row, d, eps);
 }
 
 // stats[2·row] = mean, stats[2·row + 1] = rstd (doubles) of every row of x.
@@ -284,26 +261,9 @@ extern "C" __global__ void layer_norm_backward_dx(Tensor dx, Tensor dy, Tensor x
     }
 }
 
-// 1/√(mean(x²) + eps) of row `row` (D elements) of x.
-__device__ __forceinline__ double row_rstd(const Tensor& x, i64 row, i64 d, double eps) {
-    const i64 base = row * d;
-    double s = 0.0;
-    for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-        const double v = load_d(x, base + i);
-        s += v * v;
-    }
-    return 1.0 / sqrt(block_sum_d(s) / (double)d + eps);
-}
-
-// y = x·rstd·gamma over the last dimension D.
+// y = x·rstd·gamma over the last dimension D (norm.cuh).
 extern "C" __global__ void rms_norm(Tensor y, Tensor x, Tensor gamma, i64 rows, i64 d, double eps) {
-    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const double rstd = row_rstd(x, row, d, eps);
-        for (i64 i = threadIdx.x; i < d; i += blockDim.x) {
-            const i64 k = row * d + i;
-            store_d(y, k, load_d(x, k) * rstd * load_d(gamma, i));
-        }
-    }
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) rms_norm_row(y, x, gamma, row, d, eps);
 }
 
 // stats[2·row] = 0, stats[2·row + 1] = rstd: ln_stats's layout with a zero mean, so that
