@@ -165,12 +165,11 @@ pub fn lower_op(
         Mean => reduce(y(0), x(0), attrs.ints("axes"), true, scratch),
         Reshape | Detach | Transpose | Expand | Slice | Select => Vec::new(),
         SliceBackward => {
-            // Zeros, then dy copied into the slice of them.
+            // One pass: dy inside the slice, zeros around it.
             let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
-            let slice = strided_part(out, axis, attrs.int("start") as u64, x(0).shape[axis], attrs.int("step") as u64);
-            let mut commands = elementwise(FILL, out.numel(), vec![t(out), Arg::F64(0.0), Arg::F64(0.0)]);
-            commands.extend(unary(OP_COPY, &slice, x(0), 0.0));
-            commands
+            let (_, n, inner) = split_shape(&out.shape, axis);
+            let [start, step] = ["start", "step"].map(|name| int(attrs.int(name) as u64));
+            elementwise(SLICE_BACKWARD, out.numel(), vec![t(out), t(x(0)), int(n), int(inner), start, step, int(x(0).shape[axis])])
         }
         SliceScatter => {
             // x copied (element i onto element i: harmless when written in place over x),

@@ -65,6 +65,7 @@ fn with_constants(files: &[(&str, &str)]) -> String {
 pub const BINARY: &str = "binary";
 pub const UNARY: &str = "unary";
 pub const FILL: &str = "fill";
+pub const SLICE_BACKWARD: &str = "slice_backward";
 pub const CAUSAL_MASK: &str = "causal_mask";
 pub const SGD_MOMENTUM: &str = "sgd_momentum";
 pub const ADAM: &str = "adam";
@@ -142,10 +143,11 @@ pub const FUSED: &str = view::GENERATED;
 pub const CUBLAS_GEMM: &str = "cublasGemmStridedBatchedEx";
 
 /// Every kernel the program defines.
-pub const KERNELS: [&str; 69] = [
+pub const KERNELS: [&str; 70] = [
     BINARY,
     UNARY,
     FILL,
+    SLICE_BACKWARD,
     CAUSAL_MASK,
     SGD_MOMENTUM,
     ADAM,
@@ -348,7 +350,7 @@ pub fn kernels_for(kind: OpKind) -> &'static [&'static str] {
         ],
         Sum | Mean => &[REDUCE_PARTIAL, REDUCE_FINISH],
         Reshape | Detach | Transpose | Expand | Slice | Select => &[],
-        SliceBackward => &[FILL, UNARY],
+        SliceBackward => &[SLICE_BACKWARD],
         SliceScatter => &[UNARY],
         Cat => &[UNARY],
         // Never lowered: a program with extern ops is refused before any launch.

@@ -2,7 +2,7 @@
 // (an element function of element.cuh chosen by an op code argument; inputs arrive as views
 // broadcast to the output's shape: stride 0 on broadcast dimensions) for the copies and
 // sums other ops' lowerings make (the elementwise ops themselves run kernels generated for
-// their element function, exec/cuda/generate.rs), fill, causal_mask, where and masked_fill
+// their element function, exec/cuda/generate.rs), fill, slice_backward, causal_mask, where and masked_fill
 // (selection by a bool tensor), dropout, and the optimizer updates.
 //
 // Outputs are dense. An output may lie over an input's bytes (in-place, as the plan allows
@@ -25,6 +25,18 @@ extern "C" __global__ void unary(int op, Tensor out, Tensor x, double s) {
 // as the CPU reference does.
 extern "C" __global__ void fill(Tensor out, double value, double step) {
     GRID_STRIDE(i, out.numel) { store_d(out, i, value + (double)i * step); }
+}
+
+// slice's gradient in one pass: dx seen as [outer, n, inner] around the sliced axis is dy
+// ([outer, len, inner]) at positions start + k·step of the axis (k < len), zero elsewhere.
+extern "C" __global__ void slice_backward(Tensor dx, Tensor dy, i64 n, i64 inner, i64 start, i64 step, i64 len) {
+    GRID_STRIDE(i, dx.numel) {
+        const i64 at = (i / inner) % n - start;
+        const i64 k = at / step;
+        double v = 0.0;
+        if (at >= 0 && at % step == 0 && k < len) v = load_d(dy, ((i / (inner * n)) * len + k) * inner + i % inner);
+        store_d(dx, i, v);
+    }
 }
 
 // x is [..., T, T]; entries [..., i, j] with j > i become `value`.
