@@ -47,7 +47,7 @@ for f in ir/models/mlp.step ir/models/mlp_adam.step ir/models/gpt2_tiny.step ir/
 done
 stage "run --check, every elementwise chain fused (kernels generated per fused body, NVRTC)"
 for f in ir/features/fusion.step ir/features/activations.step ir/features/rotary.step ir/features/mixed_dtypes.step \
-         ir/models/gpt2_tiny.step ir/torch/llama_small.step; do
+         ir/models/gpt2_tiny.step ir/torch/llama_small.step ir/features/fused_norm.step; do
   o=$(timeout 40 "$memplan" run "$f" --device cuda --steps 3 --check --fuse always 2>&1); rc=$?
   echo "$f (fused): exit $rc; $(echo "$o" | grep -E 'largest error|differs|error:' | tail -2 | tr '\n' ' ' | cut -c1-300)"
 done
@@ -55,6 +55,7 @@ stage "compute-sanitizer memcheck"
 for f in ir/models/gpt2_tiny.step ir/torch/gpt2_small_bf16.step ir/torch/llama_small.step ir/torch/unet_small.step ir/features/fused_loss.step ir/features/fusion.step ir/features/lanes.step; do
   echo "$f: $(timeout 60 compute-sanitizer --tool memcheck "$memplan" run "$f" --device cuda --steps 1 2>&1 | grep 'ERROR SUMMARY')"
 done
+echo "ir/features/fused_norm.step (fused): $(timeout 60 compute-sanitizer --tool memcheck "$memplan" run ir/features/fused_norm.step --device cuda --steps 1 --fuse always 2>&1 | grep 'ERROR SUMMARY')"
 stage "compute-sanitizer racecheck: the tensor-core attention's double-buffered copies (cp.async)"
 echo "ir/torch/gpt2_small_bf16.step: $(timeout 90 compute-sanitizer --tool racecheck "$memplan" run ir/torch/gpt2_small_bf16.step --device cuda --steps 1 2>&1 | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' | tr '\n' ' ')"
 stage "profiles"
