@@ -139,16 +139,21 @@ pub fn fuse(graph: &Graph) -> Option<Graph> {
         }
     }
     let norms = norm_epilogues(graph, &regions, &state.region_of, &dead);
-    if regions.is_empty() && norms.is_empty() {
+    if regions.is_empty() && norms.iter().all(Option::is_none) {
         return None;
     }
     Some(rewrite(graph, &regions, &state.region_of, &dead, &norms))
 }
 
-/// The norms that join the op making their input (see the module doc): `(producer, norm)`
-/// pairs, the producer a region's root or an elementwise op alone, each at most once.
-fn norm_epilogues(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, Option<usize>>, dead: &IndexVec<OpId, bool>) -> Vec<(OpId, OpId)> {
-    let mut pairs: Vec<(OpId, OpId)> = Vec::new();
+/// The norms that join the op making their input (see the module doc): for each producer
+/// (a region's root or an elementwise op alone), the norm joining it, at most one.
+fn norm_epilogues(
+    graph: &Graph,
+    regions: &[Region],
+    region_of: &IndexVec<OpId, Option<usize>>,
+    dead: &IndexVec<OpId, bool>,
+) -> IndexVec<OpId, Option<OpId>> {
+    let mut joined: IndexVec<OpId, Option<OpId>> = IndexVec::from_elem(None, graph.ops.len());
     for (n, op) in graph.ops.iter_enumerated() {
         if !Norm::ALL.iter().any(|(norm, _)| norm.def().kind == op.kind) {
             continue;
@@ -162,11 +167,11 @@ fn norm_epilogues(graph: &Graph, regions: &[Region], region_of: &IndexVec<OpId, 
         };
         // The norm moves up to the producer's place: its parameters must be made before.
         let params_ready = op.inputs[1..].iter().all(|&v| graph.def_op(v).is_none_or(|d| d < p));
-        if fusable && params_ready && producer.region == op.region && producer.outputs.len() == 1 && !pairs.iter().any(|&(q, _)| q == p) {
-            pairs.push((p, n));
+        if fusable && params_ready && producer.region == op.region && producer.outputs.len() == 1 && joined[p].is_none() {
+            joined[p] = Some(n);
         }
     }
-    pairs
+    joined
 }
 
 /// Whether a region may grow from `op`: an elementwise op, or a reduction that reduces
@@ -288,14 +293,18 @@ fn body(graph: &Graph, region: &Region) -> FusedBody {
 }
 
 /// The step with each region's ops replaced by one fused op at its root's place, and each
-/// norm of `norms` joined to its producer as a fused_norm there.
+/// norm of `norms` (by producer) joined to its producer as a fused_norm there.
 fn rewrite(
     graph: &Graph,
     regions: &[Region],
     region_of: &IndexVec<OpId, Option<usize>>,
     dead: &IndexVec<OpId, bool>,
-    norms: &[(OpId, OpId)],
+    norms: &IndexVec<OpId, Option<OpId>>,
 ) -> Graph {
+    let mut joined: IndexVec<OpId, bool> = IndexVec::from_elem(false, graph.ops.len());
+    for &n in norms.iter().flatten() {
+        joined[n] = true;
+    }
     let mut out = Graph::new(graph.name.clone());
     let mut new_id: IndexVec<ValueId, Option<ValueId>> = IndexVec::from_elem(None, graph.values.len());
     for &arg in &graph.args {
@@ -305,10 +314,10 @@ fn rewrite(
     }
     let map = |new_id: &IndexVec<ValueId, Option<ValueId>>, v: ValueId| new_id[v].unwrap_or_else(|| panic!("{} read before defined", graph.value_name(v)));
     for (op_id, op) in graph.ops.iter_enumerated() {
-        if dead[op_id] || norms.iter().any(|&(_, n)| n == op_id) {
+        if dead[op_id] || joined[op_id] {
             continue;
         }
-        let norm = norms.iter().find(|&&(p, _)| p == op_id).map(|&(_, n)| &graph.ops[n]);
+        let norm = norms[op_id].map(|n| &graph.ops[n]);
         let alone;
         let (kind, mut inputs, mut attrs) = match (region_of[op_id].map(|r| &regions[r]), norm) {
             (Some(region), _) if region.ops.last() != Some(&op_id) => continue,

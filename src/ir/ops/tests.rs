@@ -1103,6 +1103,35 @@ fn no_rule_panics() {
     assert!(accepted > 1000 && rejected > 1000, "{accepted} accepted, {rejected} rejected");
 }
 
+/// `fused_norm`: the body over the inputs before the norm's parameters, the norm's own rule
+/// over its value; FLOPs of both; in place over a body input only; what is wrong is said.
+#[test]
+fn fused_norm_types_its_value_and_its_norm() {
+    let given = |body: &str, norm: &str, eps: f64| {
+        vec![("body", Attr::Str(body.to_string())), ("norm", Attr::Str(norm.to_string())), ("eps", float(eps))]
+    };
+    let residual = "t0: f32 = add(x0, x1); t1: f32 = add(x2, t0)";
+    let layer = given(residual, "layer", 1e-5);
+    assert_eq!(ok(OpKind::FusedNorm, &["f32[4,8]", "f32[8]", "f32[4,8]", "f32[8]", "f32[8]"], &layer), ["f32[4,8]", "f32[4,8]"]);
+    let cast = given("t0: bf16 = cast(x0, to=bf16)", "rms", 1e-6);
+    assert_eq!(ok(OpKind::FusedNorm, &["f32[2,3,8]", "bf16[8]"], &cast), ["bf16[2,3,8]", "bf16[2,3,8]"]);
+    // FLOPs: the body's (2 adds of 32 elements) and layer_norm's (8 per element).
+    let ins = ["f32[4,8]", "f32[8]", "f32[4,8]", "f32[8]", "f32[8]"].map(ty);
+    let ins: Vec<&TensorType> = ins.iter().collect();
+    let attrs = attrs_for(OpKind::FusedNorm, &layer);
+    let outs = (OpKind::FusedNorm.def().infer)(&ins, &attrs).unwrap();
+    assert_eq!((OpKind::FusedNorm.def().flops)(&ins, &outs.iter().collect::<Vec<_>>(), &attrs), 2 * 32 + 8 * 32);
+    // The value may be written over the body's inputs, never over gamma or beta.
+    assert_eq!(OpKind::FusedNorm.def().inplace_pairs(5, &attrs).as_ref(), [(0, 0), (0, 1), (0, 2)]);
+    // Wrong parameters, norms, counts and bodies are refused.
+    err(OpKind::FusedNorm, &["f32[4,8]", "f32[8]", "f32[4,8]", "f32[4]", "f32[8]"], &layer, "gamma must be f32[8]");
+    err(OpKind::FusedNorm, &["f32[4,8]", "f32[8]"], &given("t0: f32 = relu(x0)", "batch", 1e-5), "is not a norm (layer or rms)");
+    err(OpKind::FusedNorm, &["f32[8]", "f32[8]"], &given("t0: f32 = relu(x0)", "layer", 1e-5), "takes the body's inputs, then 2");
+    err(OpKind::FusedNorm, &["f32[4,8]", "f32[8]"], &given("t0: f32 = relu(x0)", "rms", 0.0), "eps");
+    err(OpKind::FusedNorm, &["f32[4,8]", "f32[1]"], &given("t0: f32 = sum(x0, axes=[1], keepdim=true)", "rms", 1e-6), "may not end with a reduction");
+    err(OpKind::FusedNorm, &["f32[4,8]", "f32[8]"], &given("t0: f32 = add(x0, x1)", "rms", 1e-6), "reads x1, but the op has 1 inputs");
+}
+
 /// `fused`: bodies decode, print back to the same text, type each inner op by its own row,
 /// and every malformed body is refused with a message saying what is wrong.
 #[test]
