@@ -172,11 +172,11 @@ pub fn lower_op(
             elementwise(SLICE_BACKWARD, out.numel(), vec![t(out), t(x(0)), int(n), int(inner), start, step, int(x(0).shape[axis])])
         }
         SliceScatter => {
-            // x copied (element i onto element i: harmless when written in place over x),
-            // then src copied into the slice.
+            // x copied (not when written in place over x: already there), then src copied
+            // into the slice.
             let (out, axis) = (y(0), resolve_axis(attrs.int("axis"), y(0).rank()));
             let slice = strided_part(out, axis, attrs.int("start") as u64, x(1).shape[axis], attrs.int("step") as u64);
-            let mut commands = unary(OP_COPY, out, x(0), 0.0);
+            let mut commands = if out == x(0) { Vec::new() } else { unary(OP_COPY, out, x(0), 0.0) };
             commands.extend(unary(OP_COPY, &slice, x(1), 0.0));
             commands
         }

@@ -333,6 +333,21 @@ mod tests {
         }
     }
 
+    /// A slice_scatter written in place over its x copies only src into the slice (x is
+    /// already there); written elsewhere, x is copied first.
+    #[test]
+    fn slice_scatter_in_place_copies_only_the_slice() {
+        let text = "step @w(\n  %x: f32[4,16] input,\n  %a: f32[4,8] input,\n) {\n  %y = relu(%x)\n  %out = slice_scatter(%y, %a, axis=1, start=0, end=8)\n  %keep = slice_scatter(%x, %a, axis=1, start=8, end=16)\n  %z = add(%x, %keep)\n  return %out, %z\n}\n";
+        let graph = crate::parse(text).unwrap();
+        let plan = crate::plan(&graph, &PlanOptions::default()).unwrap();
+        crate::check(&graph, &plan).unwrap();
+        let p = Program::new(&graph, &plan).unwrap();
+        assert_consistent(&p, "slice_scatter");
+        let launches: Vec<usize> = p.ops.iter().filter(|o| o.kind == OpKind::SliceScatter).map(|o| o.commands.len()).collect();
+        // %out over %y (which dies there): one copy; %keep beside %x (read after): two.
+        assert_eq!(launches, [1, 2]);
+    }
+
     /// Fused steps: every fused op (and fused_norm) launches a generated kernel that takes
     /// what it passes, and the repeated layers of GPT-2 share their kernels.
     #[test]
