@@ -45,7 +45,7 @@ pub struct PassFlags {
     /// Keep the loss as written: without it, a cross-entropy of a projection's logits (`matmul(x, weight^T)`) is computed with its gradients a chunk of rows at a time (`linear_cross_entropy`), where the logits are at least twice what that holds.
     #[arg(long)]
     no_fuse_loss: bool,
-    /// Fuse chains and trees of elementwise ops (casts, activations, arithmetic, masks) into `fused` ops whose inner values need no memory: `lower` (the default) where that lowers the arena, `always` wherever the pass can (`--print-ir-after fuse` shows them).
+    /// Fuse chains and trees of elementwise ops (casts, activations, arithmetic, masks) into `fused` ops whose inner values need no memory (and a layer or RMS norm of their value into `fused_norm`, one pass): `lower` (the default) where that lowers the arena, `always` wherever the pass can (`--print-ir-after fuse` shows them).
     #[arg(long, value_enum, default_value_t = FuseArg::Lower)]
     fuse: FuseArg,
     /// Keep every elementwise op as written (no `fused` ops): the same as --fuse off.
