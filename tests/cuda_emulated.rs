@@ -381,6 +381,38 @@ fn fused_steps_match_the_cpu_reference() {
     assert!(ran >= 30, "only {ran} fused steps ran");
 }
 
+/// Every value of the corpus's fused steps, not only what a training step returns and
+/// updates: each step returns all its ops' outputs and its inputs too (so nothing is
+/// written over another value, and an error in a value the loss barely feels, after an
+/// Adam step's sign-like update, still shows), and one step on the emulated GPU holds each
+/// to the CPU reference.
+#[test]
+fn every_value_of_the_fused_corpus_matches_the_cpu_reference() {
+    if emulator().is_none() {
+        return;
+    }
+    let (mut failed, mut ran) = (Vec::new(), 0);
+    for file in step_files() {
+        let Some(mut fused) = memplan::passes::fuse::fuse(&load(&file).0) else { continue };
+        let returned: std::collections::HashSet<_> = fused.returns.iter().map(|r| r.value).collect();
+        let inputs = fused.args.iter().copied().filter(|&v| fused.role(v) == Some(memplan::ir::graph::Role::Input));
+        let made = fused.ops.iter().flat_map(|op| op.outputs.iter().copied());
+        let every: Vec<_> = inputs.chain(made).filter(|v| !returned.contains(v)).collect();
+        fused.returns.extend(every.into_iter().map(|value| memplan::ir::graph::Return { value, span: Default::default() }));
+        let plan = memplan::plan(&fused, &PlanOptions::default()).unwrap();
+        memplan::check(&fused, &plan).unwrap();
+        if plan.arena_bytes > SMALL {
+            continue;
+        }
+        match emulated_matches_reference(&fused, &plan, 1, 11) {
+            Ok(_) => ran += 1,
+            Err(e) => failed.push(format!("{file}: {e}")),
+        }
+    }
+    assert!(failed.is_empty(), "{} fused steps differ:\n{}", failed.len(), failed.join("\n"));
+    assert!(ran >= 20, "only {ran} fused steps ran");
+}
+
 /// Fused attention on the emulated GPU, forward and backward (through `backward`), against
 /// the CPU reference: causal or not, T = S, T < S and T > S, 2 and 4 query heads per
 /// key/value head, E ≠ Ev, f16 and bf16, q read through a transposed view, `out` rows

@@ -1,6 +1,7 @@
 //! The fusion pass (`passes/fuse.rs`) on the corpus and through the CLI: every step of the
 //! corpus fused wherever the pass can, planned, checked, and run on the CPU for two training
-//! steps inside its arena, gives the bits of the step as written run unplanned; fusing only
+//! steps inside its arena, gives the bits of the step as written run unplanned (seeded
+//! alike, fused or not); fusing only
 //! where it lowers the arena (the default) never raises it; `--print-ir-after fuse` shows
 //! the fused ops, `--no-fuse` keeps every op, and `run --compare-unplanned` holds a fused
 //! plan to the step as written.
@@ -40,6 +41,9 @@ fn every_corpus_step_fused_runs_as_written() {
             continue;
         }
         let mut args = init_args(&graph, 3).unwrap();
+        // `memplan run` seeds the step it planned: fused, its params take the same values
+        // (a norm's gamma inside a fused_norm is still ones).
+        assert!(init_args(&fused, 3).unwrap() == args, "{file}: the fused step seeds its arguments otherwise");
         for step in 1..=2 {
             let planned = run_step(&fused, Placement::Planned(&plan), &args).unwrap_or_else(|e| panic!("{file}: {e}"));
             let written = run_step(&graph, Placement::Unplanned, &args).unwrap_or_else(|e| panic!("{file}: {e}"));

@@ -85,10 +85,11 @@ pub fn encode(dtype: DType, value: f64, out: &mut [u8]) {
     }
 }
 
-/// How the first op reading `arg` seeds it, by its row's `init` for the input it reads it at.
+/// How the first op reading `arg` seeds it, by its row's `init` for the input it reads it at
+/// ([`OpDef::init_of`](crate::ir::ops::OpDef::init_of)).
 fn first_use_init(graph: &Graph, arg: ValueId) -> Option<Init> {
     let (op, k) = graph.ops.iter().find_map(|op| op.inputs.iter().position(|&i| i == arg).map(|k| (op, k)))?;
-    op.kind.def().init.iter().find(|(input, _)| *input == k).map(|&(_, init)| init)
+    op.kind.def().init_of(k, op.inputs.len(), &op.attrs)
 }
 
 /// Seeded values for every argument of `graph` (see the module docs for the rules).

@@ -43,7 +43,7 @@
 use std::fmt;
 
 use super::rules::*;
-use super::{Attr, AttrDefault, AttrKind, Attrs, OpDef, attr, def_named};
+use super::{Attr, AttrDefault, AttrKind, Attrs, Init, OpDef, attr, def_named};
 use crate::ir::types::{DType, Shape, TensorType};
 
 /// The most inner ops of one fused op.
@@ -375,6 +375,20 @@ fn infer_fused(inputs: &[&TensorType], attrs: &Attrs) -> Rule {
         ));
     }
     done(vec![types.pop().expect("a body has an op")])
+}
+
+/// How a `fused_norm` (attributes `attrs`, `inputs` inputs) seeds its input `k` when that
+/// is one of its norm's parameters: as the norm's own row seeds it (gamma ones, beta
+/// zeros); `None` for any other input or op.
+pub(super) fn norm_param_init(k: usize, inputs: usize, attrs: &Attrs) -> Option<Init> {
+    let norm = match attrs.get("norm") {
+        Some(Attr::Str(norm)) => Norm::parse(norm)?,
+        _ => return None,
+    };
+    let first = inputs.checked_sub(norm.params())?;
+    let param = k.checked_sub(first)?;
+    // The norm's own inputs: x, then its parameters.
+    norm.def().init.iter().find(|(input, _)| *input == param + 1).map(|&(_, init)| init)
 }
 
 /// `out` (the body's value over the inputs before the norm's parameters) and `y` (the

@@ -582,6 +582,16 @@ impl OpDef {
         }
     }
 
+    /// How `memplan run` seeds a param read as input `k` of an op of this row with `inputs`
+    /// inputs and attributes `attrs` (see [`OpDef::init`]): a `fused_norm`'s gamma and beta,
+    /// its last inputs, as the norm's own row seeds them.
+    pub fn init_of(&self, k: usize, inputs: usize, attrs: &Attrs) -> Option<Init> {
+        if let Some(init) = fused::norm_param_init(k, inputs, attrs) {
+            return Some(init);
+        }
+        self.init.iter().find(|(input, _)| *input == k).map(|&(_, init)| init)
+    }
+
     /// The inputs an op of this row with `inputs` inputs reads element by element (see
     /// [`OpDef::pointwise`], [`OpDef::pointwise_over_every_input`]).
     pub fn pointwise_inputs(&self, inputs: usize) -> std::borrow::Cow<'static, [usize]> {

@@ -1123,6 +1123,13 @@ fn fused_norm_types_its_value_and_its_norm() {
     assert_eq!((OpKind::FusedNorm.def().flops)(&ins, &outs.iter().collect::<Vec<_>>(), &attrs), 2 * 32 + 8 * 32);
     // The value may be written over the body's inputs, never over gamma or beta.
     assert_eq!(OpKind::FusedNorm.def().inplace_pairs(5, &attrs).as_ref(), [(0, 0), (0, 1), (0, 2)]);
+    // `memplan run` seeds gamma and beta as the norms do (ones, zeros), the body's inputs not.
+    let seeds: Vec<Option<Init>> = (0..5).map(|k| OpKind::FusedNorm.def().init_of(k, 5, &attrs)).collect();
+    assert_eq!(seeds, [None, None, None, Some(Init::Ones), Some(Init::Zeros)]);
+    let rms = attrs_for(OpKind::FusedNorm, &cast);
+    assert_eq!(OpKind::FusedNorm.def().init_of(1, 2, &rms), Some(Init::Ones));
+    assert_eq!(OpKind::FusedNorm.def().init_of(0, 2, &rms), None);
+    assert_eq!(OpKind::LayerNorm.def().init_of(2, 3, &Attrs::default()), Some(Init::Zeros));
     // Wrong parameters, norms, counts and bodies are refused.
     err(OpKind::FusedNorm, &["f32[4,8]", "f32[8]", "f32[4,8]", "f32[4]", "f32[8]"], &layer, "gamma must be f32[8]");
     err(OpKind::FusedNorm, &["f32[4,8]", "f32[8]"], &given("t0: f32 = relu(x0)", "batch", 1e-5), "is not a norm (layer or rms)");
