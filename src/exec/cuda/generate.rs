@@ -22,6 +22,11 @@
 //! computing each element it sums; `reduce_finish` of the program adds the groups' partial
 //! sums where there are several.
 //!
+//! A `fused_norm` gets a kernel a block per row ([`Generated::fused_norm`]): each thread
+//! computes and stores the body's value at its elements of the row, element by element, then
+//! `norm.cuh`'s row function (the one the unfused norm kernels call) normalises the stored
+//! row, each thread reading back only what it stored.
+//!
 //! A kernel's text is all that tells two apart (the body and the number of inputs), so the
 //! repeated layers of a model share one kernel. [`Generated`] collects them while a step is
 //! lowered; `Program::generated` keeps them, and each backend compiles
