@@ -79,7 +79,7 @@ impl Generated {
     /// The kernel of a `fused_norm` whose body is `steps` (`text` its IR spelling) over
     /// `inputs` inputs, normalised by `norm`: its parameters are `out`, `y`, the body's
     /// inputs, the norm's parameters (gamma, and beta for a layer norm), then `rows`, `d`
-    /// and `eps`. Launch it a block per row ([`norm_text`]).
+    /// and `eps`. Launch it a block per row.
     pub fn fused_norm(&mut self, text: &str, steps: &[ElementStep], inputs: usize, norm: Norm) -> Kernel {
         self.intern(norm_text(text, steps, inputs, norm))
     }

@@ -583,7 +583,7 @@ impl OpDef {
     }
 
     /// How `memplan run` seeds a param read as input `k` of an op of this row with `inputs`
-    /// inputs and attributes `attrs` (see [`OpDef::init`]): a `fused_norm`'s gamma and beta,
+    /// inputs and attributes `attrs` (its row's `init`): a `fused_norm`'s gamma and beta,
     /// its last inputs, as the norm's own row seeds them.
     pub fn init_of(&self, k: usize, inputs: usize, attrs: &Attrs) -> Option<Init> {
         if let Some(init) = fused::norm_param_init(k, inputs, attrs) {
