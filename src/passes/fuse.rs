@@ -155,7 +155,7 @@ fn norm_epilogues(
 ) -> IndexVec<OpId, Option<OpId>> {
     let mut joined: IndexVec<OpId, Option<OpId>> = IndexVec::from_elem(None, graph.ops.len());
     for (n, op) in graph.ops.iter_enumerated() {
-        if !Norm::ALL.iter().any(|(norm, _)| norm.def().kind == op.kind) {
+        if norm_of(op.kind).is_none() {
             continue;
         }
         let Some(p) = graph.def_op(op.inputs[0]) else { continue };
@@ -172,6 +172,12 @@ fn norm_epilogues(
         }
     }
     joined
+}
+
+/// The norm an op of `kind` computes (`layer_norm`, `rms_norm`) and its spelling in a
+/// fused_norm's `norm` attribute; `None` for any other op.
+fn norm_of(kind: OpKind) -> Option<(Norm, &'static str)> {
+    Norm::ALL.iter().copied().find(|(norm, _)| norm.def().kind == kind)
 }
 
 /// Whether a region may grow from `op`: an elementwise op, or a reduction that reduces
@@ -319,10 +325,10 @@ fn rewrite(
         }
         let norm = norms[op_id].map(|n| &graph.ops[n]);
         let alone;
-        let (kind, mut inputs, mut attrs) = match (region_of[op_id].map(|r| &regions[r]), norm) {
+        let (kind, inputs, attrs, made) = match (region_of[op_id].map(|r| &regions[r]), norm) {
             (Some(region), _) if region.ops.last() != Some(&op_id) => continue,
-            (None, None) => (op.kind, op.inputs.clone(), op.attrs.clone()),
-            (region, _) => {
+            (None, None) => (op.kind, op.inputs.clone(), op.attrs.clone(), op.outputs.clone()),
+            (region, norm) => {
                 // An elementwise op whose value a norm reads is a body of one op.
                 let region = match region {
                     Some(region) => region,
@@ -333,25 +339,21 @@ fn rewrite(
                 };
                 let body = body(graph, region).to_string();
                 let recomputed = region.ops.iter().enumerate().filter(|(_, op)| region.recomputed.contains(op)).map(|(j, _)| j as i64).collect();
-                let attrs = Attrs::for_op(OpKind::Fused, &[("body", Attr::Str(body)), ("recomputed", Attr::Ints(recomputed))])
-                    .expect("fused has these attributes");
-                (OpKind::Fused, region.inputs.clone(), attrs)
+                let mut given = vec![("body", Attr::Str(body)), ("recomputed", Attr::Ints(recomputed))];
+                let (mut inputs, mut made) = (region.inputs.clone(), op.outputs.clone());
+                let kind = match norm {
+                    None => OpKind::Fused,
+                    Some(norm_op) => {
+                        let (_, spelling) = norm_of(norm_op.kind).expect("a joined norm is a norm");
+                        given.extend([("norm", Attr::Str(spelling.to_string())), ("eps", Attr::Float(norm_op.attrs.float("eps")))]);
+                        inputs.extend_from_slice(&norm_op.inputs[1..]);
+                        made.extend_from_slice(&norm_op.outputs);
+                        OpKind::FusedNorm
+                    }
+                };
+                (kind, inputs, Attrs::for_op(kind, &given).expect("the fused rows have these attributes"), made)
             }
         };
-        let mut made = op.outputs.clone();
-        if let Some(norm_op) = norm {
-            let which = Norm::ALL.iter().find(|(n, _)| n.def().kind == norm_op.kind).expect("a norm").1;
-            let given = [
-                ("body", attrs.get("body").expect("a body").clone()),
-                ("recomputed", attrs.get("recomputed").expect("recomputed").clone()),
-                ("norm", Attr::Str(which.to_string())),
-                ("eps", Attr::Float(norm_op.attrs.float("eps"))),
-            ];
-            attrs = Attrs::for_op(OpKind::FusedNorm, &given).expect("fused_norm has these attributes");
-            inputs.extend_from_slice(&norm_op.inputs[1..]);
-            made.extend_from_slice(&norm_op.outputs);
-        }
-        let kind = if norm.is_some() { OpKind::FusedNorm } else { kind };
         let id = out.ops.next_id();
         let outputs = made
             .iter()

@@ -26,7 +26,7 @@ use crate::exec::cuda::view::{
 use crate::index::{IndexVec, ValueId};
 use crate::ir::graph::Op;
 use crate::ir::ops::{
-    AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, FusedBody, Norm, GridSampleAttrs,
+    AdamAttrs, AttentionAttrs, Attrs, Comparison, Conv3dAttrs, ConvAttrs, CrossEntropyAttrs, FusedBody, Norm, GridSampleAttrs, InnerOp,
     LinearCrossEntropyWorkspace, MatmulAttrs, OpKind, Operand, PoolAttrs,
 };
 use crate::ir::types::{DType, TensorType};
@@ -406,12 +406,7 @@ fn fused(
         Some((last, rest)) if body.reduces() => (rest, Some(last)),
         _ => (&body.ops[..], None),
     };
-    let mut steps = Vec::with_capacity(body.ops.len());
-    for inner in elementwise_ops {
-        let (op, scalar) = element_code(inner.def.kind, &inner.attrs)
-            .ok_or_else(|| CudaError::Unsupported(format!("{} inside a fused op", inner.def.name)))?;
-        steps.push(ElementStep { op, scalar, dtype: inner.dtype, operands: inner.operands.clone() });
-    }
+    let steps = element_steps(elementwise_ops)?;
     let text = body.to_string();
     let Some(reduction) = reduction else {
         return Ok(generated_elementwise(&text, &steps, out, inputs, generated));
@@ -431,6 +426,19 @@ fn fused(
     Ok(reduce_launches(kernel, out, views, outs, count, reduction.def.kind == OpKind::Mean, scratch))
 }
 
+/// The element functions of a fused body's elementwise inner ops, as a generated kernel
+/// computes them.
+fn element_steps(inner_ops: &[InnerOp]) -> Result<Vec<ElementStep>, CudaError> {
+    inner_ops
+        .iter()
+        .map(|inner| {
+            let (op, scalar) = element_code(inner.def.kind, &inner.attrs)
+                .ok_or_else(|| CudaError::Unsupported(format!("{} inside a fused op", inner.def.name)))?;
+            Ok(ElementStep { op, scalar, dtype: inner.dtype, operands: inner.operands.clone() })
+        })
+        .collect()
+}
+
 /// A fused_norm: one launch of the kernel generated for its body and norm, a block per row
 /// as the norms' own kernels; the body's inputs as views broadcast to its value's shape.
 fn fused_norm(
@@ -446,12 +454,7 @@ fn fused_norm(
         return Ok(Vec::new());
     }
     let (body_inputs, params) = inputs.split_at(inputs.len() - norm.params());
-    let mut steps = Vec::with_capacity(body.ops.len());
-    for inner in &body.ops {
-        let (op, scalar) = element_code(inner.def.kind, &inner.attrs)
-            .ok_or_else(|| CudaError::Unsupported(format!("{} inside a fused_norm", inner.def.name)))?;
-        steps.push(ElementStep { op, scalar, dtype: inner.dtype, operands: inner.operands.clone() });
-    }
+    let steps = element_steps(&body.ops)?;
     let kernel = generated.fused_norm(&body.to_string(), &steps, body_inputs.len(), norm);
     let mut args = vec![t(out), t(y)];
     args.extend(body_inputs.iter().map(|v| t(&v.broadcast_to(&out.shape))));
